@@ -1,0 +1,3 @@
+//! One module per `headroom` subcommand: argument definitions and the code that runs them.
+
+pub mod memory;
