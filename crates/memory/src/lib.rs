@@ -7,10 +7,26 @@
 //! This crate also holds the vocabulary shared with the planner (`Category`,
 //! `MemoryBreakdown`, sizes); the planner depends on those types only.
 
+pub mod allocator;
 pub mod breakdown;
 pub mod category;
+pub mod config;
+pub mod device;
+pub mod fragmentation;
+pub mod oom;
+pub mod rounding;
 pub mod size;
+pub mod source;
+pub mod stats;
+pub mod trace;
 
 pub use breakdown::{CategoryBytes, MemoryBreakdown};
+pub use allocator::{Allocation, CachingAllocator, InvalidFree};
 pub use category::Category;
+pub use config::AllocatorConfig;
+pub use device::{Device, DeviceBuffer};
+pub use fragmentation::Fragmentation;
+pub use oom::OutOfMemory;
+pub use source::{HostSource, SegmentSource, VirtualSource};
+pub use stats::DeviceStats;
 pub use size::{ByteSize, format_bytes, parse_size};

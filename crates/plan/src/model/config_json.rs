@@ -1,0 +1,348 @@
+//! Reading a Hugging Face `config.json` into a [`ModelSpec`]: the field names, defaults and
+//! conventions of each supported `model_type`, as the transformers config classes define them.
+//!
+//! Not for: counting parameters (see `params`) or holding the built-in presets (see `presets`).
+
+use super::{Family, MlpKind, ModelSpec};
+use crate::error::{PlanError, Result};
+use serde_json::{Map, Value};
+
+/// Parses the text of a `config.json`. `name` labels the model in reports.
+pub fn parse_config(name: &str, text: &str) -> Result<ModelSpec> {
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| PlanError::ConfigSyntax(e.to_string()))?;
+    let obj = value.as_object().ok_or_else(|| PlanError::ConfigField {
+        field: "(top level)".into(),
+        problem: "is not a JSON object".into(),
+        expected: "an object such as {\"model_type\": \"llama\", ...}".into(),
+    })?;
+    let model_type = match obj.get("model_type") {
+        Some(Value::String(s)) => s.as_str(),
+        Some(_) => return Err(field_err("model_type", "is not a string", ACCEPTED_TYPES)),
+        None => return Err(field_err("model_type", "is missing", ACCEPTED_TYPES)),
+    };
+    let f = Fields { obj };
+    let spec = match model_type {
+        "llama" => decoder_llama_like(name, Family::Llama, &f)?,
+        "mistral" => decoder_llama_like(name, Family::Mistral, &f)?,
+        "mixtral" => decoder_llama_like(name, Family::Mixtral, &f)?,
+        "qwen2" => decoder_llama_like(name, Family::Qwen2, &f)?,
+        "gpt2" => gpt2(name, &f)?,
+        "gpt_neox" => gpt_neox(name, &f)?,
+        "bert" => bert(name, &f)?,
+        "t5" => t5(name, &f)?,
+        other => return Err(PlanError::UnsupportedModelType(other.to_string())),
+    };
+    validate(&spec)?;
+    Ok(spec)
+}
+
+const ACCEPTED_TYPES: &str = "one of: llama, mistral, mixtral, qwen2, gpt2, gpt_neox, bert, t5";
+
+fn field_err(field: &str, problem: &str, expected: &str) -> PlanError {
+    PlanError::ConfigField {
+        field: field.to_string(),
+        problem: problem.to_string(),
+        expected: expected.to_string(),
+    }
+}
+
+/// Typed access to the fields of one config object.
+struct Fields<'a> {
+    obj: &'a Map<String, Value>,
+}
+
+impl Fields<'_> {
+    /// A required positive integer.
+    fn size(&self, field: &str) -> Result<u64> {
+        match self.obj.get(field) {
+            None | Some(Value::Null) => Err(field_err(field, "is missing", "a positive integer")),
+            Some(v) => positive(field, v),
+        }
+    }
+
+    /// An optional positive integer; `null` counts as absent (as in transformers).
+    fn size_or(&self, field: &str, default: u64) -> Result<u64> {
+        match self.obj.get(field) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => positive(field, v),
+        }
+    }
+
+    fn flag_or(&self, field: &str, default: bool) -> Result<bool> {
+        match self.obj.get(field) {
+            None | Some(Value::Null) => Ok(default),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(field_err(field, "is not a boolean", "true or false")),
+        }
+    }
+
+    fn prob_or(&self, field: &str, default: f64) -> Result<f64> {
+        match self.obj.get(field) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v
+                .as_f64()
+                .filter(|p| (0.0..=1.0).contains(p))
+                .ok_or_else(|| field_err(field, "is not a probability", "a number in [0, 1]")),
+        }
+    }
+
+    fn text_or<'s>(&'s self, field: &str, default: &'s str) -> Result<&'s str> {
+        match self.obj.get(field) {
+            None | Some(Value::Null) => Ok(default),
+            Some(Value::String(s)) => Ok(s.as_str()),
+            Some(_) => Err(field_err(field, "is not a string", "a string")),
+        }
+    }
+}
+
+fn positive(field: &str, v: &Value) -> Result<u64> {
+    match v.as_u64() {
+        Some(n) if n > 0 => Ok(n),
+        _ => Err(field_err(field, &format!("has the value {v}"), "a positive integer")),
+    }
+}
+
+/// Llama, Mistral, Mixtral and Qwen2 share one layout (`LlamaConfig` and its copies).
+fn decoder_llama_like(name: &str, family: Family, f: &Fields) -> Result<ModelSpec> {
+    let hidden = f.size("hidden_size")?;
+    let heads = f.size("num_attention_heads")?;
+    let kv_heads = f.size_or("num_key_value_heads", heads)?;
+    let head_dim = match f.obj.get("head_dim") {
+        None | Some(Value::Null) => divide(hidden, heads, "num_attention_heads")?,
+        Some(v) => positive("head_dim", v)?,
+    };
+    let (num_experts, experts_per_token) = if family == Family::Mixtral {
+        (f.size_or("num_local_experts", 8)?, f.size_or("num_experts_per_tok", 2)?)
+    } else {
+        (1, 1)
+    };
+    Ok(ModelSpec {
+        name: name.to_string(),
+        family,
+        vocab_size: f.size("vocab_size")?,
+        hidden_size: hidden,
+        num_layers: f.size("num_hidden_layers")?,
+        num_decoder_layers: 0,
+        num_heads: heads,
+        num_kv_heads: kv_heads,
+        head_dim,
+        intermediate_size: f.size("intermediate_size")?,
+        mlp: MlpKind::Gated,
+        num_experts,
+        experts_per_token,
+        max_learned_positions: None,
+        // LlamaConfig, MistralConfig, MixtralConfig and Qwen2Config default to untied.
+        tie_word_embeddings: f.flag_or("tie_word_embeddings", false)?,
+        dropout: f.prob_or("attention_dropout", 0.0)? > 0.0,
+        bias: f.flag_or("attention_bias", false)?,
+        relative_attention_buckets: 0,
+        type_vocab_size: 0,
+    })
+}
+
+fn gpt2(name: &str, f: &Fields) -> Result<ModelSpec> {
+    let hidden = f.size("n_embd")?;
+    let heads = f.size("n_head")?;
+    Ok(ModelSpec {
+        name: name.to_string(),
+        family: Family::Gpt2,
+        vocab_size: f.size("vocab_size")?,
+        hidden_size: hidden,
+        num_layers: f.size("n_layer")?,
+        num_decoder_layers: 0,
+        num_heads: heads,
+        num_kv_heads: heads,
+        head_dim: divide(hidden, heads, "n_head")?,
+        // `n_inner: null` means 4 × n_embd (GPT2MLP).
+        intermediate_size: f.size_or("n_inner", 4 * hidden)?,
+        mlp: MlpKind::Plain,
+        num_experts: 1,
+        experts_per_token: 1,
+        max_learned_positions: Some(f.size_or("n_positions", 1024)?),
+        tie_word_embeddings: f.flag_or("tie_word_embeddings", true)?,
+        dropout: f.prob_or("resid_pdrop", 0.1)? > 0.0 || f.prob_or("attn_pdrop", 0.1)? > 0.0,
+        bias: true,
+        relative_attention_buckets: 0,
+        type_vocab_size: 0,
+    })
+}
+
+fn gpt_neox(name: &str, f: &Fields) -> Result<ModelSpec> {
+    let hidden = f.size("hidden_size")?;
+    let heads = f.size("num_attention_heads")?;
+    Ok(ModelSpec {
+        name: name.to_string(),
+        family: Family::GptNeox,
+        vocab_size: f.size("vocab_size")?,
+        hidden_size: hidden,
+        num_layers: f.size("num_hidden_layers")?,
+        num_decoder_layers: 0,
+        num_heads: heads,
+        num_kv_heads: heads,
+        head_dim: divide(hidden, heads, "num_attention_heads")?,
+        intermediate_size: f.size("intermediate_size")?,
+        mlp: MlpKind::Plain,
+        num_experts: 1,
+        experts_per_token: 1,
+        max_learned_positions: None,
+        tie_word_embeddings: f.flag_or("tie_word_embeddings", false)?,
+        dropout: f.prob_or("hidden_dropout", 0.0)? > 0.0
+            || f.prob_or("attention_dropout", 0.0)? > 0.0,
+        bias: f.flag_or("attention_bias", true)?,
+        relative_attention_buckets: 0,
+        type_vocab_size: 0,
+    })
+}
+
+fn bert(name: &str, f: &Fields) -> Result<ModelSpec> {
+    let hidden = f.size("hidden_size")?;
+    let heads = f.size("num_attention_heads")?;
+    Ok(ModelSpec {
+        name: name.to_string(),
+        family: Family::Bert,
+        vocab_size: f.size("vocab_size")?,
+        hidden_size: hidden,
+        num_layers: f.size("num_hidden_layers")?,
+        num_decoder_layers: 0,
+        num_heads: heads,
+        num_kv_heads: heads,
+        head_dim: divide(hidden, heads, "num_attention_heads")?,
+        intermediate_size: f.size("intermediate_size")?,
+        mlp: MlpKind::Plain,
+        num_experts: 1,
+        experts_per_token: 1,
+        max_learned_positions: Some(f.size_or("max_position_embeddings", 512)?),
+        tie_word_embeddings: false,
+        dropout: f.prob_or("hidden_dropout_prob", 0.1)? > 0.0,
+        bias: true,
+        relative_attention_buckets: 0,
+        type_vocab_size: f.size_or("type_vocab_size", 2)?,
+    })
+}
+
+fn t5(name: &str, f: &Fields) -> Result<ModelSpec> {
+    let layers = f.size("num_layers")?;
+    let mlp = match f.text_or("feed_forward_proj", "relu")? {
+        "relu" | "gelu" => MlpKind::Plain,
+        "gated-gelu" | "gated-relu" | "gated-silu" => MlpKind::Gated,
+        other => {
+            return Err(field_err(
+                "feed_forward_proj",
+                &format!("has the value \"{other}\""),
+                "one of: relu, gelu, gated-gelu, gated-relu, gated-silu",
+            ));
+        }
+    };
+    let heads = f.size("num_heads")?;
+    Ok(ModelSpec {
+        name: name.to_string(),
+        family: Family::T5,
+        vocab_size: f.size("vocab_size")?,
+        hidden_size: f.size("d_model")?,
+        num_layers: layers,
+        num_decoder_layers: f.size_or("num_decoder_layers", layers)?,
+        num_heads: heads,
+        num_kv_heads: heads,
+        head_dim: f.size("d_kv")?,
+        intermediate_size: f.size("d_ff")?,
+        mlp,
+        num_experts: 1,
+        experts_per_token: 1,
+        max_learned_positions: None,
+        tie_word_embeddings: f.flag_or("tie_word_embeddings", true)?,
+        dropout: f.prob_or("dropout_rate", 0.1)? > 0.0,
+        bias: false,
+        relative_attention_buckets: f.size_or("relative_attention_num_buckets", 32)?,
+        type_vocab_size: 0,
+    })
+}
+
+fn divide(hidden: u64, heads: u64, heads_field: &str) -> Result<u64> {
+    if hidden % heads != 0 {
+        return Err(field_err(
+            heads_field,
+            &format!("({heads}) does not divide the hidden size {hidden}"),
+            "a divisor of the hidden size, or an explicit head_dim",
+        ));
+    }
+    Ok(hidden / heads)
+}
+
+fn validate(spec: &ModelSpec) -> Result<()> {
+    if spec.num_heads % spec.num_kv_heads != 0 {
+        return Err(field_err(
+            "num_key_value_heads",
+            &format!("({}) does not divide num_attention_heads ({})", spec.num_kv_heads, spec.num_heads),
+            "a divisor of num_attention_heads",
+        ));
+    }
+    if spec.experts_per_token > spec.num_experts {
+        return Err(field_err(
+            "num_experts_per_tok",
+            &format!("({}) exceeds num_local_experts ({})", spec.experts_per_token, spec.num_experts),
+            "at most num_local_experts",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_json_is_a_syntax_error() {
+        let e = parse_config("x", "{\"model_type\": \"llama\",").unwrap_err();
+        assert!(matches!(e, PlanError::ConfigSyntax(_)), "{e}");
+    }
+
+    #[test]
+    fn unknown_model_type_lists_the_accepted_ones() {
+        let e = parse_config("x", r#"{"model_type": "falcon"}"#).unwrap_err().to_string();
+        assert!(e.contains("'falcon'") && e.contains("gpt_neox") && e.contains("t5"), "{e}");
+    }
+
+    #[test]
+    fn missing_field_is_named() {
+        let e = parse_config("x", r#"{"model_type": "llama", "hidden_size": 64}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("'num_attention_heads'") && e.contains("missing"), "{e}");
+    }
+
+    #[test]
+    fn zero_or_negative_sizes_are_rejected() {
+        let e = parse_config("x", r#"{"model_type": "gpt2", "n_embd": -4}"#).unwrap_err().to_string();
+        assert!(e.contains("'n_embd'") && e.contains("positive integer"), "{e}");
+    }
+
+    #[test]
+    fn kv_heads_must_divide_heads() {
+        let text = r#"{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 8,
+            "num_key_value_heads": 3, "num_hidden_layers": 2, "intermediate_size": 128,
+            "vocab_size": 100}"#;
+        let e = parse_config("x", text).unwrap_err().to_string();
+        assert!(e.contains("num_key_value_heads"), "{e}");
+    }
+
+    #[test]
+    fn defaults_follow_transformers() {
+        // GPT2Config: n_inner null → 4·n_embd, tied embeddings; LlamaConfig: kv heads = heads.
+        let g = parse_config(
+            "g",
+            r#"{"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 10}"#,
+        )
+        .unwrap();
+        assert_eq!(g.intermediate_size, 256);
+        assert!(g.tie_word_embeddings);
+        let l = parse_config(
+            "l",
+            r#"{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 8,
+                "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 100}"#,
+        )
+        .unwrap();
+        assert_eq!((l.num_kv_heads, l.head_dim), (8, 8));
+        assert!(!l.tie_word_embeddings);
+    }
+}

@@ -1,0 +1,120 @@
+//! What the planner knows about a model: its shape (`ModelSpec`, read from a Hugging Face
+//! `config.json` or a built-in preset) and its exact parameter inventory (`params`).
+//!
+//! Not for: building or running the model; the planner never touches weights.
+
+pub mod config_json;
+pub mod params;
+pub mod presets;
+
+use serde::Serialize;
+
+pub use config_json::parse_config;
+pub use params::{Leaf, LeafKind, ParamInventory};
+pub use presets::{PRESET_NAMES, load_model};
+
+/// The model families the planner understands, by their `config.json` `model_type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    Llama,
+    Mistral,
+    Mixtral,
+    Qwen2,
+    Gpt2,
+    GptNeox,
+    Bert,
+    T5,
+}
+
+impl Family {
+    /// The `model_type` string of `config.json`.
+    pub const fn model_type(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Mistral => "mistral",
+            Family::Mixtral => "mixtral",
+            Family::Qwen2 => "qwen2",
+            Family::Gpt2 => "gpt2",
+            Family::GptNeox => "gpt_neox",
+            Family::Bert => "bert",
+            Family::T5 => "t5",
+        }
+    }
+
+    /// The transformers class of one repeated block: the FSDP wrap unit and Accelerate's
+    /// `_no_split_modules` entry.
+    pub const fn block_class(self) -> &'static str {
+        match self {
+            Family::Llama => "LlamaDecoderLayer",
+            Family::Mistral => "MistralDecoderLayer",
+            Family::Mixtral => "MixtralDecoderLayer",
+            Family::Qwen2 => "Qwen2DecoderLayer",
+            Family::Gpt2 => "GPT2Block",
+            Family::GptNeox => "GPTNeoXLayer",
+            Family::Bert => "BertLayer",
+            Family::T5 => "T5Block",
+        }
+    }
+}
+
+/// The feed-forward kind of a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MlpKind {
+    /// Two matrices with an activation between (GPT-2, BERT, GPT-NeoX, T5 "relu").
+    Plain,
+    /// Three matrices, `down(act(gate(x)) * up(x))` (Llama SwiGLU, T5 "gated-gelu").
+    Gated,
+}
+
+/// The shape of a transformer, normalised across families. Sizes are element counts.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ModelSpec {
+    /// Preset name or the file the config came from.
+    pub name: String,
+    pub family: Family,
+    pub vocab_size: u64,
+    pub hidden_size: u64,
+    /// Transformer blocks (encoder blocks for T5).
+    pub num_layers: u64,
+    /// Decoder blocks of an encoder-decoder model (T5); 0 otherwise.
+    pub num_decoder_layers: u64,
+    pub num_heads: u64,
+    pub num_kv_heads: u64,
+    pub head_dim: u64,
+    pub intermediate_size: u64,
+    pub mlp: MlpKind,
+    /// Experts per MoE block (1 for dense models) and experts each token is routed to.
+    pub num_experts: u64,
+    pub experts_per_token: u64,
+    /// Limit of learned absolute position embeddings (GPT-2, BERT); `None` for RoPE/relative.
+    pub max_learned_positions: Option<u64>,
+    pub tie_word_embeddings: bool,
+    /// Whether the model applies dropout in training (adds 1-byte masks to the activations).
+    pub dropout: bool,
+    /// Linear layers carry biases (GPT-2, BERT, GPT-NeoX) — Qwen2's q/k/v biases are counted in
+    /// the inventory but do not change activations.
+    pub bias: bool,
+    /// T5's `relative_attention_num_buckets`; 0 for other families.
+    pub relative_attention_buckets: u64,
+    /// BERT's `type_vocab_size`; 0 for other families.
+    pub type_vocab_size: u64,
+}
+
+impl ModelSpec {
+    /// Width of the attention's query/output projection (`heads × head_dim`).
+    pub fn q_dim(&self) -> u64 {
+        self.num_heads * self.head_dim
+    }
+
+    /// Width of the key/value projections (`kv_heads × head_dim`; smaller with GQA).
+    pub fn kv_dim(&self) -> u64 {
+        self.num_kv_heads * self.head_dim
+    }
+
+    /// All transformer blocks, encoder and decoder.
+    pub fn total_blocks(&self) -> u64 {
+        self.num_layers + self.num_decoder_layers
+    }
+}

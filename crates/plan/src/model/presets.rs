@@ -1,0 +1,90 @@
+//! Built-in models: real Hugging Face `config.json` files stored under `crates/plan/presets/`
+//! (values as published on the Hub), embedded in the binary, and the lookup that resolves a
+//! `--model` argument to a preset or a file.
+//!
+//! Not for: parsing (see `config_json`).
+
+use super::{ModelSpec, parse_config};
+use crate::error::{PlanError, Result};
+use std::path::Path;
+
+/// `(preset name, config.json text)`. Names follow the Hub repositories they come from
+/// (`gpt2`, `bert-base-cased`, `meta-llama/Llama-2-7b-hf` → `llama-2-7b`, …).
+const PRESETS: &[(&str, &str)] = &[
+    ("gpt2", include_str!("../../presets/gpt2.json")),
+    ("gpt2-medium", include_str!("../../presets/gpt2-medium.json")),
+    ("gpt2-large", include_str!("../../presets/gpt2-large.json")),
+    ("gpt2-xl", include_str!("../../presets/gpt2-xl.json")),
+    ("bert-base-cased", include_str!("../../presets/bert-base-cased.json")),
+    ("bert-base-uncased", include_str!("../../presets/bert-base-uncased.json")),
+    ("bert-large-uncased", include_str!("../../presets/bert-large-uncased.json")),
+    ("t5-large", include_str!("../../presets/t5-large.json")),
+    ("t5-3b", include_str!("../../presets/t5-3b.json")),
+    ("pythia-160m", include_str!("../../presets/pythia-160m.json")),
+    ("pythia-1b", include_str!("../../presets/pythia-1b.json")),
+    ("llama-2-7b", include_str!("../../presets/llama-2-7b.json")),
+    ("llama-2-13b", include_str!("../../presets/llama-2-13b.json")),
+    ("llama-2-70b", include_str!("../../presets/llama-2-70b.json")),
+    ("llama-3-8b", include_str!("../../presets/llama-3-8b.json")),
+    ("llama-3-70b", include_str!("../../presets/llama-3-70b.json")),
+    ("llama-3.2-1b", include_str!("../../presets/llama-3.2-1b.json")),
+    ("mistral-7b", include_str!("../../presets/mistral-7b.json")),
+    ("mixtral-8x7b", include_str!("../../presets/mixtral-8x7b.json")),
+    ("qwen2.5-7b", include_str!("../../presets/qwen2.5-7b.json")),
+];
+
+/// Names of every built-in model, in listing order.
+pub const PRESET_NAMES: [&str; 20] = {
+    let mut names = [""; 20];
+    let mut i = 0;
+    while i < PRESETS.len() {
+        names[i] = PRESETS[i].0;
+        i += 1;
+    }
+    names
+};
+
+/// The stored `config.json` text of a preset (case-insensitive name).
+pub fn preset_config(name: &str) -> Option<&'static str> {
+    PRESETS.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, text)| *text)
+}
+
+/// Resolves `--model`: a preset name first, then a path to a `config.json` (or to a directory
+/// holding one).
+pub fn load_model(name_or_path: &str) -> Result<ModelSpec> {
+    if let Some(text) = preset_config(name_or_path) {
+        return parse_config(&name_or_path.to_ascii_lowercase(), text);
+    }
+    let mut path = Path::new(name_or_path).to_path_buf();
+    if path.is_dir() {
+        path = path.join("config.json");
+    }
+    if path.is_file() {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|source| PlanError::Io { path: path.clone(), source })?;
+        return parse_config(name_or_path, &text);
+    }
+    Err(PlanError::UnknownModel {
+        name: name_or_path.to_string(),
+        accepted: PRESET_NAMES.join(", "),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_parses() {
+        for name in PRESET_NAMES {
+            let spec = load_model(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(spec.name, name);
+        }
+    }
+
+    #[test]
+    fn unknown_preset_lists_the_accepted_names() {
+        let e = load_model("llama-9-1t").unwrap_err().to_string();
+        assert!(e.contains("'llama-9-1t'") && e.contains("llama-3-70b") && e.contains("config.json"), "{e}");
+    }
+}

@@ -1,0 +1,1 @@
+//! headroom tensor engine.
