@@ -70,7 +70,9 @@ impl fmt::Display for Category {
 
 /// Error for a category name that is not one of [`Category::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown memory category '{0}'; expected one of: parameter, gradient, master_weight, optimizer_state, activation, temporary, input, communication, other")]
+#[error(
+    "unknown memory category '{0}'; expected one of: parameter, gradient, master_weight, optimizer_state, activation, temporary, input, communication, other"
+)]
 pub struct UnknownCategory(pub String);
 
 impl FromStr for Category {
@@ -91,7 +93,10 @@ mod tests {
     fn names_round_trip_through_text_and_json() {
         for c in Category::ALL {
             assert_eq!(c.name().parse::<Category>().unwrap(), c);
-            assert_eq!(serde_json::to_string(&c).unwrap(), format!("\"{}\"", c.name()));
+            assert_eq!(
+                serde_json::to_string(&c).unwrap(),
+                format!("\"{}\"", c.name())
+            );
         }
         assert_eq!(Category::MasterWeight.name(), "master_weight");
         assert!("weights".parse::<Category>().is_err());

@@ -41,13 +41,18 @@ impl Default for AllocatorConfig {
 
 /// A settings string that could not be applied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid allocator setting: {0}; accepted keys: max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold, expandable_segments (e.g. \"expandable_segments:True,max_split_size_mb:128\")")]
+#[error(
+    "invalid allocator setting: {0}; accepted keys: max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold, expandable_segments (e.g. \"expandable_segments:True,max_split_size_mb:128\")"
+)]
 pub struct ConfigError(pub String);
 
 impl AllocatorConfig {
     /// The expandable-segments configuration with everything else default.
     pub fn expandable() -> Self {
-        AllocatorConfig { expandable_segments: true, ..Default::default() }
+        AllocatorConfig {
+            expandable_segments: true,
+            ..Default::default()
+        }
     }
 
     /// Divisions configured for a size's power-of-two interval.
@@ -68,14 +73,17 @@ impl AllocatorConfig {
 
     fn apply(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
         let number = |v: &str| -> Result<f64, ConfigError> {
-            v.parse::<f64>().map_err(|_| ConfigError(format!("{key} expects a number, got '{v}'")))
+            v.parse::<f64>()
+                .map_err(|_| ConfigError(format!("{key} expects a number, got '{v}'")))
         };
         match key {
             "max_split_size_mb" => {
                 let mb = number(value)?;
                 let bytes = (mb * MIB as f64) as u64;
                 if bytes < MIN_MAX_SPLIT_SIZE {
-                    return Err(ConfigError(format!("max_split_size_mb must be at least 20, got {value}")));
+                    return Err(ConfigError(format!(
+                        "max_split_size_mb must be at least 20, got {value}"
+                    )));
                 }
                 self.max_split_size = bytes;
             }
@@ -83,14 +91,18 @@ impl AllocatorConfig {
                 let mb = number(value)?;
                 let bytes = (mb * MIB as f64) as u64;
                 if bytes < 20 * MIB {
-                    return Err(ConfigError(format!("max_non_split_rounding_mb must be at least 20, got {value}")));
+                    return Err(ConfigError(format!(
+                        "max_non_split_rounding_mb must be at least 20, got {value}"
+                    )));
                 }
                 self.max_non_split_rounding = bytes;
             }
             "garbage_collection_threshold" => {
                 let t = number(value)?;
                 if !(t > 0.0 && t < 1.0) {
-                    return Err(ConfigError(format!("garbage_collection_threshold must be in (0, 1), got {value}")));
+                    return Err(ConfigError(format!(
+                        "garbage_collection_threshold must be in (0, 1), got {value}"
+                    )));
                 }
                 self.garbage_collection_threshold = t;
             }
@@ -98,7 +110,11 @@ impl AllocatorConfig {
                 self.expandable_segments = match value {
                     "True" => true,
                     "False" => false,
-                    other => return Err(ConfigError(format!("expandable_segments expects True or False, got '{other}'"))),
+                    other => {
+                        return Err(ConfigError(format!(
+                            "expandable_segments expects True or False, got '{other}'"
+                        )));
+                    }
                 }
             }
             "roundup_power2_divisions" => self.apply_divisions(value)?,
@@ -109,9 +125,15 @@ impl AllocatorConfig {
 
     fn apply_divisions(&mut self, value: &str) -> Result<(), ConfigError> {
         let check = |d: &str| -> Result<u32, ConfigError> {
-            let v: u32 = d.parse().map_err(|_| ConfigError(format!("roundup_power2_divisions value '{d}' is not a number")))?;
+            let v: u32 = d.parse().map_err(|_| {
+                ConfigError(format!(
+                    "roundup_power2_divisions value '{d}' is not a number"
+                ))
+            })?;
             if v != 0 && !v.is_power_of_two() {
-                return Err(ConfigError(format!("roundup_power2_divisions values must be powers of two, got {v}")));
+                return Err(ConfigError(format!(
+                    "roundup_power2_divisions values must be powers of two, got {v}"
+                )));
             }
             Ok(v)
         };
@@ -126,9 +148,11 @@ impl AllocatorConfig {
         let inner = value.trim_start_matches('[').trim_end_matches(']');
         let mut last_index: Option<usize> = None;
         for pair in inner.split(',').filter(|p| !p.trim().is_empty()) {
-            let (k, v) = pair
-                .split_once(':')
-                .ok_or_else(|| ConfigError(format!("roundup_power2_divisions entry '{pair}' must be SIZE_MB:DIVISIONS")))?;
+            let (k, v) = pair.split_once(':').ok_or_else(|| {
+                ConfigError(format!(
+                    "roundup_power2_divisions entry '{pair}' must be SIZE_MB:DIVISIONS"
+                ))
+            })?;
             let d = check(v.trim())?;
             if k.trim() == ">" {
                 let from = last_index.map_or(0, |i| i + 1);
@@ -137,9 +161,15 @@ impl AllocatorConfig {
                 }
                 continue;
             }
-            let mb: u64 = k.trim().parse().map_err(|_| ConfigError(format!("roundup_power2_divisions key '{k}' is not a size in MB")))?;
+            let mb: u64 = k.trim().parse().map_err(|_| {
+                ConfigError(format!(
+                    "roundup_power2_divisions key '{k}' is not a size in MB"
+                ))
+            })?;
             if !mb.is_power_of_two() {
-                return Err(ConfigError(format!("roundup_power2_divisions keys must be powers of two, got {mb}")));
+                return Err(ConfigError(format!(
+                    "roundup_power2_divisions keys must be powers of two, got {mb}"
+                )));
             }
             let index = (mb.trailing_zeros() as usize).min(15);
             if last_index.is_none() {
@@ -202,7 +232,8 @@ mod tests {
     fn divisions_list_applies_per_interval() {
         // [256:1,512:2,1024:4,>:8] (PyTorch's parser): below 512 MiB → 1 (the first key also
         // fills smaller intervals), [512 MiB, 1 GiB) → 2, [1 GiB, 2 GiB) → 4, from 2 GiB → 8.
-        let c = AllocatorConfig::parse("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]").unwrap();
+        let c =
+            AllocatorConfig::parse("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]").unwrap();
         assert_eq!(c.divisions_for(MIB), 1);
         assert_eq!(c.divisions_for(300 * MIB), 1);
         assert_eq!(c.divisions_for(600 * MIB), 2);

@@ -36,19 +36,27 @@ impl fmt::Debug for Device {
 impl Device {
     /// The CPU backend: `capacity` bytes of host memory managed as device memory.
     pub fn cpu(capacity: u64, config: AllocatorConfig) -> Device {
-        Device::from_allocator(CachingAllocator::new(capacity, config, Box::new(HostSource)))
+        Device::from_allocator(CachingAllocator::new(
+            capacity,
+            config,
+            Box::new(HostSource),
+        ))
     }
 
     /// A device with addresses but no memory: for shape-only dry runs and trace replay.
     pub fn shape_only(capacity: u64, config: AllocatorConfig) -> Device {
-        let mut allocator = CachingAllocator::new(capacity, config, Box::new(VirtualSource::default()));
+        let mut allocator =
+            CachingAllocator::new(capacity, config, Box::new(VirtualSource::default()));
         allocator.set_device_name("dry-run:0");
         Device::from_allocator(allocator)
     }
 
     pub fn from_allocator(allocator: CachingAllocator) -> Device {
         let backed = allocator.is_backed();
-        Device { allocator: Arc::new(Mutex::new(allocator)), backed }
+        Device {
+            allocator: Arc::new(Mutex::new(allocator)),
+            backed,
+        }
     }
 
     /// Whether buffers on this device have real bytes behind them.
@@ -58,14 +66,30 @@ impl Device {
 
     /// Locks the allocator for inspection or control (stats, summary, snapshot, empty_cache).
     pub fn lock(&self) -> MutexGuard<'_, CachingAllocator> {
-        self.allocator.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.allocator
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Allocates `bytes` tagged with `category` and `name`. Zero bytes take no block, as in
     /// PyTorch.
-    pub fn alloc(&self, bytes: u64, category: Category, name: Option<&str>) -> Result<DeviceBuffer, OutOfMemory> {
-        let addr = if bytes == 0 { 0 } else { self.lock().malloc(bytes, category, name)?.addr };
-        Ok(DeviceBuffer { device: self.clone(), addr, bytes, category })
+    pub fn alloc(
+        &self,
+        bytes: u64,
+        category: Category,
+        name: Option<&str>,
+    ) -> Result<DeviceBuffer, OutOfMemory> {
+        let addr = if bytes == 0 {
+            0
+        } else {
+            self.lock().malloc(bytes, category, name)?.addr
+        };
+        Ok(DeviceBuffer {
+            device: self.clone(),
+            addr,
+            bytes,
+            category,
+        })
     }
 
     /// A copy of `memory_stats()`.
@@ -169,7 +193,10 @@ mod tests {
         {
             let mut a = device.alloc(1000, Category::Activation, Some("x")).unwrap();
             a.as_bytes_mut().unwrap().fill(3);
-            assert_eq!(a.as_bytes().unwrap().iter().map(|&b| b as u32).sum::<u32>(), 3000);
+            assert_eq!(
+                a.as_bytes().unwrap().iter().map(|&b| b as u32).sum::<u32>(),
+                3000
+            );
             let s = device.stats();
             assert_eq!(s.allocated_bytes.all.current, 1024);
             assert_eq!(s.category_bytes[Category::Activation.index()].current, 1024);

@@ -31,15 +31,23 @@ impl Fragmentation {
         let requested = stats.requested_bytes.all.current as u64;
         let reserved = stats.reserved_bytes.all.current as u64;
         let segments = allocator.segments();
-        let free_blocks = segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state == BlockState::Inactive);
-        let (largest, total_free) = free_blocks.fold((0u64, 0u64), |(l, t), b| (l.max(b.size), t + b.size));
+        let free_blocks = segments
+            .iter()
+            .flat_map(|s| &s.blocks)
+            .filter(|b| b.state == BlockState::Inactive);
+        let (largest, total_free) =
+            free_blocks.fold((0u64, 0u64), |(l, t), b| (l.max(b.size), t + b.size));
         let peak_alloc = stats.allocated_bytes.all.peak as f64;
         Fragmentation {
             rounding_waste_bytes: allocated.saturating_sub(requested),
             cached_unallocated_bytes: reserved.saturating_sub(allocated),
             non_releasable_bytes: stats.inactive_split_bytes.all.current as u64,
             largest_free_block_bytes: largest,
-            largest_free_ratio: if total_free == 0 { 1.0 } else { largest as f64 / total_free as f64 },
+            largest_free_ratio: if total_free == 0 {
+                1.0
+            } else {
+                largest as f64 / total_free as f64
+            },
             peak_reserved_over_allocated: if peak_alloc == 0.0 {
                 1.0
             } else {

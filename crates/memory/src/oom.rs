@@ -40,7 +40,8 @@ impl OutOfMemory {
     /// otherwise fewer bytes per micro-batch, naming the largest category.
     pub fn advice(&self) -> String {
         let cached = self.reserved_unallocated();
-        let fragmentation = cached >= self.alloc_size.min(self.requested.max(1)) && cached >= self.capacity / 20;
+        let fragmentation =
+            cached >= self.alloc_size.min(self.requested.max(1)) && cached >= self.capacity / 20;
         if fragmentation && !self.expandable_segments {
             return format!(
                 "{} is reserved but unallocated: the cache is fragmented. Try expandable segments (--allocator expandable, or PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in PyTorch) so that freed space serves requests of any size.",
@@ -57,9 +58,17 @@ impl OutOfMemory {
             format_size_pytorch(top_bytes)
         );
         if top_bytes > 0
-            && matches!(top, crate::Category::Parameter | crate::Category::OptimizerState | crate::Category::MasterWeight | crate::Category::Gradient)
+            && matches!(
+                top,
+                crate::Category::Parameter
+                    | crate::Category::OptimizerState
+                    | crate::Category::MasterWeight
+                    | crate::Category::Gradient
+            )
         {
-            advice.push_str("; model states dominate, so shard them (ZeRO) or offload the optimizer states");
+            advice.push_str(
+                "; model states dominate, so shard them (ZeRO) or offload the optimizer states",
+            );
         }
         advice.push('.');
         advice
@@ -69,14 +78,20 @@ impl OutOfMemory {
 impl fmt::Display for OutOfMemory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.requested >= crate::rounding::MAX_REQUEST {
-            return write!(f, "Device out of memory. Tried to allocate more than 1EB memory.");
+            return write!(
+                f,
+                "Device out of memory. Tried to allocate more than 1EB memory."
+            );
         }
         write!(
             f,
             "Device out of memory. Tried to allocate {}{}. Device {} has a total capacity of {} of which {} is free. Of the allocated memory {} is allocated by tensors, and {} is reserved but unallocated. {}",
             format_size_pytorch(self.alloc_size),
             match &self.name {
-                Some(n) => format!(" (for '{n}', {} requested)", format_size_pytorch(self.requested)),
+                Some(n) => format!(
+                    " (for '{n}', {} requested)",
+                    format_size_pytorch(self.requested)
+                ),
                 None if self.alloc_size != self.requested && self.requested > MIB => {
                     format!(" ({} requested)", format_size_pytorch(self.requested))
                 }

@@ -34,7 +34,11 @@ impl Pool {
 
     /// The pool a rounded size belongs to: exactly 1 MiB is still small.
     pub fn for_size(rounded: u64) -> Pool {
-        if rounded <= SMALL_SIZE { Pool::Small } else { Pool::Large }
+        if rounded <= SMALL_SIZE {
+            Pool::Small
+        } else {
+            Pool::Large
+        }
     }
 
     /// PyTorch's name in stat keys (`small_pool`, `large_pool`).

@@ -24,7 +24,10 @@ pub struct SizeError {
 /// binary units (KiB, MiB, GiB, TiB) powers of two; a bare number is bytes.
 pub fn parse_size(input: &str) -> Result<u64, SizeError> {
     let trimmed = input.trim();
-    let err = |reason: &str| SizeError { input: input.to_string(), reason: reason.to_string() };
+    let err = |reason: &str| SizeError {
+        input: input.to_string(),
+        reason: reason.to_string(),
+    };
     if trimmed.is_empty() {
         return Err(err("it is empty"));
     }
@@ -94,7 +97,10 @@ pub fn format_bytes(bytes: u64) -> String {
 /// Signed variant of [`format_bytes`] for differences (`-12.00 MiB`).
 pub fn format_bytes_signed(bytes: i128) -> String {
     let sign = if bytes < 0 { "-" } else { "+" };
-    format!("{sign}{}", format_bytes(bytes.unsigned_abs().min(u64::MAX as u128) as u64))
+    format!(
+        "{sign}{}",
+        format_bytes(bytes.unsigned_abs().min(u64::MAX as u128) as u64)
+    )
 }
 
 /// PyTorch's `format_size` in OOM messages: `N bytes`, then KiB/MiB/GiB with two decimals.

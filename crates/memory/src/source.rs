@@ -45,7 +45,9 @@ pub struct VirtualSource {
 
 impl Default for VirtualSource {
     fn default() -> Self {
-        VirtualSource { next: 0x7f00_0000_0000 }
+        VirtualSource {
+            next: 0x7f00_0000_0000,
+        }
     }
 }
 
@@ -91,11 +93,15 @@ pub struct HostSource;
 
 impl HostSource {
     fn error(reason: String) -> SourceError {
-        SourceError { source_name: "host", reason }
+        SourceError {
+            source_name: "host",
+            reason,
+        }
     }
 
     fn mmap(size: u64, prot: libc::c_int, extra_flags: libc::c_int) -> Result<u64, SourceError> {
-        let len = usize::try_from(size).map_err(|_| Self::error(format!("{size} bytes exceed the address space")))?;
+        let len = usize::try_from(size)
+            .map_err(|_| Self::error(format!("{size} bytes exceed the address space")))?;
         // SAFETY: an anonymous private mapping at an address chosen by the kernel touches no
         // existing memory; the result is checked for MAP_FAILED.
         let ptr = unsafe {
@@ -145,10 +151,17 @@ impl SegmentSource for HostSource {
     fn map(&mut self, addr: u64, size: u64) -> Result<(), SourceError> {
         // SAFETY: the range lies inside a reservation made by `reserve`.
         let rc = unsafe {
-            libc::mprotect(addr as *mut libc::c_void, size as usize, libc::PROT_READ | libc::PROT_WRITE)
+            libc::mprotect(
+                addr as *mut libc::c_void,
+                size as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
         };
         if rc != 0 {
-            return Err(Self::error(format!("mprotect failed: {}", std::io::Error::last_os_error())));
+            return Err(Self::error(format!(
+                "mprotect failed: {}",
+                std::io::Error::last_os_error()
+            )));
         }
         Ok(())
     }
@@ -156,7 +169,11 @@ impl SegmentSource for HostSource {
         // SAFETY: the range lies inside a reservation and holds no live block; dropping its
         // pages and revoking access cannot affect memory in use.
         unsafe {
-            libc::madvise(addr as *mut libc::c_void, size as usize, libc::MADV_DONTNEED);
+            libc::madvise(
+                addr as *mut libc::c_void,
+                size as usize,
+                libc::MADV_DONTNEED,
+            );
             libc::mprotect(addr as *mut libc::c_void, size as usize, libc::PROT_NONE);
         }
     }

@@ -4,9 +4,9 @@
 //!
 //! Not for: derived fragmentation figures (see `fragmentation`).
 
+use crate::breakdown::CategoryBytes;
 use crate::category::Category;
 use crate::rounding::Pool;
-use crate::breakdown::CategoryBytes;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -36,7 +36,11 @@ impl Stat {
 
     /// Applies a signed change as an increase or a decrease.
     pub fn change(&mut self, delta: i64) {
-        if delta >= 0 { self.increase(delta as u64) } else { self.decrease(delta.unsigned_abs()) }
+        if delta >= 0 {
+            self.increase(delta as u64)
+        } else {
+            self.decrease(delta.unsigned_abs())
+        }
     }
 
     fn reset_peak(&mut self) {
@@ -89,7 +93,11 @@ impl StatArray {
     }
 
     fn rows(&self) -> [(&'static str, &Stat); 3] {
-        [("all", &self.all), ("large_pool", &self.large_pool), ("small_pool", &self.small_pool)]
+        [
+            ("all", &self.all),
+            ("large_pool", &self.large_pool),
+            ("small_pool", &self.small_pool),
+        ]
     }
 }
 
@@ -146,12 +154,18 @@ impl DeviceStats {
 
     /// Current allocated bytes per category.
     pub fn current_category_bytes(&self) -> CategoryBytes {
-        Category::ALL.into_iter().map(|c| (c, self.category_bytes[c.index()].current as u64)).collect()
+        Category::ALL
+            .into_iter()
+            .map(|c| (c, self.category_bytes[c.index()].current as u64))
+            .collect()
     }
 
     /// Peak allocated bytes of each category on its own (the peaks need not coincide).
     pub fn peak_category_bytes(&self) -> CategoryBytes {
-        Category::ALL.into_iter().map(|c| (c, self.category_bytes[c.index()].peak as u64)).collect()
+        Category::ALL
+            .into_iter()
+            .map(|c| (c, self.category_bytes[c.index()].peak as u64))
+            .collect()
     }
 
     /// PyTorch's flat dictionary (`allocated_bytes.all.current`, `num_ooms`, …) plus
@@ -190,7 +204,10 @@ impl DeviceStats {
             let stat = &self.category_bytes[c.index()];
             out.insert(format!("category_bytes.{c}.current"), stat.current);
             out.insert(format!("category_bytes.{c}.peak"), stat.peak);
-            out.insert(format!("category_bytes_at_peak.{c}"), self.category_bytes_at_peak[c] as i64);
+            out.insert(
+                format!("category_bytes_at_peak.{c}"),
+                self.category_bytes_at_peak[c] as i64,
+            );
         }
         out
     }

@@ -114,7 +114,13 @@ impl Trace {
         &self.phase
     }
 
-    pub(crate) fn record(&mut self, action: TraceAction, addr: u64, size: u64, tag: Option<(Category, Option<Arc<str>>)>) {
+    pub(crate) fn record(
+        &mut self,
+        action: TraceAction,
+        addr: u64,
+        size: u64,
+        tag: Option<(Category, Option<Arc<str>>)>,
+    ) {
         if !self.enabled {
             return;
         }

@@ -130,12 +130,17 @@ impl Blocks {
 
     /// Free blocks of `pool` of at least `size` bytes, smallest first, lowest address on ties.
     pub fn candidates(&self, pool: Pool, size: u64) -> impl Iterator<Item = BlockId> + '_ {
-        self.free[pool_index(pool)].range((size, 0, 0)..).map(|&(_, _, id)| id)
+        self.free[pool_index(pool)]
+            .range((size, 0, 0)..)
+            .map(|&(_, _, id)| id)
     }
 
     /// All free blocks of a pool, largest first.
     pub fn free_desc(&self, pool: Pool) -> impl Iterator<Item = BlockId> + '_ {
-        self.free[pool_index(pool)].iter().rev().map(|&(_, _, id)| id)
+        self.free[pool_index(pool)]
+            .iter()
+            .rev()
+            .map(|&(_, _, id)| id)
     }
 
     /// Whether the block is alone in its segment (an unsplit segment).
@@ -205,6 +210,9 @@ impl Blocks {
 
     /// Every free block id in a pool.
     pub fn free_ids(&self, pool: Pool) -> Vec<BlockId> {
-        self.free[pool_index(pool)].iter().map(|&(_, _, id)| id).collect()
+        self.free[pool_index(pool)]
+            .iter()
+            .map(|&(_, _, id)| id)
+            .collect()
     }
 }

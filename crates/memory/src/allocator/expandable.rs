@@ -57,8 +57,20 @@ impl CachingAllocator {
             gc_base: 0,
         });
         self.blocks.pool_insert(id);
-        let pages = PageMap { page_size: page, mapped: vec![false; pages as usize] };
-        self.segments.insert(addr, Segment { addr, size, pool, first: id, pages: Some(pages) });
+        let pages = PageMap {
+            page_size: page,
+            mapped: vec![false; pages as usize],
+        };
+        self.segments.insert(
+            addr,
+            Segment {
+                addr,
+                size,
+                pool,
+                first: id,
+                pages: Some(pages),
+            },
+        );
         self.expandable[pool_slot(pool)] = Some(addr);
         Some(())
     }
@@ -68,14 +80,20 @@ impl CachingAllocator {
         let b = self.blocks.get(id);
         let seg = &self.segments[&b.segment];
         let pages = seg.pages.as_ref().expect("expandable segment");
-        let unmapped = pages.mapped[pages.pages(seg.addr, b.addr, size)].iter().filter(|m| !**m).count() as u64;
+        let unmapped = pages.mapped[pages.pages(seg.addr, b.addr, size)]
+            .iter()
+            .filter(|m| !**m)
+            .count() as u64;
         unmapped * pages.page_size
     }
 
     /// Smallest free block that fits and whose missing pages fit within the capacity.
     fn find_backable_block(&mut self, pool: Pool, rounded: u64) -> Option<BlockId> {
         let headroom = self.capacity.saturating_sub(self.reserved());
-        let id = self.blocks.candidates(pool, rounded).find(|&id| self.mapping_cost(id, rounded) <= headroom)?;
+        let id = self
+            .blocks
+            .candidates(pool, rounded)
+            .find(|&id| self.mapping_cost(id, rounded) <= headroom)?;
         self.blocks.pool_remove(id);
         Some(id)
     }
@@ -86,7 +104,10 @@ impl CachingAllocator {
             let b = self.blocks.get(id);
             (b.segment, b.addr)
         };
-        let seg = self.segments.get_mut(&seg_addr).expect("expandable segment");
+        let seg = self
+            .segments
+            .get_mut(&seg_addr)
+            .expect("expandable segment");
         let pool = seg.pool;
         let pages = seg.pages.as_mut().expect("expandable segment");
         let runs_before = pages.mapped_runs();
@@ -113,10 +134,13 @@ impl CachingAllocator {
             pages.mapped[start..end].iter_mut().for_each(|m| *m = true);
             self.stats.reserved_bytes.increase(pool, run_len);
             self.stats.num_device_alloc += 1;
-            self.trace.record(TraceAction::SegmentMap, run_addr, run_len, None);
+            self.trace
+                .record(TraceAction::SegmentMap, run_addr, run_len, None);
         }
         let runs_after = pages.mapped_runs();
-        self.stats.segment.change(pool, runs_after as i64 - runs_before as i64);
+        self.stats
+            .segment
+            .change(pool, runs_after as i64 - runs_before as i64);
         true
     }
 
@@ -128,18 +152,29 @@ impl CachingAllocator {
                 let seg = &self.segments[&seg_addr];
                 (seg.first, seg.addr, seg.pool)
             };
-            let page_count = self.segments[&seg_addr].pages.as_ref().map_or(0, |p| p.mapped.len());
+            let page_count = self.segments[&seg_addr]
+                .pages
+                .as_ref()
+                .map_or(0, |p| p.mapped.len());
             let mut in_use = vec![false; page_count];
             {
-                let pages = self.segments[&seg_addr].pages.as_ref().expect("expandable segment");
+                let pages = self.segments[&seg_addr]
+                    .pages
+                    .as_ref()
+                    .expect("expandable segment");
                 for id in self.blocks.segment_blocks(first) {
                     let b = self.blocks.get(id);
                     if b.allocated {
-                        in_use[pages.pages(base, b.addr, b.size)].iter_mut().for_each(|u| *u = true);
+                        in_use[pages.pages(base, b.addr, b.size)]
+                            .iter_mut()
+                            .for_each(|u| *u = true);
                     }
                 }
             }
-            let seg = self.segments.get_mut(&seg_addr).expect("expandable segment");
+            let seg = self
+                .segments
+                .get_mut(&seg_addr)
+                .expect("expandable segment");
             let pages = seg.pages.as_mut().expect("expandable segment");
             let runs_before = pages.mapped_runs();
             let page = pages.page_size;
@@ -158,10 +193,13 @@ impl CachingAllocator {
                 self.source.unmap(run_addr, run_len);
                 self.stats.reserved_bytes.decrease(pool, run_len);
                 self.stats.num_device_free += 1;
-                self.trace.record(TraceAction::SegmentUnmap, run_addr, run_len, None);
+                self.trace
+                    .record(TraceAction::SegmentUnmap, run_addr, run_len, None);
             }
             let runs_after = pages.mapped_runs();
-            self.stats.segment.change(pool, runs_after as i64 - runs_before as i64);
+            self.stats
+                .segment
+                .change(pool, runs_after as i64 - runs_before as i64);
         }
     }
 }

@@ -42,7 +42,9 @@ pub struct Allocation {
 
 /// A free of an address the allocator does not hand out.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("free of address {addr:#x}, which is not an allocated block (double free or foreign pointer)")]
+#[error(
+    "free of address {addr:#x}, which is not an allocated block (double free or foreign pointer)"
+)]
 pub struct InvalidFree {
     pub addr: u64,
 }
@@ -71,7 +73,11 @@ impl CachingAllocator {
     /// An allocator for a device of `capacity` bytes whose segments come from `source`.
     pub fn new(capacity: u64, config: AllocatorConfig, source: Box<dyn SegmentSource>) -> Self {
         let stats = DeviceStats {
-            max_split_size: if config.max_split_size == u64::MAX { -1 } else { config.max_split_size as i64 },
+            max_split_size: if config.max_split_size == u64::MAX {
+                -1
+            } else {
+                config.max_split_size as i64
+            },
             ..Default::default()
         };
         CachingAllocator {
@@ -140,7 +146,12 @@ impl CachingAllocator {
     }
 
     /// Allocates `size` bytes tagged with `category` and an optional name.
-    pub fn malloc(&mut self, size: u64, category: Category, name: Option<&str>) -> Result<Allocation, OutOfMemory> {
+    pub fn malloc(
+        &mut self,
+        size: u64,
+        category: Category,
+        name: Option<&str>,
+    ) -> Result<Allocation, OutOfMemory> {
         let name: Option<Arc<str>> = name.map(Arc::from);
         if size >= MAX_REQUEST {
             return Err(self.out_of_memory(size, size, name));
@@ -172,13 +183,17 @@ impl CachingAllocator {
             return Some(id);
         }
         if self.release_available_cached_blocks(pool, rounded) {
-            if let Some(id) = self.find_free_block(pool, rounded).or_else(|| self.alloc_segment(pool, alloc_size)) {
+            if let Some(id) = self
+                .find_free_block(pool, rounded)
+                .or_else(|| self.alloc_segment(pool, alloc_size))
+            {
                 return Some(id);
             }
         }
         self.release_cached_blocks();
         self.stats.num_alloc_retries += 1;
-        self.find_free_block(pool, rounded).or_else(|| self.alloc_segment(pool, alloc_size))
+        self.find_free_block(pool, rounded)
+            .or_else(|| self.alloc_segment(pool, alloc_size))
     }
 
     /// Best fit with PyTorch's oversize rules; removes the block from its pool.
@@ -219,14 +234,24 @@ impl CachingAllocator {
             name: None,
             gc_base: 0,
         });
-        self.segments.insert(addr, Segment { addr, size, pool, first: id, pages: None });
+        self.segments.insert(
+            addr,
+            Segment {
+                addr,
+                size,
+                pool,
+                first: id,
+                pages: None,
+            },
+        );
         self.stats.segment.increase(pool, 1);
         self.stats.reserved_bytes.increase(pool, size);
         if size >= self.config.max_split_size {
             self.stats.oversize_segments.increase(1);
         }
         self.stats.num_device_alloc += 1;
-        self.trace.record(TraceAction::SegmentAlloc, addr, size, None);
+        self.trace
+            .record(TraceAction::SegmentAlloc, addr, size, None);
         Some(id)
     }
 
@@ -262,9 +287,14 @@ impl CachingAllocator {
             b.category = category;
             b.name = name.clone();
         }
-        let after = involved_after.iter().map(|&i| self.inactive_split_of(i)).fold((0, 0), add_pair);
+        let after = involved_after
+            .iter()
+            .map(|&i| self.inactive_split_of(i))
+            .fold((0, 0), add_pair);
         self.stats.inactive_split.change(pool, after.0 - before.0);
-        self.stats.inactive_split_bytes.change(pool, after.1 - before.1);
+        self.stats
+            .inactive_split_bytes
+            .change(pool, after.1 - before.1);
 
         let (addr, size) = (self.blocks.get(id).addr, self.blocks.get(id).size);
         self.live.insert(addr, id);
@@ -281,8 +311,13 @@ impl CachingAllocator {
         if self.stats.allocated_bytes.all.current > old_peak {
             self.stats.category_bytes_at_peak = self.stats.current_category_bytes();
         }
-        self.trace.record(TraceAction::Alloc, addr, requested, Some((category, name)));
-        Allocation { addr, size, requested }
+        self.trace
+            .record(TraceAction::Alloc, addr, requested, Some((category, name)));
+        Allocation {
+            addr,
+            size,
+            requested,
+        }
     }
 
     /// Returns the block at `addr` to its pool, merging it with free neighbours.
@@ -300,7 +335,8 @@ impl CachingAllocator {
         }
         self.stats.category_bytes[category.index()].decrease(size);
         let tag = Some((category, name));
-        self.trace.record(TraceAction::FreeRequested, addr, requested, tag.clone());
+        self.trace
+            .record(TraceAction::FreeRequested, addr, requested, tag.clone());
 
         // free_block: merge with free neighbours, return to the pool.
         let mut before = (0, 0);
@@ -319,17 +355,23 @@ impl CachingAllocator {
             b.gc_base = gc_base;
             if b.prev.is_none() {
                 let segment = b.segment;
-                self.segments.get_mut(&segment).expect("segment of a block").first = id;
+                self.segments
+                    .get_mut(&segment)
+                    .expect("segment of a block")
+                    .first = id;
             }
         }
         self.blocks.pool_insert(id);
         let after = self.inactive_split_of(id);
         self.stats.inactive_split.change(pool, after.0 - before.0);
-        self.stats.inactive_split_bytes.change(pool, after.1 - before.1);
+        self.stats
+            .inactive_split_bytes
+            .change(pool, after.1 - before.1);
         self.stats.active.decrease(pool, 1);
         self.stats.active_bytes.decrease(pool, size);
         self.stats.requested_bytes.decrease(pool, requested);
-        self.trace.record(TraceAction::FreeCompleted, addr, requested, tag);
+        self.trace
+            .record(TraceAction::FreeCompleted, addr, requested, tag);
         Ok(())
     }
 
@@ -338,12 +380,24 @@ impl CachingAllocator {
     fn inactive_split_of(&self, id: BlockId) -> (i64, i64) {
         let b = self.blocks.get(id);
         let split = b.prev.is_some() || b.next.is_some();
-        let expandable = self.segments.get(&b.segment).is_some_and(|s| s.pages.is_some());
-        if !b.allocated && split && !expandable { (1, b.size as i64) } else { (0, 0) }
+        let expandable = self
+            .segments
+            .get(&b.segment)
+            .is_some_and(|s| s.pages.is_some());
+        if !b.allocated && split && !expandable {
+            (1, b.size as i64)
+        } else {
+            (0, 0)
+        }
     }
 
     /// Records an OOM and builds its error.
-    fn out_of_memory(&mut self, requested: u64, alloc_size: u64, name: Option<Arc<str>>) -> OutOfMemory {
+    fn out_of_memory(
+        &mut self,
+        requested: u64,
+        alloc_size: u64,
+        name: Option<Arc<str>>,
+    ) -> OutOfMemory {
         self.stats.num_ooms += 1;
         let free = self.capacity.saturating_sub(self.reserved());
         self.trace.record(TraceAction::Oom, free, alloc_size, None);

@@ -38,7 +38,10 @@ impl CachingAllocator {
     pub(super) fn release_segment(&mut self, id: BlockId) {
         self.blocks.pool_remove(id);
         let block = self.blocks.remove(id);
-        let seg = self.segments.remove(&block.segment).expect("segment of a free block");
+        let seg = self
+            .segments
+            .remove(&block.segment)
+            .expect("segment of a free block");
         self.source.free(seg.addr, seg.size);
         self.stats.segment.decrease(seg.pool, 1);
         self.stats.reserved_bytes.decrease(seg.pool, seg.size);
@@ -46,7 +49,8 @@ impl CachingAllocator {
             self.stats.oversize_segments.decrease(1);
         }
         self.stats.num_device_free += 1;
-        self.trace.record(TraceAction::SegmentFree, seg.addr, seg.size, None);
+        self.trace
+            .record(TraceAction::SegmentFree, seg.addr, seg.size, None);
     }
 
     /// PyTorch's `garbage_collect_cached_blocks`: while reserved bytes exceed
@@ -71,7 +75,8 @@ impl CachingAllocator {
             if reclaimable.is_empty() {
                 return;
             }
-            let average = reclaimable.iter().map(|&(_, age)| age as f64).sum::<f64>() / reclaimable.len() as f64;
+            let average = reclaimable.iter().map(|&(_, age)| age as f64).sum::<f64>()
+                / reclaimable.len() as f64;
             let mut freed_this_round = false;
             for (id, age) in reclaimable {
                 if age as f64 >= average {
@@ -98,7 +103,10 @@ impl CachingAllocator {
             return false;
         }
         let key = rounded.max(max_split);
-        let single = self.blocks.candidates(pool, key).find(|&id| !self.is_expandable_block(id));
+        let single = self
+            .blocks
+            .candidates(pool, key)
+            .find(|&id| !self.is_expandable_block(id));
         if let Some(id) = single {
             self.release_segment(id);
             return true;

@@ -52,7 +52,11 @@ pub struct SegmentView {
 
 impl SegmentView {
     pub fn allocated_size(&self) -> u64 {
-        self.blocks.iter().filter(|b| b.state == BlockState::ActiveAllocated).map(|b| b.size).sum()
+        self.blocks
+            .iter()
+            .filter(|b| b.state == BlockState::ActiveAllocated)
+            .map(|b| b.size)
+            .sum()
     }
 
     pub fn requested_size(&self) -> u64 {
@@ -75,7 +79,11 @@ impl CachingAllocator {
                         address: b.addr,
                         size: b.size,
                         requested_size: if b.allocated { b.requested } else { 0 },
-                        state: if b.allocated { BlockState::ActiveAllocated } else { BlockState::Inactive },
+                        state: if b.allocated {
+                            BlockState::ActiveAllocated
+                        } else {
+                            BlockState::Inactive
+                        },
                         category: b.allocated.then_some(b.category),
                         name: if b.allocated { b.name.clone() } else { None },
                     }
@@ -108,7 +116,11 @@ impl CachingAllocator {
                             .map(|b| {
                                 let a = b.address.max(lo);
                                 let e = (b.address + b.size).min(hi);
-                                BlockView { address: a, size: e - a, ..b.clone() }
+                                BlockView {
+                                    address: a,
+                                    size: e - a,
+                                    ..b.clone()
+                                }
                             })
                             .collect();
                         out.push(SegmentView {

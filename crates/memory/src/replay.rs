@@ -1,0 +1,325 @@
+//! Replaying allocation traces through the allocator: headroom's JSON trace (an array of
+//! `{"action": "alloc" | "free", "addr": <id>, "size": <bytes>}`, optionally with `category`),
+//! or a PyTorch memory snapshot pickle whose `device_traces` are replayed. A user can thereby ask
+//! "would expandable segments have saved my run?" of their own trace.
+//!
+//! Not for: writing snapshots (see `snapshot`).
+
+use crate::allocator::CachingAllocator;
+use crate::category::Category;
+use crate::rounding::MAX_REQUEST;
+use serde_pickle::{HashableValue, Value};
+use std::collections::HashMap;
+
+/// A trace that cannot be replayed; names the event and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TraceError {
+    #[error(
+        "the trace is not valid JSON ({0}); is the file truncated? Expected an array of {{\"action\": \"alloc\"|\"free\", \"addr\": <id>, \"size\": <bytes>}}"
+    )]
+    Json(String),
+    #[error("the trace must be a JSON array of events, found {0}")]
+    NotAnArray(&'static str),
+    #[error("event {index}: {reason}")]
+    Event { index: usize, reason: String },
+    #[error(
+        "the PyTorch snapshot could not be read ({0}); is the file truncated? Write it with torch.cuda.memory._dump_snapshot(path)"
+    )]
+    Pickle(String),
+    #[error(
+        "the PyTorch snapshot has no allocation events in device_traces; record them with torch.cuda.memory._record_memory_history() before _dump_snapshot"
+    )]
+    NoEvents,
+}
+
+/// One replayable event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayEvent {
+    Alloc {
+        id: u64,
+        size: u64,
+        category: Category,
+    },
+    /// `lenient`: ignore if the id is not live (PyTorch rings may have dropped the alloc, and
+    /// `free_completed` follows `free_requested`).
+    Free { id: u64, lenient: bool },
+}
+
+/// Which format a trace came in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceFormat {
+    HeadroomJson,
+    PytorchSnapshot,
+}
+
+/// A parsed trace.
+#[derive(Debug, Clone)]
+pub struct Trace {
+    pub format: TraceFormat,
+    pub events: Vec<ReplayEvent>,
+}
+
+/// Parses either format: a pickle starts with the PROTO opcode 0x80, anything else is JSON.
+pub fn parse_trace(bytes: &[u8]) -> Result<Trace, TraceError> {
+    if bytes.first() == Some(&0x80) {
+        parse_pytorch_snapshot(bytes)
+    } else {
+        parse_json_trace(bytes)
+    }
+}
+
+fn parse_json_trace(bytes: &[u8]) -> Result<Trace, TraceError> {
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| TraceError::Json(e.to_string()))?;
+    let array = match value {
+        serde_json::Value::Array(a) => a,
+        serde_json::Value::Object(_) => return Err(TraceError::NotAnArray("an object")),
+        _ => return Err(TraceError::NotAnArray("a scalar")),
+    };
+    let mut events = Vec::with_capacity(array.len());
+    let mut live: HashMap<u64, usize> = HashMap::new();
+    for (index, event) in array.iter().enumerate() {
+        let err = |reason: String| TraceError::Event { index, reason };
+        let obj = event
+            .as_object()
+            .ok_or_else(|| err("an event must be an object".into()))?;
+        let action = obj
+            .get("action")
+            .and_then(|a| a.as_str())
+            .ok_or_else(|| err("missing \"action\" (alloc or free)".into()))?;
+        let id = match obj.get("addr") {
+            Some(v) => v.as_u64().ok_or_else(|| {
+                err(format!(
+                    "\"addr\" must be a non-negative integer id, got {v}"
+                ))
+            })?,
+            None => return Err(err("missing \"addr\"".into())),
+        };
+        let size = match obj.get("size") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => {
+                if v.as_i64().is_some_and(|s| s < 0) {
+                    return Err(err(format!("negative size {v}")));
+                }
+                let s = v.as_u64().ok_or_else(|| {
+                    err(format!(
+                        "\"size\" must be an integer number of bytes, got {v}"
+                    ))
+                })?;
+                if s >= MAX_REQUEST {
+                    return Err(err(format!("absurd size {s} bytes (1 EiB or more)")));
+                }
+                Some(s)
+            }
+        };
+        match action {
+            "alloc" => {
+                let size = size.ok_or_else(|| err("alloc needs \"size\"".into()))?;
+                let category = match obj.get("category").and_then(|c| c.as_str()) {
+                    Some(c) => c
+                        .parse()
+                        .map_err(|e: crate::category::UnknownCategory| err(e.to_string()))?,
+                    None => Category::Other,
+                };
+                if let Some(prev) = live.insert(id, index) {
+                    return Err(err(format!(
+                        "alloc of id {id}, which is still live since event {prev}"
+                    )));
+                }
+                events.push(ReplayEvent::Alloc { id, size, category });
+            }
+            "free" | "free_requested" => {
+                if live.remove(&id).is_none() {
+                    return Err(err(format!(
+                        "free of unknown id {id} (never allocated, or already freed)"
+                    )));
+                }
+                events.push(ReplayEvent::Free { id, lenient: false });
+            }
+            // The rest are the allocator's own decisions or duplicates: nothing to replay.
+            "free_completed" | "segment_alloc" | "segment_free" | "segment_map"
+            | "segment_unmap" | "oom" | "snapshot" => {}
+            other => {
+                return Err(err(format!(
+                    "unknown action \"{other}\"; expected alloc or free (or a PyTorch trace action)"
+                )));
+            }
+        }
+    }
+    Ok(Trace {
+        format: TraceFormat::HeadroomJson,
+        events,
+    })
+}
+
+fn key(name: &str) -> HashableValue {
+    HashableValue::String(name.to_string())
+}
+
+fn as_u64(v: &Value) -> Option<u64> {
+    match v {
+        Value::I64(i) if *i >= 0 => Some(*i as u64),
+        Value::Int(big) => u64::try_from(big).ok(),
+        _ => None,
+    }
+}
+
+fn parse_pytorch_snapshot(bytes: &[u8]) -> Result<Trace, TraceError> {
+    let options = serde_pickle::DeOptions::new().replace_unresolved_globals();
+    let value = serde_pickle::value_from_slice(bytes, options)
+        .map_err(|e| TraceError::Pickle(e.to_string()))?;
+    let Value::Dict(dict) = value else {
+        return Err(TraceError::Pickle("the top level is not a dict".into()));
+    };
+    let traces = match dict.get(&key("device_traces")) {
+        Some(Value::List(devices)) => devices,
+        _ => return Err(TraceError::NoEvents),
+    };
+    // Replay the first device that has events.
+    let entries = traces
+        .iter()
+        .filter_map(|d| match d {
+            Value::List(entries) if !entries.is_empty() => Some(entries),
+            _ => None,
+        })
+        .next()
+        .ok_or(TraceError::NoEvents)?;
+    let mut events = Vec::with_capacity(entries.len());
+    for (index, entry) in entries.iter().enumerate() {
+        let err = |reason: String| TraceError::Event { index, reason };
+        let Value::Dict(e) = entry else {
+            return Err(err("a trace entry is not a dict".into()));
+        };
+        let action = match e.get(&key("action")) {
+            Some(Value::String(a)) => a.as_str(),
+            _ => return Err(err("missing action".into())),
+        };
+        let addr = e.get(&key("addr")).and_then(as_u64);
+        match action {
+            "alloc" => {
+                let addr = addr.ok_or_else(|| err("alloc without addr".into()))?;
+                let size = e
+                    .get(&key("size"))
+                    .and_then(as_u64)
+                    .ok_or_else(|| err("alloc without a valid size".into()))?;
+                if size >= MAX_REQUEST {
+                    return Err(err(format!("absurd size {size} bytes")));
+                }
+                events.push(ReplayEvent::Alloc {
+                    id: addr,
+                    size,
+                    category: Category::Other,
+                });
+            }
+            "free_requested" | "free_completed" => {
+                let addr = addr.ok_or_else(|| err(format!("{action} without addr")))?;
+                events.push(ReplayEvent::Free {
+                    id: addr,
+                    lenient: true,
+                });
+            }
+            _ => {}
+        }
+    }
+    if events.is_empty() {
+        return Err(TraceError::NoEvents);
+    }
+    Ok(Trace {
+        format: TraceFormat::PytorchSnapshot,
+        events,
+    })
+}
+
+/// An allocation the replay could not serve.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ReplayOom {
+    pub event_index: usize,
+    pub size: u64,
+}
+
+/// What happened during a replay.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ReplayOutcome {
+    pub allocs: u64,
+    pub frees: u64,
+    pub ooms: Vec<ReplayOom>,
+}
+
+/// Replays `trace` through `allocator`. An allocation that cannot be served is recorded as an OOM
+/// (counted in `num_ooms`) and the replay continues; its later free is skipped.
+pub fn replay(trace: &Trace, allocator: &mut CachingAllocator) -> ReplayOutcome {
+    let mut outcome = ReplayOutcome::default();
+    let mut addresses: HashMap<u64, u64> = HashMap::new();
+    for (index, event) in trace.events.iter().enumerate() {
+        match *event {
+            ReplayEvent::Alloc { id, size, category } => {
+                match allocator.malloc(size, category, None) {
+                    Ok(a) => {
+                        // A PyTorch ring may show an id again whose free fell outside the ring.
+                        if let Some(old) = addresses.insert(id, a.addr) {
+                            let _ = allocator.free(old);
+                        }
+                        outcome.allocs += 1;
+                    }
+                    Err(_) => outcome.ooms.push(ReplayOom {
+                        event_index: index,
+                        size,
+                    }),
+                }
+            }
+            ReplayEvent::Free { id, .. } => {
+                if let Some(addr) = addresses.remove(&id) {
+                    allocator
+                        .free(addr)
+                        .expect("replay frees only addresses it allocated");
+                    outcome.frees += 1;
+                }
+            }
+        }
+    }
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_json_traces_name_the_event() {
+        let cases = [
+            (
+                r#"[{"action":"alloc","addr":1,"size":10},{"action":"grow","addr":1}]"#,
+                "event 1: unknown action",
+            ),
+            (
+                r#"[{"action":"free","addr":7}]"#,
+                "event 0: free of unknown id 7",
+            ),
+            (
+                r#"[{"action":"alloc","addr":1,"size":-4}]"#,
+                "event 0: negative size",
+            ),
+            (
+                r#"[{"action":"alloc","addr":1,"size":2000000000000000000}]"#,
+                "event 0: absurd size",
+            ),
+            (
+                r#"[{"action":"alloc","addr":1,"size":10},{"action":"alloc","addr":1,"size":10}]"#,
+                "still live",
+            ),
+            (r#"[{"action":"alloc","addr":1,"size":10},"#, "truncated"),
+            (r#"{"action":"alloc"}"#, "JSON array"),
+        ];
+        for (text, needle) in cases {
+            let e = parse_trace(text.as_bytes()).unwrap_err().to_string();
+            assert!(e.contains(needle), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn truncated_pickle_is_a_clear_error() {
+        let e = parse_trace(&[0x80, 0x03, b'}']).unwrap_err();
+        assert!(matches!(e, TraceError::Pickle(_)), "{e}");
+    }
+}
