@@ -1,10 +1,138 @@
-//! `headroom memory …`: the allocator's observability on traces.
+//! `headroom memory …`: the allocator's observability on traces — replay a headroom JSON trace
+//! or a PyTorch memory snapshot through the caching or the expandable allocator and read the
+//! summary, the fragmentation figures and PyTorch's statistics.
 
-use clap::Subcommand;
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand, ValueEnum};
+use headroom_memory::replay::{ReplayOutcome, parse_trace, replay};
+use headroom_memory::size::{ByteSize, format_bytes};
+use headroom_memory::{AllocatorConfig, CachingAllocator, Fragmentation, Snapshot, VirtualSource, memory_summary};
+use std::path::PathBuf;
 
 #[derive(Debug, Subcommand)]
-pub enum MemoryCommand {}
+pub enum MemoryCommand {
+    /// Replay an allocation trace through the allocator and print its summary and fragmentation.
+    ///
+    /// TRACE is headroom's JSON trace — an array of {"action": "alloc" | "free", "addr": <id>,
+    /// "size": <bytes>} ("size" may be omitted on free; an optional "category" tags the bytes) —
+    /// or a PyTorch memory snapshot pickle (torch.cuda.memory._dump_snapshot), whose
+    /// device_traces are replayed. With --capacity, an allocation that cannot be served is
+    /// reported as an OOM event and the replay continues. Run it once with each allocator to
+    /// see whether expandable segments would have saved your run.
+    Replay(ReplayArgs),
+}
+
+/// Which allocator mode to replay through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AllocatorKind {
+    /// PyTorch's default caching allocator (fixed-size segments).
+    Caching,
+    /// Expandable segments: one growable range per pool.
+    Expandable,
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The trace file: headroom JSON or a PyTorch snapshot pickle.
+    pub trace: PathBuf,
+    /// Allocator to replay through.
+    #[arg(long, value_enum, default_value = "caching")]
+    pub allocator: AllocatorKind,
+    /// Device capacity (e.g. 16GiB, 80GB, 512MiB; GB = 10^9, GiB = 2^30). Unlimited if omitted.
+    #[arg(long)]
+    pub capacity: Option<ByteSize>,
+    /// Extra allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax, e.g. "max_split_size_mb:128".
+    #[arg(long)]
+    pub alloc_conf: Option<String>,
+    /// Print one JSON object on stdout instead of the tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the final allocator state and trace as a PyTorch snapshot pickle (opens in
+    /// pytorch.org/memory_viz).
+    #[arg(long, value_name = "FILE")]
+    pub snapshot: Option<PathBuf>,
+}
+
+/// Capacity used when none is given: large enough never to bind (1 TiB).
+const UNLIMITED: u64 = 1 << 40;
 
 pub fn run(cmd: MemoryCommand) -> anyhow::Result<()> {
-    match cmd {}
+    match cmd {
+        MemoryCommand::Replay(args) => run_replay(args),
+    }
+}
+
+fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
+    let bytes = std::fs::read(&args.trace).with_context(|| format!("cannot read trace file {}", args.trace.display()))?;
+    let trace = parse_trace(&bytes).with_context(|| format!("{} is not a replayable trace", args.trace.display()))?;
+    let mut config = match &args.alloc_conf {
+        Some(text) => AllocatorConfig::parse(text)?,
+        None => AllocatorConfig::default(),
+    };
+    config.expandable_segments |= args.allocator == AllocatorKind::Expandable;
+    let capacity = args.capacity.map_or(UNLIMITED, |c| c.0);
+    if capacity == 0 {
+        bail!("--capacity must be more than 0 bytes");
+    }
+    let mut allocator = CachingAllocator::new(capacity, config, Box::new(VirtualSource::default()));
+    allocator.set_device_name("replay:0");
+    if args.snapshot.is_some() {
+        allocator.trace_mut().record_history(true, usize::MAX);
+    }
+    let outcome = replay(&trace, &mut allocator);
+    if let Some(path) = &args.snapshot {
+        Snapshot::capture(&allocator)
+            .write_pickle(path)
+            .with_context(|| format!("cannot write snapshot {}", path.display()))?;
+    }
+    let fragmentation = Fragmentation::of(&allocator);
+    if args.json {
+        let report = serde_json::json!({
+            "trace": args.trace.display().to_string(),
+            "format": trace.format,
+            "allocator": if allocator.config().expandable_segments { "expandable" } else { "caching" },
+            "capacity_bytes": args.capacity.map(|c| c.0),
+            "events": trace.events.len(),
+            "outcome": outcome,
+            "stats": allocator.stats().flat(),
+            "fragmentation": fragmentation,
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    print_text(&args, &allocator, &outcome, &fragmentation, trace.events.len());
+    Ok(())
+}
+
+fn print_text(args: &ReplayArgs, a: &CachingAllocator, outcome: &ReplayOutcome, f: &Fragmentation, events: usize) {
+    let s = a.stats();
+    let capacity = match args.capacity {
+        Some(c) => format!("{} ({} bytes)", format_bytes(c.0), c.0),
+        None => "unlimited".to_string(),
+    };
+    println!(
+        "Replayed {events} events of {} through the {} allocator, capacity {capacity}.",
+        args.trace.display(),
+        if a.config().expandable_segments { "expandable-segments" } else { "caching" },
+    );
+    println!(
+        "{} allocations, {} frees, {} out-of-memory events.",
+        outcome.allocs,
+        outcome.frees,
+        outcome.ooms.len()
+    );
+    for oom in outcome.ooms.iter().take(5) {
+        println!("  OOM at event {}: {} requested", oom.event_index, format_bytes(oom.size));
+    }
+    if outcome.ooms.len() > 5 {
+        println!("  … and {} more", outcome.ooms.len() - 5);
+    }
+    println!(
+        "Peak allocated {}, peak reserved {} (ratio {:.3}).",
+        format_bytes(s.allocated_bytes.all.peak as u64),
+        format_bytes(s.reserved_bytes.all.peak as u64),
+        f.peak_reserved_over_allocated
+    );
+    println!();
+    print!("{}", memory_summary(a));
 }
