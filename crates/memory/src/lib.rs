@@ -21,6 +21,7 @@ pub mod snapshot;
 pub mod source;
 pub mod stats;
 pub mod summary;
+pub mod synthetic;
 pub mod trace;
 
 pub use allocator::{Allocation, CachingAllocator, InvalidFree};

@@ -23,7 +23,7 @@ pub struct OutOfMemory {
     pub reserved: u64,
     pub expandable_segments: bool,
     /// Allocated bytes per category at the moment of the failure.
-    pub by_category: CategoryBytes,
+    pub by_category: Box<CategoryBytes>,
     /// Name given to the failed allocation, if any.
     pub name: Option<String>,
     /// The device's name in messages (`cpu:0`).

@@ -6,7 +6,9 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use headroom_memory::replay::{ReplayOutcome, parse_trace, replay};
 use headroom_memory::size::{ByteSize, format_bytes};
-use headroom_memory::{AllocatorConfig, CachingAllocator, Fragmentation, Snapshot, VirtualSource, memory_summary};
+use headroom_memory::{
+    AllocatorConfig, CachingAllocator, Fragmentation, Snapshot, VirtualSource, memory_summary,
+};
 use std::path::PathBuf;
 
 #[derive(Debug, Subcommand)]
@@ -63,8 +65,10 @@ pub fn run(cmd: MemoryCommand) -> anyhow::Result<()> {
 }
 
 fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
-    let bytes = std::fs::read(&args.trace).with_context(|| format!("cannot read trace file {}", args.trace.display()))?;
-    let trace = parse_trace(&bytes).with_context(|| format!("{} is not a replayable trace", args.trace.display()))?;
+    let bytes = std::fs::read(&args.trace)
+        .with_context(|| format!("cannot read trace file {}", args.trace.display()))?;
+    let trace = parse_trace(&bytes)
+        .with_context(|| format!("{} is not a replayable trace", args.trace.display()))?;
     let mut config = match &args.alloc_conf {
         Some(text) => AllocatorConfig::parse(text)?,
         None => AllocatorConfig::default(),
@@ -100,11 +104,23 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
-    print_text(&args, &allocator, &outcome, &fragmentation, trace.events.len());
+    print_text(
+        &args,
+        &allocator,
+        &outcome,
+        &fragmentation,
+        trace.events.len(),
+    );
     Ok(())
 }
 
-fn print_text(args: &ReplayArgs, a: &CachingAllocator, outcome: &ReplayOutcome, f: &Fragmentation, events: usize) {
+fn print_text(
+    args: &ReplayArgs,
+    a: &CachingAllocator,
+    outcome: &ReplayOutcome,
+    f: &Fragmentation,
+    events: usize,
+) {
     let s = a.stats();
     let capacity = match args.capacity {
         Some(c) => format!("{} ({} bytes)", format_bytes(c.0), c.0),
@@ -113,7 +129,11 @@ fn print_text(args: &ReplayArgs, a: &CachingAllocator, outcome: &ReplayOutcome, 
     println!(
         "Replayed {events} events of {} through the {} allocator, capacity {capacity}.",
         args.trace.display(),
-        if a.config().expandable_segments { "expandable-segments" } else { "caching" },
+        if a.config().expandable_segments {
+            "expandable-segments"
+        } else {
+            "caching"
+        },
     );
     println!(
         "{} allocations, {} frees, {} out-of-memory events.",
@@ -122,7 +142,11 @@ fn print_text(args: &ReplayArgs, a: &CachingAllocator, outcome: &ReplayOutcome, 
         outcome.ooms.len()
     );
     for oom in outcome.ooms.iter().take(5) {
-        println!("  OOM at event {}: {} requested", oom.event_index, format_bytes(oom.size));
+        println!(
+            "  OOM at event {}: {} requested",
+            oom.event_index,
+            format_bytes(oom.size)
+        );
     }
     if outcome.ooms.len() > 5 {
         println!("  … and {} more", outcome.ooms.len() - 5);

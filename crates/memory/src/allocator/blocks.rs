@@ -24,6 +24,8 @@ pub(crate) struct Block {
     pub prev: Option<BlockId>,
     pub next: Option<BlockId>,
     pub allocated: bool,
+    /// Part of an expandable segment (excluded from `inactive_split`, never released whole).
+    pub expandable: bool,
     pub category: Category,
     pub name: Option<Arc<str>>,
     /// Value of the pool's search counter when the block became free (garbage-collection age).
@@ -163,6 +165,7 @@ impl Blocks {
                 prev: Some(id),
                 next: b.next,
                 allocated: false,
+                expandable: b.expandable,
                 category: Category::Other,
                 name: None,
                 gc_base: b.gc_base,

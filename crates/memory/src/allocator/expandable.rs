@@ -52,6 +52,7 @@ impl CachingAllocator {
             prev: None,
             next: None,
             allocated: false,
+            expandable: true,
             category: Category::Other,
             name: None,
             gc_base: 0,
@@ -110,8 +111,11 @@ impl CachingAllocator {
             .expect("expandable segment");
         let pool = seg.pool;
         let pages = seg.pages.as_mut().expect("expandable segment");
-        let runs_before = pages.mapped_runs();
         let range = pages.pages(seg.addr, addr, size);
+        if pages.mapped[range.clone()].iter().all(|m| *m) {
+            return true;
+        }
+        let runs_before = pages.mapped_runs();
         let mut runs = Vec::new();
         let mut i = range.start;
         while i < range.end {

@@ -182,13 +182,12 @@ impl CachingAllocator {
         if let Some(id) = self.alloc_segment(pool, alloc_size) {
             return Some(id);
         }
-        if self.release_available_cached_blocks(pool, rounded) {
-            if let Some(id) = self
+        if self.release_available_cached_blocks(pool, rounded)
+            && let Some(id) = self
                 .find_free_block(pool, rounded)
                 .or_else(|| self.alloc_segment(pool, alloc_size))
-            {
-                return Some(id);
-            }
+        {
+            return Some(id);
         }
         self.release_cached_blocks();
         self.stats.num_alloc_retries += 1;
@@ -230,6 +229,7 @@ impl CachingAllocator {
             prev: None,
             next: None,
             allocated: false,
+            expandable: false,
             category: Category::Other,
             name: None,
             gc_base: 0,
@@ -409,7 +409,7 @@ impl CachingAllocator {
             allocated: self.allocated(),
             reserved: self.reserved(),
             expandable_segments: self.config.expandable_segments,
-            by_category: self.stats.current_category_bytes(),
+            by_category: Box::new(self.stats.current_category_bytes()),
             name: name.map(|n| n.to_string()),
             device: self.device_name.clone(),
         }

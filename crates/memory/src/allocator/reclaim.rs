@@ -30,8 +30,7 @@ impl CachingAllocator {
     }
 
     fn is_expandable_block(&self, id: BlockId) -> bool {
-        let seg = self.blocks.get(id).segment;
-        self.segments.get(&seg).is_some_and(|s| s.pages.is_some())
+        self.blocks.get(id).expandable
     }
 
     /// Returns the whole-segment free block `id` to the source.
