@@ -1,0 +1,201 @@
+//! Deterministic batches: the token stream is split into a training part and a validation tail;
+//! the training part is cut into windows of `seq_len + 1` tokens (stride `seq_len`), visited in
+//! an order shuffled per epoch from the seed, so the same seed gives the same batches and a
+//! checkpoint's `DataPosition` resumes exactly where it stopped.
+//!
+//! Not for: moving batches to the device (the trainer copies them into `input` tensors).
+
+use super::corpus::{Corpus, CorpusError};
+use super::tokenizer::ByteTokenizer;
+use headroom_memory::synthetic::SplitMix64;
+use serde::{Deserialize, Serialize};
+
+/// Which part of the corpus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    Train,
+    Validation,
+}
+
+/// One micro-batch of token ids: `inputs` and `targets` are (batch, seq_len), row-major;
+/// `targets` are `inputs` shifted by one token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenBatch {
+    pub batch: usize,
+    pub seq_len: usize,
+    pub inputs: Vec<u32>,
+    pub targets: Vec<u32>,
+}
+
+/// Where the training stream stands: resumable from a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DataPosition {
+    pub epoch: u64,
+    /// Windows already consumed in this epoch.
+    pub cursor: u64,
+}
+
+/// The sampler over one tokenized corpus.
+#[derive(Debug, Clone)]
+pub struct TokenSampler {
+    tokens: Vec<u32>,
+    train_len: usize,
+    seq_len: usize,
+    seed: u64,
+    order: Vec<u32>,
+    position: DataPosition,
+}
+
+impl TokenSampler {
+    /// Tokenizes `corpus` and keeps the last `validation_fraction` of it for validation.
+    pub fn new(corpus: &Corpus, seq_len: usize, validation_fraction: f64, seed: u64) -> Result<TokenSampler, CorpusError> {
+        let tokens = ByteTokenizer.encode(&corpus.bytes);
+        let val_len = ((tokens.len() as f64) * validation_fraction.clamp(0.0, 0.5)) as usize;
+        let train_len = tokens.len() - val_len;
+        // At least two training windows and one validation window.
+        let needed = 2 * seq_len + 1;
+        if seq_len == 0 || train_len < needed || val_len < seq_len + 1 {
+            return Err(CorpusError::TooSmall { name: corpus.name.clone(), bytes: corpus.len(), needed: needed + seq_len + 1 });
+        }
+        let mut sampler = TokenSampler { tokens, train_len, seq_len, seed, order: Vec::new(), position: DataPosition::default() };
+        sampler.shuffle_epoch();
+        Ok(sampler)
+    }
+
+    /// Number of training windows per epoch.
+    pub fn windows_per_epoch(&self) -> usize {
+        (self.train_len - 1) / self.seq_len
+    }
+
+    pub fn position(&self) -> DataPosition {
+        self.position
+    }
+
+    /// Continues from a checkpoint's position.
+    pub fn seek(&mut self, position: DataPosition) {
+        self.position = DataPosition { epoch: position.epoch, cursor: 0 };
+        self.shuffle_epoch();
+        self.position.cursor = position.cursor.min(self.order.len() as u64);
+    }
+
+    /// Fisher–Yates over the window indices, seeded by (seed, epoch).
+    fn shuffle_epoch(&mut self) {
+        let n = self.windows_per_epoch();
+        self.order = (0..n as u32).collect();
+        let mut rng = SplitMix64::new(self.seed ^ self.position.epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        for i in (1..n).rev() {
+            let j = rng.range(0, i as u64 + 1) as usize;
+            self.order.swap(i, j);
+        }
+    }
+
+    fn window(&self, start: usize, batch: &mut TokenBatch) {
+        let w = &self.tokens[start..start + self.seq_len + 1];
+        batch.inputs.extend_from_slice(&w[..self.seq_len]);
+        batch.targets.extend_from_slice(&w[1..]);
+    }
+
+    /// The next training micro-batch of `batch` sequences; epochs roll over.
+    pub fn next_train(&mut self, batch: usize) -> TokenBatch {
+        let mut out = TokenBatch { batch, seq_len: self.seq_len, inputs: Vec::with_capacity(batch * self.seq_len), targets: Vec::with_capacity(batch * self.seq_len) };
+        for _ in 0..batch {
+            if self.position.cursor as usize >= self.order.len() {
+                self.position = DataPosition { epoch: self.position.epoch + 1, cursor: 0 };
+                self.shuffle_epoch();
+            }
+            let start = self.order[self.position.cursor as usize] as usize * self.seq_len;
+            self.window(start, &mut out);
+            self.position.cursor += 1;
+        }
+        out
+    }
+
+    /// Validation batches in order (the same every time): up to `max_batches` of `batch` rows.
+    pub fn validation_batches(&self, batch: usize, max_batches: usize) -> Vec<TokenBatch> {
+        let starts: Vec<usize> = (self.train_len..self.tokens.len() - self.seq_len).step_by(self.seq_len).collect();
+        starts
+            .chunks(batch)
+            .filter(|c| c.len() == batch)
+            .take(max_batches)
+            .map(|chunk| {
+                let mut out = TokenBatch { batch, seq_len: self.seq_len, inputs: Vec::new(), targets: Vec::new() };
+                for &s in chunk {
+                    self.window(s, &mut out);
+                }
+                out
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::borrow::Cow;
+
+    fn corpus(n: usize) -> Corpus {
+        Corpus { name: "test".into(), bytes: Cow::Owned((0..n).map(|i| (i % 251) as u8).collect()) }
+    }
+
+    #[test]
+    fn targets_are_inputs_shifted_by_one() {
+        let mut s = TokenSampler::new(&corpus(1000), 8, 0.1, 1).unwrap();
+        let b = s.next_train(4);
+        assert_eq!(b.inputs.len(), 32);
+        for row in 0..4 {
+            for t in 0..7 {
+                assert_eq!(b.targets[row * 8 + t], b.inputs[row * 8 + t + 1]);
+            }
+            // The corpus is i mod 251, so each target is its input + 1 (mod 251).
+            assert_eq!(b.targets[row * 8 + 7], (b.inputs[row * 8 + 7] + 1) % 251);
+        }
+    }
+
+    #[test]
+    fn an_epoch_visits_every_window_once_and_seeds_decide_the_order() {
+        let mut s = TokenSampler::new(&corpus(1000), 10, 0.1, 7).unwrap();
+        // 900 training tokens → (900 − 1) / 10 = 89 windows.
+        assert_eq!(s.windows_per_epoch(), 89);
+        let firsts: Vec<u32> = (0..89).map(|_| s.next_train(1).inputs[0]).collect();
+        let mut starts: Vec<u32> = firsts.clone();
+        starts.sort();
+        starts.dedup();
+        assert_eq!(starts.len(), 89.min(251), "every window once");
+        let mut other = TokenSampler::new(&corpus(1000), 10, 0.1, 8).unwrap();
+        let other_firsts: Vec<u32> = (0..89).map(|_| other.next_train(1).inputs[0]).collect();
+        assert_ne!(firsts, other_firsts);
+        assert_eq!(s.position(), DataPosition { epoch: 0, cursor: 89 });
+        s.next_train(1);
+        assert_eq!(s.position(), DataPosition { epoch: 1, cursor: 1 });
+    }
+
+    #[test]
+    fn seek_resumes_the_same_stream() {
+        let mut a = TokenSampler::new(&corpus(5000), 16, 0.1, 3).unwrap();
+        for _ in 0..40 {
+            a.next_train(3);
+        }
+        let pos = a.position();
+        let expected: Vec<TokenBatch> = (0..50).map(|_| a.next_train(3)).collect();
+        let mut b = TokenSampler::new(&corpus(5000), 16, 0.1, 3).unwrap();
+        b.seek(pos);
+        let got: Vec<TokenBatch> = (0..50).map(|_| b.next_train(3)).collect();
+        assert_eq!(expected, got);
+    }
+
+    #[test]
+    fn validation_comes_from_the_held_out_tail() {
+        let s = TokenSampler::new(&corpus(1000), 10, 0.1, 1).unwrap();
+        let v = s.validation_batches(2, 100);
+        // Tail = tokens 900..1000: windows start at 900, 910, …, 980 (start + 11 ≤ 1000) → 9
+        // windows → 4 full batches of 2.
+        assert_eq!(v.len(), 4);
+        assert_eq!(v[0].inputs[0], (900 % 251) as u32);
+    }
+
+    #[test]
+    fn too_small_corpus_is_a_clear_error() {
+        let e = TokenSampler::new(&corpus(50), 64, 0.1, 1).unwrap_err().to_string();
+        assert!(e.contains("--seq-len"), "{e}");
+    }
+}

@@ -1,0 +1,6 @@
+//! headroom's trainer: the data a run reads, the loop that applies the memory levers
+//! (micro-batch and accumulation, mixed precision with loss scaling, validation without a tape),
+//! checkpoints and the run's report.
+
+pub mod data;
+pub mod scaler;
