@@ -5,7 +5,10 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn headroom(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom")).args(args).output().expect("run headroom")
+    Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(args)
+        .output()
+        .expect("run headroom")
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
@@ -30,7 +33,11 @@ fn json_report_has_pytorch_stat_keys_with_integer_values() {
     let dir = tempfile::tempdir().unwrap();
     let trace = write(dir.path(), "t.json", FRAGMENTING);
     let out = headroom(&["memory", "replay", &trace, "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     let stats = &v["stats"];
     // 20 MiB shared segment + 12 MiB dedicated segment, never released.
@@ -44,8 +51,14 @@ fn json_report_has_pytorch_stat_keys_with_integer_values() {
     assert_eq!(stats["allocation.all.allocated"], 3);
     assert_eq!(stats["segment.all.current"], 2);
     assert_eq!(stats["num_ooms"], 0);
-    for key in ["inactive_split_bytes.all.current", "num_alloc_retries", "num_device_alloc", "num_device_free",
-        "oversize_allocations.current", "oversize_segments.peak"] {
+    for key in [
+        "inactive_split_bytes.all.current",
+        "num_alloc_retries",
+        "num_device_alloc",
+        "num_device_free",
+        "oversize_allocations.current",
+        "oversize_segments.peak",
+    ] {
         assert!(stats[key].is_i64(), "{key} missing or not an integer");
     }
 }
@@ -81,7 +94,16 @@ fn capacity_turns_unservable_allocations_into_oom_events_and_expandable_avoids_t
     // Expandable segments (20 MiB pages): the freed 100 MiB merges with the free tail, 50 and 30
     // MiB reuse pages 0–3, 120 MiB continues at 80 MiB (maps pages 5–9: 200 MiB reserved), and
     // the last 100 MiB maps pages 10–14: exactly 300 MiB reserved, no OOM.
-    let out = headroom(&["memory", "replay", &trace, "--capacity", "300MiB", "--allocator", "expandable", "--json"]);
+    let out = headroom(&[
+        "memory",
+        "replay",
+        &trace,
+        "--capacity",
+        "300MiB",
+        "--allocator",
+        "expandable",
+        "--json",
+    ]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["allocator"], "expandable");
     assert_eq!(v["stats"]["num_ooms"], 0);
@@ -105,9 +127,18 @@ fn text_report_shows_the_summary_table() {
 fn bad_traces_fail_with_the_event_index() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
-        (r#"[{"action":"alloc","addr":1,"size":512},{"action":"explode","addr":1}]"#, "event 1: unknown action"),
-        (r#"[{"action":"free","addr":9}]"#, "event 0: free of unknown id 9"),
-        (r#"[{"action":"alloc","addr":1,"size":-1}]"#, "negative size"),
+        (
+            r#"[{"action":"alloc","addr":1,"size":512},{"action":"explode","addr":1}]"#,
+            "event 1: unknown action",
+        ),
+        (
+            r#"[{"action":"free","addr":9}]"#,
+            "event 0: free of unknown id 9",
+        ),
+        (
+            r#"[{"action":"alloc","addr":1,"size":-1}]"#,
+            "negative size",
+        ),
         (r#"[{"action":"alloc","addr":1,"#, "truncated"),
     ];
     for (i, (text, needle)) in cases.into_iter().enumerate() {
@@ -131,11 +162,39 @@ fn snapshot_of_a_replay_replays_again() {
     let dir = tempfile::tempdir().unwrap();
     let trace = write(dir.path(), "t.json", FRAGMENTING);
     let snap = dir.path().join("replay.pickle");
-    let out = headroom(&["memory", "replay", &trace, "--snapshot", snap.to_str().unwrap()]);
+    let out = headroom(&[
+        "memory",
+        "replay",
+        &trace,
+        "--snapshot",
+        snap.to_str().unwrap(),
+    ]);
     assert!(out.status.success());
     let out = headroom(&["memory", "replay", snap.to_str().unwrap(), "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["format"], "pytorch_snapshot");
     assert_eq!(v["stats"]["allocated_bytes.all.peak"], 17 << 20);
+}
+
+#[test]
+fn timeline_picture_is_an_svg_with_every_used_category() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.json", FRAGMENTING);
+    let svg = dir.path().join("timeline.svg");
+    let out = headroom(&["memory", "replay", &trace, "--capacity", "64MiB", "--timeline", svg.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg"), "not an SVG");
+    // The trace tags one allocation `activation` and the others default to `other`.
+    // plotters writes each legend entry as a <text> element holding the label on its own line.
+    let legend = |label: &str| text.contains(&format!(">\n{label}\n</text>"));
+    for label in ["activation", "other", "reserved", "capacity"] {
+        assert!(legend(label), "legend lacks {label}");
+    }
+    assert!(!legend("gradient"), "unused categories stay out of the legend");
 }

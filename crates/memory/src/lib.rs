@@ -22,6 +22,7 @@ pub mod source;
 pub mod stats;
 pub mod summary;
 pub mod synthetic;
+pub mod timeline;
 pub mod trace;
 
 pub use allocator::{Allocation, CachingAllocator, InvalidFree};

@@ -20,7 +20,12 @@ pub struct ScalerConfig {
 
 impl Default for ScalerConfig {
     fn default() -> Self {
-        ScalerConfig { init_scale: 65536.0, growth_factor: 2.0, backoff_factor: 0.5, growth_interval: 2000 }
+        ScalerConfig {
+            init_scale: 65536.0,
+            growth_factor: 2.0,
+            backoff_factor: 0.5,
+            growth_interval: 2000,
+        }
     }
 }
 
@@ -46,7 +51,12 @@ pub enum ScalerDecision {
 
 impl LossScaler {
     pub fn new(config: ScalerConfig) -> LossScaler {
-        LossScaler { config, scale: config.init_scale, growth_tracker: 0, skipped_steps: 0 }
+        LossScaler {
+            config,
+            scale: config.init_scale,
+            growth_tracker: 0,
+            skipped_steps: 0,
+        }
     }
 
     /// Factor to multiply the loss by before backward.
@@ -95,7 +105,10 @@ mod tests {
 
     #[test]
     fn scale_doubles_after_the_growth_interval_of_finite_steps() {
-        let mut s = LossScaler::new(ScalerConfig { growth_interval: 3, ..Default::default() });
+        let mut s = LossScaler::new(ScalerConfig {
+            growth_interval: 3,
+            ..Default::default()
+        });
         s.update(false);
         s.update(false);
         assert_eq!(s.scale(), 65536.0);
@@ -112,9 +125,17 @@ mod tests {
 
     #[test]
     fn growth_stops_at_the_largest_finite_scale() {
-        let mut s = LossScaler::new(ScalerConfig { init_scale: f32::MAX / 1.5, growth_interval: 1, ..Default::default() });
+        let mut s = LossScaler::new(ScalerConfig {
+            init_scale: f32::MAX / 1.5,
+            growth_interval: 1,
+            ..Default::default()
+        });
         s.update(false);
-        assert_eq!(s.scale(), f32::MAX / 1.5, "2 × scale would overflow, so it stays");
+        assert_eq!(
+            s.scale(),
+            f32::MAX / 1.5,
+            "2 × scale would overflow, so it stays"
+        );
         assert_eq!(s.inv_scale(), (1.0 / (f32::MAX as f64 / 1.5)) as f32);
     }
 }

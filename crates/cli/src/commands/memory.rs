@@ -4,7 +4,9 @@
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand, ValueEnum};
+use crate::report::timeline::write_timeline_svg;
 use headroom_memory::replay::{ReplayOutcome, parse_trace, replay};
+use headroom_memory::timeline::timeline;
 use headroom_memory::size::{ByteSize, format_bytes};
 use headroom_memory::{
     AllocatorConfig, CachingAllocator, Fragmentation, Snapshot, VirtualSource, memory_summary,
@@ -53,6 +55,10 @@ pub struct ReplayArgs {
     /// pytorch.org/memory_viz).
     #[arg(long, value_name = "FILE")]
     pub snapshot: Option<PathBuf>,
+    /// Also draw the memory timeline (allocated bytes by category, reserved bytes, capacity,
+    /// OOMs) as an SVG picture.
+    #[arg(long, value_name = "FILE.svg")]
+    pub timeline: Option<PathBuf>,
 }
 
 /// Capacity used when none is given: large enough never to bind (1 TiB).
@@ -80,7 +86,7 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
     }
     let mut allocator = CachingAllocator::new(capacity, config, Box::new(VirtualSource::default()));
     allocator.set_device_name("replay:0");
-    if args.snapshot.is_some() {
+    if args.snapshot.is_some() || args.timeline.is_some() {
         allocator.trace_mut().record_history(true, usize::MAX);
     }
     let outcome = replay(&trace, &mut allocator);
@@ -88,6 +94,15 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
         Snapshot::capture(&allocator)
             .write_pickle(path)
             .with_context(|| format!("cannot write snapshot {}", path.display()))?;
+    }
+    if let Some(path) = &args.timeline {
+        let series = timeline(allocator.trace().entries(), 2000);
+        let title = format!(
+            "{} through the {} allocator",
+            args.trace.file_name().map_or_else(|| args.trace.display().to_string(), |n| n.to_string_lossy().into_owned()),
+            if allocator.config().expandable_segments { "expandable" } else { "caching" }
+        );
+        write_timeline_svg(&series, args.capacity.map(|c| c.0), &title, path)?;
     }
     let fragmentation = Fragmentation::of(&allocator);
     if args.json {

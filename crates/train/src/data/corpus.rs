@@ -11,10 +11,21 @@ static PARADISE_LOST: &str = include_str!("../../data/paradise_lost.txt");
 /// A corpus that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum CorpusError {
-    #[error("cannot read the corpus file {path}: {source}; pass an existing text file with --data, or omit --data to use the bundled corpus")]
-    Read { path: PathBuf, source: std::io::Error },
-    #[error("the corpus {name} has {bytes} bytes, too few for sequences of {needed} tokens with a validation split; use a larger file or a shorter --seq-len")]
-    TooSmall { name: String, bytes: usize, needed: usize },
+    #[error(
+        "cannot read the corpus file {path}: {source}; pass an existing text file with --data, or omit --data to use the bundled corpus"
+    )]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "the corpus {name} has {bytes} bytes, too few for sequences of {needed} tokens with a validation split; use a larger file or a shorter --seq-len"
+    )]
+    TooSmall {
+        name: String,
+        bytes: usize,
+        needed: usize,
+    },
 }
 
 /// Raw training text.
@@ -27,13 +38,22 @@ pub struct Corpus {
 impl Corpus {
     /// The bundled corpus: *Paradise Lost*, 454,481 bytes of ASCII.
     pub fn bundled() -> Corpus {
-        Corpus { name: "paradise_lost (bundled)".into(), bytes: Cow::Borrowed(PARADISE_LOST.as_bytes()) }
+        Corpus {
+            name: "paradise_lost (bundled)".into(),
+            bytes: Cow::Borrowed(PARADISE_LOST.as_bytes()),
+        }
     }
 
     /// A user's file, read whole.
     pub fn from_file(path: &Path) -> Result<Corpus, CorpusError> {
-        let bytes = std::fs::read(path).map_err(|source| CorpusError::Read { path: path.to_path_buf(), source })?;
-        Ok(Corpus { name: path.display().to_string(), bytes: Cow::Owned(bytes) })
+        let bytes = std::fs::read(path).map_err(|source| CorpusError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(Corpus {
+            name: path.display().to_string(),
+            bytes: Cow::Owned(bytes),
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -60,7 +80,12 @@ mod tests {
 
     #[test]
     fn missing_file_names_the_path_and_the_fix() {
-        let e = Corpus::from_file(Path::new("/no/such/corpus.txt")).unwrap_err().to_string();
-        assert!(e.contains("/no/such/corpus.txt") && e.contains("--data"), "{e}");
+        let e = Corpus::from_file(Path::new("/no/such/corpus.txt"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/no/such/corpus.txt") && e.contains("--data"),
+            "{e}"
+        );
     }
 }

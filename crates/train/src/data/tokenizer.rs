@@ -17,7 +17,10 @@ impl ByteTokenizer {
 
     /// Decodes token ids; ids outside the vocabulary become U+FFFD.
     pub fn decode(&self, tokens: &[u32]) -> String {
-        let bytes: Vec<u8> = tokens.iter().map(|&t| u8::try_from(t).unwrap_or(b'?')).collect();
+        let bytes: Vec<u8> = tokens
+            .iter()
+            .map(|&t| u8::try_from(t).unwrap_or(b'?'))
+            .collect();
         String::from_utf8_lossy(&bytes).into_owned()
     }
 }

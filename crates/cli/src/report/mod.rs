@@ -1,0 +1,3 @@
+//! What the `headroom` binary shows people: pictures and tables built from the libraries' data.
+
+pub mod timeline;
