@@ -74,6 +74,10 @@ fn parse_json_trace(bytes: &[u8]) -> Result<Trace, TraceError> {
         serde_json::from_slice(bytes).map_err(|e| TraceError::Json(e.to_string()))?;
     let array = match value {
         serde_json::Value::Array(a) => a,
+        // A snapshot written as JSON (`Snapshot::write_json`): replay its first device trace.
+        serde_json::Value::Object(ref o) if o.contains_key("device_traces") => {
+            return parse_json_snapshot(&value);
+        }
         serde_json::Value::Object(_) => return Err(TraceError::NotAnArray("an object")),
         _ => return Err(TraceError::NotAnArray("a scalar")),
     };
@@ -149,6 +153,55 @@ fn parse_json_trace(bytes: &[u8]) -> Result<Trace, TraceError> {
     }
     Ok(Trace {
         format: TraceFormat::HeadroomJson,
+        events,
+    })
+}
+
+fn parse_json_snapshot(value: &serde_json::Value) -> Result<Trace, TraceError> {
+    let entries = value["device_traces"]
+        .as_array()
+        .and_then(|devices| {
+            devices
+                .iter()
+                .filter_map(|d| d.as_array())
+                .find(|d| !d.is_empty())
+        })
+        .ok_or(TraceError::NoEvents)?;
+    let mut events = Vec::with_capacity(entries.len());
+    for (index, e) in entries.iter().enumerate() {
+        let err = |reason: String| TraceError::Event { index, reason };
+        let action = e["action"]
+            .as_str()
+            .ok_or_else(|| err("missing action".into()))?;
+        let addr = e["addr"].as_u64();
+        match action {
+            "alloc" => {
+                let id = addr.ok_or_else(|| err("alloc without addr".into()))?;
+                let size = e["size"]
+                    .as_u64()
+                    .ok_or_else(|| err("alloc without a valid size".into()))?;
+                if size >= MAX_REQUEST {
+                    return Err(err(format!("absurd size {size} bytes")));
+                }
+                let category = e["frames"][0]["name"]
+                    .as_str()
+                    .and_then(|n| n.split([':', ' ']).next())
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(Category::Other);
+                events.push(ReplayEvent::Alloc { id, size, category });
+            }
+            "free_requested" | "free_completed" => {
+                let id = addr.ok_or_else(|| err(format!("{action} without addr")))?;
+                events.push(ReplayEvent::Free { id, lenient: true });
+            }
+            _ => {}
+        }
+    }
+    if events.is_empty() {
+        return Err(TraceError::NoEvents);
+    }
+    Ok(Trace {
+        format: TraceFormat::PytorchSnapshot,
         events,
     })
 }

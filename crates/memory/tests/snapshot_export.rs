@@ -1,7 +1,7 @@
 //! Snapshots we write are PyTorch snapshots: Python's `pickle` reads them with PyTorch's keys,
 //! states and action names, and our own replay reads them back to the same allocator state.
 
-use headroom_memory::replay::{TraceFormat, parse_trace, replay};
+use headroom_memory::replay::{ReplayEvent, Trace, TraceFormat, parse_trace, replay};
 use headroom_memory::size::MIB;
 use headroom_memory::{AllocatorConfig, CachingAllocator, Category, Snapshot, VirtualSource};
 use std::process::Command;
@@ -89,9 +89,33 @@ print('ok')
 fn our_snapshot_replays_to_the_same_allocations() {
     for config in [AllocatorConfig::default(), AllocatorConfig::expandable()] {
         let original = recorded_run(config.clone());
-        let pickle = Snapshot::capture(&original).to_pickle();
-        let trace = parse_trace(&pickle).unwrap();
+        let snapshot = Snapshot::capture(&original);
+        let trace = parse_trace(&snapshot.to_pickle()).unwrap();
         assert_eq!(trace.format, TraceFormat::PytorchSnapshot);
+        // The JSON form carries the same events, categories included.
+        let json = parse_trace(&serde_json::to_vec(&snapshot).unwrap()).unwrap();
+        assert_eq!(
+            json.events,
+            trace
+                .events
+                .iter()
+                .map(|e| match *e {
+                    ReplayEvent::Alloc { id, size, .. } => ReplayEvent::Alloc {
+                        id,
+                        size,
+                        category: json_category(&json, id)
+                    },
+                    other => other,
+                })
+                .collect::<Vec<_>>()
+        );
+        assert!(json.events.iter().any(|e| matches!(
+            e,
+            ReplayEvent::Alloc {
+                category: Category::Parameter,
+                ..
+            }
+        )));
         let mut again = CachingAllocator::new(1 << 34, config, Box::new(VirtualSource::default()));
         let outcome = replay(&trace, &mut again);
         assert_eq!(
@@ -103,4 +127,17 @@ fn our_snapshot_replays_to_the_same_allocations() {
         assert_eq!(a.reserved_bytes.all.peak, b.reserved_bytes.all.peak);
         assert_eq!(a.requested_bytes.all.peak, b.requested_bytes.all.peak);
     }
+}
+
+fn json_category(trace: &Trace, id: u64) -> Category {
+    trace
+        .events
+        .iter()
+        .find_map(|e| match *e {
+            ReplayEvent::Alloc {
+                id: i, category, ..
+            } if i == id => Some(category),
+            _ => None,
+        })
+        .unwrap()
 }
