@@ -2,5 +2,6 @@
 //! (micro-batch and accumulation, mixed precision with loss scaling, validation without a tape),
 //! checkpoints and the run's report.
 
+pub mod checkpoint;
 pub mod data;
 pub mod scaler;

@@ -1,0 +1,241 @@
+//! Checkpoints: model and optimizer tensors in safetensors files plus a JSON manifest (step,
+//! loss scaler, RNG state, data position, configuration). A checkpoint is written into a
+//! temporary directory, every file fsynced, then renamed into place and recorded in `latest`
+//! (itself replaced atomically), so a crash never leaves a half-written checkpoint where a
+//! resume would read it.
+//!
+//! Not for: deciding what goes into a checkpoint (the trainer collects its tensors).
+
+use crate::data::DataPosition;
+use crate::scaler::LossScaler;
+use headroom_memory::snapshot::write_atomic;
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Version of the manifest layout; bumped on incompatible changes.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Element type of a stored tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoredDtype {
+    F32,
+    Bf16,
+    F16,
+    I64,
+}
+
+impl StoredDtype {
+    fn safetensors(self) -> Dtype {
+        match self {
+            StoredDtype::F32 => Dtype::F32,
+            StoredDtype::Bf16 => Dtype::BF16,
+            StoredDtype::F16 => Dtype::F16,
+            StoredDtype::I64 => Dtype::I64,
+        }
+    }
+
+    fn from_safetensors(d: Dtype) -> Option<StoredDtype> {
+        Some(match d {
+            Dtype::F32 => StoredDtype::F32,
+            Dtype::BF16 => StoredDtype::Bf16,
+            Dtype::F16 => StoredDtype::F16,
+            Dtype::I64 => StoredDtype::I64,
+            _ => return None,
+        })
+    }
+
+    pub fn size_bytes(self) -> usize {
+        match self {
+            StoredDtype::F32 => 4,
+            StoredDtype::Bf16 | StoredDtype::F16 => 2,
+            StoredDtype::I64 => 8,
+        }
+    }
+}
+
+/// One tensor's bytes (little-endian, row-major) with its dtype and shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredTensor {
+    pub dtype: StoredDtype,
+    pub shape: Vec<usize>,
+    pub data: Vec<u8>,
+}
+
+/// Everything beside the tensors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format_version: u32,
+    /// Optimizer steps completed.
+    pub step: u64,
+    /// Safetensors files of this checkpoint, by group (`model`, `optimizer`).
+    pub files: BTreeMap<String, String>,
+    pub scaler: Option<LossScaler>,
+    pub data_position: DataPosition,
+    /// State of the run's random generators (dropout counters, init seed).
+    pub rng: BTreeMap<String, u64>,
+    /// Training losses so far, one per optimizer step.
+    pub losses: Vec<f64>,
+    /// The resolved run configuration.
+    pub config: serde_json::Value,
+}
+
+/// A checkpoint that cannot be written or read; names the file and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("cannot write checkpoint {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("no checkpoint at {path}: {reason}; pass the directory given to --checkpoint-dir (or one of its step-NNNNNN folders) to --resume")]
+    Missing { path: PathBuf, reason: String },
+    #[error("corrupt checkpoint {path}: {reason}; resume from an earlier step-NNNNNN folder")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("checkpoint {path} has format version {found}, this headroom reads version {FORMAT_VERSION}")]
+    Version { path: PathBuf, found: u32 },
+}
+
+/// Tensors of one checkpoint, by group then by name.
+pub type TensorGroups = BTreeMap<String, BTreeMap<String, StoredTensor>>;
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
+    move |source| CheckpointError::Write { path: path.to_path_buf(), source }
+}
+
+/// Writes a checkpoint under `root/step-NNNNNN` and points `root/latest` at it. Returns the
+/// checkpoint's directory.
+pub fn save(root: &Path, manifest: &Manifest, groups: &TensorGroups) -> Result<PathBuf, CheckpointError> {
+    std::fs::create_dir_all(root).map_err(io_err(root))?;
+    let name = format!("step-{:06}", manifest.step);
+    let final_dir = root.join(&name);
+    let tmp_dir = root.join(format!(".{name}.tmp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp_dir);
+    std::fs::create_dir(&tmp_dir).map_err(io_err(&tmp_dir))?;
+    let mut manifest = manifest.clone();
+    manifest.format_version = FORMAT_VERSION;
+    manifest.files.clear();
+    for (group, tensors) in groups {
+        let file = format!("{group}.safetensors");
+        let views: Vec<(String, TensorView<'_>)> = tensors
+            .iter()
+            .map(|(n, t)| {
+                TensorView::new(t.dtype.safetensors(), t.shape.clone(), &t.data)
+                    .map(|v| (n.clone(), v))
+                    .map_err(|e| CheckpointError::Corrupt { path: tmp_dir.join(&file), reason: format!("tensor {n}: {e}") })
+            })
+            .collect::<Result<_, _>>()?;
+        let bytes = safetensors::tensor::serialize(views, None)
+            .map_err(|e| CheckpointError::Corrupt { path: tmp_dir.join(&file), reason: e.to_string() })?;
+        write_atomic(&tmp_dir.join(&file), &bytes).map_err(io_err(&tmp_dir))?;
+        manifest.files.insert(group.clone(), file);
+    }
+    let json = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
+    write_atomic(&tmp_dir.join("manifest.json"), &json).map_err(io_err(&tmp_dir))?;
+    if final_dir.exists() {
+        std::fs::remove_dir_all(&final_dir).map_err(io_err(&final_dir))?;
+    }
+    std::fs::rename(&tmp_dir, &final_dir).map_err(io_err(&final_dir))?;
+    if let Ok(d) = std::fs::File::open(root) {
+        let _ = d.sync_all();
+    }
+    write_atomic(&root.join("latest"), name.as_bytes()).map_err(io_err(root))?;
+    Ok(final_dir)
+}
+
+/// Reads the checkpoint at `path`: a checkpoint directory, or a root whose `latest` names one.
+pub fn load(path: &Path) -> Result<(Manifest, TensorGroups), CheckpointError> {
+    let missing = |reason: String| CheckpointError::Missing { path: path.to_path_buf(), reason };
+    if !path.is_dir() {
+        return Err(missing("not a directory".into()));
+    }
+    let dir = if path.join("manifest.json").is_file() {
+        path.to_path_buf()
+    } else {
+        let latest = std::fs::read_to_string(path.join("latest"))
+            .map_err(|_| missing("neither manifest.json nor a 'latest' file is there".into()))?;
+        path.join(latest.trim())
+    };
+    let manifest_path = dir.join("manifest.json");
+    let text = std::fs::read(&manifest_path).map_err(|e| missing(format!("{}: {e}", manifest_path.display())))?;
+    let corrupt = |p: &Path, reason: String| CheckpointError::Corrupt { path: p.to_path_buf(), reason };
+    let manifest: Manifest = serde_json::from_slice(&text).map_err(|e| corrupt(&manifest_path, e.to_string()))?;
+    if manifest.format_version != FORMAT_VERSION {
+        return Err(CheckpointError::Version { path: manifest_path, found: manifest.format_version });
+    }
+    let mut groups = TensorGroups::new();
+    for (group, file) in &manifest.files {
+        let file_path = dir.join(file);
+        let bytes = std::fs::read(&file_path).map_err(|e| corrupt(&file_path, format!("cannot read: {e}")))?;
+        let st = SafeTensors::deserialize(&bytes).map_err(|e| corrupt(&file_path, e.to_string()))?;
+        let mut tensors = BTreeMap::new();
+        for (name, view) in st.tensors() {
+            let dtype = StoredDtype::from_safetensors(view.dtype())
+                .ok_or_else(|| corrupt(&file_path, format!("tensor {name} has unsupported dtype {:?}", view.dtype())))?;
+            tensors.insert(name, StoredTensor { dtype, shape: view.shape().to_vec(), data: view.data().to_vec() });
+        }
+        groups.insert(group.clone(), tensors);
+    }
+    Ok((manifest, groups))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> (Manifest, TensorGroups) {
+        let manifest = Manifest {
+            format_version: FORMAT_VERSION,
+            step: 42,
+            files: BTreeMap::new(),
+            scaler: None,
+            data_position: DataPosition { epoch: 1, cursor: 7 },
+            rng: BTreeMap::from([("dropout".to_string(), 99)]),
+            losses: vec![5.5, 4.25],
+            config: serde_json::json!({"precision": "fp32"}),
+        };
+        let w: Vec<u8> = [1.5f32, -2.0, 0.25, 8.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let groups = TensorGroups::from([(
+            "model".to_string(),
+            BTreeMap::from([("block0.weight".to_string(), StoredTensor { dtype: StoredDtype::F32, shape: vec![2, 2], data: w })]),
+        )]);
+        (manifest, groups)
+    }
+
+    #[test]
+    fn round_trips_and_latest_points_at_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut m, g) = sample();
+        save(dir.path(), &m, &g).unwrap();
+        m.step = 43;
+        let written = save(dir.path(), &m, &g).unwrap();
+        assert_eq!(written, dir.path().join("step-000043"));
+        let (back, groups) = load(dir.path()).unwrap();
+        assert_eq!(back.step, 43);
+        assert_eq!(back.losses, vec![5.5, 4.25]);
+        assert_eq!(back.files["model"], "model.safetensors");
+        assert_eq!(groups, g);
+        // An older step can be named directly.
+        assert_eq!(load(&dir.path().join("step-000042")).unwrap().0.step, 42);
+        // No temporary directories are left behind.
+        let leftovers = std::fs::read_dir(dir.path()).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with('.')).count();
+        assert_eq!(leftovers, 0);
+    }
+
+    #[test]
+    fn corrupt_or_missing_checkpoints_are_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = load(&dir.path().join("nope")).unwrap_err().to_string();
+        assert!(e.contains("--resume"), "{e}");
+        let (m, g) = sample();
+        let at = save(dir.path(), &m, &g).unwrap();
+        // Truncate the tensor file: the safetensors header no longer matches the data.
+        let file = at.join("model.safetensors");
+        let bytes = std::fs::read(&file).unwrap();
+        std::fs::write(&file, &bytes[..bytes.len() - 3]).unwrap();
+        let e = load(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("corrupt checkpoint") && e.contains("model.safetensors"), "{e}");
+        std::fs::write(at.join("manifest.json"), b"{ not json").unwrap();
+        let e = load(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("corrupt checkpoint") && e.contains("manifest.json"), "{e}");
+    }
+}
