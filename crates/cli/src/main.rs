@@ -1,6 +1,7 @@
 //! The `headroom` command: plan a training run that fits, run it, and see where every byte went.
 
 mod commands;
+mod report;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -23,12 +24,22 @@ enum Command {
     /// Inspect device memory: replay allocation traces through the allocator, compare allocators.
     #[command(subcommand)]
     Memory(commands::memory::MemoryCommand),
+    /// Choose the fastest combination of memory levers that fits a model on given hardware.
+    Plan(Box<commands::plan::PlanArgs>),
+    /// Count a model's parameters: total, largest layer, per-module breakdown.
+    Params(commands::params::ParamsArgs),
+    /// Reproduce DeepSpeed's and Accelerate's memory estimators for comparison.
+    #[command(subcommand)]
+    Estimate(commands::estimate::EstimateCommand),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Memory(cmd) => commands::memory::run(cmd),
+        Command::Plan(args) => commands::plan::run(*args),
+        Command::Params(args) => commands::params::run(args),
+        Command::Estimate(cmd) => commands::estimate::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

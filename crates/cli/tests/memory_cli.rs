@@ -186,8 +186,20 @@ fn timeline_picture_is_an_svg_with_every_used_category() {
     let dir = tempfile::tempdir().unwrap();
     let trace = write(dir.path(), "t.json", FRAGMENTING);
     let svg = dir.path().join("timeline.svg");
-    let out = headroom(&["memory", "replay", &trace, "--capacity", "64MiB", "--timeline", svg.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = headroom(&[
+        "memory",
+        "replay",
+        &trace,
+        "--capacity",
+        "64MiB",
+        "--timeline",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.starts_with("<svg"), "not an SVG");
     // The trace tags one allocation `activation` and the others default to `other`.
@@ -196,5 +208,8 @@ fn timeline_picture_is_an_svg_with_every_used_category() {
     for label in ["activation", "other", "reserved", "capacity"] {
         assert!(legend(label), "legend lacks {label}");
     }
-    assert!(!legend("gradient"), "unused categories stay out of the legend");
+    assert!(
+        !legend("gradient"),
+        "unused categories stay out of the legend"
+    );
 }

@@ -20,10 +20,16 @@ pub enum PlanError {
 
     /// A field of config.json is missing or has a value that cannot be used.
     #[error("config.json field '{field}' {problem}; expected {expected}")]
-    ConfigField { field: String, problem: String, expected: String },
+    ConfigField {
+        field: String,
+        problem: String,
+        expected: String,
+    },
 
     /// A model name that is neither a preset nor a readable file.
-    #[error("unknown model preset '{name}' (and no file of that name); accepted presets: {accepted}, or a path to a Hugging Face config.json")]
+    #[error(
+        "unknown model preset '{name}' (and no file of that name); accepted presets: {accepted}, or a path to a Hugging Face config.json"
+    )]
     UnknownModel { name: String, accepted: String },
 
     /// A GPU preset name that is not known.
@@ -32,7 +38,11 @@ pub enum PlanError {
 
     /// A hardware or cost-model value that is out of range.
     #[error("hardware field '{field}' {problem}; expected {expected}")]
-    Hardware { field: String, problem: String, expected: String },
+    Hardware {
+        field: String,
+        problem: String,
+        expected: String,
+    },
 
     /// The hardware TOML could not be parsed.
     #[error("hardware file is not valid: {0}")]
@@ -44,7 +54,11 @@ pub enum PlanError {
 
     /// A strategy value (precision, optimizer, …) that is not known.
     #[error("invalid value '{value}' for {field}; accepted: {accepted}")]
-    StrategyValue { field: String, value: String, accepted: String },
+    StrategyValue {
+        field: String,
+        value: String,
+        accepted: String,
+    },
 
     /// Pinned strategy parts that cannot be combined.
     #[error("incompatible strategy: {0}")]

@@ -2,12 +2,12 @@
 //! or a PyTorch memory snapshot through the caching or the expandable allocator and read the
 //! summary, the fragmentation figures and PyTorch's statistics.
 
+use crate::report::timeline::write_timeline_svg;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand, ValueEnum};
-use crate::report::timeline::write_timeline_svg;
 use headroom_memory::replay::{ReplayOutcome, parse_trace, replay};
-use headroom_memory::timeline::timeline;
 use headroom_memory::size::{ByteSize, format_bytes};
+use headroom_memory::timeline::timeline;
 use headroom_memory::{
     AllocatorConfig, CachingAllocator, Fragmentation, Snapshot, VirtualSource, memory_summary,
 };
@@ -99,8 +99,15 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
         let series = timeline(allocator.trace().entries(), 2000);
         let title = format!(
             "{} through the {} allocator",
-            args.trace.file_name().map_or_else(|| args.trace.display().to_string(), |n| n.to_string_lossy().into_owned()),
-            if allocator.config().expandable_segments { "expandable" } else { "caching" }
+            args.trace.file_name().map_or_else(
+                || args.trace.display().to_string(),
+                |n| n.to_string_lossy().into_owned()
+            ),
+            if allocator.config().expandable_segments {
+                "expandable"
+            } else {
+                "caching"
+            }
         );
         write_timeline_svg(&series, args.capacity.map(|c| c.0), &title, path)?;
     }

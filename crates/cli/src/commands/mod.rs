@@ -1,3 +1,7 @@
 //! One module per `headroom` subcommand: argument definitions and the code that runs them.
 
+pub mod estimate;
 pub mod memory;
+pub mod params;
+pub mod plan;
+mod plan_output;

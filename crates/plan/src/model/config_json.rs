@@ -99,7 +99,11 @@ impl Fields<'_> {
 fn positive(field: &str, v: &Value) -> Result<u64> {
     match v.as_u64() {
         Some(n) if n > 0 => Ok(n),
-        _ => Err(field_err(field, &format!("has the value {v}"), "a positive integer")),
+        _ => Err(field_err(
+            field,
+            &format!("has the value {v}"),
+            "a positive integer",
+        )),
     }
 }
 
@@ -113,7 +117,10 @@ fn decoder_llama_like(name: &str, family: Family, f: &Fields) -> Result<ModelSpe
         Some(v) => positive("head_dim", v)?,
     };
     let (num_experts, experts_per_token) = if family == Family::Mixtral {
-        (f.size_or("num_local_experts", 8)?, f.size_or("num_experts_per_tok", 2)?)
+        (
+            f.size_or("num_local_experts", 8)?,
+            f.size_or("num_experts_per_tok", 2)?,
+        )
     } else {
         (1, 1)
     };
@@ -259,7 +266,7 @@ fn t5(name: &str, f: &Fields) -> Result<ModelSpec> {
 }
 
 fn divide(hidden: u64, heads: u64, heads_field: &str) -> Result<u64> {
-    if hidden % heads != 0 {
+    if !hidden.is_multiple_of(heads) {
         return Err(field_err(
             heads_field,
             &format!("({heads}) does not divide the hidden size {hidden}"),
@@ -270,17 +277,23 @@ fn divide(hidden: u64, heads: u64, heads_field: &str) -> Result<u64> {
 }
 
 fn validate(spec: &ModelSpec) -> Result<()> {
-    if spec.num_heads % spec.num_kv_heads != 0 {
+    if !spec.num_heads.is_multiple_of(spec.num_kv_heads) {
         return Err(field_err(
             "num_key_value_heads",
-            &format!("({}) does not divide num_attention_heads ({})", spec.num_kv_heads, spec.num_heads),
+            &format!(
+                "({}) does not divide num_attention_heads ({})",
+                spec.num_kv_heads, spec.num_heads
+            ),
             "a divisor of num_attention_heads",
         ));
     }
     if spec.experts_per_token > spec.num_experts {
         return Err(field_err(
             "num_experts_per_tok",
-            &format!("({}) exceeds num_local_experts ({})", spec.experts_per_token, spec.num_experts),
+            &format!(
+                "({}) exceeds num_local_experts ({})",
+                spec.experts_per_token, spec.num_experts
+            ),
             "at most num_local_experts",
         ));
     }
@@ -299,8 +312,13 @@ mod tests {
 
     #[test]
     fn unknown_model_type_lists_the_accepted_ones() {
-        let e = parse_config("x", r#"{"model_type": "falcon"}"#).unwrap_err().to_string();
-        assert!(e.contains("'falcon'") && e.contains("gpt_neox") && e.contains("t5"), "{e}");
+        let e = parse_config("x", r#"{"model_type": "falcon"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("'falcon'") && e.contains("gpt_neox") && e.contains("t5"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -308,13 +326,21 @@ mod tests {
         let e = parse_config("x", r#"{"model_type": "llama", "hidden_size": 64}"#)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("'num_attention_heads'") && e.contains("missing"), "{e}");
+        assert!(
+            e.contains("'num_attention_heads'") && e.contains("missing"),
+            "{e}"
+        );
     }
 
     #[test]
     fn zero_or_negative_sizes_are_rejected() {
-        let e = parse_config("x", r#"{"model_type": "gpt2", "n_embd": -4}"#).unwrap_err().to_string();
-        assert!(e.contains("'n_embd'") && e.contains("positive integer"), "{e}");
+        let e = parse_config("x", r#"{"model_type": "gpt2", "n_embd": -4}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("'n_embd'") && e.contains("positive integer"),
+            "{e}"
+        );
     }
 
     #[test]

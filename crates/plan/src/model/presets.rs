@@ -12,24 +12,54 @@ use std::path::Path;
 /// (`gpt2`, `bert-base-cased`, `meta-llama/Llama-2-7b-hf` → `llama-2-7b`, …).
 const PRESETS: &[(&str, &str)] = &[
     ("gpt2", include_str!("../../presets/gpt2.json")),
-    ("gpt2-medium", include_str!("../../presets/gpt2-medium.json")),
+    (
+        "gpt2-medium",
+        include_str!("../../presets/gpt2-medium.json"),
+    ),
     ("gpt2-large", include_str!("../../presets/gpt2-large.json")),
     ("gpt2-xl", include_str!("../../presets/gpt2-xl.json")),
-    ("bert-base-cased", include_str!("../../presets/bert-base-cased.json")),
-    ("bert-base-uncased", include_str!("../../presets/bert-base-uncased.json")),
-    ("bert-large-uncased", include_str!("../../presets/bert-large-uncased.json")),
+    (
+        "bert-base-cased",
+        include_str!("../../presets/bert-base-cased.json"),
+    ),
+    (
+        "bert-base-uncased",
+        include_str!("../../presets/bert-base-uncased.json"),
+    ),
+    (
+        "bert-large-uncased",
+        include_str!("../../presets/bert-large-uncased.json"),
+    ),
     ("t5-large", include_str!("../../presets/t5-large.json")),
     ("t5-3b", include_str!("../../presets/t5-3b.json")),
-    ("pythia-160m", include_str!("../../presets/pythia-160m.json")),
+    (
+        "pythia-160m",
+        include_str!("../../presets/pythia-160m.json"),
+    ),
     ("pythia-1b", include_str!("../../presets/pythia-1b.json")),
     ("llama-2-7b", include_str!("../../presets/llama-2-7b.json")),
-    ("llama-2-13b", include_str!("../../presets/llama-2-13b.json")),
-    ("llama-2-70b", include_str!("../../presets/llama-2-70b.json")),
+    (
+        "llama-2-13b",
+        include_str!("../../presets/llama-2-13b.json"),
+    ),
+    (
+        "llama-2-70b",
+        include_str!("../../presets/llama-2-70b.json"),
+    ),
     ("llama-3-8b", include_str!("../../presets/llama-3-8b.json")),
-    ("llama-3-70b", include_str!("../../presets/llama-3-70b.json")),
-    ("llama-3.2-1b", include_str!("../../presets/llama-3.2-1b.json")),
+    (
+        "llama-3-70b",
+        include_str!("../../presets/llama-3-70b.json"),
+    ),
+    (
+        "llama-3.2-1b",
+        include_str!("../../presets/llama-3.2-1b.json"),
+    ),
     ("mistral-7b", include_str!("../../presets/mistral-7b.json")),
-    ("mixtral-8x7b", include_str!("../../presets/mixtral-8x7b.json")),
+    (
+        "mixtral-8x7b",
+        include_str!("../../presets/mixtral-8x7b.json"),
+    ),
     ("qwen2.5-7b", include_str!("../../presets/qwen2.5-7b.json")),
 ];
 
@@ -46,7 +76,10 @@ pub const PRESET_NAMES: [&str; 20] = {
 
 /// The stored `config.json` text of a preset (case-insensitive name).
 pub fn preset_config(name: &str) -> Option<&'static str> {
-    PRESETS.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, text)| *text)
+    PRESETS
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, text)| *text)
 }
 
 /// Resolves `--model`: a preset name first, then a path to a `config.json` (or to a directory
@@ -60,8 +93,10 @@ pub fn load_model(name_or_path: &str) -> Result<ModelSpec> {
         path = path.join("config.json");
     }
     if path.is_file() {
-        let text = std::fs::read_to_string(&path)
-            .map_err(|source| PlanError::Io { path: path.clone(), source })?;
+        let text = std::fs::read_to_string(&path).map_err(|source| PlanError::Io {
+            path: path.clone(),
+            source,
+        })?;
         return parse_config(name_or_path, &text);
     }
     Err(PlanError::UnknownModel {
@@ -85,6 +120,9 @@ mod tests {
     #[test]
     fn unknown_preset_lists_the_accepted_names() {
         let e = load_model("llama-9-1t").unwrap_err().to_string();
-        assert!(e.contains("'llama-9-1t'") && e.contains("llama-3-70b") && e.contains("config.json"), "{e}");
+        assert!(
+            e.contains("'llama-9-1t'") && e.contains("llama-3-70b") && e.contains("config.json"),
+            "{e}"
+        );
     }
 }

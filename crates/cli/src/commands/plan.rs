@@ -1,0 +1,297 @@
+//! `headroom plan`: which combination of memory levers fits this model on this hardware, and
+//! which of those is fastest. Arguments, hardware assembly (preset → TOML → flags), the search,
+//! and the exports; rendering lives in `plan_output`.
+
+use super::plan_output;
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use headroom_memory::ByteSize;
+use headroom_plan::cost::{CostModel, Problem};
+use headroom_plan::export::{accelerate, deepspeed, headroom, write_atomic};
+use headroom_plan::hardware::{self, Hardware, HardwareOverrides};
+use headroom_plan::model::load_model;
+use headroom_plan::search::{Pins, search};
+use headroom_plan::strategy::{Attention, Checkpoint, Offload, Optimizer, Precision};
+use headroom_plan::workload::{BatchSpec, Workload};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Hardware fields settable from the command line (the same names as the `--hardware` TOML).
+#[derive(Debug, Args, Default)]
+pub struct HardwareFlags {
+    /// GPUs per node.
+    #[arg(long)]
+    pub gpus_per_node: Option<u64>,
+    /// Number of nodes.
+    #[arg(long)]
+    pub nodes: Option<u64>,
+    /// Device memory per GPU (e.g. 80GiB, 24GB).
+    #[arg(long, value_name = "SIZE")]
+    pub gpu_memory: Option<ByteSize>,
+    /// Dense bf16 peak, TFLOPS.
+    #[arg(long)]
+    pub bf16_tflops: Option<f64>,
+    /// Dense fp16 peak, TFLOPS.
+    #[arg(long)]
+    pub fp16_tflops: Option<f64>,
+    /// Dense TF32 peak, TFLOPS.
+    #[arg(long)]
+    pub tf32_tflops: Option<f64>,
+    /// fp32 peak, TFLOPS.
+    #[arg(long)]
+    pub fp32_tflops: Option<f64>,
+    /// Device memory bandwidth, GB/s.
+    #[arg(long)]
+    pub memory_bandwidth_gbps: Option<f64>,
+    /// GPU-to-GPU bandwidth inside a node, per GPU and direction, GB/s.
+    #[arg(long)]
+    pub intra_node_bandwidth_gbps: Option<f64>,
+    /// Bandwidth between nodes per GPU, GB/s.
+    #[arg(long)]
+    pub inter_node_bandwidth_gbps: Option<f64>,
+    /// Host-to-GPU (PCIe) bandwidth per GPU, GB/s.
+    #[arg(long)]
+    pub pcie_bandwidth_gbps: Option<f64>,
+    /// Host RAM per node (e.g. 1TiB).
+    #[arg(long, value_name = "SIZE")]
+    pub host_memory: Option<ByteSize>,
+    /// NVMe bandwidth per node, GB/s.
+    #[arg(long)]
+    pub nvme_bandwidth_gbps: Option<f64>,
+    /// NVMe capacity per node (e.g. 3.84TB).
+    #[arg(long, value_name = "SIZE")]
+    pub nvme_size: Option<ByteSize>,
+    /// Device memory of the CUDA context (e.g. 500MiB).
+    #[arg(long, value_name = "SIZE")]
+    pub cuda_context: Option<ByteSize>,
+    /// Host optimizer throughput per node, parameters per second.
+    #[arg(long)]
+    pub cpu_optimizer_params_per_s: Option<f64>,
+}
+
+impl HardwareFlags {
+    fn overrides(&self) -> HardwareOverrides {
+        HardwareOverrides {
+            gpu: None,
+            gpus_per_node: self.gpus_per_node,
+            nodes: self.nodes,
+            gpu_memory: self.gpu_memory,
+            bf16_tflops: self.bf16_tflops,
+            fp16_tflops: self.fp16_tflops,
+            tf32_tflops: self.tf32_tflops,
+            fp32_tflops: self.fp32_tflops,
+            memory_bandwidth_gbps: self.memory_bandwidth_gbps,
+            intra_node_bandwidth_gbps: self.intra_node_bandwidth_gbps,
+            inter_node_bandwidth_gbps: self.inter_node_bandwidth_gbps,
+            pcie_bandwidth_gbps: self.pcie_bandwidth_gbps,
+            host_memory: self.host_memory,
+            nvme_bandwidth_gbps: self.nvme_bandwidth_gbps,
+            nvme_size: self.nvme_size,
+            cuda_context: self.cuda_context,
+            cpu_optimizer_params_per_s: self.cpu_optimizer_params_per_s,
+        }
+    }
+}
+
+/// Predict memory and time of a training run and choose the fastest plan that fits.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// A built-in model (see `headroom params --help`) or a Hugging Face config.json.
+    #[arg(long)]
+    pub model: String,
+    /// GPU preset: V100-16GB, V100-32GB, A100-40GB, A100-80GB, H100-80GB, H200-141GB, L4, A10G, RTX-4090.
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// TOML file with hardware fields (same names as the flags, e.g. `gpu_memory = "80GiB"`).
+    #[arg(long, value_name = "FILE")]
+    pub hardware: Option<PathBuf>,
+    #[command(flatten)]
+    pub hw: HardwareFlags,
+    /// Sequence length in tokens.
+    #[arg(long)]
+    pub seq_len: u64,
+    /// Global batch per optimizer step, in samples.
+    #[arg(long, conflicts_with = "global_batch_tokens")]
+    pub global_batch: Option<u64>,
+    /// Global batch per optimizer step, in tokens (a multiple of --seq-len).
+    #[arg(long)]
+    pub global_batch_tokens: Option<u64>,
+    /// Pin the micro-batch (samples per GPU per forward/backward).
+    #[arg(long)]
+    pub micro_batch: Option<u64>,
+    /// Pin the gradient-accumulation steps.
+    #[arg(long)]
+    pub accumulation: Option<u64>,
+    /// Pin the precision: fp32, bf16-mixed, fp16-mixed, bf16.
+    #[arg(long)]
+    pub precision: Option<Precision>,
+    /// Pin the optimizer: sgd, sgd-momentum, adamw, adamw-bf16, adamw-8bit, adafactor, lamb.
+    #[arg(long)]
+    pub optimizer: Option<Optimizer>,
+    /// Pin the ZeRO stage (0–3).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub zero: Option<u8>,
+    /// Pin the optimizer-state offload: none, cpu, nvme.
+    #[arg(long)]
+    pub offload_optimizer: Option<Offload>,
+    /// Pin the parameter offload: none, cpu, nvme.
+    #[arg(long)]
+    pub offload_params: Option<Offload>,
+    /// Pin activation checkpointing: none, all, every:K, selective.
+    #[arg(long)]
+    pub checkpoint: Option<Checkpoint>,
+    /// Pin the attention kind: naive, memory-efficient.
+    #[arg(long)]
+    pub attention: Option<Attention>,
+    /// Achievable fraction of the dense peak (default 0.45).
+    #[arg(long)]
+    pub efficiency: Option<f64>,
+    /// Fragmentation reserve as a fraction of allocated bytes (default 0.10).
+    #[arg(long)]
+    pub fragmentation: Option<f64>,
+    /// Safety margin below capacity (default 0.05).
+    #[arg(long)]
+    pub margin: Option<f64>,
+    /// How many plans to show.
+    #[arg(long, default_value_t = 5)]
+    pub top: usize,
+    /// Print one JSON object on stdout instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Write a config for the recommended plan: `--emit deepspeed ds.json`, `--emit accelerate
+    /// acc.yaml`, `--emit headroom train.toml` (repeatable).
+    #[arg(long, num_args = 2, value_names = ["KIND", "FILE"], action = clap::ArgAction::Append)]
+    pub emit: Vec<String>,
+}
+
+const EMIT_KINDS: &str = "deepspeed, accelerate, headroom";
+
+pub fn run(args: PlanArgs) -> Result<()> {
+    let emits: Vec<(String, PathBuf)> = args
+        .emit
+        .chunks(2)
+        .map(|c| (c[0].clone(), PathBuf::from(&c[1])))
+        .collect();
+    for (kind, _) in &emits {
+        if !EMIT_KINDS.split(", ").any(|k| k == kind) {
+            bail!("unknown --emit kind '{kind}'; accepted: {EMIT_KINDS}");
+        }
+    }
+    let spec = load_model(&args.model).with_context(|| format!("--model {}", args.model))?;
+    let hw = build_hardware(&args)?;
+    let batch = match (
+        args.global_batch,
+        args.global_batch_tokens,
+        args.micro_batch,
+        args.accumulation,
+    ) {
+        (Some(b), _, _, _) => BatchSpec::Samples(b),
+        (None, Some(t), _, _) => BatchSpec::Tokens(t),
+        (None, None, Some(micro_batch), Some(accumulation)) => BatchSpec::Split {
+            micro_batch,
+            accumulation,
+        },
+        _ => bail!(
+            "no batch given; accepted: --global-batch N, --global-batch-tokens N, or both --micro-batch and --accumulation"
+        ),
+    };
+    let workload = Workload::new(
+        &spec,
+        args.seq_len,
+        batch,
+        args.micro_batch,
+        args.accumulation,
+        hw.world_size(),
+    )?;
+    let mut cost = CostModel::default();
+    if let Some(v) = args.efficiency {
+        if !(v > 0.0 && v <= 1.0) {
+            bail!("--efficiency {v} is out of range; accepted: a fraction in (0, 1]");
+        }
+        cost.efficiency = v;
+    }
+    if let Some(v) = args.fragmentation {
+        if !(0.0..=1.0).contains(&v) {
+            bail!("--fragmentation {v} is out of range; accepted: a fraction in [0, 1]");
+        }
+        cost.fragmentation = v;
+    }
+    if let Some(v) = args.margin {
+        if !(0.0..1.0).contains(&v) {
+            bail!("--margin {v} is out of range; accepted: a fraction in [0, 1)");
+        }
+        cost.margin = v;
+    }
+    let pins = Pins {
+        precision: args.precision,
+        optimizer: args.optimizer,
+        zero_stage: args.zero,
+        offload_optimizer: args.offload_optimizer,
+        offload_params: args.offload_params,
+        checkpoint: args.checkpoint,
+        attention: args.attention,
+    };
+    let problem = Problem::new(spec, hw, workload, cost);
+    let started = Instant::now();
+    let outcome = search(&problem, &pins)?;
+    let elapsed = started.elapsed();
+    let report = plan_output::Report::new(&problem, &pins, &outcome, elapsed, args.top);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report.to_json())?);
+    } else {
+        print!("{}", report.to_text());
+    }
+    let Some(best) = outcome.recommended() else {
+        bail!(
+            "no plan fits: {} missing per GPU at best (see the suggestions above)",
+            headroom_memory::format_bytes(report.missing_bytes())
+        );
+    };
+    for (kind, path) in emits {
+        let text = match kind.as_str() {
+            "deepspeed" => {
+                serde_json::to_string_pretty(&deepspeed::ds_config(&problem, best)?)? + "\n"
+            }
+            "accelerate" => accelerate::accelerate_config(&problem, best)?,
+            _ => headroom::headroom_toml(&problem, best),
+        };
+        write_atomic(&path, &text).with_context(|| format!("--emit {kind}"))?;
+        if !args.json {
+            println!("wrote {kind} config to {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// GPU preset, then the `--hardware` TOML, then the flags.
+fn build_hardware(args: &PlanArgs) -> Result<Hardware> {
+    let file = match &args.hardware {
+        Some(path) => Some(read_hardware(path)?),
+        None => None,
+    };
+    let gpu = args
+        .gpu
+        .clone()
+        .or_else(|| file.as_ref().and_then(|f| f.gpu.clone()));
+    let Some(gpu) = gpu else {
+        bail!(
+            "--gpu is required (or `gpu = \"…\"` in the --hardware file); accepted: {}",
+            hardware::gpu_preset_names().join(", ")
+        );
+    };
+    let mut hw = hardware::preset(&gpu)?;
+    if let Some(f) = &file {
+        hw.apply(&HardwareOverrides {
+            gpu: None,
+            ..f.clone()
+        })?;
+    }
+    hw.apply(&args.hw.overrides())?;
+    Ok(hw)
+}
+
+fn read_hardware(path: &Path) -> Result<HardwareOverrides> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("--hardware {}", path.display()))?;
+    HardwareOverrides::from_toml(&text).with_context(|| format!("--hardware {}", path.display()))
+}

@@ -1,0 +1,245 @@
+//! Rendering of `headroom plan`: the text report (model, hardware, ranked table with the
+//! per-category breakdown, the recommendation and its reasons, or the shortfall) and the JSON
+//! object of `--json`.
+
+use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
+use headroom_memory::{Category, format_bytes};
+use headroom_plan::advice::{Shortfall, explain, shortfall};
+use headroom_plan::cost::{Plan, Problem};
+use headroom_plan::model::ParamInventory;
+use headroom_plan::search::{Pins, SearchOutcome};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// Everything the plan command prints.
+pub struct Report<'a> {
+    problem: &'a Problem,
+    outcome: &'a SearchOutcome,
+    elapsed: Duration,
+    shown: Vec<&'a Plan>,
+    reasons: Vec<String>,
+    shortfall: Option<Shortfall>,
+    largest_layer: (String, u64),
+}
+
+impl<'a> Report<'a> {
+    pub fn new(
+        problem: &'a Problem,
+        pins: &Pins,
+        outcome: &'a SearchOutcome,
+        elapsed: Duration,
+        top: usize,
+    ) -> Report<'a> {
+        let shown: Vec<&Plan> = if outcome.fitting.is_empty() {
+            outcome.closest.iter().collect()
+        } else {
+            outcome.fitting.iter().take(top.max(1)).collect()
+        };
+        let reasons = outcome
+            .recommended()
+            .map(|p| explain(problem, p))
+            .unwrap_or_default();
+        let shortfall = match (outcome.recommended(), &outcome.closest) {
+            (None, Some(closest)) => Some(shortfall(problem, pins, closest)),
+            _ => None,
+        };
+        let inv = ParamInventory::of(&problem.spec);
+        let (name, params) = inv.largest_layer();
+        Report {
+            problem,
+            outcome,
+            elapsed,
+            shown,
+            reasons,
+            shortfall,
+            largest_layer: (name.to_string(), params),
+        }
+    }
+
+    /// Bytes the closest plan lacks per GPU (0 when a plan fits).
+    pub fn missing_bytes(&self) -> u64 {
+        self.shortfall
+            .as_ref()
+            .map_or(0, |s| s.missing_bytes_per_device)
+    }
+
+    pub fn to_json(&self) -> Value {
+        let p = self.problem;
+        let spec = &p.spec;
+        let mut hardware = serde_json::to_value(&p.hardware).unwrap_or(Value::Null);
+        hardware["world_size"] = json!(p.hardware.world_size());
+        let mut workload = serde_json::to_value(&p.workload).unwrap_or(Value::Null);
+        workload["tokens_per_step"] = json!(p.workload.tokens_per_step());
+        json!({
+            "model": {
+                "name": spec.name,
+                "model_type": spec.family.model_type(),
+                "params": p.facts.params,
+                "largest_layer": { "name": self.largest_layer.0, "params": self.largest_layer.1 },
+                "layers": spec.total_blocks(),
+                "hidden_size": spec.hidden_size,
+                "vocab_size": spec.vocab_size,
+            },
+            "hardware": hardware,
+            "workload": workload,
+            "cost_model": p.cost,
+            "search": {
+                "evaluated": self.outcome.evaluated,
+                "fitting": self.outcome.fitting.len(),
+                "seconds": self.elapsed.as_secs_f64(),
+            },
+            "plans": self.shown,
+            "recommended": self.outcome.recommended(),
+            "advice": self.reasons,
+            "shortfall": self.shortfall,
+        })
+    }
+
+    pub fn to_text(&self) -> String {
+        let p = self.problem;
+        let hw = &p.hardware;
+        let spec = &p.spec;
+        let mut out = format!(
+            "Model     {} ({}): {} parameters; largest layer {} ({})\n",
+            spec.name,
+            spec.family.model_type(),
+            group_digits(p.facts.params),
+            self.largest_layer.0,
+            group_digits(self.largest_layer.1)
+        );
+        out += &format!(
+            "Hardware  {} × {} ({} per node × {} node{}), {} each, {} usable\n",
+            hw.world_size(),
+            hw.gpu.name,
+            hw.gpus_per_node,
+            hw.nodes,
+            if hw.nodes == 1 { "" } else { "s" },
+            format_bytes(hw.gpu.memory_bytes),
+            format_bytes(p.usable_device_bytes())
+        );
+        out += &format!(
+            "Workload  seq {} × global batch {} = {} tokens per step\n",
+            p.workload.seq_len,
+            p.workload.global_batch,
+            group_digits(p.workload.tokens_per_step())
+        );
+        out += &format!(
+            "Searched  {} strategies in {:.1} ms; {} fit\n\n",
+            group_digits(self.outcome.evaluated as u64),
+            self.elapsed.as_secs_f64() * 1e3,
+            group_digits(self.outcome.fitting.len() as u64)
+        );
+        out += &self.table();
+        out += "\n";
+        match (self.outcome.recommended(), &self.shortfall) {
+            (Some(best), _) => {
+                out += &format!(
+                    "Recommended: plan 1 — {:.2} s per step, {} tokens/s, MFU {:.0}%, peak {} per GPU\n",
+                    best.time.step_s,
+                    group_digits(best.time.tokens_per_s.round() as u64),
+                    100.0 * best.time.mfu,
+                    format_bytes(best.memory.per_device_peak_bytes)
+                );
+                for r in &self.reasons {
+                    out += &format!("  - {r}\n");
+                }
+            }
+            (None, Some(short)) => {
+                out += &format!(
+                    "Nothing fits: the closest plan (shown) needs {} more per GPU.\n",
+                    format_bytes(short.missing_bytes_per_device)
+                );
+                if short.suggestions.is_empty() {
+                    out += "  No single change among more GPUs, a larger GPU, offload or a shorter sequence makes it fit.\n";
+                }
+                for s in &short.suggestions {
+                    out += &format!("  - {s}\n");
+                }
+            }
+            (None, None) => {}
+        }
+        out
+    }
+
+    fn table(&self) -> String {
+        let mut t = Table::new();
+        t.load_preset(UTF8_FULL_CONDENSED)
+            .set_content_arrangement(ContentArrangement::Disabled);
+        let mut header: Vec<String> = [
+            "#",
+            "fits",
+            "precision",
+            "optimizer",
+            "zero",
+            "offload o/p",
+            "ckpt",
+            "attention",
+            "mb×acc",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for c in Category::ALL {
+            header.push(short_name(c).to_string());
+        }
+        header.extend([
+            "peak GiB".to_string(),
+            "step s".to_string(),
+            "tokens/s".to_string(),
+        ]);
+        t.set_header(header);
+        for (i, plan) in self.shown.iter().enumerate() {
+            let s = &plan.strategy;
+            let mut row = vec![
+                (i + 1).to_string(),
+                if plan.fits { "yes".into() } else { "no".into() },
+                s.precision.to_string(),
+                s.optimizer.to_string(),
+                s.zero_stage.to_string(),
+                format!("{}/{}", s.offload_optimizer, s.offload_params),
+                s.checkpoint.to_string(),
+                s.attention.to_string(),
+                format!("{}×{}", s.micro_batch, s.accumulation),
+            ];
+            for c in Category::ALL {
+                row.push(gib(plan.memory.by_category[c]));
+            }
+            row.push(gib(plan.memory.per_device_peak_bytes));
+            row.push(format!("{:.3}", plan.time.step_s));
+            row.push(group_digits(plan.time.tokens_per_s.round() as u64));
+            t.add_row(row);
+        }
+        format!("Per-GPU bytes at the peak, GiB (categories sum to the peak):\n{t}\n")
+    }
+}
+
+fn short_name(c: Category) -> &'static str {
+    match c {
+        Category::Parameter => "param",
+        Category::Gradient => "grad",
+        Category::MasterWeight => "master",
+        Category::OptimizerState => "optim",
+        Category::Activation => "activ",
+        Category::Temporary => "temp",
+        Category::Input => "input",
+        Category::Communication => "comm",
+        Category::Other => "other",
+    }
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.2}", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// `1234567` → `1,234,567`.
+pub fn group_digits(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}

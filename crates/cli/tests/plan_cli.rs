@@ -1,0 +1,377 @@
+//! The `plan`, `params` and `estimate` commands, run as the built binary: exit codes, JSON shape,
+//! exports, and error messages for bad input.
+
+use serde_json::Value;
+use std::process::{Command, Output};
+
+fn headroom(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(args)
+        .output()
+        .expect("run headroom")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
+}
+
+#[test]
+fn plan_json_has_the_documented_shape_and_categories_sum_to_the_peak() {
+    let o = headroom(&[
+        "plan",
+        "--model",
+        "llama-2-7b",
+        "--gpu",
+        "A100-80GB",
+        "--gpus-per-node",
+        "8",
+        "--seq-len",
+        "4096",
+        "--global-batch",
+        "64",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    // Published count (estimation.md §2).
+    assert_eq!(v["model"]["params"], 6_738_415_616u64);
+    assert_eq!(v["hardware"]["world_size"], 8);
+    let plans = v["plans"].as_array().unwrap();
+    assert!(!plans.is_empty());
+    for plan in plans {
+        assert!(plan["strategy"]["precision"].is_string());
+        assert!(plan["fits"].as_bool().unwrap());
+        let peak = plan["memory"]["per_device_peak_bytes"].as_u64().unwrap();
+        let cats = plan["memory"]["by_category"].as_object().unwrap();
+        assert_eq!(cats.len(), 9);
+        assert!(cats.contains_key("master_weight") && cats.contains_key("optimizer_state"));
+        assert_eq!(
+            cats.values().map(|b| b.as_u64().unwrap()).sum::<u64>(),
+            peak
+        );
+        assert!(peak <= 81_920 * 1024 * 1024);
+        assert!(plan["time"]["step_s"].as_f64().unwrap() > 0.0);
+        assert!(plan["time"]["tokens_per_s"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!(v["recommended"], plans[0]);
+}
+
+#[test]
+fn pinning_every_lever_evaluates_exactly_that_plan() {
+    let o = headroom(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--gpu",
+        "L4",
+        "--seq-len",
+        "1024",
+        "--global-batch",
+        "8",
+        "--micro-batch",
+        "2",
+        "--precision",
+        "bf16-mixed",
+        "--optimizer",
+        "adamw",
+        "--zero",
+        "0",
+        "--offload-optimizer",
+        "none",
+        "--offload-params",
+        "none",
+        "--checkpoint",
+        "every:2",
+        "--attention",
+        "naive",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["search"]["evaluated"], 1);
+    let s = &v["recommended"]["strategy"];
+    assert_eq!(s["checkpoint"], "every:2");
+    assert_eq!(s["micro_batch"], 2);
+    assert_eq!(s["accumulation"], 4);
+}
+
+#[test]
+fn nothing_fits_reports_missing_bytes_and_exits_non_zero() {
+    let o = headroom(&[
+        "plan",
+        "--model",
+        "llama-2-70b",
+        "--gpu",
+        "L4",
+        "--seq-len",
+        "2048",
+        "--global-batch",
+        "1",
+        "--offload-optimizer",
+        "none",
+        "--json",
+    ]);
+    assert!(!o.status.success());
+    let v = json(&o);
+    assert!(v["recommended"].is_null());
+    assert!(v["shortfall"]["missing_bytes_per_device"].as_u64().unwrap() > 0);
+    assert!(!v["plans"][0]["fits"].as_bool().unwrap());
+    assert!(stderr(&o).contains("no plan fits"), "{}", stderr(&o));
+}
+
+#[test]
+fn emits_write_parseable_configs_atomically() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds.json");
+    let acc = dir.path().join("acc.yaml");
+    let hr = dir.path().join("train.toml");
+    let o = headroom(&[
+        "plan",
+        "--model",
+        "mistral-7b",
+        "--gpu",
+        "A100-40GB",
+        "--gpus-per-node",
+        "4",
+        "--seq-len",
+        "2048",
+        "--global-batch",
+        "32",
+        "--emit",
+        "deepspeed",
+        ds.to_str().unwrap(),
+        "--emit",
+        "accelerate",
+        acc.to_str().unwrap(),
+        "--emit",
+        "headroom",
+        hr.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let cfg: Value = serde_json::from_str(&std::fs::read_to_string(&ds).unwrap()).unwrap();
+    assert_eq!(cfg["train_batch_size"], 32);
+    let (mb, acc_steps) = (
+        cfg["train_micro_batch_size_per_gpu"].as_u64().unwrap(),
+        cfg["gradient_accumulation_steps"].as_u64().unwrap(),
+    );
+    assert_eq!(mb * acc_steps * 4, 32);
+    assert!(cfg["zero_optimization"]["stage"].as_u64().unwrap() <= 3);
+    let yaml = std::fs::read_to_string(&acc).unwrap();
+    assert!(
+        yaml.contains("num_processes: 4") && yaml.contains("distributed_type:"),
+        "{yaml}"
+    );
+    let t: toml::Table = std::fs::read_to_string(&hr).unwrap().parse().unwrap();
+    for key in [
+        "precision",
+        "micro_batch",
+        "accumulation",
+        "checkpoint",
+        "attention",
+        "optimizer",
+        "zero_stage",
+        "offload_optimizer",
+        "offload_params",
+        "device_memory",
+    ] {
+        assert!(t.contains_key(key), "missing {key}");
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+        .collect();
+    assert!(leftovers.is_empty());
+}
+
+#[test]
+fn malformed_config_json_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("config.json");
+    std::fs::write(&bad, "{\"model_type\": \"llama\", \"hidden_size\": ").unwrap();
+    let o = headroom(&["params", "--model", bad.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not valid JSON"), "{}", stderr(&o));
+
+    std::fs::write(&bad, r#"{"model_type": "falcon", "hidden_size": 64}"#).unwrap();
+    let o = headroom(&["params", "--model", bad.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("model_type 'falcon'")
+            && e.contains("llama, mistral, mixtral, qwen2, gpt2, gpt_neox, bert, t5"),
+        "{e}"
+    );
+
+    std::fs::write(&bad, r#"{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 8, "num_hidden_layers": 2, "vocab_size": 10}"#).unwrap();
+    let o = headroom(&["params", "--model", bad.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("'intermediate_size' is missing"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn unknown_presets_name_the_accepted_values() {
+    let o = headroom(&["params", "--model", "llama-9-1t"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("unknown model preset 'llama-9-1t'")
+            && stderr(&o).contains("mixtral-8x7b"),
+        "{}",
+        stderr(&o)
+    );
+    let o = headroom(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--gpu",
+        "TPU-v5",
+        "--seq-len",
+        "128",
+        "--global-batch",
+        "1",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("unknown GPU preset 'TPU-v5'") && stderr(&o).contains("H100-80GB"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn impossible_batch_is_rejected() {
+    let o = headroom(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--gpu",
+        "A100-80GB",
+        "--gpus-per-node",
+        "4",
+        "--seq-len",
+        "512",
+        "--global-batch",
+        "6",
+    ]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("impossible batch") && e.contains("multiple of 4"),
+        "{e}"
+    );
+    let o = headroom(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--gpu",
+        "A100-80GB",
+        "--seq-len",
+        "4096",
+        "--global-batch",
+        "8",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("max_position_embeddings 1024"),
+        "{}",
+        stderr(&o)
+    );
+    let o = headroom(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--gpu",
+        "A100-80GB",
+        "--seq-len",
+        "512",
+        "--global-batch",
+        "8",
+        "--checkpoint",
+        "sometimes",
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("every:K"), "{}", stderr(&o));
+}
+
+#[test]
+fn params_json_reports_total_and_largest_layer() {
+    let o = headroom(&["params", "--model", "t5-large", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    // DeepSpeed memory docs: t5-large 737.67M total, largest layer 32.90M (the shared embedding).
+    assert_eq!(v["total"], 737_668_096u64);
+    assert_eq!(v["largest_layer"]["params"], 32_899_072u64);
+    let sum: u64 = v["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["params_total"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sum, 737_668_096);
+}
+
+#[test]
+fn estimate_deepspeed_prints_deepspeeds_table() {
+    let o = headroom(&[
+        "estimate",
+        "deepspeed",
+        "--stage",
+        "3",
+        "--params",
+        "2851e6",
+        "--largest-layer",
+        "32e6",
+        "--gpus-per-node",
+        "8",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    // DeepSpeed docs (memory.rst), estimate_zero3_model_states_mem_needs_all_cold example.
+    assert!(
+        out.contains("SW: Model with 2851M total params, 32M largest layer params."),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "   71.69GB |   0.12GB | offload_param=cpu , offload_optimizer=cpu , zero_init=1"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "    1.43GB |   6.09GB | offload_param=none, offload_optimizer=none, zero_init=1"
+        ),
+        "{out}"
+    );
+    let o = headroom(&[
+        "estimate",
+        "deepspeed",
+        "--stage",
+        "3",
+        "--params",
+        "2851e6",
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--largest-layer"), "{}", stderr(&o));
+}
+
+#[test]
+fn estimate_accelerate_prints_accelerates_table() {
+    let o = headroom(&["estimate", "accelerate", "--model", "bert-base-cased"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    // Accelerate docs: bert-base-cased total 413.18 MB at float32, training 1.61 GB.
+    assert!(
+        out.contains("413.18 MB") && out.contains("1.61 GB") && out.contains("N/A"),
+        "{out}"
+    );
+}

@@ -1,0 +1,5 @@
+//! headroom's neural-network room: optimizers over flat parameter buffers, gradient clipping
+//! and overflow checks, and (on the tensor engine) modules and models.
+
+pub mod grad;
+pub mod optim;

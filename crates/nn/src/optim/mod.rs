@@ -1,0 +1,285 @@
+//! Optimizers over flat parameter buffers (DESIGN.md: parameters live in flat per-block buffers,
+//! so updates are fused loops over contiguous ranges). Each optimizer keeps its state on the
+//! device, tagged `optimizer_state`, allocated on the first step, in f32 or bf16.
+//!
+//! Under mixed precision the buffers given to `step` are the fp32 master weights; the trainer
+//! casts them back to the 16-bit compute parameters afterwards.
+//!
+//! Not for: the gradient checks that decide the multiplier (see `grad`).
+
+mod adamw;
+mod lamb;
+mod sgd;
+mod state;
+
+pub use adamw::{AdamStep, adamw_update};
+pub use lamb::lamb_update;
+pub use sgd::{SgdStep, sgd_update};
+pub use state::{StateDtype, StateElem};
+
+use crate::grad::Grads;
+use half::bf16;
+use headroom_memory::{Category, Device, DeviceBuffer, OutOfMemory};
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
+
+/// Which update rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OptimizerKind {
+    Sgd,
+    AdamW,
+    Lamb,
+}
+
+impl OptimizerKind {
+    /// State tensors per parameter.
+    pub fn states_per_param(self, momentum: f32) -> usize {
+        match self {
+            OptimizerKind::Sgd if momentum == 0.0 => 0,
+            OptimizerKind::Sgd => 1,
+            OptimizerKind::AdamW | OptimizerKind::Lamb => 2,
+        }
+    }
+
+    fn state_names(self) -> &'static [&'static str] {
+        match self {
+            OptimizerKind::Sgd => &["momentum_buffer"],
+            OptimizerKind::AdamW | OptimizerKind::Lamb => &["exp_avg", "exp_avg_sq"],
+        }
+    }
+}
+
+/// Optimizer hyperparameters (PyTorch's defaults where they exist).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct OptimizerConfig {
+    pub kind: OptimizerKind,
+    pub weight_decay: f32,
+    pub momentum: f32,
+    pub nesterov: bool,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    pub state_dtype: StateDtype,
+}
+
+impl OptimizerConfig {
+    pub fn new(kind: OptimizerKind) -> Self {
+        let (weight_decay, eps) = match kind {
+            OptimizerKind::Sgd => (0.0, 1e-8),
+            OptimizerKind::AdamW => (0.01, 1e-8),
+            OptimizerKind::Lamb => (0.01, 1e-6),
+        };
+        OptimizerConfig {
+            kind,
+            weight_decay,
+            momentum: if kind == OptimizerKind::Sgd { 0.9 } else { 0.0 },
+            nesterov: false,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps,
+            state_dtype: StateDtype::F32,
+        }
+    }
+}
+
+/// One flat buffer to update: fp32 (master) weights, their gradients, and the ranges of the
+/// individual weights inside it (LAMB's trust ratio is per weight).
+#[derive(Debug)]
+pub struct FlatParams<'a> {
+    pub params: &'a mut [f32],
+    pub grads: Grads<'a>,
+    pub tensors: &'a [Range<usize>],
+}
+
+/// An optimizer with its device-resident state.
+#[derive(Debug)]
+pub struct Optimizer {
+    config: OptimizerConfig,
+    device: Device,
+    step: u64,
+    /// Per flat buffer, the state buffers (`states_per_param` of them).
+    state: Vec<Vec<DeviceBuffer>>,
+}
+
+fn typed_mut<S: StateElem>(buffer: &mut DeviceBuffer) -> &mut [S] {
+    let bytes = buffer
+        .as_bytes_mut()
+        .expect("optimizer state lives on a backed device");
+    bytemuck::cast_slice_mut(bytes)
+}
+
+impl Optimizer {
+    pub fn new(config: OptimizerConfig, device: Device) -> Self {
+        Optimizer {
+            config,
+            device,
+            step: 0,
+            state: Vec::new(),
+        }
+    }
+
+    pub fn config(&self) -> &OptimizerConfig {
+        &self.config
+    }
+
+    /// Optimizer steps taken.
+    pub fn steps(&self) -> u64 {
+        self.step
+    }
+
+    /// Bytes of state this optimizer holds per parameter.
+    pub fn state_bytes_per_param(&self) -> u64 {
+        self.config.kind.states_per_param(self.config.momentum) as u64
+            * self.config.state_dtype.size_bytes()
+    }
+
+    /// Allocates zeroed state for buffer `index` of `len` parameters if it has none yet.
+    fn ensure_state(&mut self, index: usize, len: usize) -> Result<(), OutOfMemory> {
+        while self.state.len() <= index {
+            self.state.push(Vec::new());
+        }
+        let count = self.config.kind.states_per_param(self.config.momentum);
+        if self.state[index].len() == count {
+            return Ok(());
+        }
+        let bytes = len as u64 * self.config.state_dtype.size_bytes();
+        for name in &self.config.kind.state_names()[..count] {
+            let label = format!("group{index}.{name}");
+            let mut buffer = self
+                .device
+                .alloc(bytes, Category::OptimizerState, Some(&label))?;
+            if let Some(b) = buffer.as_bytes_mut() {
+                b.fill(0);
+            }
+            self.state[index].push(buffer);
+        }
+        Ok(())
+    }
+
+    /// One optimizer step over every flat buffer. `grad_multiplier` scales gradients first
+    /// (inverse loss scale × clip coefficient); `lr` is this step's learning rate.
+    pub fn step(
+        &mut self,
+        groups: &mut [FlatParams<'_>],
+        grad_multiplier: f32,
+        lr: f32,
+    ) -> Result<(), OutOfMemory> {
+        for (i, g) in groups.iter().enumerate() {
+            self.ensure_state(i, g.params.len())?;
+        }
+        self.step += 1;
+        let c = self.config;
+        for (i, group) in groups.iter_mut().enumerate() {
+            match c.state_dtype {
+                StateDtype::F32 => update::<f32>(
+                    &c,
+                    &mut self.state[i],
+                    group,
+                    grad_multiplier,
+                    lr,
+                    self.step,
+                ),
+                StateDtype::Bf16 => update::<bf16>(
+                    &c,
+                    &mut self.state[i],
+                    group,
+                    grad_multiplier,
+                    lr,
+                    self.step,
+                ),
+            }
+        }
+        Ok(())
+    }
+
+    /// State buffers by name (`group0.exp_avg`, …) with their bytes, for checkpoints.
+    pub fn state_bytes(&self) -> Vec<(String, &[u8])> {
+        let names = self.config.kind.state_names();
+        self.state
+            .iter()
+            .enumerate()
+            .flat_map(|(i, bufs)| {
+                bufs.iter()
+                    .zip(names)
+                    .map(move |(b, n)| (format!("group{i}.{n}"), b.as_bytes().unwrap_or(&[])))
+            })
+            .collect()
+    }
+
+    /// Restores state saved by [`Optimizer::state_bytes`]; `lens[i]` is buffer i's parameter count.
+    pub fn load_state(
+        &mut self,
+        step: u64,
+        lens: &[usize],
+        saved: &dyn Fn(&str) -> Option<Vec<u8>>,
+    ) -> Result<(), String> {
+        for (i, &len) in lens.iter().enumerate() {
+            self.ensure_state(i, len).map_err(|e| e.to_string())?;
+            let names = self.config.kind.state_names();
+            for (buffer, name) in self.state[i].iter_mut().zip(names) {
+                let key = format!("group{i}.{name}");
+                let bytes =
+                    saved(&key).ok_or_else(|| format!("optimizer state {key} is missing"))?;
+                let dst = buffer
+                    .as_bytes_mut()
+                    .ok_or("optimizer state on a shape-only device")?;
+                if bytes.len() != dst.len() {
+                    return Err(format!(
+                        "optimizer state {key} has {} bytes, expected {}",
+                        bytes.len(),
+                        dst.len()
+                    ));
+                }
+                dst.copy_from_slice(&bytes);
+            }
+        }
+        self.step = step;
+        Ok(())
+    }
+}
+
+fn update<S: StateElem>(
+    c: &OptimizerConfig,
+    state: &mut [DeviceBuffer],
+    group: &mut FlatParams<'_>,
+    grad_multiplier: f32,
+    lr: f32,
+    step: u64,
+) {
+    let adam = AdamStep {
+        lr,
+        beta1: c.beta1,
+        beta2: c.beta2,
+        eps: c.eps,
+        weight_decay: c.weight_decay,
+        step,
+        grad_multiplier,
+    };
+    match c.kind {
+        OptimizerKind::Sgd => {
+            let h = SgdStep {
+                lr,
+                momentum: c.momentum,
+                weight_decay: c.weight_decay,
+                nesterov: c.nesterov,
+                first_step: step == 1,
+                grad_multiplier,
+            };
+            let buf = state.first_mut().map(typed_mut::<S>);
+            sgd_update(group.params, group.grads, buf, h);
+        }
+        OptimizerKind::AdamW | OptimizerKind::Lamb => {
+            let (m, v) = state.split_at_mut(1);
+            let (m, v) = (typed_mut::<S>(&mut m[0]), typed_mut::<S>(&mut v[0]));
+            if c.kind == OptimizerKind::AdamW {
+                adamw_update(group.params, group.grads, m, v, adam);
+            } else {
+                lamb_update(group.params, group.grads, m, v, group.tensors, adam);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

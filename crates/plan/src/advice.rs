@@ -1,0 +1,240 @@
+//! Advice in the terms of the decision framework: why the recommended plan looks the way it does
+//! (model states too big → sharding or offload; activations → checkpointing or memory-efficient
+//! attention; large batch → accumulation; fragmentation reserve), and, when nothing fits, how
+//! many bytes are missing and the smallest changes that would fit.
+//!
+//! Not for: computing costs (see `cost`) or ranking (see `search`).
+
+use crate::cost::{Plan, Problem, activation, memory};
+use crate::hardware::{self, Hardware};
+use crate::search::{Pins, search};
+use crate::strategy::{Attention, Checkpoint, Offload, Strategy};
+use crate::workload::{BatchSpec, Workload};
+use headroom_memory::{Category, format_bytes};
+use serde::Serialize;
+
+/// The reasons behind a plan, one sentence each.
+pub fn explain(problem: &Problem, plan: &Plan) -> Vec<String> {
+    let s = &plan.strategy;
+    let usable = problem.usable_device_bytes();
+    let mut out = Vec::new();
+
+    let replicated = Strategy {
+        zero_stage: 0,
+        offload_optimizer: Offload::None,
+        offload_params: Offload::None,
+        ..*s
+    };
+    let full_states = memory::model_state_bytes(problem, &replicated);
+    let states = memory::model_state_bytes(problem, s);
+    let n = problem.hardware.world_size();
+    if s.zero_stage > 0 || s.offload_optimizer != Offload::None {
+        let how = match (s.zero_stage, s.offload_optimizer, s.offload_params) {
+            (z, Offload::None, _) => format!("ZeRO-{z} shards them over {n} GPUs"),
+            (z, o, Offload::None) => format!("ZeRO-{z} with optimizer states offloaded to {o}"),
+            (z, o, p) => format!("ZeRO-{z} with optimizer states on {o} and parameters on {p}"),
+        };
+        let verdict = if full_states > usable {
+            "more than"
+        } else {
+            "out of"
+        };
+        out.push(format!(
+            "Model states: replicated they would take {} per GPU ({verdict} the {} usable); {how}, leaving {} per GPU.",
+            format_bytes(full_states),
+            format_bytes(usable),
+            format_bytes(states)
+        ));
+    } else {
+        out.push(format!(
+            "Model states: {} per GPU fit replicated (no sharding or offload needed).",
+            format_bytes(states)
+        ));
+    }
+
+    let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
+    let e = memory::param_bytes(s.precision);
+    let plain =
+        activation::model_activations(&problem.spec, seq, b, e, Attention::Naive, Checkpoint::None);
+    let act = plan.memory.by_category[Category::Activation];
+    if s.checkpoint != Checkpoint::None || s.attention == Attention::MemoryEfficient {
+        let recompute = 100.0 * plan.time.recompute_flops / plan.time.model_flops;
+        let mut levers = Vec::new();
+        if s.checkpoint != Checkpoint::None {
+            levers.push(format!(
+                "checkpointing ({}, +{recompute:.1}% FLOPs recomputed)",
+                s.checkpoint
+            ));
+        }
+        if s.attention == Attention::MemoryEfficient {
+            levers.push("memory-efficient attention (no s² scores stored)".to_string());
+        }
+        out.push(format!(
+            "Activations: {} per GPU at micro-batch {} with naive attention and no checkpointing; {} {} them to {}.",
+            format_bytes(plain.round() as u64),
+            s.micro_batch,
+            levers.join(" and "),
+            if levers.len() == 1 { "brings" } else { "bring" },
+            format_bytes(act)
+        ));
+    } else {
+        out.push(format!(
+            "Activations: {} per GPU fit without checkpointing.",
+            format_bytes(act)
+        ));
+    }
+
+    out.push(format!(
+        "Batch: global batch {} = micro-batch {} × {} accumulation steps × {n} GPUs.",
+        problem.workload.global_batch, s.micro_batch, s.accumulation
+    ));
+    out.push(format!(
+        "Reserve: {} of CUDA context and {:.0}% fragmentation reserve are counted in 'other'; plans must stay under {} ({:.0}% margin below {}).",
+        format_bytes(problem.hardware.cuda_context_bytes),
+        100.0 * problem.cost.fragmentation,
+        format_bytes(usable),
+        100.0 * problem.cost.margin,
+        format_bytes(problem.hardware.gpu.memory_bytes)
+    ));
+    if plan.memory.host_bytes_per_node > 0 || plan.memory.nvme_bytes_per_node > 0 {
+        out.push(format!(
+            "Offload needs {} of host RAM and {} of NVMe per node.",
+            format_bytes(plan.memory.host_bytes_per_node),
+            format_bytes(plan.memory.nvme_bytes_per_node)
+        ));
+    }
+    if plan.fidelity_tier > 0 {
+        out.push(format!(
+            "Note: this plan changes the training numerics (precision {}, optimizer {}); nothing with mixed-precision AdamW fits.",
+            s.precision, s.optimizer
+        ));
+    }
+    out
+}
+
+/// What to do when no plan fits.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Shortfall {
+    /// Bytes the closest plan lacks on each device (peak − usable).
+    pub missing_bytes_per_device: u64,
+    /// Changes that make at least one plan fit, smallest first within each kind.
+    pub suggestions: Vec<String>,
+}
+
+/// Finds how far the closest plan misses and which single changes would fit.
+pub fn shortfall(problem: &Problem, pins: &Pins, closest: &Plan) -> Shortfall {
+    let missing = closest
+        .memory
+        .per_device_peak_bytes
+        .saturating_sub(problem.usable_device_bytes());
+    let mut suggestions = Vec::new();
+    let fits = |p: &Problem, pins: &Pins| search(p, pins).is_ok_and(|o| !o.fitting.is_empty());
+
+    // More GPUs of the same kind: fill the node up to 8, then add nodes.
+    let hw = &problem.hardware;
+    let mut candidate = hw.clone();
+    for _ in 0..12 {
+        if candidate.gpus_per_node < 8 {
+            candidate.gpus_per_node = (candidate.gpus_per_node * 2).min(8);
+        } else {
+            candidate.nodes *= 2;
+        }
+        if let Some(p) = with_hardware(problem, &candidate)
+            && fits(&p, pins)
+        {
+            let batch = if p.workload.global_batch == problem.workload.global_batch {
+                String::new()
+            } else {
+                format!(" --global-batch {}", p.workload.global_batch)
+            };
+            suggestions.push(format!(
+                "use {} GPUs ({} per node × {} nodes): --gpus-per-node {} --nodes {}{batch}",
+                candidate.world_size(),
+                candidate.gpus_per_node,
+                candidate.nodes,
+                candidate.gpus_per_node,
+                candidate.nodes
+            ));
+            break;
+        }
+    }
+
+    // A larger GPU, same count.
+    let mut bigger: Vec<Hardware> = hardware::gpu_preset_names()
+        .into_iter()
+        .filter_map(|n| hardware::preset(n).ok())
+        .filter(|h| h.gpu.memory_bytes > hw.gpu.memory_bytes)
+        .collect();
+    bigger.sort_by_key(|h| h.gpu.memory_bytes);
+    for mut h in bigger {
+        h.gpus_per_node = hw.gpus_per_node;
+        h.nodes = hw.nodes;
+        if let Some(p) = with_hardware(problem, &h)
+            && fits(&p, pins)
+        {
+            suggestions.push(format!("use a larger GPU: --gpu {}", h.gpu.name));
+            break;
+        }
+    }
+
+    // Offload, where the pins forbade it.
+    if pins.offload_optimizer == Some(Offload::None) || pins.offload_params == Some(Offload::None) {
+        let freed = Pins {
+            offload_optimizer: None,
+            offload_params: None,
+            zero_stage: None,
+            ..*pins
+        };
+        if fits(problem, &freed) {
+            suggestions.push(
+                "allow offload: drop --offload-optimizer none / --offload-params none / --zero"
+                    .into(),
+            );
+        }
+    }
+
+    // A shorter sequence.
+    let mut seq = problem.workload.seq_len / 2;
+    while seq >= 64 {
+        let w = Workload {
+            seq_len: seq,
+            ..problem.workload.clone()
+        };
+        let p = Problem {
+            workload: w,
+            ..problem.clone()
+        };
+        if fits(&p, pins) {
+            suggestions.push(format!("shorten the sequence: --seq-len {seq}"));
+            break;
+        }
+        seq /= 2;
+    }
+    Shortfall {
+        missing_bytes_per_device: missing,
+        suggestions,
+    }
+}
+
+/// The same problem on other hardware, if the batch still splits over its GPUs.
+fn with_hardware(problem: &Problem, hw: &Hardware) -> Option<Problem> {
+    let world = hw.world_size();
+    let w = &problem.workload;
+    // Keep the global batch when it splits over the new GPUs, else round it up to a multiple.
+    let global = w.global_batch.max(world).div_ceil(world) * world;
+    let batch = BatchSpec::Samples(global);
+    let workload = Workload::new(
+        &problem.spec,
+        w.seq_len,
+        batch,
+        w.micro_batch,
+        w.accumulation,
+        world,
+    )
+    .ok()?;
+    Some(Problem {
+        hardware: hw.clone(),
+        workload,
+        ..problem.clone()
+    })
+}

@@ -1,0 +1,173 @@
+//! Activation memory of a transformer block and of the whole model for one micro-batch, after
+//! Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (arXiv
+//! 2205.05198, §4, Table 2; shared/reference/techniques.md §2.3), generalised to GQA, gated
+//! MLPs, MoE, byte widths other than 2, models without dropout, and memory-efficient attention.
+//!
+//! Per block, with `e` bytes per activation element, micro-batch `b`, sequence `s`, hidden `h`,
+//! query width `q = heads·head_dim`, key/value width `kv`, FFN width `f`, `a` heads:
+//!
+//! | term | bytes | Korthikanti (e = 2, q = kv = h, f = 4h, dropout) |
+//! |---|---|---|
+//! | norm inputs | 2·e·sbh | 4sbh |
+//! | QKV input, Q, K, V, output-projection input | e·sb·(h + q + kv + kv + q) | 10sbh |
+//! | attention-output dropout mask | sbh (if dropout) | sbh |
+//! | core attention, naive | e·as²b softmax + (as²b mask + e·as²b dropout output if dropout) | 5as²b |
+//! | core attention, memory-efficient | 4·asb (fp32 log-sum-exp; LLM-Analysis) | — |
+//! | MLP, plain | e·sbh + 2·e·sbf + sbh mask (if dropout) | 19sbh |
+//! | MLP, gated (SwiGLU) | e·sbh + 4·e·sbf (gate out, act out, up out, product) | — |
+//! | MoE | MLP expert part × experts_per_token + 4·sbE router logits | — |
+//!
+//! The 34·sbh + 5·as²b of Eq. 1 is reproduced exactly for GPT-style blocks (see tests).
+//! T5 decoder blocks add a cross-attention costed like a self-attention plus a third norm.
+//!
+//! Not for: parameters, gradients or optimizer states (see `memory`).
+
+use crate::model::{MlpKind, ModelSpec};
+use crate::strategy::{Attention, Checkpoint};
+
+/// Bytes of activations one block stores for backward, for micro-batch `b`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BlockActivations {
+    /// Everything except the s² core-attention terms.
+    pub linear_part: f64,
+    /// The core-attention terms (s² for naive attention, O(s) for memory-efficient).
+    pub core_attention: f64,
+    /// What a fully checkpointed block keeps: its input, `e·sbh`.
+    pub input: f64,
+}
+
+impl BlockActivations {
+    pub fn full(&self) -> f64 {
+        self.linear_part + self.core_attention
+    }
+}
+
+/// Activations of one block (averaged over encoder and decoder blocks for T5).
+pub fn block(spec: &ModelSpec, s: f64, b: f64, e: f64, attention: Attention) -> BlockActivations {
+    let (h, q, kv, f) = (
+        spec.hidden_size as f64,
+        spec.q_dim() as f64,
+        spec.kv_dim() as f64,
+        spec.intermediate_size as f64,
+    );
+    let a = spec.num_heads as f64;
+    let sb = s * b;
+    let drop = if spec.dropout { 1.0 } else { 0.0 };
+
+    let norms = 2.0 * e * sb * h;
+    let attn_linear = e * sb * (h + q + kv + kv + q) + drop * sb * h;
+    let core = match attention {
+        Attention::Naive => e * a * s * s * b + drop * (a * s * s * b + e * a * s * s * b),
+        Attention::MemoryEfficient => 4.0 * a * s * b,
+    };
+    let k = spec.experts_per_token as f64;
+    let mlp = match spec.mlp {
+        MlpKind::Plain => e * sb * h + k * 2.0 * e * sb * f + drop * sb * h,
+        MlpKind::Gated => e * sb * h + k * 4.0 * e * sb * f,
+    };
+    let router = if spec.num_experts > 1 {
+        4.0 * sb * spec.num_experts as f64
+    } else {
+        0.0
+    };
+
+    let encoder = norms + attn_linear + mlp + router;
+    let (linear_part, core_attention) = if spec.num_decoder_layers > 0 {
+        // T5: decoder blocks carry a cross-attention and a third norm; average over all blocks.
+        let decoder = encoder + attn_linear + e * sb * h;
+        let (ne, nd) = (spec.num_layers as f64, spec.num_decoder_layers as f64);
+        (
+            (ne * encoder + nd * decoder) / (ne + nd),
+            core * (ne + 2.0 * nd) / (ne + nd),
+        )
+    } else {
+        (encoder, core)
+    };
+    BlockActivations {
+        linear_part,
+        core_attention,
+        input: e * sb * h,
+    }
+}
+
+/// Whole-model activation terms outside the blocks (Korthikanti §4.3 with p = 1): embedding
+/// dropout mask `sbh`, final-norm input and output-projection input `2·e·sbh`, fp32 logits `4sbv`.
+pub fn outside_blocks(spec: &ModelSpec, s: f64, b: f64, e: f64) -> f64 {
+    let (h, v) = (spec.hidden_size as f64, spec.vocab_size as f64);
+    let drop = if spec.dropout { 1.0 } else { 0.0 };
+    drop * s * b * h + 2.0 * e * s * b * h + 4.0 * s * b * v
+}
+
+/// Number of blocks a policy checkpoints among `n` (one in every `k`, rounded up).
+pub fn checkpointed_blocks(policy: Checkpoint, n: u64) -> u64 {
+    match policy {
+        Checkpoint::EveryNth(k) => n.div_ceil(k.max(1)),
+        Checkpoint::None | Checkpoint::Selective => 0,
+    }
+}
+
+/// Activation bytes held at the start of backward, the peak of a step's activations.
+///
+/// A checkpointed block keeps only its input; during its backward it is recomputed, so one
+/// block's activations exist again, minus the input it already holds (the input is the first
+/// tensor the block saves). Selective recomputation drops the core-attention terms of every
+/// block and recomputes them one block at a time.
+pub fn model_activations(
+    spec: &ModelSpec,
+    s: f64,
+    b: f64,
+    e: f64,
+    attention: Attention,
+    policy: Checkpoint,
+) -> f64 {
+    let blk = block(spec, s, b, e, attention);
+    let n = spec.total_blocks();
+    let outside = outside_blocks(spec, s, b, e);
+    let blocks = match policy {
+        Checkpoint::None => n as f64 * blk.full(),
+        Checkpoint::Selective => n as f64 * blk.linear_part + blk.core_attention,
+        Checkpoint::EveryNth(_) => {
+            let c = checkpointed_blocks(policy, n) as f64;
+            c * blk.input + (n as f64 - c) * blk.full() + (blk.full() - blk.input)
+        }
+    };
+    blocks + outside
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::load_model;
+
+    #[test]
+    fn gpt_block_reproduces_korthikanti_eq1() {
+        // GPT-2 style (MHA, f = 4h, GeLU, dropout), 16-bit: sbh·(34 + 5as/h).
+        let m = load_model("gpt2-xl").unwrap();
+        let (s, b) = (1024.0, 4.0);
+        let (h, a) = (1600.0, 25.0);
+        let blk = block(&m, s, b, 2.0, Attention::Naive);
+        let expected = s * b * h * (34.0 + 5.0 * a * s / h);
+        assert!(
+            (blk.full() - expected).abs() < 1e-6,
+            "{} vs {expected}",
+            blk.full()
+        );
+        // Selective recompute keeps the 34·sbh part (Table 2, "selective recompute", t = 1).
+        assert!((blk.linear_part - 34.0 * s * b * h).abs() < 1e-6);
+        // Full recompute keeps sbh·2 (Table 2, last row).
+        assert_eq!(blk.input, 2.0 * s * b * h);
+    }
+
+    #[test]
+    fn swiglu_gqa_block_matches_hand_count() {
+        // llama-3-8b, s = 4096, b = 1, bf16, no dropout, naive attention:
+        //   norms 2·2sbh; attention linear 2·sb·(4096 + 4096 + 1024 + 1024 + 4096) = 2·sb·14336;
+        //   core 2·a·s²; MLP 2·sbh + 4·2·sb·14336.
+        let m = load_model("llama-3-8b").unwrap();
+        let (s, h, f, a) = (4096.0, 4096.0, 14336.0, 32.0);
+        let expected =
+            4.0 * s * h + 2.0 * s * 14336.0 + 2.0 * a * s * s + 2.0 * s * h + 8.0 * s * f;
+        let blk = block(&m, s, 1.0, 2.0, Attention::Naive);
+        assert!((blk.full() - expected).abs() < 1e-3);
+    }
+}

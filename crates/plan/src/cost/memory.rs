@@ -1,0 +1,300 @@
+//! Device, host and NVMe bytes of one strategy, per `Category`, at the step's peak.
+//!
+//! Model states follow the ZeRO paper's accounting (Rajbhandari et al. 2020, §3.1 and §5;
+//! techniques.md §4.1): with Ψ parameters, mixed-precision Adam keeps 2Ψ of 16-bit parameters,
+//! 2Ψ of 16-bit gradients and K = 12 bytes per parameter of fp32 master weights (4) and
+//! momentum + variance (8); stage 1 divides master + optimizer states by N_d, stage 2 also the
+//! gradients, stage 3 also the parameters. Other optimizers change K (techniques.md §5).
+//!
+//! A step has two candidate peaks, and the larger one is reported:
+//! - forward/backward: model states + activations (held at the start of backward) + transient
+//!   workspace (logits gradient, naive-attention backward scores) + inputs + buffers;
+//! - optimizer step: model states + the optimizer's temporaries (PyTorch `foreach` AdamW holds
+//!   about one copy of the parameters being updated, TT-PR #389), no activations.
+//!
+//! `Other` holds the CUDA context (hardware field) plus the fragmentation reserve, a fraction of
+//! everything else allocated.
+//!
+//! Not for: step time (see `time`).
+
+use super::{Problem, activation};
+use crate::strategy::{Attention, Offload, Optimizer, Precision, Strategy};
+use headroom_memory::{Category, CategoryBytes};
+use serde::Serialize;
+
+/// Which part of the step sets the peak.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    ForwardBackward,
+    OptimizerStep,
+}
+
+/// Predicted memory of one strategy.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MemoryPrediction {
+    /// Bytes per device at the peak; equals the sum of `by_category`.
+    pub per_device_peak_bytes: u64,
+    /// Bytes per category per device at the peak.
+    pub by_category: CategoryBytes,
+    /// Bytes per category per device between steps (model states, buffers, context).
+    pub steady_by_category: CategoryBytes,
+    pub peak_phase: Phase,
+    pub capacity_bytes: u64,
+    pub usable_bytes: u64,
+    /// Host RAM per node for offloaded states, fp32 gradients and staging buffers.
+    pub host_bytes_per_node: u64,
+    /// NVMe bytes per node for states offloaded to disk.
+    pub nvme_bytes_per_node: u64,
+}
+
+/// PyTorch DDP's default `bucket_cap_mb` (25 MiB); two buckets in flight.
+const DDP_BUCKET_BYTES: f64 = 25.0 * 1024.0 * 1024.0;
+/// DeepSpeed `offload_param` defaults: `buffer_count` 5 × `buffer_size` 1e8 elements.
+const PARAM_NVME_STAGING_ELEMENTS: f64 = 5.0 * 1e8;
+/// NVMe optimizer staging: DeepSpeed `offload_optimizer.buffer_count` 4 × a sub-group of at most
+/// 1e8 elements (the `sub_group_size` the DeepSpeed export writes) in fp32.
+const OPT_NVME_SUB_GROUP: f64 = 1e8;
+
+/// Bytes per element of 16/32-bit parameters and gradients.
+pub fn param_bytes(p: Precision) -> f64 {
+    if p == Precision::Fp32 { 4.0 } else { 2.0 }
+}
+
+/// fp32 master weights exist only under mixed precision.
+pub fn master_bytes(p: Precision) -> f64 {
+    if matches!(p, Precision::Bf16Mixed | Precision::Fp16Mixed) {
+        4.0
+    } else {
+        0.0
+    }
+}
+
+/// Bytes of the full (unsharded) optimizer state.
+pub fn optimizer_state_bytes(problem: &Problem, s: &Strategy) -> f64 {
+    let p = problem.facts.params as f64;
+    // States take the dtype of the weights the optimizer updates: fp32 master weights under
+    // mixed precision and fp32, bf16 under pure bf16.
+    let sd = if s.precision == Precision::Bf16 {
+        2.0
+    } else {
+        4.0
+    };
+    match s.optimizer {
+        Optimizer::Sgd => 0.0,
+        Optimizer::SgdMomentum => p * sd,
+        Optimizer::AdamW | Optimizer::Lamb => 2.0 * p * sd,
+        Optimizer::AdamWBf16 => 4.0 * p,
+        // uint8 m and v plus one fp32 absmax per block of 2048 per state (Dettmers et al. 2022).
+        Optimizer::AdamW8bit => 2.0 * p + 2.0 * 4.0 * (p / 2048.0).ceil(),
+        // Factored second moment in fp32 (Shazeer & Stern 2018), no first moment by default.
+        Optimizer::Adafactor => problem.facts.adafactor_state_elements as f64 * 4.0,
+    }
+}
+
+/// Device bytes of the four model-state categories during forward/backward.
+pub fn model_state_bytes(problem: &Problem, s: &Strategy) -> u64 {
+    let states = ModelStates::of(problem, s);
+    (states.param_device
+        + states.gathered_params
+        + states.grad_device
+        + states.grad_unit
+        + states.master_device
+        + states.opt_device)
+        .round() as u64
+}
+
+/// Model states of one device, and what is offloaded.
+struct ModelStates {
+    param_device: f64,
+    gathered_params: f64,
+    grad_device: f64,
+    grad_unit: f64,
+    master_device: f64,
+    opt_device: f64,
+    host_per_rank: f64,
+    nvme_per_rank: f64,
+}
+
+impl ModelStates {
+    fn of(problem: &Problem, s: &Strategy) -> ModelStates {
+        let f = &problem.facts;
+        let n = problem.hardware.world_size() as f64;
+        let p = f.params as f64;
+        let (pb, gb, mb) = (
+            param_bytes(s.precision),
+            param_bytes(s.precision),
+            master_bytes(s.precision),
+        );
+        let shard = |bytes: f64, sharded: bool| if sharded { (bytes / n).ceil() } else { bytes };
+        let opt_off = s.offload_optimizer != Offload::None;
+        let par_off = s.offload_params != Offload::None;
+
+        let param_local = shard(p * pb, s.zero_stage == 3);
+        let grad_local = shard(p * gb, s.zero_stage >= 2);
+        let master_local = shard(p * mb, s.zero_stage >= 1);
+        let opt_local = shard(optimizer_state_bytes(problem, s), s.zero_stage >= 1);
+
+        // ZeRO-3/FSDP gathers whole units before use: the current and the prefetched one (FSDP's
+        // rate limiter allows two in-flight all-gathers, techniques.md §4.2), plus the unsharded
+        // gradient of the unit being reduce-scattered (DeepSpeed's 4·largest_layer: 2 B param +
+        // 2 B grad). What is gathered can never exceed what other ranks hold.
+        let remote = if par_off { p } else { p * (n - 1.0) / n };
+        let unit = f.gather_unit_params as f64;
+        // With optimizer offload the gradients leave the device, but each unit's gradient is
+        // still produced there before it is copied out, whatever the number of GPUs.
+        let grad_window = if opt_off { p } else { remote };
+        let (gathered_params, grad_unit) = if s.zero_stage == 3 {
+            ((2.0 * unit).min(remote) * pb, unit.min(grad_window) * gb)
+        } else {
+            (0.0, 0.0)
+        };
+
+        let mut host = 0.0;
+        let mut nvme = 0.0;
+        if opt_off {
+            // ZeRO-Offload: fp32 master copy, optimizer states and fp32 gradients on the host
+            // (DeepSpeed memory docs: "4 bytes per gradient for nearly the entire set of weights").
+            let local = p / if s.zero_stage >= 1 { n } else { 1.0 };
+            let states = 4.0 * local + opt_local;
+            host += 4.0 * local;
+            if s.offload_optimizer == Offload::Nvme {
+                nvme += states;
+                host += 4.0 * local.min(OPT_NVME_SUB_GROUP) * 4.0;
+            } else {
+                host += states;
+            }
+        }
+        if par_off {
+            let local = (p * pb / n).ceil();
+            if s.offload_params == Offload::Nvme {
+                nvme += local;
+                host += PARAM_NVME_STAGING_ELEMENTS * pb;
+            } else {
+                host += local;
+            }
+        }
+        ModelStates {
+            param_device: if par_off { 0.0 } else { param_local },
+            gathered_params,
+            grad_device: if opt_off { 0.0 } else { grad_local },
+            grad_unit,
+            master_device: if opt_off { 0.0 } else { master_local },
+            opt_device: if opt_off { 0.0 } else { opt_local },
+            host_per_rank: host,
+            nvme_per_rank: nvme,
+        }
+    }
+}
+
+/// Predicts the memory of `s` on `problem`.
+pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
+    let spec = &problem.spec;
+    let hw = &problem.hardware;
+    let n = hw.world_size();
+    let p = problem.facts.params as f64;
+    let states = ModelStates::of(problem, s);
+    let (pb, gb) = (param_bytes(s.precision), param_bytes(s.precision));
+    let e = param_bytes(s.precision);
+    let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
+    let opt_off = s.offload_optimizer != Offload::None;
+
+    // Communication buffers: DDP buckets; DeepSpeed reduce + all-gather buckets at stages 1–2,
+    // reduce bucket at stage 3 (gathered parameters are counted as parameters).
+    let bucket = (problem.cost.bucket_elements as f64).min(p);
+    let comm = match s.zero_stage {
+        0 if n > 1 => 2.0 * DDP_BUCKET_BYTES,
+        1 | 2 if n > 1 || opt_off => bucket * (gb + pb),
+        3 if n > 1 || opt_off => bucket * gb,
+        _ => 0.0,
+    };
+
+    let activations = activation::model_activations(spec, seq, b, e, s.attention, s.checkpoint);
+    // Transient workspace in backward, not live at the same time: the fp32 gradient of the
+    // logits (4·sbv), then per layer the naive attention's score gradients (2·e·as²b).
+    let logits_grad = 4.0 * seq * b * spec.vocab_size as f64;
+    let attn_bwd = match s.attention {
+        Attention::Naive => 2.0 * e * spec.num_heads as f64 * seq * seq * b,
+        Attention::MemoryEfficient => 0.0,
+    };
+    let temp_fb = logits_grad.max(attn_bwd);
+    // input_ids, attention_mask and labels as int64.
+    let input = 3.0 * 8.0 * seq * b;
+
+    // Optimizer-step temporaries on the device.
+    let local_params = p / if s.zero_stage >= 1 { n as f64 } else { 1.0 };
+    let sd = if s.precision == Precision::Bf16 {
+        2.0
+    } else {
+        4.0
+    };
+    let temp_step = if opt_off {
+        0.0
+    } else {
+        match s.optimizer {
+            Optimizer::AdamW | Optimizer::AdamWBf16 | Optimizer::Lamb | Optimizer::SgdMomentum => {
+                local_params * sd
+            }
+            // HF Adafactor works tensor by tensor: an fp32 update and squared gradient.
+            Optimizer::Adafactor => 2.0 * 4.0 * problem.facts.largest_layer_params as f64,
+            Optimizer::AdamW8bit | Optimizer::Sgd => 0.0,
+        }
+    };
+
+    let frag = problem.cost.fragmentation;
+    let ctx = hw.cuda_context_bytes as f64;
+    let with_other = |mut c: CategoryBytes| {
+        let allocated = c.total() as f64;
+        c[Category::Other] = (ctx + frag * allocated).round() as u64;
+        c
+    };
+    let build = |parts: &[(Category, f64)]| -> CategoryBytes {
+        parts
+            .iter()
+            .map(|(c, v)| (*c, v.max(0.0).round() as u64))
+            .collect()
+    };
+
+    let fb = with_other(build(&[
+        (
+            Category::Parameter,
+            states.param_device + states.gathered_params,
+        ),
+        (Category::Gradient, states.grad_device + states.grad_unit),
+        (Category::MasterWeight, states.master_device),
+        (Category::OptimizerState, states.opt_device),
+        (Category::Activation, activations),
+        (Category::Temporary, temp_fb),
+        (Category::Input, input),
+        (Category::Communication, comm),
+    ]));
+    let step = with_other(build(&[
+        (Category::Parameter, states.param_device),
+        (Category::Gradient, states.grad_device),
+        (Category::MasterWeight, states.master_device),
+        (Category::OptimizerState, states.opt_device),
+        (Category::Temporary, temp_step),
+        (Category::Communication, comm),
+    ]));
+    let steady = with_other(build(&[
+        (Category::Parameter, states.param_device),
+        (Category::MasterWeight, states.master_device),
+        (Category::OptimizerState, states.opt_device),
+        (Category::Communication, comm),
+    ]));
+    let (by_category, peak_phase) = if step.total() > fb.total() {
+        (step, Phase::OptimizerStep)
+    } else {
+        (fb, Phase::ForwardBackward)
+    };
+    MemoryPrediction {
+        per_device_peak_bytes: by_category.total(),
+        by_category,
+        steady_by_category: steady,
+        peak_phase,
+        capacity_bytes: hw.gpu.memory_bytes,
+        usable_bytes: problem.usable_device_bytes(),
+        host_bytes_per_node: (states.host_per_rank * hw.gpus_per_node as f64).round() as u64,
+        nvme_bytes_per_node: (states.nvme_per_rank * hw.gpus_per_node as f64).round() as u64,
+    }
+}

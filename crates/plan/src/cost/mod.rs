@@ -1,0 +1,155 @@
+//! The cost model: for one `Strategy` on one `Problem` (model, hardware, workload), the bytes per
+//! `Category` on each device at the step's peak (`memory`), the host and NVMe bytes it needs,
+//! and the time of one optimizer step (`time`). Every term names its source in its module.
+//!
+//! Not for: choosing among strategies (see `search`).
+
+pub mod activation;
+pub mod memory;
+pub mod time;
+
+use crate::hardware::Hardware;
+use crate::model::{ModelSpec, ParamInventory};
+use crate::strategy::Strategy;
+use crate::workload::Workload;
+use serde::Serialize;
+
+pub use memory::MemoryPrediction;
+pub use time::TimePrediction;
+
+/// Tunable assumptions of the cost model.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct CostModel {
+    /// Achievable fraction of the dense peak for the model's matmuls (MFU-like). Korthikanti et
+    /// al. report 41–56 % MFU, FSDP 55–60 % on A100; 0.45 is the default.
+    pub efficiency: f64,
+    /// Allocator fragmentation reserve, as a fraction of the allocated bytes (PyTorch caching
+    /// allocator rounding and split blocks; ZeRO §6 saw OOM with > 30 % free in extreme cases).
+    pub fragmentation: f64,
+    /// Safety margin: a plan fits when its peak ≤ capacity × (1 − margin).
+    pub margin: f64,
+    /// DeepSpeed `reduce_bucket_size` / `allgather_bucket_size` in elements, also written into
+    /// the exported ds_config (HF DeepSpeed docs use 2e8 as the memory-friendly value).
+    pub bucket_elements: u64,
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        CostModel {
+            efficiency: 0.45,
+            fragmentation: 0.10,
+            margin: 0.05,
+            bucket_elements: 200_000_000,
+        }
+    }
+}
+
+/// The numbers of a model the cost model needs, computed once from its inventory.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ModelFacts {
+    pub params: u64,
+    /// The most parameters ZeRO-3/FSDP gathers at once: the larger of one block and the largest
+    /// single module (an embedding or LM head, gathered per module by DeepSpeed).
+    pub gather_unit_params: u64,
+    pub largest_layer_params: u64,
+    pub adafactor_state_elements: u64,
+    /// Matmul weights per token (MoE experts scaled by k/E), LM head included.
+    pub active_matmul_params: f64,
+    /// The part of `active_matmul_params` inside transformer blocks.
+    pub active_block_matmul_params: f64,
+    /// Attention layers (T5 decoder blocks have two: self and cross).
+    pub attention_layers: u64,
+}
+
+impl ModelFacts {
+    pub fn of(spec: &ModelSpec, inv: &ParamInventory) -> ModelFacts {
+        let largest = inv.largest_layer().1;
+        ModelFacts {
+            params: inv.total(),
+            gather_unit_params: inv.max_block_params().max(largest),
+            largest_layer_params: largest,
+            adafactor_state_elements: inv.adafactor_state_elements(),
+            active_matmul_params: inv.active_matmul_params(spec),
+            active_block_matmul_params: inv.active_block_matmul_params(spec),
+            attention_layers: spec.num_layers + 2 * spec.num_decoder_layers,
+        }
+    }
+}
+
+/// Everything a plan is evaluated against.
+#[derive(Clone, Debug)]
+pub struct Problem {
+    pub spec: ModelSpec,
+    pub facts: ModelFacts,
+    pub hardware: Hardware,
+    pub workload: Workload,
+    pub cost: CostModel,
+}
+
+impl Problem {
+    pub fn new(
+        spec: ModelSpec,
+        hardware: Hardware,
+        workload: Workload,
+        cost: CostModel,
+    ) -> Problem {
+        let inv = ParamInventory::of(&spec);
+        let facts = ModelFacts::of(&spec, &inv);
+        Problem {
+            spec,
+            facts,
+            hardware,
+            workload,
+            cost,
+        }
+    }
+
+    /// Device bytes a plan may use: capacity × (1 − margin).
+    pub fn usable_device_bytes(&self) -> u64 {
+        (self.hardware.gpu.memory_bytes as f64 * (1.0 - self.cost.margin)) as u64
+    }
+}
+
+/// A strategy with its predicted memory and time.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Plan {
+    pub strategy: Strategy,
+    /// Peak ≤ usable device memory, and host RAM and NVMe needs within their capacities.
+    pub fits: bool,
+    pub memory: MemoryPrediction,
+    pub time: TimePrediction,
+    /// How far the plan departs from mixed-precision AdamW semantics (0 = not at all); plans
+    /// rank by tier first, then by throughput.
+    pub fidelity_tier: u8,
+}
+
+/// Predicts memory and time of `strategy`.
+pub fn evaluate(problem: &Problem, strategy: &Strategy) -> Plan {
+    let memory = memory::predict(problem, strategy);
+    let time = time::predict(problem, strategy);
+    let hw = &problem.hardware;
+    let keep = 1.0 - problem.cost.margin;
+    let fits = memory.per_device_peak_bytes <= problem.usable_device_bytes()
+        && memory.host_bytes_per_node as f64 <= hw.host_memory_bytes as f64 * keep
+        && memory.nvme_bytes_per_node <= hw.nvme_bytes;
+    Plan {
+        strategy: *strategy,
+        fits,
+        memory,
+        time,
+        fidelity_tier: fidelity_tier(strategy),
+    }
+}
+
+/// 0 for the reference semantics (fp32 or mixed precision with AdamW); 1 for memory-saving
+/// numerics (pure bf16, bf16/8-bit AdamW states, Adafactor); 2 for a different optimizer family.
+pub fn fidelity_tier(s: &Strategy) -> u8 {
+    use crate::strategy::{Optimizer, Precision};
+    let p = u8::from(s.precision == Precision::Bf16);
+    let o = match s.optimizer {
+        Optimizer::AdamW => 0,
+        Optimizer::AdamWBf16 | Optimizer::AdamW8bit | Optimizer::Adafactor => 1,
+        Optimizer::Sgd | Optimizer::SgdMomentum | Optimizer::Lamb => 2,
+    };
+    p + o
+}

@@ -1,0 +1,175 @@
+//! Time of one optimizer step.
+//!
+//! - Model FLOPs: `6·P_active·T` for the matmuls (forward 2, backward 4 per weight per token;
+//!   TM101 "C ≈ 6PD") plus `12·s·q·T` per attention layer for QKᵀ and attention·V (Korthikanti
+//!   et al. App. A: `72·B·L·s·h²·(s/6h)` = `12·B·L·s²·h`). P_active counts every dense projection
+//!   including the LM head, MoE experts scaled by `k/E`; embedding lookups are not matmuls.
+//! - Recompute FLOPs: the forward of every checkpointed block; for selective recomputation the
+//!   core attention forward `4·s·q·T` per layer.
+//! - Compute time: FLOPs / (N · dense peak of the precision · efficiency). fp32 uses the fp32
+//!   peak (PyTorch disables TF32 matmuls by default).
+//! - Naive attention moves its s² scores through HBM (written, softmax read+write, read by
+//!   attention·V; about twice that in backward): `12·e·a·s²·b` bytes per layer and micro-batch
+//!   over the memory bandwidth, not overlapped. Memory-efficient attention keeps them on chip.
+//! - Optimizer step on the GPU: memory bound, reading and writing the local states.
+//! - Communication per step, in elements (ZeRO §7): DDP and stage 1 `2Ψ` (gradients reduced once
+//!   per step under `no_sync`); stage 2 reduce-scatters every micro-batch `k·Ψ` and all-gathers
+//!   `Ψ`; stage 3 `3Ψ` per micro-batch. Ring traffic per device is `volume·(N−1)/N` over the
+//!   slowest link crossed. Gradient reduction overlaps the backward pass (⅔ of compute); stage 3
+//!   prefetching overlaps the whole forward and backward; the stage 1–2 parameter all-gather
+//!   after the step is exposed.
+//! - Offload (ZeRO-Offload §4; ZeRO-Infinity): optimizer offload moves gradients to the host
+//!   every micro-batch and parameters back once (PCIe, exposed), runs the step on the CPU at
+//!   `cpu_optimizer_params_per_s` per node, and with NVMe reads and writes the states once per
+//!   step; parameter offload fetches each parameter shard for forward and backward of every
+//!   micro-batch, overlapped with compute by prefetching.
+//!
+//! Not for: memory (see `memory`).
+
+use super::{Problem, activation, memory};
+use crate::strategy::{Attention, Checkpoint, Offload, Precision, Strategy};
+use serde::Serialize;
+
+/// Predicted time of one optimizer step (all devices in parallel).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TimePrediction {
+    pub step_s: f64,
+    pub tokens_per_s: f64,
+    /// Model FLOPs per step, all devices.
+    pub model_flops: f64,
+    /// Extra FLOPs of activation recomputation per step, all devices.
+    pub recompute_flops: f64,
+    pub compute_s: f64,
+    pub attention_memory_s: f64,
+    pub optimizer_s: f64,
+    /// Communication not hidden behind compute.
+    pub exposed_communication_s: f64,
+    /// Offload traffic and CPU optimizer time not hidden behind compute.
+    pub offload_s: f64,
+    /// Collective traffic per device per step (ring), bytes.
+    pub communication_bytes_per_device: f64,
+    /// Model FLOPs utilisation: model FLOPs / (step time × N × peak).
+    pub mfu: f64,
+}
+
+/// Dense peak FLOP/s of one GPU at a precision.
+pub fn peak_flops(problem: &Problem, p: Precision) -> f64 {
+    let g = &problem.hardware.gpu;
+    let tflops = match p {
+        Precision::Bf16Mixed | Precision::Bf16 => g.bf16_tflops,
+        Precision::Fp16Mixed => g.fp16_tflops,
+        Precision::Fp32 => g.fp32_tflops,
+    };
+    tflops * 1e12
+}
+
+/// Predicts the step time of `s` on `problem`.
+pub fn predict(problem: &Problem, s: &Strategy) -> TimePrediction {
+    let spec = &problem.spec;
+    let f = &problem.facts;
+    let hw = &problem.hardware;
+    let n = hw.world_size() as f64;
+    let seq = problem.workload.seq_len as f64;
+    let tokens = problem.workload.tokens_per_step() as f64;
+    let q = spec.q_dim() as f64;
+    let attn_layers = f.attention_layers as f64;
+
+    let attention_flops = 12.0 * seq * q * tokens * attn_layers;
+    let model_flops = 6.0 * f.active_matmul_params * tokens + attention_flops;
+    let blocks = spec.total_blocks();
+    let recompute_flops = match s.checkpoint {
+        Checkpoint::None => 0.0,
+        Checkpoint::Selective => 4.0 * seq * q * tokens * attn_layers,
+        Checkpoint::EveryNth(_) => {
+            let share =
+                activation::checkpointed_blocks(s.checkpoint, blocks) as f64 / blocks as f64;
+            share * (2.0 * f.active_block_matmul_params * tokens + attention_flops / 3.0)
+        }
+    };
+    let peak = peak_flops(problem, s.precision);
+    let compute_s = (model_flops + recompute_flops) / (n * peak * problem.cost.efficiency);
+
+    let hbm = hw.gpu.memory_bandwidth_gbps * 1e9;
+    let e = memory::param_bytes(s.precision);
+    let micro_batches = s.accumulation as f64;
+    let attention_memory_s = match s.attention {
+        Attention::Naive => {
+            let a = spec.num_heads as f64;
+            let per_layer = 12.0 * e * a * seq * seq * s.micro_batch as f64;
+            let recompute = match s.checkpoint {
+                Checkpoint::Selective => 4.0 * e * a * seq * seq * s.micro_batch as f64,
+                _ => 0.0,
+            };
+            (per_layer + recompute) * attn_layers * micro_batches / hbm
+        }
+        Attention::MemoryEfficient => 0.0,
+    };
+
+    let p = f.params as f64;
+    let (pb, gb) = (
+        memory::param_bytes(s.precision),
+        memory::param_bytes(s.precision),
+    );
+    let opt_off = s.offload_optimizer != Offload::None;
+    let local = p / if s.zero_stage >= 1 { n } else { 1.0 };
+    let optimizer_s = if opt_off {
+        0.0
+    } else {
+        let state =
+            memory::optimizer_state_bytes(problem, s) / if s.zero_stage >= 1 { n } else { 1.0 };
+        let bytes = 2.0 * (local * (pb + memory::master_bytes(s.precision)) + state) + local * gb;
+        bytes / hbm
+    };
+
+    let ring = if n > 1.0 { (n - 1.0) / n } else { 0.0 };
+    let bw = hw.collective_bandwidth_gbps() * 1e9;
+    let k = micro_batches;
+    let (overlapped, exposed) = match s.zero_stage {
+        0 | 1 => (2.0 * p * gb, 0.0),
+        2 => (k * p * gb, p * pb),
+        _ => (k * 3.0 * p * pb, 0.0),
+    };
+    let overlap_window = if s.zero_stage == 3 {
+        compute_s
+    } else {
+        compute_s * 2.0 / 3.0
+    };
+    let exposed_communication_s =
+        (overlapped * ring / bw - overlap_window).max(0.0) + exposed * ring / bw;
+
+    let pcie = hw.pcie_bandwidth_gbps * 1e9;
+    let nvme = hw.nvme_bandwidth_gbps * 1e9;
+    let per_node = hw.gpus_per_node as f64;
+    let mut offload_s = 0.0;
+    if opt_off {
+        offload_s += (k * gb * local + pb * local) / pcie;
+        offload_s += per_node * local / hw.cpu_optimizer_params_per_s;
+        if s.offload_optimizer == Offload::Nvme {
+            let states = 4.0 * local + memory::optimizer_state_bytes(problem, s) / n;
+            offload_s += 2.0 * per_node * states / nvme;
+        }
+    }
+    if s.offload_params != Offload::None {
+        let fetch = 2.0 * k * pb * p / n;
+        let mut t = fetch / pcie;
+        if s.offload_params == Offload::Nvme {
+            t = t.max(per_node * fetch / nvme);
+        }
+        offload_s += (t - compute_s).max(0.0);
+    }
+
+    let step_s = compute_s + attention_memory_s + optimizer_s + exposed_communication_s + offload_s;
+    TimePrediction {
+        step_s,
+        tokens_per_s: tokens / step_s,
+        model_flops,
+        recompute_flops,
+        compute_s,
+        attention_memory_s,
+        optimizer_s,
+        exposed_communication_s,
+        offload_s,
+        communication_bytes_per_device: (overlapped + exposed) * ring,
+        mfu: model_flops / (step_s * n * peak),
+    }
+}

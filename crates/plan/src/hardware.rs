@@ -1,0 +1,383 @@
+//! The machine a plan runs on: GPU presets (memory, dense peak throughput per precision, memory
+//! bandwidth) and the cluster around them (GPUs per node, nodes, interconnects, host RAM, NVMe).
+//! Every field can be overridden from a TOML file or from flags ([`HardwareOverrides`]).
+//!
+//! Sources of the preset figures: NVIDIA datasheets (dense, i.e. without structured sparsity);
+//! memory is the `memory.total` nvidia-smi reports. Cluster defaults (interconnects, host RAM,
+//! NVMe, CUDA context) are typical values, stated in docs/planner.md; override them for your site.
+//!
+//! Not for: deciding what runs where (that is the strategy and the cost model).
+
+use crate::error::{PlanError, Result};
+use headroom_memory::ByteSize;
+use serde::{Deserialize, Serialize};
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+/// One GPU model. Throughputs in TFLOPS (10^12 FLOP/s), bandwidths in GB/s (10^9 B/s).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GpuSpec {
+    pub name: String,
+    pub memory_bytes: u64,
+    /// Dense bf16 tensor-core peak; 0 when the GPU has no bf16 (V100).
+    pub bf16_tflops: f64,
+    pub fp16_tflops: f64,
+    /// Dense TF32 peak; 0 when the GPU has no TF32 (V100).
+    pub tf32_tflops: f64,
+    pub fp32_tflops: f64,
+    pub memory_bandwidth_gbps: f64,
+}
+
+/// The preset table: name, memory (nvidia-smi MiB), bf16, fp16, tf32, fp32, HBM GB/s,
+/// NVLink/PCIe GB/s per GPU per direction, host PCIe GB/s, inter-node GB/s per GPU,
+/// host RAM per node (GiB).
+type PresetRow = (
+    &'static str,
+    u64,
+    f64,
+    f64,
+    f64,
+    f64,
+    f64,
+    f64,
+    f64,
+    f64,
+    u64,
+);
+
+const GPU_PRESETS: &[PresetRow] = &[
+    (
+        "V100-16GB",
+        16_160,
+        0.0,
+        125.0,
+        0.0,
+        15.7,
+        900.0,
+        150.0,
+        12.0,
+        12.5,
+        512,
+    ),
+    (
+        "V100-32GB",
+        32_510,
+        0.0,
+        125.0,
+        0.0,
+        15.7,
+        900.0,
+        150.0,
+        12.0,
+        12.5,
+        512,
+    ),
+    (
+        "A100-40GB",
+        40_960,
+        312.0,
+        312.0,
+        156.0,
+        19.5,
+        1555.0,
+        300.0,
+        25.0,
+        25.0,
+        1024,
+    ),
+    (
+        "A100-80GB",
+        81_920,
+        312.0,
+        312.0,
+        156.0,
+        19.5,
+        2039.0,
+        300.0,
+        25.0,
+        25.0,
+        1024,
+    ),
+    (
+        "H100-80GB",
+        81_559,
+        989.0,
+        989.0,
+        495.0,
+        67.0,
+        3350.0,
+        450.0,
+        50.0,
+        50.0,
+        2048,
+    ),
+    (
+        "H200-141GB",
+        143_771,
+        989.0,
+        989.0,
+        495.0,
+        67.0,
+        4800.0,
+        450.0,
+        50.0,
+        50.0,
+        2048,
+    ),
+    (
+        "L4", 23_034, 121.0, 121.0, 60.0, 30.3, 300.0, 25.0, 25.0, 6.25, 128,
+    ),
+    (
+        "A10G", 23_028, 125.0, 125.0, 62.5, 31.2, 600.0, 25.0, 25.0, 6.25, 128,
+    ),
+    (
+        "RTX-4090", 24_564, 165.2, 165.2, 82.6, 82.6, 1008.0, 25.0, 25.0, 6.25, 128,
+    ),
+];
+
+/// Names of every GPU preset.
+pub fn gpu_preset_names() -> Vec<&'static str> {
+    GPU_PRESETS.iter().map(|r| r.0).collect()
+}
+
+/// A GPU preset with the default cluster around it (one node of `gpus_per_node` GPUs).
+pub fn preset(name: &str) -> Result<Hardware> {
+    let row = GPU_PRESETS
+        .iter()
+        .find(|r| r.0.eq_ignore_ascii_case(name) || r.0.replace('-', "").eq_ignore_ascii_case(name))
+        .ok_or_else(|| PlanError::UnknownGpu {
+            name: name.to_string(),
+            accepted: gpu_preset_names().join(", "),
+        })?;
+    let (n, mib, bf16, fp16, tf32, fp32, hbm, intra, pcie, inter, host_gib) = *row;
+    Ok(Hardware {
+        gpu: GpuSpec {
+            name: n.to_string(),
+            memory_bytes: mib * MIB,
+            bf16_tflops: bf16,
+            fp16_tflops: fp16,
+            tf32_tflops: tf32,
+            fp32_tflops: fp32,
+            memory_bandwidth_gbps: hbm,
+        },
+        gpus_per_node: 1,
+        nodes: 1,
+        intra_node_bandwidth_gbps: intra,
+        inter_node_bandwidth_gbps: inter,
+        pcie_bandwidth_gbps: pcie,
+        host_memory_bytes: host_gib * GIB,
+        nvme_bandwidth_gbps: 6.0,
+        nvme_bytes: 3_840_000_000_000,
+        // HF "perf_train_gpu_one": CUDA kernels/context measured at 1343 MiB on a V100.
+        cuda_context_bytes: 1343 * MIB,
+        cpu_optimizer_params_per_s: 1.0e9,
+    })
+}
+
+/// A cluster of identical GPUs. Bandwidths in GB/s (10^9 B/s).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Hardware {
+    pub gpu: GpuSpec,
+    pub gpus_per_node: u64,
+    pub nodes: u64,
+    /// GPU↔GPU inside a node, per GPU and direction (NVLink, or PCIe peer-to-peer).
+    pub intra_node_bandwidth_gbps: f64,
+    /// Between nodes, per GPU (its share of the NICs).
+    pub inter_node_bandwidth_gbps: f64,
+    /// Host↔GPU per GPU (PCIe), for offload traffic.
+    pub pcie_bandwidth_gbps: f64,
+    /// Host RAM per node.
+    pub host_memory_bytes: u64,
+    /// NVMe read/write bandwidth per node.
+    pub nvme_bandwidth_gbps: f64,
+    /// NVMe capacity per node.
+    pub nvme_bytes: u64,
+    /// Device memory taken by the CUDA context and kernels before any tensor exists.
+    pub cuda_context_bytes: u64,
+    /// Host optimizer throughput per node (DeepSpeedCPUAdam), parameters updated per second.
+    pub cpu_optimizer_params_per_s: f64,
+}
+
+impl Hardware {
+    /// Data-parallel world size.
+    pub fn world_size(&self) -> u64 {
+        self.gpus_per_node * self.nodes
+    }
+
+    /// Bandwidth a ring collective over all GPUs runs at: the slowest link it crosses.
+    pub fn collective_bandwidth_gbps(&self) -> f64 {
+        if self.nodes > 1 {
+            self.intra_node_bandwidth_gbps
+                .min(self.inter_node_bandwidth_gbps)
+        } else {
+            self.intra_node_bandwidth_gbps
+        }
+    }
+
+    /// Applies overrides (from a TOML file or flags); later calls win.
+    pub fn apply(&mut self, o: &HardwareOverrides) -> Result<()> {
+        if let Some(name) = &o.gpu {
+            let keep = self.clone();
+            *self = preset(name)?;
+            self.gpus_per_node = keep.gpus_per_node;
+            self.nodes = keep.nodes;
+        }
+        let g = &mut self.gpu;
+        set(&mut g.memory_bytes, o.gpu_memory.map(|b| b.0));
+        set(&mut g.bf16_tflops, o.bf16_tflops);
+        set(&mut g.fp16_tflops, o.fp16_tflops);
+        set(&mut g.tf32_tflops, o.tf32_tflops);
+        set(&mut g.fp32_tflops, o.fp32_tflops);
+        set(&mut g.memory_bandwidth_gbps, o.memory_bandwidth_gbps);
+        set(&mut self.gpus_per_node, o.gpus_per_node);
+        set(&mut self.nodes, o.nodes);
+        set(
+            &mut self.intra_node_bandwidth_gbps,
+            o.intra_node_bandwidth_gbps,
+        );
+        set(
+            &mut self.inter_node_bandwidth_gbps,
+            o.inter_node_bandwidth_gbps,
+        );
+        set(&mut self.pcie_bandwidth_gbps, o.pcie_bandwidth_gbps);
+        set(&mut self.host_memory_bytes, o.host_memory.map(|b| b.0));
+        set(&mut self.nvme_bandwidth_gbps, o.nvme_bandwidth_gbps);
+        set(&mut self.nvme_bytes, o.nvme_size.map(|b| b.0));
+        set(&mut self.cuda_context_bytes, o.cuda_context.map(|b| b.0));
+        set(
+            &mut self.cpu_optimizer_params_per_s,
+            o.cpu_optimizer_params_per_s,
+        );
+        self.validate()
+    }
+
+    /// Checks that every field is usable.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |field: &str, problem: String, expected: &str| PlanError::Hardware {
+            field: field.to_string(),
+            problem,
+            expected: expected.to_string(),
+        };
+        if self.gpus_per_node == 0 {
+            return Err(bad("gpus_per_node", "is 0".into(), "at least 1"));
+        }
+        if self.nodes == 0 {
+            return Err(bad("nodes", "is 0".into(), "at least 1"));
+        }
+        if self.gpu.memory_bytes == 0 {
+            return Err(bad("gpu_memory", "is 0".into(), "a size such as 80GiB"));
+        }
+        let rates = [
+            ("fp16_tflops", self.gpu.fp16_tflops),
+            ("fp32_tflops", self.gpu.fp32_tflops),
+            ("memory_bandwidth_gbps", self.gpu.memory_bandwidth_gbps),
+            ("intra_node_bandwidth_gbps", self.intra_node_bandwidth_gbps),
+            ("inter_node_bandwidth_gbps", self.inter_node_bandwidth_gbps),
+            ("pcie_bandwidth_gbps", self.pcie_bandwidth_gbps),
+            ("nvme_bandwidth_gbps", self.nvme_bandwidth_gbps),
+            (
+                "cpu_optimizer_params_per_s",
+                self.cpu_optimizer_params_per_s,
+            ),
+        ];
+        for (field, v) in rates {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(bad(field, format!("is {v}"), "a positive number"));
+            }
+        }
+        for (field, v) in [
+            ("bf16_tflops", self.gpu.bf16_tflops),
+            ("tf32_tflops", self.gpu.tf32_tflops),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(bad(
+                    field,
+                    format!("is {v}"),
+                    "0 (unsupported) or a positive number",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn set<T>(field: &mut T, value: Option<T>) {
+    if let Some(v) = value {
+        *field = v;
+    }
+}
+
+/// Optional replacements for any hardware field; the TOML file format of `--hardware`.
+/// Sizes accept units (`80GiB`, `2TB`) or a byte count.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HardwareOverrides {
+    pub gpu: Option<String>,
+    pub gpus_per_node: Option<u64>,
+    pub nodes: Option<u64>,
+    pub gpu_memory: Option<ByteSize>,
+    pub bf16_tflops: Option<f64>,
+    pub fp16_tflops: Option<f64>,
+    pub tf32_tflops: Option<f64>,
+    pub fp32_tflops: Option<f64>,
+    pub memory_bandwidth_gbps: Option<f64>,
+    pub intra_node_bandwidth_gbps: Option<f64>,
+    pub inter_node_bandwidth_gbps: Option<f64>,
+    pub pcie_bandwidth_gbps: Option<f64>,
+    pub host_memory: Option<ByteSize>,
+    pub nvme_bandwidth_gbps: Option<f64>,
+    pub nvme_size: Option<ByteSize>,
+    pub cuda_context: Option<ByteSize>,
+    pub cpu_optimizer_params_per_s: Option<f64>,
+}
+
+impl HardwareOverrides {
+    /// Parses the TOML of `--hardware FILE`.
+    pub fn from_toml(text: &str) -> Result<HardwareOverrides> {
+        toml::from_str(text).map_err(|e| PlanError::HardwareToml(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_resolve_case_insensitively() {
+        assert_eq!(preset("h100-80gb").unwrap().gpu.name, "H100-80GB");
+        assert_eq!(preset("RTX4090").unwrap().gpu.name, "RTX-4090");
+        let e = preset("B300").unwrap_err().to_string();
+        assert!(e.contains("'B300'") && e.contains("A100-80GB"), "{e}");
+    }
+
+    #[test]
+    fn toml_overrides_sizes_with_units_and_rejects_unknown_keys() {
+        let o = HardwareOverrides::from_toml(
+            "gpu = \"A100-40GB\"\nnodes = 2\nhost_memory = \"512GiB\"\n",
+        )
+        .unwrap();
+        let mut hw = preset("H100-80GB").unwrap();
+        hw.apply(&o).unwrap();
+        assert_eq!(hw.gpu.name, "A100-40GB");
+        assert_eq!(hw.nodes, 2);
+        assert_eq!(hw.host_memory_bytes, 512 * GIB);
+        let e = HardwareOverrides::from_toml("gpu_mem = 3")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("gpu_mem"), "{e}");
+    }
+
+    #[test]
+    fn zero_gpus_is_rejected_with_the_field_name() {
+        let mut hw = preset("L4").unwrap();
+        let e = hw
+            .apply(&HardwareOverrides {
+                gpus_per_node: Some(0),
+                ..Default::default()
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("gpus_per_node"), "{e}");
+    }
+}

@@ -1,0 +1,631 @@
+//! The exact parameter inventory of a model: every module that owns parameters directly
+//! (`Linear`/`Conv1D`, `Embedding`, norms, routers), with its shape, in the layout of the
+//! transformers implementation. Totals, DeepSpeed's "largest layer", Accelerate's layer sizes,
+//! per-block sizes (the FSDP/ZeRO-3 gather unit) and FLOP-relevant counts all derive from it.
+//!
+//! Conventions (shared/reference/estimation.md §2): decoder-only models are counted as
+//! `*ForCausalLM`, BERT as `BertModel` with pooler, T5 as `T5ForConditionalGeneration` (equal to
+//! `T5Model` when embeddings are tied); a tied output projection is counted once. Mixtral experts
+//! follow the classic layout (`experts.{j}.w1/w2/w3` as separate `Linear`s).
+//!
+//! Not for: activations or optimizer states (see `cost`).
+
+use super::{Family, MlpKind, ModelSpec};
+use serde::Serialize;
+
+/// What kind of module owns a leaf's parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeafKind {
+    /// A lookup table: no matmul FLOPs for the input embedding.
+    Embedding,
+    /// A dense projection (`nn.Linear`, GPT-2's `Conv1D`): 2 FLOPs per weight per token.
+    Linear,
+    /// LayerNorm / RMSNorm weights (and biases).
+    Norm,
+    /// A MoE router (`Linear` without bias, tiny).
+    Router,
+}
+
+/// One module that owns parameters directly.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Leaf {
+    /// Module path in the training model (`model.layers.3.self_attn.q_proj`).
+    pub path: String,
+    /// The same path with block/expert indices replaced by `*`, for grouping.
+    pub group: String,
+    pub kind: LeafKind,
+    /// Weight shape `(rows, cols)`; vectors are `(1, n)`.
+    pub rows: u64,
+    pub cols: u64,
+    /// Bias elements (0 when the module has no bias).
+    pub bias: u64,
+    /// Index of the transformer block the leaf belongs to (decoder blocks follow encoder blocks).
+    pub block: Option<u64>,
+    /// Whether the module is part of the base model (`AutoModel`); the LM head is not.
+    pub in_base_model: bool,
+    /// Accelerate's layer unit: the `_no_split_modules` block or module containing this leaf.
+    pub unit: String,
+    /// Whether this is a MoE expert weight (only `experts_per_token / num_experts` of tokens use it).
+    pub expert: bool,
+}
+
+impl Leaf {
+    /// Parameters owned by this module.
+    pub fn params(&self) -> u64 {
+        self.rows * self.cols + self.bias
+    }
+}
+
+/// A non-parameter tensor registered on a module (counted by Accelerate, not by DeepSpeed).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Buffer {
+    pub path: String,
+    pub bytes: u64,
+    pub unit: String,
+}
+
+/// One row of the per-module breakdown: all modules sharing a `group` path.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ModuleGroup {
+    pub name: String,
+    pub count: u64,
+    pub params_each: u64,
+    pub params_total: u64,
+}
+
+/// Every parameter-owning module of a model.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ParamInventory {
+    pub leaves: Vec<Leaf>,
+    pub buffers: Vec<Buffer>,
+    /// Extra matmul weights that are not separate parameters: a tied LM head (V·h).
+    pub tied_head_matmul: u64,
+}
+
+impl ParamInventory {
+    /// Builds the inventory of `spec`.
+    pub fn of(spec: &ModelSpec) -> ParamInventory {
+        let mut b = Builder {
+            spec,
+            leaves: Vec::new(),
+            buffers: Vec::new(),
+        };
+        match spec.family {
+            Family::Llama | Family::Mistral | Family::Mixtral | Family::Qwen2 => b.llama_like(),
+            Family::Gpt2 => b.gpt2(),
+            Family::GptNeox => b.gpt_neox(),
+            Family::Bert => b.bert(),
+            Family::T5 => b.t5(),
+        }
+        let has_head = !matches!(spec.family, Family::Bert);
+        let tied_head_matmul = if spec.tie_word_embeddings && has_head {
+            spec.vocab_size * spec.hidden_size
+        } else {
+            0
+        };
+        ParamInventory {
+            leaves: b.leaves,
+            buffers: b.buffers,
+            tied_head_matmul,
+        }
+    }
+
+    /// Total parameters, shared tensors counted once (`sum(p.numel())` over unique tensors).
+    pub fn total(&self) -> u64 {
+        self.leaves.iter().map(Leaf::params).sum()
+    }
+
+    /// DeepSpeed's largest layer: the most parameters owned directly by one module
+    /// (`max over model.modules() of sum(p.numel() for p in m.parameters(recurse=False))`).
+    pub fn largest_layer(&self) -> (&str, u64) {
+        let mut best: (&str, u64) = ("", 0);
+        for leaf in &self.leaves {
+            if leaf.params() > best.1 {
+                best = (leaf.path.as_str(), leaf.params());
+            }
+        }
+        best
+    }
+
+    /// The per-module breakdown, grouped by path with indices collapsed, in model order.
+    pub fn groups(&self) -> Vec<ModuleGroup> {
+        let mut out: Vec<ModuleGroup> = Vec::new();
+        for leaf in &self.leaves {
+            match out
+                .iter_mut()
+                .find(|g| g.name == leaf.group && g.params_each == leaf.params())
+            {
+                Some(g) => {
+                    g.count += 1;
+                    g.params_total += leaf.params();
+                }
+                None => out.push(ModuleGroup {
+                    name: leaf.group.clone(),
+                    count: 1,
+                    params_each: leaf.params(),
+                    params_total: leaf.params(),
+                }),
+            }
+        }
+        out
+    }
+
+    /// Parameters of the largest transformer block: the unit ZeRO-3/FSDP gathers at once.
+    pub fn max_block_params(&self) -> u64 {
+        let mut sums: Vec<u64> = Vec::new();
+        for leaf in &self.leaves {
+            if let Some(i) = leaf.block {
+                let i = i as usize;
+                if sums.len() <= i {
+                    sums.resize(i + 1, 0);
+                }
+                sums[i] += leaf.params();
+            }
+        }
+        sums.into_iter().max().unwrap_or(0)
+    }
+
+    /// Parameters of the input embeddings (token, position, token-type tables).
+    pub fn embedding_params(&self) -> u64 {
+        self.leaves
+            .iter()
+            .filter(|l| l.kind == LeafKind::Embedding)
+            .map(Leaf::params)
+            .sum()
+    }
+
+    /// Matmul weights one token passes through (2 FLOPs each forward): every dense projection
+    /// including the LM head (tied or not), with MoE experts scaled by `k / E`.
+    pub fn active_matmul_params(&self, spec: &ModelSpec) -> f64 {
+        self.matmul(spec, |_| true) + self.tied_head_matmul as f64
+    }
+
+    /// The part of [`Self::active_matmul_params`] inside transformer blocks (what activation
+    /// checkpointing recomputes).
+    pub fn active_block_matmul_params(&self, spec: &ModelSpec) -> f64 {
+        self.matmul(spec, |l| l.block.is_some())
+    }
+
+    fn matmul(&self, spec: &ModelSpec, keep: impl Fn(&Leaf) -> bool) -> f64 {
+        let expert_share = spec.experts_per_token as f64 / spec.num_experts as f64;
+        self.leaves
+            .iter()
+            .filter(|l| matches!(l.kind, LeafKind::Linear | LeafKind::Router) && keep(l))
+            .map(|l| {
+                let w = (l.rows * l.cols) as f64;
+                if l.expert { w * expert_share } else { w }
+            })
+            .sum()
+    }
+
+    /// Elements of Adafactor's second-moment state: a row and a column vector for every matrix
+    /// (factored, Shazeer & Stern 2018 §3), the full vector for 1-D tensors and biases.
+    pub fn adafactor_state_elements(&self) -> u64 {
+        self.leaves
+            .iter()
+            .map(|l| {
+                let w = if l.rows > 1 && l.cols > 1 {
+                    l.rows + l.cols
+                } else {
+                    l.rows * l.cols
+                };
+                w + l.bias
+            })
+            .sum()
+    }
+
+    /// Accelerate's `total_size` at float32: parameters of the base model × 4 plus buffers.
+    pub fn accelerate_total_bytes(&self) -> u64 {
+        let params: u64 = self
+            .leaves
+            .iter()
+            .filter(|l| l.in_base_model)
+            .map(Leaf::params)
+            .sum();
+        params * 4 + self.buffers.iter().map(|b| b.bytes).sum::<u64>()
+    }
+
+    /// Accelerate's `largest_layer` at float32: the largest `_no_split_modules` block or
+    /// childless module of the base model, buffers included.
+    pub fn accelerate_largest_layer_bytes(&self) -> u64 {
+        let mut units: Vec<(&str, u64)> = Vec::new();
+        for leaf in self.leaves.iter().filter(|l| l.in_base_model) {
+            add_to_unit(&mut units, &leaf.unit, leaf.params() * 4);
+        }
+        for buf in &self.buffers {
+            add_to_unit(&mut units, &buf.unit, buf.bytes);
+        }
+        units.into_iter().map(|(_, b)| b).max().unwrap_or(0)
+    }
+}
+
+struct Builder<'a> {
+    spec: &'a ModelSpec,
+    leaves: Vec<Leaf>,
+    buffers: Vec<Buffer>,
+}
+
+/// Shape of one leaf as the builder records it.
+struct Shape {
+    kind: LeafKind,
+    rows: u64,
+    cols: u64,
+    bias: u64,
+}
+
+fn linear(out: u64, inp: u64, bias: bool) -> Shape {
+    Shape {
+        kind: LeafKind::Linear,
+        rows: out,
+        cols: inp,
+        bias: if bias { out } else { 0 },
+    }
+}
+
+fn norm(h: u64, bias: bool) -> Shape {
+    Shape {
+        kind: LeafKind::Norm,
+        rows: 1,
+        cols: h,
+        bias: if bias { h } else { 0 },
+    }
+}
+
+fn embedding(n: u64, h: u64) -> Shape {
+    Shape {
+        kind: LeafKind::Embedding,
+        rows: n,
+        cols: h,
+        bias: 0,
+    }
+}
+
+impl Builder<'_> {
+    /// Adds a leaf outside any block. `unit` defaults to the leaf itself.
+    fn top(&mut self, path: &str, shape: Shape, base: bool, unit: Option<&str>) {
+        self.push(
+            path.to_string(),
+            path.to_string(),
+            shape,
+            None,
+            base,
+            unit.unwrap_or(path),
+            false,
+        );
+    }
+
+    /// Adds a leaf of block `i`; `template` uses `*` for the block index.
+    fn in_block(&mut self, template: &str, i: u64, unit_template: &str, shape: Shape) {
+        let path = template.replacen('*', &i.to_string(), 1);
+        let unit = unit_template.replacen('*', &i.to_string(), 1);
+        let expert = template.contains("experts.");
+        let group = if expert {
+            collapse_expert(template)
+        } else {
+            template.to_string()
+        };
+        self.push(path, group, shape, Some(i), true, &unit, expert);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn push(
+        &mut self,
+        path: String,
+        group: String,
+        s: Shape,
+        block: Option<u64>,
+        base: bool,
+        unit: &str,
+        expert: bool,
+    ) {
+        self.leaves.push(Leaf {
+            path,
+            group,
+            kind: s.kind,
+            rows: s.rows,
+            cols: s.cols,
+            bias: s.bias,
+            block,
+            in_base_model: base,
+            unit: unit.to_string(),
+            expert,
+        });
+    }
+
+    /// `LlamaForCausalLM` and its copies (Mistral, Mixtral, Qwen2).
+    fn llama_like(&mut self) {
+        let s = self.spec;
+        let (h, q, kv, inter) = (s.hidden_size, s.q_dim(), s.kv_dim(), s.intermediate_size);
+        // Qwen2Attention hard-codes bias on q/k/v and none on o; Llama's `attention_bias` covers all four.
+        let qkv_bias = s.bias || s.family == Family::Qwen2;
+        let o_bias = s.bias && s.family != Family::Qwen2;
+        self.top("model.embed_tokens", embedding(s.vocab_size, h), true, None);
+        let unit = "model.layers.*";
+        for i in 0..s.num_layers {
+            let p = "model.layers.*.self_attn";
+            self.in_block(&format!("{p}.q_proj"), i, unit, linear(q, h, qkv_bias));
+            self.in_block(&format!("{p}.k_proj"), i, unit, linear(kv, h, qkv_bias));
+            self.in_block(&format!("{p}.v_proj"), i, unit, linear(kv, h, qkv_bias));
+            self.in_block(&format!("{p}.o_proj"), i, unit, linear(h, q, o_bias));
+            if s.family == Family::Mixtral {
+                let m = "model.layers.*.block_sparse_moe";
+                let router = Shape {
+                    kind: LeafKind::Router,
+                    rows: s.num_experts,
+                    cols: h,
+                    bias: 0,
+                };
+                self.in_block(&format!("{m}.gate"), i, unit, router);
+                for e in 0..s.num_experts {
+                    let ex = format!("{m}.experts.{e}");
+                    self.in_block(&format!("{ex}.w1"), i, unit, linear(inter, h, false));
+                    self.in_block(&format!("{ex}.w2"), i, unit, linear(h, inter, false));
+                    self.in_block(&format!("{ex}.w3"), i, unit, linear(inter, h, false));
+                }
+            } else {
+                let m = "model.layers.*.mlp";
+                self.in_block(&format!("{m}.gate_proj"), i, unit, linear(inter, h, false));
+                self.in_block(&format!("{m}.up_proj"), i, unit, linear(inter, h, false));
+                self.in_block(&format!("{m}.down_proj"), i, unit, linear(h, inter, false));
+            }
+            self.in_block("model.layers.*.input_layernorm", i, unit, norm(h, false));
+            self.in_block(
+                "model.layers.*.post_attention_layernorm",
+                i,
+                unit,
+                norm(h, false),
+            );
+        }
+        self.top("model.norm", norm(h, false), true, None);
+        if !s.tie_word_embeddings {
+            self.top("lm_head", linear(s.vocab_size, h, false), false, None);
+        }
+        // Rotary inverse frequencies: fp32, head_dim/2 (LlamaRotaryEmbedding, non-persistent).
+        self.buffers.push(Buffer {
+            path: "model.rotary_emb.inv_freq".into(),
+            bytes: s.head_dim / 2 * 4,
+            unit: "model.rotary_emb".into(),
+        });
+    }
+
+    /// `GPT2LMHeadModel` (Conv1D projections with biases, tied head).
+    fn gpt2(&mut self) {
+        let s = self.spec;
+        let (h, inter) = (s.hidden_size, s.intermediate_size);
+        let positions = s.max_learned_positions.unwrap_or(1024);
+        self.top("transformer.wte", embedding(s.vocab_size, h), true, None);
+        self.top("transformer.wpe", embedding(positions, h), true, None);
+        let unit = "transformer.h.*";
+        for i in 0..s.num_layers {
+            self.in_block("transformer.h.*.ln_1", i, unit, norm(h, true));
+            self.in_block(
+                "transformer.h.*.attn.c_attn",
+                i,
+                unit,
+                linear(3 * h, h, true),
+            );
+            self.in_block("transformer.h.*.attn.c_proj", i, unit, linear(h, h, true));
+            self.in_block("transformer.h.*.ln_2", i, unit, norm(h, true));
+            self.in_block("transformer.h.*.mlp.c_fc", i, unit, linear(inter, h, true));
+            self.in_block(
+                "transformer.h.*.mlp.c_proj",
+                i,
+                unit,
+                linear(h, inter, true),
+            );
+        }
+        self.top("transformer.ln_f", norm(h, true), true, None);
+        if !s.tie_word_embeddings {
+            self.top("lm_head", linear(s.vocab_size, h, false), false, None);
+        }
+    }
+
+    /// `GPTNeoXForCausalLM` (Pythia): fused QKV, parallel residual, untied `embed_out`.
+    fn gpt_neox(&mut self) {
+        let s = self.spec;
+        let (h, inter, bias) = (s.hidden_size, s.intermediate_size, s.bias);
+        self.top("gpt_neox.embed_in", embedding(s.vocab_size, h), true, None);
+        let unit = "gpt_neox.layers.*";
+        for i in 0..s.num_layers {
+            let p = "gpt_neox.layers.*";
+            self.in_block(&format!("{p}.input_layernorm"), i, unit, norm(h, true));
+            self.in_block(
+                &format!("{p}.post_attention_layernorm"),
+                i,
+                unit,
+                norm(h, true),
+            );
+            self.in_block(
+                &format!("{p}.attention.query_key_value"),
+                i,
+                unit,
+                linear(3 * h, h, bias),
+            );
+            self.in_block(&format!("{p}.attention.dense"), i, unit, linear(h, h, bias));
+            self.in_block(
+                &format!("{p}.mlp.dense_h_to_4h"),
+                i,
+                unit,
+                linear(inter, h, true),
+            );
+            self.in_block(
+                &format!("{p}.mlp.dense_4h_to_h"),
+                i,
+                unit,
+                linear(h, inter, true),
+            );
+        }
+        self.top("gpt_neox.final_layer_norm", norm(h, true), true, None);
+        if !s.tie_word_embeddings {
+            self.top("embed_out", linear(s.vocab_size, h, false), false, None);
+        }
+    }
+
+    /// `BertModel` with pooler; `BertEmbeddings` is one Accelerate unit with its two int64
+    /// buffers (`position_ids`, `token_type_ids`, each `[1, max_position_embeddings]`).
+    fn bert(&mut self) {
+        let s = self.spec;
+        let (h, inter) = (s.hidden_size, s.intermediate_size);
+        let positions = s.max_learned_positions.unwrap_or(512);
+        let e = Some("embeddings");
+        self.top(
+            "embeddings.word_embeddings",
+            embedding(s.vocab_size, h),
+            true,
+            e,
+        );
+        self.top(
+            "embeddings.position_embeddings",
+            embedding(positions, h),
+            true,
+            e,
+        );
+        self.top(
+            "embeddings.token_type_embeddings",
+            embedding(s.type_vocab_size, h),
+            true,
+            e,
+        );
+        self.top("embeddings.LayerNorm", norm(h, true), true, e);
+        for name in ["position_ids", "token_type_ids"] {
+            self.buffers.push(Buffer {
+                path: format!("embeddings.{name}"),
+                bytes: positions * 8,
+                unit: "embeddings".into(),
+            });
+        }
+        let unit = "encoder.layer.*";
+        for i in 0..s.num_layers {
+            let p = "encoder.layer.*";
+            for m in ["query", "key", "value"] {
+                self.in_block(
+                    &format!("{p}.attention.self.{m}"),
+                    i,
+                    unit,
+                    linear(h, h, true),
+                );
+            }
+            self.in_block(
+                &format!("{p}.attention.output.dense"),
+                i,
+                unit,
+                linear(h, h, true),
+            );
+            self.in_block(
+                &format!("{p}.attention.output.LayerNorm"),
+                i,
+                unit,
+                norm(h, true),
+            );
+            self.in_block(
+                &format!("{p}.intermediate.dense"),
+                i,
+                unit,
+                linear(inter, h, true),
+            );
+            self.in_block(
+                &format!("{p}.output.dense"),
+                i,
+                unit,
+                linear(h, inter, true),
+            );
+            self.in_block(&format!("{p}.output.LayerNorm"), i, unit, norm(h, true));
+        }
+        self.top("pooler.dense", linear(h, h, true), true, None);
+    }
+
+    /// `T5ForConditionalGeneration`: shared embedding, relative attention bias in block 0 of
+    /// each stack, bias-free projections and norms, LM head tied unless configured otherwise.
+    fn t5(&mut self) {
+        let s = self.spec;
+        let (h, inner, ff) = (s.hidden_size, s.q_dim(), s.intermediate_size);
+        self.top("shared", embedding(s.vocab_size, h), true, None);
+        for (stack, layers, offset) in [
+            ("encoder", s.num_layers, 0),
+            ("decoder", s.num_decoder_layers, s.num_layers),
+        ] {
+            for j in 0..layers {
+                let at = T5Block {
+                    stack,
+                    local: j,
+                    global: offset + j,
+                };
+                let attention = |b: &mut Self, layer: &str| {
+                    for m in ["q", "k", "v"] {
+                        b.t5_leaf(&at, &format!("{layer}.{m}"), linear(inner, h, false));
+                    }
+                    b.t5_leaf(&at, &format!("{layer}.o"), linear(h, inner, false));
+                };
+                attention(self, "layer.0.SelfAttention");
+                if j == 0 {
+                    let bias = embedding(s.relative_attention_buckets, s.num_heads);
+                    let path =
+                        format!("{stack}.block.0.layer.0.SelfAttention.relative_attention_bias");
+                    let unit = format!("{stack}.block.0");
+                    self.push(path.clone(), path, bias, Some(offset), true, &unit, false);
+                }
+                let ff_index = if stack == "decoder" {
+                    attention(self, "layer.1.EncDecAttention");
+                    2
+                } else {
+                    1
+                };
+                for l in 0..ff_index {
+                    self.t5_leaf(&at, &format!("layer.{l}.layer_norm"), norm(h, false));
+                }
+                let d = format!("layer.{ff_index}.DenseReluDense");
+                if s.mlp == MlpKind::Gated {
+                    self.t5_leaf(&at, &format!("{d}.wi_0"), linear(ff, h, false));
+                    self.t5_leaf(&at, &format!("{d}.wi_1"), linear(ff, h, false));
+                } else {
+                    self.t5_leaf(&at, &format!("{d}.wi"), linear(ff, h, false));
+                }
+                self.t5_leaf(&at, &format!("{d}.wo"), linear(h, ff, false));
+                self.t5_leaf(&at, &format!("layer.{ff_index}.layer_norm"), norm(h, false));
+            }
+            let path = format!("{stack}.final_layer_norm");
+            self.top(&path, norm(h, false), true, None);
+        }
+        if !s.tie_word_embeddings {
+            self.top("lm_head", linear(s.vocab_size, h, false), false, None);
+        }
+    }
+
+    /// A leaf of a T5 block: the path uses the stack-local index, `block` the global one.
+    fn t5_leaf(&mut self, at: &T5Block, tail: &str, shape: Shape) {
+        let path = format!("{}.block.{}.{tail}", at.stack, at.local);
+        let group = format!("{}.block.*.{tail}", at.stack);
+        let unit = format!("{}.block.{}", at.stack, at.local);
+        self.push(path, group, shape, Some(at.global), true, &unit, false);
+    }
+}
+
+/// Where a T5 block sits: its stack, its index in the stack, its index over both stacks.
+struct T5Block {
+    stack: &'static str,
+    local: u64,
+    global: u64,
+}
+
+fn add_to_unit<'a>(units: &mut Vec<(&'a str, u64)>, unit: &'a str, bytes: u64) {
+    match units.iter_mut().find(|(u, _)| *u == unit) {
+        Some(entry) => entry.1 += bytes,
+        None => units.push((unit, bytes)),
+    }
+}
+
+/// `model.layers.*.block_sparse_moe.experts.3.w1` → `model.layers.*.block_sparse_moe.experts.*.w1`.
+fn collapse_expert(template: &str) -> String {
+    template
+        .split('.')
+        .map(|seg| {
+            if seg.chars().all(|c| c.is_ascii_digit()) {
+                "*"
+            } else {
+                seg
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}

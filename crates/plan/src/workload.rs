@@ -1,0 +1,168 @@
+//! The workload: sequence length and global batch, and the ways that batch can be split into
+//! micro-batch × accumulation × data-parallel devices.
+//!
+//! Not for: choosing the split (the search does that).
+
+use crate::error::{PlanError, Result};
+use crate::model::ModelSpec;
+use serde::Serialize;
+
+/// How the user gave the batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchSpec {
+    /// Global batch in samples.
+    Samples(u64),
+    /// Global batch in tokens (a multiple of the sequence length).
+    Tokens(u64),
+    /// No global batch: micro-batch × accumulation per device (× devices).
+    Split { micro_batch: u64, accumulation: u64 },
+}
+
+/// Sequence length and global batch of one optimizer step.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Workload {
+    pub seq_len: u64,
+    /// Samples per optimizer step over all devices.
+    pub global_batch: u64,
+    /// Pinned micro-batch, if any.
+    pub micro_batch: Option<u64>,
+    /// Pinned accumulation, if any.
+    pub accumulation: Option<u64>,
+}
+
+impl Workload {
+    /// Validates the batch against the model and the data-parallel world size.
+    pub fn new(
+        model: &ModelSpec,
+        seq_len: u64,
+        batch: BatchSpec,
+        micro_batch: Option<u64>,
+        accumulation: Option<u64>,
+        world: u64,
+    ) -> Result<Workload> {
+        if seq_len == 0 {
+            return Err(PlanError::Batch(
+                "--seq-len is 0; accepted: a positive number of tokens".into(),
+            ));
+        }
+        if let Some(max) = model.max_learned_positions
+            && seq_len > max
+        {
+            return Err(PlanError::Batch(format!(
+                "--seq-len {seq_len} exceeds max_position_embeddings {max} of {} (learned positions); accepted: 1..={max}",
+                model.name
+            )));
+        }
+        for (flag, v) in [
+            ("--micro-batch", micro_batch),
+            ("--accumulation", accumulation),
+        ] {
+            if v == Some(0) {
+                return Err(PlanError::Batch(format!(
+                    "{flag} is 0; accepted: a positive integer"
+                )));
+            }
+        }
+        let global = match batch {
+            BatchSpec::Samples(0) | BatchSpec::Tokens(0) => {
+                return Err(PlanError::Batch(
+                    "--global-batch is 0; accepted: a positive number".into(),
+                ));
+            }
+            BatchSpec::Samples(n) => n,
+            BatchSpec::Tokens(t) => {
+                if !t.is_multiple_of(seq_len) {
+                    return Err(PlanError::Batch(format!(
+                        "--global-batch-tokens {t} is not a multiple of --seq-len {seq_len}; accepted: a multiple of {seq_len}"
+                    )));
+                }
+                t / seq_len
+            }
+            BatchSpec::Split {
+                micro_batch,
+                accumulation,
+            } => {
+                if micro_batch == 0 || accumulation == 0 {
+                    return Err(PlanError::Batch(
+                        "--micro-batch and --accumulation must be positive".into(),
+                    ));
+                }
+                micro_batch * accumulation * world
+            }
+        };
+        if !global.is_multiple_of(world) {
+            return Err(PlanError::Batch(format!(
+                "global batch {global} samples cannot be split evenly over {world} data-parallel GPUs; accepted: a multiple of {world}"
+            )));
+        }
+        let per_device = global / world;
+        let unit = micro_batch.unwrap_or(1) * accumulation.unwrap_or(1);
+        if !per_device.is_multiple_of(unit) {
+            return Err(PlanError::Batch(format!(
+                "global batch {global} = {per_device} samples per GPU × {world} GPUs is not a multiple of micro-batch × accumulation = {unit}; accepted: a global batch that is a multiple of {}",
+                unit * world
+            )));
+        }
+        Ok(Workload {
+            seq_len,
+            global_batch: global,
+            micro_batch,
+            accumulation,
+        })
+    }
+
+    /// Tokens per optimizer step over all devices.
+    pub fn tokens_per_step(&self) -> u64 {
+        self.global_batch * self.seq_len
+    }
+
+    /// Every `(micro_batch, accumulation)` that splits the per-device batch, honouring pins.
+    pub fn splits(&self, world: u64) -> Vec<(u64, u64)> {
+        let per_device = self.global_batch / world;
+        (1..=per_device)
+            .filter(|b| per_device.is_multiple_of(*b))
+            .map(|b| (b, per_device / b))
+            .filter(|(b, k)| {
+                self.micro_batch.is_none_or(|m| m == *b)
+                    && self.accumulation.is_none_or(|a| a == *k)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::load_model;
+
+    #[test]
+    fn batch_that_does_not_divide_over_gpus_is_impossible() {
+        let m = load_model("gpt2").unwrap();
+        let e = Workload::new(&m, 512, BatchSpec::Samples(10), None, None, 4)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("impossible batch") && e.contains("multiple of 4"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn sequence_longer_than_learned_positions_is_rejected() {
+        let m = load_model("gpt2").unwrap();
+        let e = Workload::new(&m, 2048, BatchSpec::Samples(8), None, None, 1)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_position_embeddings 1024"), "{e}");
+    }
+
+    #[test]
+    fn splits_enumerate_divisors_and_honour_pins() {
+        let m = load_model("llama-2-7b").unwrap();
+        let w = Workload::new(&m, 4096, BatchSpec::Tokens(4096 * 32), None, None, 4).unwrap();
+        assert_eq!(w.global_batch, 32);
+        assert_eq!(w.splits(4), vec![(1, 8), (2, 4), (4, 2), (8, 1)]);
+        let w = Workload::new(&m, 4096, BatchSpec::Samples(32), Some(2), None, 4).unwrap();
+        assert_eq!(w.splits(4), vec![(2, 4)]);
+    }
+}

@@ -1,0 +1,129 @@
+//! Parameter counts of the built-in models against published totals, and against counts
+//! derived by hand from the configs (derivations in the comments).
+
+use headroom_plan::model::{ParamInventory, load_model};
+
+fn count(name: &str) -> u64 {
+    ParamInventory::of(&load_model(name).unwrap()).total()
+}
+
+#[test]
+fn gpt2_family_matches_published_totals() {
+    // keras-hub presets gpt2_{base,medium,large,extra_large}_en "params" (estimation.md §2).
+    assert_eq!(count("gpt2"), 124_439_808);
+    assert_eq!(count("gpt2-medium"), 354_823_168);
+    assert_eq!(count("gpt2-large"), 774_030_080);
+    assert_eq!(count("gpt2-xl"), 1_557_611_200);
+}
+
+#[test]
+fn llama_2_matches_published_totals() {
+    // keras-hub llama2_7b_en and together-python pcount (estimation.md §2).
+    assert_eq!(count("llama-2-7b"), 6_738_415_616);
+    assert_eq!(count("llama-2-13b"), 13_015_864_320);
+}
+
+#[test]
+fn bert_base_cased_matches_accelerates_byte_count() {
+    // Accelerate's own test (tests/test_cli.py, test_transformers_model): BertModel total
+    // size 433,249,280 B at fp32, of which two int64 [1, 512] buffers = 8,192 B.
+    // (433,249,280 − 8,192) / 4 = 108,310,272 parameters.
+    assert_eq!(count("bert-base-cased"), 108_310_272);
+}
+
+#[test]
+fn pythia_matches_the_pythia_paper() {
+    // Biderman et al. 2023, Table 1: total 162,322,944 and 1,011,781,632 parameters.
+    // Non-embedding check for 160M: 12·(4h + (3h² + 3h) + (h² + h) + (4h² + 4h) + (4h² + h)) + 2h
+    // at h = 768 = 12·7,087,872 + 1,536 = 85,056,000; plus 2·50304·768 = 77,266,944.
+    assert_eq!(count("pythia-160m"), 162_322_944);
+    assert_eq!(count("pythia-1b"), 1_011_781_632);
+}
+
+#[test]
+fn gqa_llamas_match_hand_derivations() {
+    // Llama/Mistral closed form (estimation.md §2):
+    //   L·(2h² + 2·h·kv·(h/heads) + 3·h·inter + 2h) + h + V·h·(1 if tied else 2).
+    // llama-3-8b: h=4096, kv·hd=1024, inter=14336, L=32, V=128256:
+    //   layer = 33,554,432 + 8,388,608 + 176,160,768 + 8,192 = 218,112,000
+    //   32·218,112,000 + 4,096 + 2·525,336,576 = 8,030,261,248 (Meta's "8.03B").
+    assert_eq!(count("llama-3-8b"), 8_030_261_248);
+    // llama-3-70b: h=8192, kv·hd=1024, inter=28672, L=80:
+    //   layer = 134,217,728 + 16,777,216 + 704,643,072 + 16,384 = 855,654,400
+    //   80·855,654,400 + 8,192 + 2·1,050,673,152 = 70,553,706,496.
+    assert_eq!(count("llama-3-70b"), 70_553_706_496);
+    // llama-2-70b: same blocks, V=32000: 68,452,352,000 + 8,192 + 2·262,144,000.
+    assert_eq!(count("llama-2-70b"), 68_976_648_192);
+    // mistral-7b: llama-3-8b blocks, V=32000: 6,979,584,000 + 4,096 + 2·131,072,000.
+    assert_eq!(count("mistral-7b"), 7_241_732_096);
+    // llama-3.2-1b, tied: h=2048, q=2048, kv=512, inter=8192, L=16:
+    //   layer = 8,388,608 + 2,097,152 + 50,331,648 + 4,096 = 60,821,504
+    //   16·60,821,504 + 2,048 + 262,668,288 (one tied table) = 1,235,814,400.
+    assert_eq!(count("llama-3.2-1b"), 1_235_814_400);
+}
+
+#[test]
+fn mixtral_counts_every_expert() {
+    // Per layer: attention 41,943,040 + experts 8·3·4096·14336 = 1,409,286,144
+    //   + router 8·4096 = 32,768 + norms 8,192 = 1,451,270,144.
+    // 32 layers + 4,096 + 2·131,072,000 = 46,702,792,704 (Mistral AI's "46.7B").
+    assert_eq!(count("mixtral-8x7b"), 46_702_792_704);
+}
+
+#[test]
+fn qwen2_counts_qkv_biases() {
+    // h=3584, heads 28 (hd 128), kv 4 (kv·hd 512), inter 18944, L=28, V=152064, untied.
+    //   q 3584² + 3584, k and v 3584·512 + 512 each, o 3584² → 29,364,736
+    //   mlp 3·3584·18944 = 203,685,888; norms 7,168 → layer 233,057,792
+    //   28·233,057,792 + 3,584 + 2·544,997,376 = 7,615,616,512 (Qwen's "7.61B").
+    assert_eq!(count("qwen2.5-7b"), 7_615_616_512);
+}
+
+#[test]
+fn bert_large_and_t5_match_hand_derivations() {
+    // BERT closed form: (V + n_pos + 2)·h + 2h + L·(12h² + 13h) + (h² + h).
+    // bert-large-uncased: 31,036·1024 + 2,048 + 24·12,596,224 + 1,049,600 = 335,141,888.
+    assert_eq!(count("bert-large-uncased"), 335_141_888);
+    // t5-large: shared 32128·1024 = 32,899,072;
+    //   encoder block 4·1024² + 2·1024·4096 + 2·1024 = 12,584,960, ×24, + rel. bias 32·16 + 1024;
+    //   decoder block 8·1024² + 2·1024·4096 + 3·1024 = 16,780,288, ×24, + 512 + 1024;
+    //   total 737,668,096 — DeepSpeed's memory docs print "total params: 737.67M".
+    assert_eq!(count("t5-large"), 737_668_096);
+    // t5-3b (inner 4096, d_ff 16384, 32 heads): 32,899,072 + 1,208,010,752 + 1,610,688,512.
+    assert_eq!(count("t5-3b"), 2_851_598_336);
+}
+
+#[test]
+fn largest_layer_is_the_biggest_single_module() {
+    // DeepSpeed docs: t5-large "largest layer params: 32.90M" = the shared 32128×1024 table.
+    let t5 = ParamInventory::of(&load_model("t5-large").unwrap());
+    assert_eq!(t5.largest_layer(), ("shared", 32_899_072));
+    // Llama-2-7B: embed_tokens and lm_head are both 32000×4096; the first one is reported.
+    let llama = ParamInventory::of(&load_model("llama-2-7b").unwrap());
+    assert_eq!(llama.largest_layer(), ("model.embed_tokens", 131_072_000));
+}
+
+#[test]
+fn accelerate_sizes_match_accelerates_test() {
+    // tests/test_cli.py::test_transformers_model: largest_layer 90,669,056 B, total 433,249,280 B.
+    let bert = ParamInventory::of(&load_model("bert-base-cased").unwrap());
+    assert_eq!(bert.accelerate_total_bytes(), 433_249_280);
+    assert_eq!(bert.accelerate_largest_layer_bytes(), 90_669_056);
+}
+
+#[test]
+fn groups_collapse_block_indices_and_sum_to_the_total() {
+    let inv = ParamInventory::of(&load_model("llama-2-7b").unwrap());
+    let groups = inv.groups();
+    let q = groups
+        .iter()
+        .find(|g| g.name == "model.layers.*.self_attn.q_proj")
+        .unwrap();
+    assert_eq!((q.count, q.params_each), (32, 4096 * 4096));
+    assert_eq!(
+        groups.iter().map(|g| g.params_total).sum::<u64>(),
+        inv.total()
+    );
+    // One block: 4·4096² + 3·4096·11008 + 2·4096 = 202,383,360.
+    assert_eq!(inv.max_block_params(), 202_383_360);
+}

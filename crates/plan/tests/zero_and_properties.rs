@@ -1,0 +1,247 @@
+//! The cost model against the ZeRO paper's model-state figures, and its properties: more GPUs
+//! never raise per-device model states; checkpointing never raises activations; a plan marked
+//! as fitting is under capacity; every plan's categories sum to its peak.
+
+use headroom_memory::Category;
+use headroom_plan::cost::{CostModel, Problem, activation, evaluate, memory};
+use headroom_plan::hardware;
+use headroom_plan::model::load_model;
+use headroom_plan::search::{Pins, enumerate, search};
+use headroom_plan::strategy::{Attention, Checkpoint, Offload, Optimizer, Precision, Strategy};
+use headroom_plan::workload::{BatchSpec, Workload};
+
+fn problem(model: &str, gpu: &str, per_node: u64, nodes: u64, seq: u64, batch: u64) -> Problem {
+    let spec = load_model(model).unwrap();
+    let mut hw = hardware::preset(gpu).unwrap();
+    hw.gpus_per_node = per_node;
+    hw.nodes = nodes;
+    let w = Workload::new(
+        &spec,
+        seq,
+        BatchSpec::Samples(batch),
+        None,
+        None,
+        hw.world_size(),
+    )
+    .unwrap();
+    Problem::new(spec, hw, w, CostModel::default())
+}
+
+fn adam(zero_stage: u8) -> Strategy {
+    Strategy {
+        precision: Precision::Bf16Mixed,
+        optimizer: Optimizer::AdamW,
+        zero_stage,
+        offload_optimizer: Offload::None,
+        offload_params: Offload::None,
+        checkpoint: Checkpoint::None,
+        attention: Attention::MemoryEfficient,
+        micro_batch: 1,
+        accumulation: 1,
+    }
+}
+
+/// Per-device model states for Ψ parameters on N GPUs, with the ZeRO-3 gather term removed so
+/// the accounting is exactly the paper's (Fig. 1 omits working buffers).
+fn zero_states(psi: u64, n: u64, stage: u8) -> f64 {
+    let mut p = problem("gpt2", "V100-32GB", 1, n, 128, n);
+    p.facts.params = psi;
+    p.facts.gather_unit_params = 0;
+    memory::model_state_bytes(&p, &adam(stage)) as f64
+}
+
+#[test]
+fn zero_paper_figure_1_for_7_5b_on_64_gpus() {
+    // ZeRO §3.1/§5, Fig. 1: Ψ = 7.5B, N_d = 64, K = 12.
+    //   baseline (2 + 2 + K)Ψ = 120 GB; P_os 4Ψ + KΨ/64 = 31.4 GB;
+    //   P_os+g 2Ψ + 14Ψ/64 = 16.6 GB; P_os+g+p 16Ψ/64 = 1.875 GB (GB = 10^9).
+    let psi = 7_500_000_000;
+    let gb = |b: f64| b / 1e9;
+    assert!((gb(zero_states(psi, 64, 0)) - 120.0).abs() < 1e-6);
+    assert!((gb(zero_states(psi, 64, 1)) - 31.4).abs() < 0.05);
+    assert!((gb(zero_states(psi, 64, 2)) - 16.6).abs() < 0.05);
+    assert!((gb(zero_states(psi, 64, 3)) - 1.875).abs() < 1e-6);
+}
+
+#[test]
+fn zero_paper_table_1_rows() {
+    // Table 1 (GB per device): (Ψ, N_d, P_os, P_os+g, P_os+g+p).
+    let rows: [(u64, u64, f64, f64, f64); 6] = [
+        (7_500_000_000, 4, 52.5, 41.3, 30.0),
+        (7_500_000_000, 1024, 30.1, 15.1, 0.12),
+        (128_000_000_000, 16, 608.0, 368.0, 128.0),
+        (128_000_000_000, 256, 518.0, 263.0, 8.0),
+        (1_000_000_000_000, 64, 4187.5, 2218.8, 250.0),
+        (1_000_000_000_000, 1024, 4011.7, 2013.7, 15.6),
+    ];
+    for (psi, n, os, osg, osgp) in rows {
+        for (stage, expected) in [(1, os), (2, osg), (3, osgp)] {
+            let got = zero_states(psi, n, stage) / 1e9;
+            // The table rounds to one decimal (three significant digits for small values).
+            let tol = (expected * 0.005).max(0.06);
+            assert!(
+                (got - expected).abs() <= tol,
+                "Ψ={psi} N={n} stage {stage}: {got} vs {expected}"
+            );
+        }
+    }
+}
+
+#[test]
+fn more_gpus_never_raise_per_device_model_states() {
+    for model in ["gpt2", "llama-2-7b", "t5-large"] {
+        let mut last: Option<Vec<u64>> = None;
+        for nodes in [1, 2, 4, 8, 16, 64, 256] {
+            let p = problem(model, "A100-80GB", 1, nodes, 128, nodes);
+            let pins = Pins {
+                checkpoint: Some(Checkpoint::None),
+                attention: Some(Attention::Naive),
+                ..Pins::default()
+            };
+            let mut strategies = enumerate(
+                &p,
+                &Pins {
+                    zero_stage: Some(0),
+                    ..pins
+                },
+            )
+            .unwrap();
+            for z in 1..=3 {
+                strategies.extend(
+                    enumerate(
+                        &p,
+                        &Pins {
+                            zero_stage: Some(z),
+                            ..pins
+                        },
+                    )
+                    .unwrap(),
+                );
+            }
+            strategies.retain(|s| s.micro_batch == 1);
+            let states: Vec<u64> = strategies
+                .iter()
+                .map(|s| memory::model_state_bytes(&p, s))
+                .collect();
+            if let Some(prev) = &last {
+                assert_eq!(prev.len(), states.len());
+                for (i, (a, b)) in prev.iter().zip(&states).enumerate() {
+                    assert!(
+                        b <= a,
+                        "{model} {:?}: {a} → {b} with {nodes} GPUs",
+                        strategies[i]
+                    );
+                }
+            }
+            last = Some(states);
+        }
+    }
+}
+
+#[test]
+fn checkpointing_never_raises_activations() {
+    for model in [
+        "gpt2",
+        "llama-3-8b",
+        "mixtral-8x7b",
+        "t5-large",
+        "bert-base-cased",
+    ] {
+        let spec = load_model(model).unwrap();
+        for (s, b) in [(128.0, 1.0), (512.0, 4.0), (2048.0, 2.0)] {
+            for attention in [Attention::Naive, Attention::MemoryEfficient] {
+                for e in [2.0, 4.0] {
+                    let none =
+                        activation::model_activations(&spec, s, b, e, attention, Checkpoint::None);
+                    for policy in [
+                        Checkpoint::Selective,
+                        Checkpoint::EveryNth(1),
+                        Checkpoint::EveryNth(2),
+                        Checkpoint::EveryNth(5),
+                    ] {
+                        let with = activation::model_activations(&spec, s, b, e, attention, policy);
+                        assert!(with <= none + 1e-6, "{model} {policy}: {with} > {none}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn fitting_plans_are_under_capacity_and_categories_sum_to_the_peak() {
+    for (model, gpu, per_node, seq, batch) in [
+        ("llama-2-7b", "A100-80GB", 8, 4096, 64),
+        ("gpt2", "L4", 1, 1024, 16),
+        ("mixtral-8x7b", "H100-80GB", 8, 4096, 32),
+        ("mistral-7b", "RTX-4090", 1, 2048, 4),
+    ] {
+        let p = problem(model, gpu, per_node, 1, seq, batch);
+        for s in enumerate(&p, &Pins::default()).unwrap() {
+            let plan = evaluate(&p, &s);
+            let m = &plan.memory;
+            assert_eq!(m.by_category.total(), m.per_device_peak_bytes, "{s:?}");
+            if plan.fits {
+                assert!(m.per_device_peak_bytes <= p.hardware.gpu.memory_bytes);
+                assert!(m.per_device_peak_bytes <= m.usable_bytes);
+                assert!(m.host_bytes_per_node <= p.hardware.host_memory_bytes);
+            }
+        }
+    }
+}
+
+#[test]
+fn offload_moves_states_off_the_device() {
+    // ZeRO-Offload (techniques.md §4.3): with optimizer offload the device keeps only the 2Ψ of
+    // 16-bit parameters among the model states; master weights and Adam states go to the host.
+    let p = problem("llama-2-7b", "A100-80GB", 1, 1, 512, 1);
+    let s = Strategy {
+        zero_stage: 2,
+        offload_optimizer: Offload::Cpu,
+        ..adam(2)
+    };
+    let m = evaluate(&p, &s).memory;
+    assert_eq!(m.by_category[Category::MasterWeight], 0);
+    assert_eq!(m.by_category[Category::OptimizerState], 0);
+    assert_eq!(m.by_category[Category::Parameter], 2 * 6_738_415_616);
+    // Host: fp32 master 4Ψ + Adam 8Ψ + fp32 gradients 4Ψ = 16Ψ.
+    assert_eq!(m.host_bytes_per_node, 16 * 6_738_415_616);
+}
+
+#[test]
+fn pinning_everything_evaluates_exactly_one_plan() {
+    let p = problem("llama-2-7b", "A100-80GB", 8, 1, 4096, 64);
+    let pins = Pins {
+        precision: Some(Precision::Bf16Mixed),
+        optimizer: Some(Optimizer::AdamW),
+        zero_stage: Some(2),
+        offload_optimizer: Some(Offload::None),
+        offload_params: Some(Offload::None),
+        checkpoint: Some(Checkpoint::ALL_BLOCKS),
+        attention: Some(Attention::MemoryEfficient),
+    };
+    let w = Workload::new(&p.spec, 4096, BatchSpec::Samples(64), Some(2), None, 8).unwrap();
+    let p = Problem { workload: w, ..p };
+    let out = search(&p, &pins).unwrap();
+    assert_eq!(out.evaluated, 1);
+}
+
+#[test]
+fn gpus_without_bf16_never_get_bf16_plans() {
+    let p = problem("gpt2", "V100-16GB", 1, 1, 512, 8);
+    let out = search(&p, &Pins::default()).unwrap();
+    assert!(!out.fitting.is_empty());
+    assert!(out.fitting.iter().all(|pl| !matches!(
+        pl.strategy.precision,
+        Precision::Bf16 | Precision::Bf16Mixed
+    )));
+    let e = search(
+        &p,
+        &Pins {
+            precision: Some(Precision::Bf16Mixed),
+            ..Pins::default()
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("V100-16GB"), "{e}");
+}
