@@ -16,12 +16,13 @@ fn run(
     lr: f32,
 ) -> Optimizer {
     let mut opt = Optimizer::new(config, device());
-    let ranges: [Range<usize>; 1] = [0..params.len()];
+    let whole: Range<usize> = 0..params.len();
+    let ranges = std::slice::from_ref(&whole);
     for _ in 0..steps {
         let mut groups = [FlatParams {
             params: &mut *params,
             grads: Grads::F32(grads),
-            tensors: &ranges,
+            tensors: ranges,
         }];
         opt.step(&mut groups, 1.0, lr).unwrap();
     }
@@ -126,11 +127,12 @@ fn grad_multiplier_unscales_inside_the_update() {
     let mut c = OptimizerConfig::new(OptimizerKind::Sgd);
     c.momentum = 0.0;
     let mut opt = Optimizer::new(c, device());
-    let ranges: [Range<usize>; 1] = [0..1];
+    let whole: Range<usize> = 0..1;
+    let ranges = std::slice::from_ref(&whole);
     let mut groups = [FlatParams {
         params: &mut w,
         grads: Grads::F32(&[1024.0]),
-        tensors: &ranges,
+        tensors: ranges,
     }];
     opt.step(&mut groups, 1.0 / 1024.0, 0.25).unwrap();
     assert_eq!(w[0], 0.75);
