@@ -86,12 +86,19 @@ pub struct Manifest {
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
     #[error("cannot write checkpoint {path}: {source}")]
-    Write { path: PathBuf, source: std::io::Error },
-    #[error("no checkpoint at {path}: {reason}; pass the directory given to --checkpoint-dir (or one of its step-NNNNNN folders) to --resume")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "no checkpoint at {path}: {reason}; pass the directory given to --checkpoint-dir (or one of its step-NNNNNN folders) to --resume"
+    )]
     Missing { path: PathBuf, reason: String },
     #[error("corrupt checkpoint {path}: {reason}; resume from an earlier step-NNNNNN folder")]
     Corrupt { path: PathBuf, reason: String },
-    #[error("checkpoint {path} has format version {found}, this headroom reads version {FORMAT_VERSION}")]
+    #[error(
+        "checkpoint {path} has format version {found}, this headroom reads version {FORMAT_VERSION}"
+    )]
     Version { path: PathBuf, found: u32 },
 }
 
@@ -99,12 +106,19 @@ pub enum CheckpointError {
 pub type TensorGroups = BTreeMap<String, BTreeMap<String, StoredTensor>>;
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
-    move |source| CheckpointError::Write { path: path.to_path_buf(), source }
+    move |source| CheckpointError::Write {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// Writes a checkpoint under `root/step-NNNNNN` and points `root/latest` at it. Returns the
 /// checkpoint's directory.
-pub fn save(root: &Path, manifest: &Manifest, groups: &TensorGroups) -> Result<PathBuf, CheckpointError> {
+pub fn save(
+    root: &Path,
+    manifest: &Manifest,
+    groups: &TensorGroups,
+) -> Result<PathBuf, CheckpointError> {
     std::fs::create_dir_all(root).map_err(io_err(root))?;
     let name = format!("step-{:06}", manifest.step);
     let final_dir = root.join(&name);
@@ -121,11 +135,17 @@ pub fn save(root: &Path, manifest: &Manifest, groups: &TensorGroups) -> Result<P
             .map(|(n, t)| {
                 TensorView::new(t.dtype.safetensors(), t.shape.clone(), &t.data)
                     .map(|v| (n.clone(), v))
-                    .map_err(|e| CheckpointError::Corrupt { path: tmp_dir.join(&file), reason: format!("tensor {n}: {e}") })
+                    .map_err(|e| CheckpointError::Corrupt {
+                        path: tmp_dir.join(&file),
+                        reason: format!("tensor {n}: {e}"),
+                    })
             })
             .collect::<Result<_, _>>()?;
-        let bytes = safetensors::tensor::serialize(views, None)
-            .map_err(|e| CheckpointError::Corrupt { path: tmp_dir.join(&file), reason: e.to_string() })?;
+        let bytes =
+            safetensors::tensor::serialize(views, None).map_err(|e| CheckpointError::Corrupt {
+                path: tmp_dir.join(&file),
+                reason: e.to_string(),
+            })?;
         write_atomic(&tmp_dir.join(&file), &bytes).map_err(io_err(&tmp_dir))?;
         manifest.files.insert(group.clone(), file);
     }
@@ -144,7 +164,10 @@ pub fn save(root: &Path, manifest: &Manifest, groups: &TensorGroups) -> Result<P
 
 /// Reads the checkpoint at `path`: a checkpoint directory, or a root whose `latest` names one.
 pub fn load(path: &Path) -> Result<(Manifest, TensorGroups), CheckpointError> {
-    let missing = |reason: String| CheckpointError::Missing { path: path.to_path_buf(), reason };
+    let missing = |reason: String| CheckpointError::Missing {
+        path: path.to_path_buf(),
+        reason,
+    };
     if !path.is_dir() {
         return Err(missing("not a directory".into()));
     }
@@ -156,22 +179,43 @@ pub fn load(path: &Path) -> Result<(Manifest, TensorGroups), CheckpointError> {
         path.join(latest.trim())
     };
     let manifest_path = dir.join("manifest.json");
-    let text = std::fs::read(&manifest_path).map_err(|e| missing(format!("{}: {e}", manifest_path.display())))?;
-    let corrupt = |p: &Path, reason: String| CheckpointError::Corrupt { path: p.to_path_buf(), reason };
-    let manifest: Manifest = serde_json::from_slice(&text).map_err(|e| corrupt(&manifest_path, e.to_string()))?;
+    let text = std::fs::read(&manifest_path)
+        .map_err(|e| missing(format!("{}: {e}", manifest_path.display())))?;
+    let corrupt = |p: &Path, reason: String| CheckpointError::Corrupt {
+        path: p.to_path_buf(),
+        reason,
+    };
+    let manifest: Manifest =
+        serde_json::from_slice(&text).map_err(|e| corrupt(&manifest_path, e.to_string()))?;
     if manifest.format_version != FORMAT_VERSION {
-        return Err(CheckpointError::Version { path: manifest_path, found: manifest.format_version });
+        return Err(CheckpointError::Version {
+            path: manifest_path,
+            found: manifest.format_version,
+        });
     }
     let mut groups = TensorGroups::new();
     for (group, file) in &manifest.files {
         let file_path = dir.join(file);
-        let bytes = std::fs::read(&file_path).map_err(|e| corrupt(&file_path, format!("cannot read: {e}")))?;
-        let st = SafeTensors::deserialize(&bytes).map_err(|e| corrupt(&file_path, e.to_string()))?;
+        let bytes = std::fs::read(&file_path)
+            .map_err(|e| corrupt(&file_path, format!("cannot read: {e}")))?;
+        let st =
+            SafeTensors::deserialize(&bytes).map_err(|e| corrupt(&file_path, e.to_string()))?;
         let mut tensors = BTreeMap::new();
         for (name, view) in st.tensors() {
-            let dtype = StoredDtype::from_safetensors(view.dtype())
-                .ok_or_else(|| corrupt(&file_path, format!("tensor {name} has unsupported dtype {:?}", view.dtype())))?;
-            tensors.insert(name, StoredTensor { dtype, shape: view.shape().to_vec(), data: view.data().to_vec() });
+            let dtype = StoredDtype::from_safetensors(view.dtype()).ok_or_else(|| {
+                corrupt(
+                    &file_path,
+                    format!("tensor {name} has unsupported dtype {:?}", view.dtype()),
+                )
+            })?;
+            tensors.insert(
+                name,
+                StoredTensor {
+                    dtype,
+                    shape: view.shape().to_vec(),
+                    data: view.data().to_vec(),
+                },
+            );
         }
         groups.insert(group.clone(), tensors);
     }
@@ -188,15 +232,28 @@ mod tests {
             step: 42,
             files: BTreeMap::new(),
             scaler: None,
-            data_position: DataPosition { epoch: 1, cursor: 7 },
+            data_position: DataPosition {
+                epoch: 1,
+                cursor: 7,
+            },
             rng: BTreeMap::from([("dropout".to_string(), 99)]),
             losses: vec![5.5, 4.25],
             config: serde_json::json!({"precision": "fp32"}),
         };
-        let w: Vec<u8> = [1.5f32, -2.0, 0.25, 8.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let w: Vec<u8> = [1.5f32, -2.0, 0.25, 8.0]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
         let groups = TensorGroups::from([(
             "model".to_string(),
-            BTreeMap::from([("block0.weight".to_string(), StoredTensor { dtype: StoredDtype::F32, shape: vec![2, 2], data: w })]),
+            BTreeMap::from([(
+                "block0.weight".to_string(),
+                StoredTensor {
+                    dtype: StoredDtype::F32,
+                    shape: vec![2, 2],
+                    data: w,
+                },
+            )]),
         )]);
         (manifest, groups)
     }
@@ -217,7 +274,16 @@ mod tests {
         // An older step can be named directly.
         assert_eq!(load(&dir.path().join("step-000042")).unwrap().0.step, 42);
         // No temporary directories are left behind.
-        let leftovers = std::fs::read_dir(dir.path()).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with('.')).count();
+        let leftovers = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with('.')
+            })
+            .count();
         assert_eq!(leftovers, 0);
     }
 
@@ -233,9 +299,15 @@ mod tests {
         let bytes = std::fs::read(&file).unwrap();
         std::fs::write(&file, &bytes[..bytes.len() - 3]).unwrap();
         let e = load(dir.path()).unwrap_err().to_string();
-        assert!(e.contains("corrupt checkpoint") && e.contains("model.safetensors"), "{e}");
+        assert!(
+            e.contains("corrupt checkpoint") && e.contains("model.safetensors"),
+            "{e}"
+        );
         std::fs::write(at.join("manifest.json"), b"{ not json").unwrap();
         let e = load(dir.path()).unwrap_err().to_string();
-        assert!(e.contains("corrupt checkpoint") && e.contains("manifest.json"), "{e}");
+        assert!(
+            e.contains("corrupt checkpoint") && e.contains("manifest.json"),
+            "{e}"
+        );
     }
 }

@@ -3,5 +3,6 @@
 //! checkpoints and the run's report.
 
 pub mod checkpoint;
+pub mod config;
 pub mod data;
 pub mod scaler;
