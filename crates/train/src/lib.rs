@@ -5,4 +5,5 @@
 pub mod checkpoint;
 pub mod config;
 pub mod data;
+pub mod report;
 pub mod scaler;

@@ -1,0 +1,59 @@
+//! The run report: what `--json-report FILE` writes and what the text report prints — losses,
+//! validation losses, step times, throughput, and memory per category (each category's own peak,
+//! the breakdown at the moment of the overall peak, reserved and allocated peaks), next to the
+//! resolved configuration.
+//!
+//! Not for: measuring (the trainer fills it from the device's statistics).
+
+use crate::config::RunConfig;
+use headroom_memory::{CategoryBytes, DeviceStats};
+use serde::Serialize;
+
+/// One validation pass.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ValLoss {
+    /// Optimizer steps completed when it ran.
+    pub step: u64,
+    pub loss: f64,
+}
+
+/// Reserved bytes around an `empty_cache` after validation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CacheRelease {
+    pub step: u64,
+    pub reserved_before: u64,
+    pub reserved_after: u64,
+}
+
+/// Everything a run reports.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TrainReport {
+    /// Training loss per optimizer step (mean over its micro-batches).
+    pub losses: Vec<f64>,
+    pub val_losses: Vec<ValLoss>,
+    pub step_times_s: Vec<f64>,
+    pub tokens_per_s: f64,
+    /// Each category's own peak over the run.
+    pub peak_bytes_by_category: CategoryBytes,
+    /// Breakdown at the moment of the overall allocated peak; sums to `peak_allocated_bytes`.
+    pub bytes_at_peak_by_category: CategoryBytes,
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub device_memory_bytes: u64,
+    /// Optimizer steps skipped by the loss scaler (fp16-mixed).
+    pub skipped_steps: u64,
+    pub cache_releases: Vec<CacheRelease>,
+    pub warnings: Vec<String>,
+    pub parameters: u64,
+    pub config: RunConfig,
+}
+
+impl TrainReport {
+    /// Fills the memory members from the device's statistics.
+    pub fn set_memory(&mut self, stats: &DeviceStats) {
+        self.peak_bytes_by_category = stats.peak_category_bytes();
+        self.bytes_at_peak_by_category = stats.category_bytes_at_peak;
+        self.peak_allocated_bytes = stats.allocated_bytes.all.peak as u64;
+        self.peak_reserved_bytes = stats.reserved_bytes.all.peak as u64;
+    }
+}
