@@ -1,0 +1,212 @@
+//! Batched matrix multiply on the `gemm` crate. f32 and f16 call gemm directly with the
+//! operands' own strides (a transposed weight costs no copy); bf16, which gemm lacks, is
+//! widened to f32 in tiles: the right operand once per batch, the left operand and the output in
+//! panels of `TILE_M` rows, all in `temporary` scratch from the device allocator. Products
+//! accumulate in f32. gemm does not split the k dimension across threads, so results are
+//! deterministic.
+//!
+//! Not for: shape checks or batch broadcasting (the ops layer hands in matching batch dims).
+
+use super::{Scalars, scratch_f32};
+use crate::error::Result;
+use crate::shape::Layout;
+use gemm::Parallelism;
+use half::bf16;
+use half::slice::HalfFloatSliceExt;
+use headroom_memory::Device;
+use rayon::prelude::*;
+
+/// Rows of the left operand widened at a time on the bf16 path.
+const TILE_M: usize = 512;
+/// Below this many multiply-adds a single product runs on one thread, and batches run in
+/// parallel instead.
+const SMALL: usize = 96 * 96 * 96;
+
+/// Problem geometry shared by every batch element.
+#[derive(Clone, Copy, Debug)]
+pub struct Dims {
+    pub batch: usize,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+}
+
+/// Batch layout (the leading dims) and the row and column strides of the matrix dims.
+fn split(l: &Layout) -> (Layout, isize, isize) {
+    let r = l.rank();
+    let batch = Layout::new(
+        l.shape()[..r - 2].to_vec(),
+        l.strides()[..r - 2].to_vec(),
+        l.offset(),
+    );
+    (
+        batch,
+        l.strides()[r - 2] as isize,
+        l.strides()[r - 1] as isize,
+    )
+}
+
+fn parallelism(d: &Dims) -> Parallelism {
+    if d.m * d.n * d.k < SMALL {
+        Parallelism::None
+    } else {
+        Parallelism::Rayon(rayon::current_num_threads())
+    }
+}
+
+/// `out (batch, m, n) = a @ b` for gemm's native element types (f32, f16).
+pub fn matmul_native<T: Scalars>(
+    a: &[T],
+    la: &Layout,
+    b: &[T],
+    lb: &Layout,
+    out: &mut [T],
+    d: Dims,
+) {
+    let (ba, ars, acs) = split(la);
+    let (bb, brs, bcs) = split(lb);
+    let (ap, bp) = (a.as_ptr() as usize, b.as_ptr() as usize);
+    let one = |i: usize, o: &mut [T], par: Parallelism| {
+        let (ao, bo) = (ba.index_of(i), bb.index_of(i));
+        // SAFETY: `ao`/`bo` plus the matrix strides stay inside `a`/`b` because the layouts
+        // were built by `Layout` from these storages' shapes; `o` is exactly m×n row-major.
+        unsafe {
+            gemm::gemm(
+                d.m,
+                d.n,
+                d.k,
+                o.as_mut_ptr(),
+                1,
+                d.n as isize,
+                false,
+                (ap as *const T).add(ao),
+                acs,
+                ars,
+                (bp as *const T).add(bo),
+                bcs,
+                brs,
+                T::ZERO,
+                T::ONE,
+                false,
+                false,
+                false,
+                par,
+            )
+        }
+    };
+    let size = d.m * d.n;
+    if d.batch > 1 && d.m * d.n * d.k < SMALL {
+        out.par_chunks_mut(size)
+            .enumerate()
+            .for_each(|(i, o)| one(i, o, Parallelism::None));
+    } else {
+        for (i, o) in out.chunks_mut(size).enumerate() {
+            one(i, o, parallelism(&d));
+        }
+    }
+}
+
+/// Widens a strided bf16 matrix into contiguous f32, keeping its memory order; returns the
+/// (row, column) strides of the copy.
+fn widen(
+    src: &[bf16],
+    off: usize,
+    rows: usize,
+    cols: usize,
+    rs: isize,
+    cs: isize,
+    dst: &mut [f32],
+) -> (isize, isize) {
+    let (rs, cs) = (rs as usize, cs as usize);
+    if cs == 1 {
+        for r in 0..rows {
+            src[off + r * rs..off + r * rs + cols]
+                .convert_to_f32_slice(&mut dst[r * cols..(r + 1) * cols]);
+        }
+        (cols as isize, 1)
+    } else if rs == 1 {
+        for c in 0..cols {
+            src[off + c * cs..off + c * cs + rows]
+                .convert_to_f32_slice(&mut dst[c * rows..(c + 1) * rows]);
+        }
+        (1, rows as isize)
+    } else {
+        for r in 0..rows {
+            for c in 0..cols {
+                dst[r * cols + c] = src[off + r * rs + c * cs].to_f32();
+            }
+        }
+        (cols as isize, 1)
+    }
+}
+
+/// bf16 `out = a @ b` through f32 tiles.
+pub fn matmul_bf16(
+    device: &Device,
+    a: &[bf16],
+    la: &Layout,
+    b: &[bf16],
+    lb: &Layout,
+    out: &mut [bf16],
+    d: Dims,
+) -> Result<()> {
+    let (ba, ars, acs) = split(la);
+    let (bb, brs, bcs) = split(lb);
+    let tile = TILE_M.min(d.m).max(1);
+    let mut bt = scratch_f32(device, d.k * d.n, "matmul.bf16.rhs")?; // (K, N) f32
+    let mut at = scratch_f32(device, tile * d.k, "matmul.bf16.lhs_tile")?; // (TILE_M, K) f32
+    let mut ot = scratch_f32(device, tile * d.n, "matmul.bf16.out_tile")?; // (TILE_M, N) f32
+    let (bt, at, ot) = (bt.slice_mut(), at.slice_mut(), ot.slice_mut());
+    for i in 0..d.batch {
+        let (bcs_t, brs_t) = {
+            let (rs, cs) = widen(b, bb.index_of(i), d.k, d.n, brs, bcs, bt);
+            (cs, rs)
+        };
+        for i0 in (0..d.m).step_by(tile) {
+            let rows = tile.min(d.m - i0);
+            let (ars_t, acs_t) = widen(
+                a,
+                ba.index_of(i) + i0 * ars as usize,
+                rows,
+                d.k,
+                ars,
+                acs,
+                at,
+            );
+            let par = parallelism(&Dims {
+                batch: 1,
+                m: rows,
+                n: d.n,
+                k: d.k,
+            });
+            // SAFETY: the tiles hold rows×K, K×N and rows×N f32 values with the strides
+            // returned by `widen` and the row-major output tile.
+            unsafe {
+                gemm::gemm(
+                    rows,
+                    d.n,
+                    d.k,
+                    ot.as_mut_ptr(),
+                    1,
+                    d.n as isize,
+                    false,
+                    at.as_ptr(),
+                    acs_t,
+                    ars_t,
+                    bt.as_ptr(),
+                    bcs_t,
+                    brs_t,
+                    0.0f32,
+                    1.0f32,
+                    false,
+                    false,
+                    false,
+                    par,
+                )
+            };
+            let start = (i * d.m + i0) * d.n;
+            out[start..start + rows * d.n].convert_from_f32_slice(&ot[..rows * d.n]);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,439 @@
+//! The CPU backend: kernels over host memory handed out by the device allocator, parallel with
+//! rayon, deterministic for a given thread count. This file dispatches on dtype and unpacks
+//! buffers; the kernels live in one file per family.
+//!
+//! Not for: allocation of outputs (the ops layer does that) or autodiff.
+
+mod elementwise;
+mod index;
+pub mod math;
+mod matmul;
+mod reduce;
+mod rows;
+
+use super::{Backend, BinaryOp, Dst, ReduceOp, Src, UnaryOp};
+use crate::dtype::{DType, Elem, with_float_type};
+use crate::error::{Result, TensorError};
+use crate::shape::Layout;
+use headroom_memory::{Category, Device, DeviceBuffer};
+use index::Ids;
+
+#[derive(Debug)]
+pub struct CpuBackend;
+
+/// Scalar types gemm multiplies natively.
+pub trait Scalars: Copy + Send + Sync + 'static {
+    const ZERO: Self;
+    const ONE: Self;
+}
+impl Scalars for f32 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+}
+impl Scalars for half::f16 {
+    const ZERO: Self = half::f16::ZERO;
+    const ONE: Self = half::f16::ONE;
+}
+
+/// An f32 scratch buffer from the device allocator, tagged `temporary`.
+#[derive(Debug)]
+pub struct Scratch(DeviceBuffer);
+
+impl Scratch {
+    pub fn slice_mut(&mut self) -> &mut [f32] {
+        bytemuck::cast_slice_mut(self.0.as_bytes_mut().unwrap_or(&mut []))
+    }
+}
+
+pub fn scratch_f32(device: &Device, n: usize, name: &str) -> Result<Scratch> {
+    Ok(Scratch(device.alloc(
+        (n * 4) as u64,
+        Category::Temporary,
+        Some(name),
+    )?))
+}
+
+fn bytes(buf: &DeviceBuffer) -> Result<&[u8]> {
+    buf.as_bytes()
+        .ok_or(TensorError::ShapeOnly { op: "cpu kernel" })
+}
+
+fn slice<'a, T: bytemuck::Pod>(s: &'a Src) -> Result<&'a [T]> {
+    Ok(bytemuck::cast_slice(bytes(&s.buf)?))
+}
+
+fn slice_mut<'a, T: bytemuck::Pod>(d: &'a mut Dst) -> Result<&'a mut [T]> {
+    let b = d
+        .buf
+        .as_bytes_mut()
+        .ok_or(TensorError::ShapeOnly { op: "cpu kernel" })?;
+    Ok(bytemuck::cast_slice_mut(b))
+}
+
+/// The contiguous elements of a source (from its offset, `numel` long).
+fn rows_of<'a, T: bytemuck::Pod>(s: &'a Src) -> Result<&'a [T]> {
+    let all = slice::<T>(s)?;
+    Ok(&all[s.layout.offset()..s.layout.offset() + s.layout.numel()])
+}
+
+fn ids<'a>(s: &'a Src) -> Result<Ids<'a>> {
+    let all = |n: usize| s.layout.offset()..s.layout.offset() + n;
+    match s.dtype {
+        DType::I32 => Ok(Ids::I32(&slice::<i32>(s)?[all(s.layout.numel())])),
+        DType::I64 => Ok(Ids::I64(&slice::<i64>(s)?[all(s.layout.numel())])),
+        other => Err(TensorError::UnsupportedDType {
+            op: "index",
+            dtype: other,
+        }),
+    }
+}
+
+fn unsupported(op: &'static str, dtype: DType) -> TensorError {
+    TensorError::UnsupportedDType { op, dtype }
+}
+
+fn last_dim(s: &Src) -> usize {
+    s.layout.shape().last().copied().unwrap_or(1)
+}
+
+impl CpuBackend {
+    fn copy_float<T: Elem>(&self, src: &Src, dst: &mut Dst) -> Result<()> {
+        let x = slice::<T>(src)?;
+        let lo = dst.layout.clone();
+        with_float_type!(dst.dtype, U => {
+            let out = slice_mut::<U>(dst)?;
+            if lo.is_contiguous() {
+                let n = lo.numel();
+                elementwise::map1(x, src.layout, &mut out[lo.offset()..lo.offset() + n], |v| v);
+            } else {
+                elementwise::copy_strided(x, src.layout, out, &lo, |v: T| U::from_f32(v.to_f32()));
+            }
+            Ok(())
+        }, _ => Err(TensorError::DTypeMismatch { op: "copy", lhs: src.dtype, rhs: dst.dtype }))
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn fill(&self, dst: &mut Dst, value: f32) -> Result<()> {
+        let l = dst.layout.clone();
+        match dst.dtype {
+            DType::I32 => {
+                elementwise::copy_strided(&[value as i32], &splat(&l), slice_mut(dst)?, &l, |v| v)
+            }
+            DType::I64 => {
+                elementwise::copy_strided(&[value as i64], &splat(&l), slice_mut(dst)?, &l, |v| v)
+            }
+            dt => with_float_type!(dt, T => {
+                elementwise::copy_strided(&[T::from_f32(value)], &splat(&l), slice_mut::<T>(dst)?, &l, |v| v)
+            }, _ => unreachable!("int dtypes handled above")),
+        }
+        Ok(())
+    }
+
+    fn copy(&self, src: &Src, dst: &mut Dst) -> Result<()> {
+        match (src.dtype, dst.dtype) {
+            (DType::I32, DType::I32) => {
+                let l = dst.layout.clone();
+                elementwise::copy_strided(
+                    slice::<i32>(src)?,
+                    src.layout,
+                    slice_mut::<i32>(dst)?,
+                    &l,
+                    |v| v,
+                );
+                Ok(())
+            }
+            (DType::I64, DType::I64) => {
+                let l = dst.layout.clone();
+                elementwise::copy_strided(
+                    slice::<i64>(src)?,
+                    src.layout,
+                    slice_mut::<i64>(dst)?,
+                    &l,
+                    |v| v,
+                );
+                Ok(())
+            }
+            (s, _) => with_float_type!(s, T => self.copy_float::<T>(src, dst),
+                _ => Err(TensorError::DTypeMismatch { op: "copy", lhs: src.dtype, rhs: dst.dtype })),
+        }
+    }
+
+    fn add_assign(&self, dst: &mut Dst, src: &Src) -> Result<()> {
+        let lo = dst.layout.clone();
+        with_float_type!(dst.dtype, T => {
+            elementwise::update(slice_mut::<T>(dst)?, &lo, slice::<T>(src)?, src.layout, |o, x| o + x);
+            Ok(())
+        }, _ => Err(unsupported("add_assign", dst.dtype)))
+    }
+
+    fn upload_f32(&self, data: &[f32], dst: &mut Dst) -> Result<()> {
+        let (l, host) = (dst.layout.clone(), Layout::contiguous(dst.layout.shape()));
+        with_float_type!(dst.dtype, T => {
+            elementwise::copy_strided(data, &host, slice_mut::<T>(dst)?, &l, T::from_f32);
+            Ok(())
+        }, _ => Err(unsupported("upload_f32", dst.dtype)))
+    }
+
+    fn upload_i64(&self, data: &[i64], dst: &mut Dst) -> Result<()> {
+        let (l, host) = (dst.layout.clone(), Layout::contiguous(dst.layout.shape()));
+        match dst.dtype {
+            DType::I64 => elementwise::copy_strided(data, &host, slice_mut::<i64>(dst)?, &l, |v| v),
+            DType::I32 => {
+                if let Some(&bad) = data.iter().find(|&&v| i32::try_from(v).is_err()) {
+                    return Err(TensorError::IndexOutOfRange {
+                        op: "upload",
+                        index: bad,
+                        size: i32::MAX as usize,
+                    });
+                }
+                elementwise::copy_strided(data, &host, slice_mut::<i32>(dst)?, &l, |v| v as i32)
+            }
+            other => return Err(unsupported("upload_i64", other)),
+        }
+        Ok(())
+    }
+
+    fn download_f32(&self, src: &Src) -> Result<Vec<f32>> {
+        with_float_type!(src.dtype, T => {
+            let x = slice::<T>(src)?;
+            Ok((0..src.layout.numel()).map(|i| x[src.layout.index_of(i)].to_f32()).collect())
+        }, _ => Err(unsupported("download_f32", src.dtype)))
+    }
+
+    fn download_i64(&self, src: &Src) -> Result<Vec<i64>> {
+        let l = src.layout;
+        match src.dtype {
+            DType::I64 => Ok((0..l.numel())
+                .map(|i| slice::<i64>(src).map(|x| x[l.index_of(i)]))
+                .collect::<Result<_>>()?),
+            DType::I32 => {
+                let x = slice::<i32>(src)?;
+                Ok((0..l.numel()).map(|i| x[l.index_of(i)] as i64).collect())
+            }
+            other => Err(unsupported("download_i64", other)),
+        }
+    }
+
+    fn unary(&self, op: UnaryOp, x: &Src, dst: &mut Dst) -> Result<()> {
+        with_float_type!(x.dtype, T => {
+            let xs = slice::<T>(x)?;
+            let out = slice_mut::<T>(dst)?;
+            macro_rules! go {
+                ($($variant:pat),*) => {
+                    match op {
+                        $($variant => elementwise::map1(xs, x.layout, out, |v| math::unary(op, v)),)*
+                    }
+                };
+            }
+            // One monomorphised loop per op, so the match is outside the element loop.
+            go!(UnaryOp::Neg, UnaryOp::Exp, UnaryOp::Log, UnaryOp::Sqrt, UnaryOp::Tanh, UnaryOp::Sigmoid,
+                UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::Silu, UnaryOp::Affine { .. }, UnaryOp::Powf(_));
+            Ok(())
+        }, _ => Err(unsupported("unary", x.dtype)))
+    }
+
+    fn binary(&self, op: BinaryOp, a: &Src, b: &Src, dst: &mut Dst) -> Result<()> {
+        with_float_type!(a.dtype, T => {
+            let (xa, xb) = (slice::<T>(a)?, slice::<T>(b)?);
+            let out = slice_mut::<T>(dst)?;
+            let (la, lb) = (a.layout, b.layout);
+            match op {
+                BinaryOp::Add => elementwise::map2(xa, la, xb, lb, out, |p, q| p + q),
+                BinaryOp::Sub => elementwise::map2(xa, la, xb, lb, out, |p, q| p - q),
+                BinaryOp::Mul => elementwise::map2(xa, la, xb, lb, out, |p, q| p * q),
+                BinaryOp::Div => elementwise::map2(xa, la, xb, lb, out, |p, q| p / q),
+                BinaryOp::Eq => elementwise::map2(xa, la, xb, lb, out, |p, q| if p == q { 1.0 } else { 0.0 }),
+                BinaryOp::UnaryGrad(u) => elementwise::map2(xa, la, xb, lb, out, |s, g| math::unary_grad(u, s, g)),
+            }
+            Ok(())
+        }, _ => Err(unsupported("binary", a.dtype)))
+    }
+
+    fn reduce(&self, op: ReduceOp, x: &Src, axes: &[usize], dst: &mut Dst) -> Result<()> {
+        with_float_type!(x.dtype, T => {
+            reduce::reduce(slice::<T>(x)?, x.layout, axes, op, slice_mut::<T>(dst)?);
+            Ok(())
+        }, _ => Err(unsupported("reduce", x.dtype)))
+    }
+
+    fn matmul(&self, a: &Src, b: &Src, dst: &mut Dst) -> Result<()> {
+        let s = dst.layout.shape();
+        let r = s.len();
+        let d = matmul::Dims {
+            batch: crate::shape::numel(&s[..r - 2]),
+            m: s[r - 2],
+            n: s[r - 1],
+            k: a.layout.shape()[r - 1],
+        };
+        if d.m * d.n == 0 {
+            return Ok(());
+        }
+        if d.k == 0 {
+            return self.fill(dst, 0.0);
+        }
+        let device = dst.buf.device().clone();
+        match a.dtype {
+            DType::F32 => matmul::matmul_native(
+                slice::<f32>(a)?,
+                a.layout,
+                slice::<f32>(b)?,
+                b.layout,
+                slice_mut(dst)?,
+                d,
+            ),
+            DType::F16 => matmul::matmul_native(
+                slice::<half::f16>(a)?,
+                a.layout,
+                slice::<half::f16>(b)?,
+                b.layout,
+                slice_mut(dst)?,
+                d,
+            ),
+            DType::BF16 => matmul::matmul_bf16(
+                &device,
+                slice(a)?,
+                a.layout,
+                slice(b)?,
+                b.layout,
+                slice_mut(dst)?,
+                d,
+            )?,
+            other => return Err(unsupported("matmul", other)),
+        }
+        Ok(())
+    }
+
+    fn softmax(&self, x: &Src, log: bool, dst: &mut Dst) -> Result<()> {
+        with_float_type!(x.dtype, T => {
+            rows::softmax(rows_of::<T>(x)?, last_dim(x), log, slice_mut::<T>(dst)?);
+            Ok(())
+        }, _ => Err(unsupported("softmax", x.dtype)))
+    }
+
+    fn softmax_backward(&self, y: &Src, dy: &Src, log: bool, dst: &mut Dst) -> Result<()> {
+        with_float_type!(y.dtype, T => {
+            rows::softmax_backward(rows_of::<T>(y)?, rows_of::<T>(dy)?, last_dim(y), log, slice_mut::<T>(dst)?);
+            Ok(())
+        }, _ => Err(unsupported("softmax_backward", y.dtype)))
+    }
+
+    fn layer_norm(
+        &self,
+        x: &Src,
+        w: &Src,
+        b: &Src,
+        eps: f32,
+        y: &mut Dst,
+        mean: &mut Dst,
+        rstd: &mut Dst,
+    ) -> Result<()> {
+        with_float_type!(x.dtype, T => {
+            rows::layer_norm(rows_of::<T>(x)?, rows_of::<T>(w)?, rows_of::<T>(b)?, last_dim(x), eps,
+                slice_mut::<T>(y)?, slice_mut::<f32>(mean)?, slice_mut::<f32>(rstd)?);
+            Ok(())
+        }, _ => Err(unsupported("layer_norm", x.dtype)))
+    }
+
+    fn layer_norm_backward(
+        &self,
+        x: &Src,
+        w: &Src,
+        mean: &Src,
+        rstd: &Src,
+        dy: &Src,
+        dx: &mut Dst,
+        dw: &mut Dst,
+        db: &mut Dst,
+    ) -> Result<()> {
+        let c = last_dim(x);
+        let mut acc = scratch_f32(&dx.buf.device().clone(), 2 * c, "layer_norm.dw_db")?;
+        with_float_type!(x.dtype, T => {
+            rows::layer_norm_backward(rows_of::<T>(x)?, rows_of::<T>(w)?, rows_of::<f32>(mean)?, rows_of::<f32>(rstd)?,
+                rows_of::<T>(dy)?, c, slice_mut::<T>(dx)?, slice_mut::<T>(dw)?, slice_mut::<T>(db)?, acc.slice_mut());
+            Ok(())
+        }, _ => Err(unsupported("layer_norm_backward", x.dtype)))
+    }
+
+    fn rms_norm(&self, x: &Src, w: &Src, eps: f32, y: &mut Dst, rstd: &mut Dst) -> Result<()> {
+        with_float_type!(x.dtype, T => {
+            rows::rms_norm(rows_of::<T>(x)?, rows_of::<T>(w)?, last_dim(x), eps, slice_mut::<T>(y)?, slice_mut::<f32>(rstd)?);
+            Ok(())
+        }, _ => Err(unsupported("rms_norm", x.dtype)))
+    }
+
+    fn rms_norm_backward(
+        &self,
+        x: &Src,
+        w: &Src,
+        rstd: &Src,
+        dy: &Src,
+        dx: &mut Dst,
+        dw: &mut Dst,
+    ) -> Result<()> {
+        let c = last_dim(x);
+        let mut acc = scratch_f32(&dx.buf.device().clone(), c, "rms_norm.dw")?;
+        with_float_type!(x.dtype, T => {
+            rows::rms_norm_backward(rows_of::<T>(x)?, rows_of::<T>(w)?, rows_of::<f32>(rstd)?, rows_of::<T>(dy)?, c,
+                slice_mut::<T>(dx)?, slice_mut::<T>(dw)?, acc.slice_mut());
+            Ok(())
+        }, _ => Err(unsupported("rms_norm_backward", x.dtype)))
+    }
+
+    fn embedding(&self, table: &Src, ids_src: &Src, dst: &mut Dst) -> Result<()> {
+        let (v, c) = (table.layout.shape()[0], last_dim(table));
+        let ids = ids(ids_src)?;
+        with_float_type!(table.dtype, T => index::embedding(rows_of::<T>(table)?, v, &ids, c, slice_mut::<T>(dst)?),
+            _ => Err(unsupported("embedding", table.dtype)))
+    }
+
+    fn embedding_backward(&self, ids_src: &Src, dy: &Src, dtable: &mut Dst) -> Result<()> {
+        let c = last_dim(dy);
+        let ids = ids(ids_src)?;
+        let mut acc = scratch_f32(
+            &dtable.buf.device().clone(),
+            dtable.layout.numel(),
+            "embedding.scatter_add",
+        )?;
+        with_float_type!(dy.dtype, T => index::embedding_backward(&ids, rows_of::<T>(dy)?, c, acc.slice_mut(), slice_mut::<T>(dtable)?),
+            _ => Err(unsupported("embedding_backward", dy.dtype)))
+    }
+
+    fn gather_last(&self, x: &Src, idx: &Src, dst: &mut Dst) -> Result<()> {
+        let ids = ids(idx)?;
+        with_float_type!(x.dtype, T => index::gather_last(rows_of::<T>(x)?, last_dim(x), &ids, slice_mut::<T>(dst)?),
+            _ => Err(unsupported("gather", x.dtype)))
+    }
+
+    fn scatter_last(&self, idx: &Src, dy: &Src, dst: &mut Dst) -> Result<()> {
+        let ids = ids(idx)?;
+        let v = dst.layout.shape().last().copied().unwrap_or(1);
+        with_float_type!(dy.dtype, T => index::scatter_last(&ids, rows_of::<T>(dy)?, v, slice_mut::<T>(dst)?),
+            _ => Err(unsupported("scatter", dy.dtype)))
+    }
+
+    fn dropout(&self, x: &Src, p: f32, seed: u64, offset: u64, dst: &mut Dst) -> Result<()> {
+        with_float_type!(x.dtype, T => {
+            index::dropout(rows_of::<T>(x)?, p, seed, offset, slice_mut::<T>(dst)?);
+            Ok(())
+        }, _ => Err(unsupported("dropout", x.dtype)))
+    }
+
+    fn causal_mask(&self, x: &Src, fill: f32, dst: &mut Dst) -> Result<()> {
+        let s = x.layout.shape();
+        let (rows, cols) = (s[s.len() - 2], s[s.len() - 1]);
+        with_float_type!(x.dtype, T => {
+            index::causal_mask(rows_of::<T>(x)?, rows, cols, fill, slice_mut::<T>(dst)?);
+            Ok(())
+        }, _ => Err(unsupported("causal_mask", x.dtype)))
+    }
+}
+
+/// A layout that reads element 0 for every position of `like`.
+fn splat(like: &Layout) -> Layout {
+    Layout::new(like.shape().to_vec(), vec![0; like.rank()], 0)
+}

@@ -1,0 +1,240 @@
+//! Every derivative rule in one place: `Op` lists what each recorded op keeps for backward
+//! (exactly the tensors its rule reads; those are the saved activations), and `backward` holds
+//! one arm per op turning the output gradient `dy` into input gradients. Inputs that do not
+//! require grad get `None` and cost nothing.
+//!
+//! Not for: walking the tape (see `tape`) or the recompute of checkpoint scopes (see `checkpoint`).
+
+use crate::backend::{BinaryOp, UnaryOp};
+use crate::checkpoint::{self, CheckpointOp};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::grads::Gradients;
+use crate::ops::nn;
+use crate::tensor::Tensor;
+
+/// A recorded op with what its backward needs. Shapes are kept where the rule only needs them.
+pub(crate) enum Op {
+    /// y = a + b (broadcasting): da = Σ_broadcast dy, db = Σ_broadcast dy. Saves nothing.
+    Add {
+        a_shape: Vec<usize>,
+        b_shape: Vec<usize>,
+    },
+    /// y = a − b: da = Σ dy, db = −Σ dy. Saves nothing.
+    Sub {
+        a_shape: Vec<usize>,
+        b_shape: Vec<usize>,
+    },
+    /// y = a ⊙ b: da = Σ dy⊙b, db = Σ dy⊙a. Saves b only if a needs grad, a only if b does.
+    Mul {
+        a: Option<Tensor>,
+        b: Option<Tensor>,
+        a_shape: Vec<usize>,
+        b_shape: Vec<usize>,
+    },
+    /// y = a / b: da = Σ dy/b, db = −Σ dy⊙a/b². Saves b, and a only if b needs grad.
+    Div {
+        a: Option<Tensor>,
+        b: Tensor,
+        a_shape: Vec<usize>,
+        b_shape: Vec<usize>,
+    },
+    /// y = f(x): dx = dy ⊙ f'(·) from the saved input or output (see `backend::cpu::math`).
+    Unary {
+        op: UnaryOp,
+        saved: Option<Tensor>,
+    },
+    /// y = Σ_axes x (keepdim): dx = broadcast(dy). Saves nothing.
+    Sum {
+        in_shape: Vec<usize>,
+    },
+    /// y = max_axes x (keepdim): dx = dy ⊙ [x = y] / #ties. Saves x and y.
+    Max {
+        x: Tensor,
+        y: Tensor,
+        axes: Vec<usize>,
+    },
+    /// View ops: the gradient is the inverse view. Save nothing.
+    Reshape {
+        in_shape: Vec<usize>,
+    },
+    Permute {
+        perm: Vec<usize>,
+    },
+    Broadcast {
+        in_shape: Vec<usize>,
+    },
+    Narrow {
+        in_shape: Vec<usize>,
+        axis: usize,
+        start: usize,
+    },
+    /// y = concat(xs, axis): dxᵢ = narrow(dy). Saves the sizes.
+    Cat {
+        axis: usize,
+        sizes: Vec<usize>,
+    },
+    /// y = contiguous copy of x: dx = dy.
+    Contiguous,
+    /// y = x as another dtype: dx = dy cast back.
+    Cast {
+        from: DType,
+    },
+    /// y = a @ b: da = dy @ bᵀ, db = aᵀ @ dy (summed over broadcast batch dims).
+    Matmul {
+        a: Option<Tensor>,
+        b: Option<Tensor>,
+        a_shape: Vec<usize>,
+        b_shape: Vec<usize>,
+    },
+    /// y[n] = table[ids[n]]: dtable = scatter-add of dy at ids. Saves the ids.
+    Embedding {
+        ids: Tensor,
+        vocab: usize,
+    },
+    /// y[n] = x[n, idx[n]]: dx = 0 except dx[n, idx[n]] = dy[n]. Saves the indices.
+    GatherLast {
+        idx: Tensor,
+        in_shape: Vec<usize>,
+    },
+    /// Softmax / log-softmax over the last axis: the rule reads only the output y.
+    Softmax {
+        y: Tensor,
+        log: bool,
+    },
+    /// Layer norm: saves x, the weight and the f32 row statistics mean and rstd.
+    LayerNorm {
+        x: Tensor,
+        w: Tensor,
+        mean: Tensor,
+        rstd: Tensor,
+    },
+    /// RMS norm: saves x, the weight and the f32 row statistic rstd.
+    RmsNorm {
+        x: Tensor,
+        w: Tensor,
+        rstd: Tensor,
+    },
+    /// Dropout: saves no mask — the counter-based generator regenerates it from (seed, offset).
+    Dropout {
+        p: f32,
+        seed: u64,
+        offset: u64,
+    },
+    /// Causal mask: dy with the masked (future) positions zeroed. Saves nothing.
+    CausalMask,
+    /// A checkpoint scope: saves its inputs and RNG cursor, recomputes on a sub-tape.
+    Checkpoint(CheckpointOp),
+}
+
+/// The gradients of an op's inputs from the gradient of its output.
+pub(crate) fn backward(
+    op: Op,
+    dy: &Tensor,
+    needs: &[bool],
+    grads: &mut Gradients,
+) -> Result<Vec<Option<Tensor>>> {
+    let want = |i: usize| needs.get(i).copied().unwrap_or(false);
+    Ok(match op {
+        Op::Add { a_shape, b_shape } => vec![
+            want(0).then(|| dy.sum_to(&a_shape)).transpose()?,
+            want(1).then(|| dy.sum_to(&b_shape)).transpose()?,
+        ],
+        Op::Sub { a_shape, b_shape } => vec![
+            want(0).then(|| dy.sum_to(&a_shape)).transpose()?,
+            want(1).then(|| dy.neg()?.sum_to(&b_shape)).transpose()?,
+        ],
+        Op::Mul {
+            a,
+            b,
+            a_shape,
+            b_shape,
+        } => vec![
+            b.map(|b| dy.mul(&b)?.sum_to(&a_shape)).transpose()?,
+            a.map(|a| dy.mul(&a)?.sum_to(&b_shape)).transpose()?,
+        ],
+        Op::Div {
+            a,
+            b,
+            a_shape,
+            b_shape,
+        } => vec![
+            want(0).then(|| dy.div(&b)?.sum_to(&a_shape)).transpose()?,
+            // d(a/b)/db = −a/b²
+            a.map(|a| dy.mul(&a)?.div(&b)?.div(&b)?.neg()?.sum_to(&b_shape))
+                .transpose()?,
+        ],
+        Op::Unary { op, saved } => vec![Some(match (op, saved) {
+            (UnaryOp::Neg, _) => dy.neg()?,
+            (UnaryOp::Affine { mul, .. }, _) => dy.affine(mul, 0.0)?,
+            (op, Some(s)) => s.binary_raw(BinaryOp::UnaryGrad(op), dy)?,
+            (op, None) => {
+                return Err(crate::error::TensorError::Backward(format!(
+                    "{op:?} recorded without its saved tensor"
+                )));
+            }
+        })],
+        Op::Sum { in_shape } => vec![Some(dy.broadcast_as(&in_shape)?)],
+        Op::Max { x, y, axes } => {
+            let mask = x.binary_raw(BinaryOp::Eq, &y.broadcast_as(x.shape())?)?;
+            let ties = mask.sum_keepdim_axes(&axes)?;
+            vec![Some(dy.div(&ties)?.broadcast_as(x.shape())?.mul(&mask)?)]
+        }
+        Op::Reshape { in_shape } => vec![Some(dy.reshape(&in_shape)?)],
+        Op::Permute { perm } => {
+            let mut inverse = vec![0; perm.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                inverse[p] = i;
+            }
+            vec![Some(dy.permute(&inverse)?)]
+        }
+        Op::Broadcast { in_shape } => vec![Some(dy.sum_to(&in_shape)?)],
+        Op::Narrow {
+            in_shape,
+            axis,
+            start,
+        } => vec![Some(dy.pad_into(&in_shape, axis, start)?)],
+        Op::Cat { axis, sizes } => {
+            let mut start = 0;
+            let mut out = Vec::with_capacity(sizes.len());
+            for (i, &len) in sizes.iter().enumerate() {
+                out.push(
+                    want(i)
+                        .then(|| dy.narrow(axis as isize, start, len))
+                        .transpose()?,
+                );
+                start += len;
+            }
+            out
+        }
+        Op::Contiguous => vec![Some(dy.clone())],
+        Op::Cast { from } => vec![Some(dy.cast(from)?)],
+        Op::Matmul {
+            a,
+            b,
+            a_shape,
+            b_shape,
+        } => vec![
+            b.map(|b| dy.matmul(&b.transpose(-1, -2)?)?.sum_to(&a_shape))
+                .transpose()?,
+            a.map(|a| a.transpose(-1, -2)?.matmul(dy)?.sum_to(&b_shape))
+                .transpose()?,
+        ],
+        Op::Embedding { ids, vocab } => vec![Some(nn::embedding_backward(&ids, dy, vocab)?), None],
+        Op::GatherLast { idx, in_shape } => {
+            vec![Some(nn::scatter_last(&idx, dy, &in_shape)?), None]
+        }
+        Op::Softmax { y, log } => vec![Some(nn::softmax_backward(&y, dy, log)?)],
+        Op::LayerNorm { x, w, mean, rstd } => {
+            let (dx, dw, db) = nn::layer_norm_backward(&x, &w, &mean, &rstd, dy)?;
+            vec![Some(dx), Some(dw), Some(db)]
+        }
+        Op::RmsNorm { x, w, rstd } => {
+            let (dx, dw) = nn::rms_norm_backward(&x, &w, &rstd, dy)?;
+            vec![Some(dx), Some(dw)]
+        }
+        Op::Dropout { p, seed, offset } => vec![Some(nn::dropout_with(dy, p, seed, offset)?)],
+        Op::CausalMask => vec![Some(nn::causal_fill(dy, 0.0)?)],
+        Op::Checkpoint(op) => checkpoint::backward(op, dy, grads)?,
+    })
+}

@@ -1,0 +1,59 @@
+//! Matrix multiply: `(…, M, K) @ (…, K, N) -> (…, M, N)` with broadcast batch dims. A rank-2
+//! right operand with a batched left operand (a linear layer) folds the batch into M, so the
+//! weight is one gemm operand and its gradient one gemm, not a sum over batches.
+//!
+//! Not for: the gemm calls (see `backend::cpu::matmul`).
+
+use crate::autocast;
+use crate::backprop::Op;
+use crate::error::{Result, TensorError};
+use crate::ops::{float_only, same_dtype};
+use crate::shape::broadcast_shapes;
+use crate::tape::{record, will_record};
+use crate::tensor::Tensor;
+
+impl Tensor {
+    pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+        if let Some((a, b)) = autocast::lower_pair(self, rhs)? {
+            return a.matmul(&b);
+        }
+        same_dtype("matmul", self, rhs)?;
+        float_only("matmul", self)?;
+        let (ra, rb) = (self.rank(), rhs.rank());
+        let mismatch = || TensorError::ShapeMismatch {
+            op: "matmul",
+            lhs: self.shape().to_vec(),
+            rhs: rhs.shape().to_vec(),
+        };
+        if ra < 2 || rb < 2 || self.shape()[ra - 1] != rhs.shape()[rb - 2] {
+            return Err(mismatch());
+        }
+        let (m, k, n) = (
+            self.shape()[ra - 2],
+            self.shape()[ra - 1],
+            rhs.shape()[rb - 1],
+        );
+        if rb == 2 && ra > 2 {
+            // (B, T, K) @ (K, N): fold to (B·T, K) @ (K, N).
+            let lead = &self.shape()[..ra - 1];
+            let folded = self.reshape(&[lead.iter().product(), k])?.matmul(rhs)?;
+            let mut out_shape = lead.to_vec();
+            out_shape.push(n);
+            return folded.reshape(&out_shape);
+        }
+        let batch = broadcast_shapes("matmul", &self.shape()[..ra - 2], &rhs.shape()[..rb - 2])?;
+        let with =
+            |extra: [usize; 2]| -> Vec<usize> { batch.iter().copied().chain(extra).collect() };
+        let a = self.with_layout(self.layout().broadcast_to(&with([m, k]))?);
+        let b = rhs.with_layout(rhs.layout().broadcast_to(&with([k, n]))?);
+        let out = Tensor::empty(&self.device(), &with([m, n]), self.dtype(), "matmul")?;
+        self.backend().matmul(&a.src(), &b.src(), &mut out.dst())?;
+        let keep = will_record(&[self, rhs]);
+        Ok(record(out, &[self, rhs], || Op::Matmul {
+            a: (keep && rhs.requires_grad()).then(|| self.clone()),
+            b: (keep && self.requires_grad()).then(|| rhs.clone()),
+            a_shape: self.shape().to_vec(),
+            b_shape: rhs.shape().to_vec(),
+        }))
+    }
+}
