@@ -2,4 +2,9 @@
 //! and overflow checks, and (on the tensor engine) modules and models.
 
 pub mod grad;
+pub mod init;
+pub mod model;
+pub mod models;
 pub mod optim;
+
+pub use model::Model;

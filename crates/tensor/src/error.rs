@@ -44,7 +44,7 @@ pub enum TensorError {
 }
 
 impl TensorError {
-    pub(crate) fn invalid(op: &'static str, msg: impl Into<String>) -> TensorError {
+    pub fn invalid(op: &'static str, msg: impl Into<String>) -> TensorError {
         TensorError::InvalidArgument {
             op,
             msg: msg.into(),

@@ -1,0 +1,213 @@
+//! A GPT-style decoder (Radford et al. 2019; the nanoGPT layout): token and learned position
+//! embeddings, pre-norm blocks of causal multi-head self-attention and a GELU MLP with residual
+//! connections, a final layer norm, and an output head tied to the token embedding or separate.
+//! Parameters live in one flat block per layer (`embed`, `block.i`, `head`).
+//!
+//! Not for: the attention kernel choice beyond naive attention (memory-efficient attention comes
+//! with the checkpointing work) or training.
+
+use crate::init::normal;
+use crate::model::Model;
+use headroom_memory::{Category, Device};
+use headroom_tensor::{DType, ParamBlock, Result, Tensor, TensorError, checkpoint};
+use serde::{Deserialize, Serialize};
+
+/// Shape of a GPT.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GptConfig {
+    pub vocab: usize,
+    /// Context length: the longest sequence (learned positions).
+    pub context: usize,
+    pub layers: usize,
+    pub width: usize,
+    pub heads: usize,
+    /// Hidden width of the MLP (4 × width in GPT-2).
+    pub ffn: usize,
+    pub dropout: f32,
+    /// Output head shares the token embedding's weights.
+    pub tied: bool,
+}
+
+impl GptConfig {
+    /// Checks the shape; a bad one names the field.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |msg: String| Err(TensorError::invalid("GptConfig", msg));
+        if self.vocab == 0 || self.context == 0 || self.layers == 0 || self.width == 0 || self.heads == 0 || self.ffn == 0 {
+            return bad(format!("every size must be at least 1, got {self:?}"));
+        }
+        if !self.width.is_multiple_of(self.heads) {
+            return bad(format!("width {} is not a multiple of heads {}", self.width, self.heads));
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return bad(format!("dropout {} is not in [0, 1)", self.dropout));
+        }
+        Ok(())
+    }
+
+    /// Exact parameter count: embeddings V·C + S·C; per block 2·2C (norms) + C·3C + 3C (qkv) +
+    /// C·C + C (projection) + C·F + F + F·C + C (MLP); final norm 2C; untied head C·V.
+    pub fn num_params(&self) -> usize {
+        let (v, s, c, f) = (self.vocab, self.context, self.width, self.ffn);
+        let block = 4 * c + c * 3 * c + 3 * c + c * c + c + c * f + f + f * c + c;
+        v * c + s * c + self.layers * block + 2 * c + if self.tied { 0 } else { c * v }
+    }
+}
+
+const BLOCK_WEIGHTS: [&str; 12] = [
+    "ln1.w", "ln1.b", "attn.qkv.w", "attn.qkv.b", "attn.proj.w", "attn.proj.b", "ln2.w", "ln2.b", "mlp.fc.w", "mlp.fc.b",
+    "mlp.proj.w", "mlp.proj.b",
+];
+
+/// Views of one block's weights, cheap to clone into a checkpoint scope.
+#[derive(Clone)]
+struct BlockParams {
+    w: Vec<Tensor>,
+    heads: usize,
+    dropout: f32,
+}
+
+impl BlockParams {
+    fn get(&self, name: &str) -> &Tensor {
+        &self.w[BLOCK_WEIGHTS.iter().position(|n| *n == name).expect("known weight")]
+    }
+
+    /// Causal self-attention: (B, T, C) → (B, T, C), scores materialised.
+    fn attention(&self, h: &Tensor) -> Result<Tensor> {
+        let (b, t, c) = (h.shape()[0], h.shape()[1], h.shape()[2]);
+        let (nh, hd) = (self.heads, c / self.heads);
+        let qkv = h.matmul(self.get("attn.qkv.w"))?.add(self.get("attn.qkv.b"))?; // (B, T, 3C)
+        let split = |i: usize| -> Result<Tensor> {
+            qkv.narrow(2, i * c, c)?.reshape(&[b, t, nh, hd])?.permute(&[0, 2, 1, 3]) // (B, H, T, D)
+        };
+        let (q, k, v) = (split(0)?, split(1)?, split(2)?);
+        let scores = q.matmul(&k.transpose(-2, -1)?)?.scale(1.0 / (hd as f32).sqrt())?; // (B, H, T, T)
+        let att = scores.causal_mask()?.softmax()?.dropout(self.dropout)?;
+        let y = att.matmul(&v)?; // (B, H, T, D)
+        let y = y.permute(&[0, 2, 1, 3])?.reshape(&[b, t, c])?; // (B, T, C)
+        y.matmul(self.get("attn.proj.w"))?.add(self.get("attn.proj.b"))?.dropout(self.dropout)
+    }
+
+    /// x + attn(ln1(x)), then + mlp(ln2(x)).
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let h = x.layer_norm(self.get("ln1.w"), self.get("ln1.b"), 1e-5)?;
+        let x = x.add(&self.attention(&h)?)?;
+        let h = x.layer_norm(self.get("ln2.w"), self.get("ln2.b"), 1e-5)?;
+        let m = h.matmul(self.get("mlp.fc.w"))?.add(self.get("mlp.fc.b"))?.gelu()?; // (B, T, F)
+        let m = m.matmul(self.get("mlp.proj.w"))?.add(self.get("mlp.proj.b"))?.dropout(self.dropout)?;
+        x.add(&m)
+    }
+}
+
+/// A GPT on a device.
+#[derive(Debug)]
+pub struct Gpt {
+    name: String,
+    config: GptConfig,
+    blocks: Vec<ParamBlock>,
+    device: Device,
+}
+
+impl Gpt {
+    /// Allocates the parameters in `dtype` and initialises them from `seed`: normal(0, 0.02)
+    /// weights (GPT-2), zero biases, unit norm gains.
+    pub fn new(name: &str, config: GptConfig, device: &Device, dtype: DType, seed: u64) -> Result<Gpt> {
+        config.validate()?;
+        let (v, s, c, f) = (config.vocab, config.context, config.width, config.ffn);
+        let mut blocks = Vec::with_capacity(config.layers + 2);
+        blocks.push(ParamBlock::new(device, "embed", &[("wte", &[v, c]), ("wpe", &[s, c])], dtype)?);
+        for i in 0..config.layers {
+            let shapes: [&[usize]; 12] = [&[c], &[c], &[c, 3 * c], &[3 * c], &[c, c], &[c], &[c], &[c], &[c, f], &[f], &[f, c], &[c]];
+            let weights: Vec<(&str, &[usize])> = BLOCK_WEIGHTS.iter().copied().zip(shapes).collect();
+            blocks.push(ParamBlock::new(device, &format!("block.{i}"), &weights, dtype)?);
+        }
+        let (norm_shape, lm_shape) = ([c], [c, v]);
+        let mut head: Vec<(&str, &[usize])> = vec![("ln_f.w", &norm_shape), ("ln_f.b", &norm_shape)];
+        if !config.tied {
+            head.push(("lm_head.w", &lm_shape));
+        }
+        blocks.push(ParamBlock::new(device, "head", &head, dtype)?);
+        let gpt = Gpt { name: name.to_string(), config, blocks, device: device.clone() };
+        gpt.initialise(seed)?;
+        Ok(gpt)
+    }
+
+    fn initialise(&self, seed: u64) -> Result<()> {
+        for (bi, block) in self.blocks.iter().enumerate() {
+            let mut values = Vec::with_capacity(block.numel());
+            for (wi, spec) in block.specs().iter().enumerate() {
+                let n: usize = spec.shape.iter().product();
+                let stream = ((bi as u64) << 8) | wi as u64;
+                if spec.name.ends_with(".b") {
+                    values.extend(std::iter::repeat_n(0.0, n));
+                } else if spec.name.starts_with("ln") {
+                    values.extend(std::iter::repeat_n(1.0, n));
+                } else {
+                    values.extend(normal(n, 0.02, seed, stream));
+                }
+            }
+            block.flat().copy_from_f32(&values)?;
+        }
+        Ok(())
+    }
+
+    pub fn config(&self) -> &GptConfig {
+        &self.config
+    }
+
+    fn block_params(&self, i: usize) -> Result<BlockParams> {
+        let block = &self.blocks[1 + i];
+        let w = BLOCK_WEIGHTS.iter().map(|n| block.param(n).cloned()).collect::<Result<Vec<_>>>()?;
+        Ok(BlockParams { w, heads: self.config.heads, dropout: self.config.dropout })
+    }
+
+    /// Logits `(B, T, V)` for integer ids `(B, T)`.
+    pub fn logits(&self, inputs: &Tensor, checkpointed: &[bool]) -> Result<Tensor> {
+        if inputs.rank() != 2 {
+            return Err(TensorError::invalid("Gpt", format!("inputs must be (B, T), got {:?}", inputs.shape())));
+        }
+        let t = inputs.shape()[1];
+        if t > self.config.context {
+            return Err(TensorError::invalid(
+                "Gpt",
+                format!("sequence length {t} exceeds the model's context {}; use a shorter --seq-len", self.config.context),
+            ));
+        }
+        let embed = &self.blocks[0];
+        let positions: Vec<i64> = (0..t as i64).collect();
+        let pos_ids = Tensor::from_i64(&self.device, &[t], &positions, DType::I64, Category::Input, Some("positions"))?;
+        let tok = embed.param("wte")?.embedding(inputs)?; // (B, T, C)
+        let pos = embed.param("wpe")?.embedding(&pos_ids)?; // (T, C)
+        let mut x = tok.add(&pos)?.dropout(self.config.dropout)?;
+        for i in 0..self.config.layers {
+            let p = self.block_params(i)?;
+            x = if checkpointed.get(i).copied().unwrap_or(false) {
+                checkpoint(&[&x], move |xs| p.forward(&xs[0]))?
+            } else {
+                p.forward(&x)?
+            };
+        }
+        let head = &self.blocks[self.config.layers + 1];
+        let x = x.layer_norm(head.param("ln_f.w")?, head.param("ln_f.b")?, 1e-5)?;
+        let w_out = if self.config.tied { embed.param("wte")?.transpose(0, 1)? } else { head.param("lm_head.w")?.clone() };
+        x.matmul(&w_out) // (B, T, V)
+    }
+}
+
+impl Model for Gpt {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn blocks(&self) -> &[ParamBlock] {
+        &self.blocks
+    }
+
+    fn depth(&self) -> usize {
+        self.config.layers
+    }
+
+    fn loss(&self, inputs: &Tensor, targets: &Tensor, checkpointed: &[bool]) -> Result<Tensor> {
+        // The loss is computed in f32 whatever the compute dtype (autocast's fp32 policy for losses).
+        self.logits(inputs, checkpointed)?.cast(DType::F32)?.cross_entropy(targets)
+    }
+}

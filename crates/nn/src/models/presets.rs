@@ -1,0 +1,116 @@
+//! Named model presets and model TOML files: what `--model` accepts, with `--layers`,
+//! `--width`, `--heads` and `--seq-len` overriding a preset's shape.
+//!
+//! Not for: building strategies (the planner) or training.
+
+use super::gpt::{Gpt, GptConfig};
+use super::resmlp::{ResMlp, ResMlpConfig};
+use crate::model::Model;
+use headroom_memory::Device;
+use headroom_tensor::{DType, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// A model's architecture and shape.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ModelSpec {
+    Gpt(GptConfig),
+    Resmlp(ResMlpConfig),
+}
+
+/// Preset names, for messages.
+pub const PRESETS: [&str; 4] = ["gpt-small", "gpt-tiny", "gpt-medium", "resmlp"];
+
+/// A preset by name: `gpt-small` (the default: 4 layers, width 128, context 128, 0.84 M
+/// parameters), `gpt-tiny` (tests), `gpt-medium` (8 layers, width 256), `resmlp` (16 blocks).
+pub fn preset(name: &str) -> Option<ModelSpec> {
+    let gpt = |layers, width, heads, context| {
+        ModelSpec::Gpt(GptConfig { vocab: 256, context, layers, width, heads, ffn: 4 * width, dropout: 0.0, tied: true })
+    };
+    Some(match name {
+        "gpt-small" => gpt(4, 128, 4, 128),
+        "gpt-tiny" => gpt(2, 32, 2, 32),
+        "gpt-medium" => gpt(8, 256, 8, 256),
+        "resmlp" => ModelSpec::Resmlp(ResMlpConfig { vocab: 256, width: 128, hidden: 512, depth: 16, dropout: 0.0 }),
+        _ => return None,
+    })
+}
+
+/// A model that cannot be resolved; names the input and the accepted values.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelSpecError {
+    #[error("unknown model '{0}': not a preset ({presets}) and no such file; give a preset name or a model TOML with kind = \"gpt\" or \"resmlp\"", presets = PRESETS.join(", "))]
+    Unknown(String),
+    #[error("model file {path}: {message}")]
+    File { path: String, message: String },
+}
+
+impl ModelSpec {
+    /// A preset name, or a path to a model TOML.
+    pub fn resolve(name: &str) -> std::result::Result<ModelSpec, ModelSpecError> {
+        if let Some(spec) = preset(name) {
+            return Ok(spec);
+        }
+        let path = Path::new(name);
+        if !path.is_file() {
+            return Err(ModelSpecError::Unknown(name.to_string()));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| ModelSpecError::File { path: name.into(), message: e.to_string() })?;
+        toml::from_str(&text).map_err(|e| ModelSpecError::File { path: name.into(), message: e.to_string() })
+    }
+
+    /// Applies shape overrides; `seq_len` raises a GPT's context if needed.
+    pub fn with_overrides(mut self, layers: Option<usize>, width: Option<usize>, heads: Option<usize>, seq_len: Option<usize>) -> ModelSpec {
+        match &mut self {
+            ModelSpec::Gpt(c) => {
+                if let Some(l) = layers {
+                    c.layers = l;
+                }
+                if let Some(w) = width {
+                    c.width = w;
+                    c.ffn = 4 * w;
+                }
+                if let Some(h) = heads {
+                    c.heads = h;
+                }
+                if let Some(s) = seq_len {
+                    c.context = c.context.max(s);
+                }
+            }
+            ModelSpec::Resmlp(c) => {
+                if let Some(l) = layers {
+                    c.depth = l;
+                }
+                if let Some(w) = width {
+                    c.width = w;
+                    c.hidden = 4 * w;
+                }
+            }
+        }
+        self
+    }
+
+    /// Sequence length a run uses by default: the GPT's context, 64 for the MLP.
+    pub fn default_seq_len(&self) -> usize {
+        match self {
+            ModelSpec::Gpt(c) => c.context,
+            ModelSpec::Resmlp(_) => 64,
+        }
+    }
+
+    pub fn num_params(&self) -> usize {
+        match self {
+            ModelSpec::Gpt(c) => c.num_params(),
+            ModelSpec::Resmlp(c) => c.num_params(),
+        }
+    }
+}
+
+/// Builds the model on `device` with parameters in `dtype`.
+pub fn build_model(name: &str, spec: &ModelSpec, device: &Device, dtype: DType, seed: u64) -> Result<Box<dyn Model>> {
+    Ok(match spec {
+        ModelSpec::Gpt(c) => Box::new(Gpt::new(name, c.clone(), device, dtype, seed)?),
+        ModelSpec::Resmlp(c) => Box::new(ResMlp::new(name, c.clone(), device, dtype, seed)?),
+    })
+}

@@ -1,0 +1,135 @@
+//! A deep residual MLP over token embeddings — the classic test bed for activation
+//! checkpointing (Chen et al. 2016), up to 1,000 blocks: embedding, N pre-norm blocks
+//! x + W2·GELU(W1·LN(x)), final norm, output head. Each position is predicted from its own
+//! token (a bigram model), which keeps the compute per block small and the depth large.
+//!
+//! Not for: attention (see `gpt`).
+
+use crate::init::normal;
+use crate::model::Model;
+use headroom_memory::Device;
+use headroom_tensor::{DType, ParamBlock, Result, Tensor, TensorError, checkpoint};
+use serde::{Deserialize, Serialize};
+
+/// Shape of a residual MLP.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResMlpConfig {
+    pub vocab: usize,
+    pub width: usize,
+    pub hidden: usize,
+    pub depth: usize,
+    pub dropout: f32,
+}
+
+impl ResMlpConfig {
+    pub fn validate(&self) -> Result<()> {
+        if self.vocab == 0 || self.width == 0 || self.hidden == 0 || self.depth == 0 {
+            return Err(TensorError::invalid("ResMlpConfig", format!("every size must be at least 1, got {self:?}")));
+        }
+        if self.depth > 10_000 {
+            return Err(TensorError::invalid("ResMlpConfig", format!("depth {} is above 10,000 blocks", self.depth)));
+        }
+        Ok(())
+    }
+
+    /// V·C (embedding) + N·(2C + C·H + H + H·C + C) + 2C + C·V (head).
+    pub fn num_params(&self) -> usize {
+        let (v, c, h) = (self.vocab, self.width, self.hidden);
+        v * c + self.depth * (2 * c + c * h + h + h * c + c) + 2 * c + c * v
+    }
+}
+
+const BLOCK_WEIGHTS: [&str; 6] = ["ln.w", "ln.b", "fc1.w", "fc1.b", "fc2.w", "fc2.b"];
+
+#[derive(Clone)]
+struct BlockParams {
+    w: Vec<Tensor>,
+    dropout: f32,
+}
+
+impl BlockParams {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let h = x.layer_norm(&self.w[0], &self.w[1], 1e-5)?;
+        let h = h.matmul(&self.w[2])?.add(&self.w[3])?.gelu()?; // (B, T, H)
+        let h = h.matmul(&self.w[4])?.add(&self.w[5])?.dropout(self.dropout)?; // (B, T, C)
+        x.add(&h)
+    }
+}
+
+/// A residual MLP on a device.
+#[derive(Debug)]
+pub struct ResMlp {
+    name: String,
+    config: ResMlpConfig,
+    blocks: Vec<ParamBlock>,
+}
+
+impl ResMlp {
+    /// Weights normal(0, 0.02), the second layer of each block scaled by 1/√(2N) so the residual
+    /// stream's variance stays bounded at any depth (GPT-2's residual scaling).
+    pub fn new(name: &str, config: ResMlpConfig, device: &Device, dtype: DType, seed: u64) -> Result<ResMlp> {
+        config.validate()?;
+        let (v, c, h) = (config.vocab, config.width, config.hidden);
+        let mut blocks = Vec::with_capacity(config.depth + 2);
+        blocks.push(ParamBlock::new(device, "embed", &[("wte", &[v, c])], dtype)?);
+        for i in 0..config.depth {
+            let shapes: [&[usize]; 6] = [&[c], &[c], &[c, h], &[h], &[h, c], &[c]];
+            let weights: Vec<(&str, &[usize])> = BLOCK_WEIGHTS.iter().copied().zip(shapes).collect();
+            blocks.push(ParamBlock::new(device, &format!("block.{i}"), &weights, dtype)?);
+        }
+        blocks.push(ParamBlock::new(device, "head", &[("ln_f.w", &[c]), ("ln_f.b", &[c]), ("out.w", &[c, v])], dtype)?);
+        let residual_std = 0.02 / (2.0 * config.depth as f32).sqrt();
+        for (bi, block) in blocks.iter().enumerate() {
+            let mut values = Vec::with_capacity(block.numel());
+            for (wi, spec) in block.specs().iter().enumerate() {
+                let n: usize = spec.shape.iter().product();
+                let stream = ((bi as u64) << 8) | wi as u64;
+                match spec.name.as_str() {
+                    "ln.w" | "ln_f.w" => values.extend(std::iter::repeat_n(1.0, n)),
+                    s if s.ends_with(".b") => values.extend(std::iter::repeat_n(0.0, n)),
+                    "fc2.w" => values.extend(normal(n, residual_std, seed, stream)),
+                    _ => values.extend(normal(n, 0.02, seed, stream)),
+                }
+            }
+            block.flat().copy_from_f32(&values)?;
+        }
+        Ok(ResMlp { name: name.to_string(), config, blocks })
+    }
+
+    pub fn config(&self) -> &ResMlpConfig {
+        &self.config
+    }
+}
+
+impl Model for ResMlp {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn blocks(&self) -> &[ParamBlock] {
+        &self.blocks
+    }
+
+    fn depth(&self) -> usize {
+        self.config.depth
+    }
+
+    fn loss(&self, inputs: &Tensor, targets: &Tensor, checkpointed: &[bool]) -> Result<Tensor> {
+        let mut x = self.blocks[0].param("wte")?.embedding(inputs)?; // (B, T, C)
+        for i in 0..self.config.depth {
+            let block = &self.blocks[1 + i];
+            let p = BlockParams {
+                w: BLOCK_WEIGHTS.iter().map(|n| block.param(n).cloned()).collect::<Result<Vec<_>>>()?,
+                dropout: self.config.dropout,
+            };
+            x = if checkpointed.get(i).copied().unwrap_or(false) {
+                checkpoint(&[&x], move |xs| p.forward(&xs[0]))?
+            } else {
+                p.forward(&x)?
+            };
+        }
+        let head = &self.blocks[self.config.depth + 1];
+        let x = x.layer_norm(head.param("ln_f.w")?, head.param("ln_f.b")?, 1e-5)?;
+        x.matmul(head.param("out.w")?)?.cast(DType::F32)?.cross_entropy(targets)
+    }
+}
