@@ -13,8 +13,24 @@ fn batch(device: &Device, b: usize, t: usize) -> (Tensor, Tensor) {
     let ids: Vec<i64> = (0..b * t).map(|i| (i * 7 % 256) as i64).collect();
     let tg: Vec<i64> = (0..b * t).map(|i| ((i * 7 + 1) % 256) as i64).collect();
     (
-        Tensor::from_i64(device, &[b, t], &ids, DType::I64, Category::Input, Some("ids")).unwrap(),
-        Tensor::from_i64(device, &[b, t], &tg, DType::I64, Category::Input, Some("targets")).unwrap(),
+        Tensor::from_i64(
+            device,
+            &[b, t],
+            &ids,
+            DType::I64,
+            Category::Input,
+            Some("ids"),
+        )
+        .unwrap(),
+        Tensor::from_i64(
+            device,
+            &[b, t],
+            &tg,
+            DType::I64,
+            Category::Input,
+            Some("targets"),
+        )
+        .unwrap(),
     )
 }
 
@@ -29,13 +45,20 @@ fn gpt_small_has_the_hand_counted_parameters() {
     let d = device();
     let model = build_model("gpt-small", &spec, &d, DType::F32, 1).unwrap();
     assert_eq!(model.num_params(), 842_496);
-    assert_eq!(d.stats().category_bytes[Category::Parameter.index()].current as usize, round_blocks(model.as_ref(), 4));
+    assert_eq!(
+        d.stats().category_bytes[Category::Parameter.index()].current as usize,
+        round_blocks(model.as_ref(), 4)
+    );
 }
 
 /// Parameter bytes as the allocator holds them: each flat block rounded up to 512 bytes (every
 /// block of gpt-small is below 1 MiB — the largest is 198,272 × 4 bytes — so no split slack).
 fn round_blocks(model: &dyn Model, elem: usize) -> usize {
-    model.blocks().iter().map(|b| (b.numel() * elem).div_ceil(512) * 512).sum()
+    model
+        .blocks()
+        .iter()
+        .map(|b| (b.numel() * elem).div_ceil(512) * 512)
+        .sum()
 }
 
 #[test]
@@ -76,12 +99,22 @@ fn backward_fills_every_gradient_and_frees_activations() {
     assert!(d.stats().category_bytes[Category::Activation.index()].current > 0);
     tape.backward(&loss, &mut grads).unwrap();
     // Only the kept loss itself (one f32 in a 512-byte block) is left.
-    assert_eq!(d.stats().category_bytes[Category::Activation.index()].current, 512);
+    assert_eq!(
+        d.stats().category_bytes[Category::Activation.index()].current,
+        512
+    );
     drop(loss);
-    assert_eq!(d.stats().category_bytes[Category::Activation.index()].current, 0);
+    assert_eq!(
+        d.stats().category_bytes[Category::Activation.index()].current,
+        0
+    );
     for b in model.blocks() {
         let g = b.flat_grad().to_vec_f32().unwrap();
-        assert!(g.iter().any(|v| *v != 0.0), "block {} got no gradient", b.name());
+        assert!(
+            g.iter().any(|v| *v != 0.0),
+            "block {} got no gradient",
+            b.name()
+        );
     }
 }
 
@@ -100,13 +133,24 @@ fn checkpointed_blocks_give_bitwise_equal_gradients() {
         let loss = tape.record(|| model.loss(&x, &y, ckpt)).unwrap();
         let l = loss.to_scalar_f32().unwrap();
         tape.backward(&loss, &mut grads).unwrap();
-        let g: Vec<Vec<f32>> = model.blocks().iter().map(|b| b.flat_grad().to_vec_f32().unwrap()).collect();
+        let g: Vec<Vec<f32>> = model
+            .blocks()
+            .iter()
+            .map(|b| b.flat_grad().to_vec_f32().unwrap())
+            .collect();
         (l.to_bits(), g)
     };
     let plain = run(&[]);
     let ckpt = run(&[true, true]);
     assert_eq!(plain.0, ckpt.0);
-    assert!(plain.1.iter().flatten().zip(ckpt.1.iter().flatten()).all(|(a, b)| a.to_bits() == b.to_bits()));
+    assert!(
+        plain
+            .1
+            .iter()
+            .flatten()
+            .zip(ckpt.1.iter().flatten())
+            .all(|(a, b)| a.to_bits() == b.to_bits())
+    );
 }
 
 #[test]

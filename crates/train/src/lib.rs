@@ -7,3 +7,6 @@ pub mod config;
 pub mod data;
 pub mod report;
 pub mod scaler;
+pub mod trainer;
+
+pub use trainer::{TrainError, TrainEvent, Trainer, TrainerHooks};

@@ -154,7 +154,7 @@ impl CachingAllocator {
     ) -> Result<Allocation, OutOfMemory> {
         let name: Option<Arc<str>> = name.map(Arc::from);
         if size >= MAX_REQUEST {
-            return Err(self.out_of_memory(size, size, name));
+            return Err(self.out_of_memory(size, size, size, name));
         }
         let rounded = round_size(size, self.config.divisions_for(size));
         let pool = Pool::for_size(rounded);
@@ -165,7 +165,7 @@ impl CachingAllocator {
         };
         match id {
             Some(id) => Ok(self.alloc_found_block(id, rounded, size, category, name)),
-            None => Err(self.out_of_memory(size, allocation_size(rounded), name)),
+            None => Err(self.out_of_memory(size, rounded, allocation_size(rounded), name)),
         }
     }
 
@@ -391,16 +391,18 @@ impl CachingAllocator {
         }
     }
 
-    /// Records an OOM and builds its error.
+    /// Records an OOM (its trace entry holds the rounded request, as PyTorch's does) and builds
+    /// its error (which reports the segment size, as PyTorch's message does).
     fn out_of_memory(
         &mut self,
         requested: u64,
+        rounded: u64,
         alloc_size: u64,
         name: Option<Arc<str>>,
     ) -> OutOfMemory {
         self.stats.num_ooms += 1;
         let free = self.capacity.saturating_sub(self.reserved());
-        self.trace.record(TraceAction::Oom, free, alloc_size, None);
+        self.trace.record(TraceAction::Oom, free, rounded, None);
         OutOfMemory {
             requested,
             alloc_size,

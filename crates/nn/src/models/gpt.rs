@@ -32,11 +32,20 @@ impl GptConfig {
     /// Checks the shape; a bad one names the field.
     pub fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(TensorError::invalid("GptConfig", msg));
-        if self.vocab == 0 || self.context == 0 || self.layers == 0 || self.width == 0 || self.heads == 0 || self.ffn == 0 {
+        if self.vocab == 0
+            || self.context == 0
+            || self.layers == 0
+            || self.width == 0
+            || self.heads == 0
+            || self.ffn == 0
+        {
             return bad(format!("every size must be at least 1, got {self:?}"));
         }
         if !self.width.is_multiple_of(self.heads) {
-            return bad(format!("width {} is not a multiple of heads {}", self.width, self.heads));
+            return bad(format!(
+                "width {} is not a multiple of heads {}",
+                self.width, self.heads
+            ));
         }
         if !(0.0..1.0).contains(&self.dropout) {
             return bad(format!("dropout {} is not in [0, 1)", self.dropout));
@@ -54,8 +63,18 @@ impl GptConfig {
 }
 
 const BLOCK_WEIGHTS: [&str; 12] = [
-    "ln1.w", "ln1.b", "attn.qkv.w", "attn.qkv.b", "attn.proj.w", "attn.proj.b", "ln2.w", "ln2.b", "mlp.fc.w", "mlp.fc.b",
-    "mlp.proj.w", "mlp.proj.b",
+    "ln1.w",
+    "ln1.b",
+    "attn.qkv.w",
+    "attn.qkv.b",
+    "attn.proj.w",
+    "attn.proj.b",
+    "ln2.w",
+    "ln2.b",
+    "mlp.fc.w",
+    "mlp.fc.b",
+    "mlp.proj.w",
+    "mlp.proj.b",
 ];
 
 /// Views of one block's weights, cheap to clone into a checkpoint scope.
@@ -68,23 +87,34 @@ struct BlockParams {
 
 impl BlockParams {
     fn get(&self, name: &str) -> &Tensor {
-        &self.w[BLOCK_WEIGHTS.iter().position(|n| *n == name).expect("known weight")]
+        &self.w[BLOCK_WEIGHTS
+            .iter()
+            .position(|n| *n == name)
+            .expect("known weight")]
     }
 
     /// Causal self-attention: (B, T, C) → (B, T, C), scores materialised.
     fn attention(&self, h: &Tensor) -> Result<Tensor> {
         let (b, t, c) = (h.shape()[0], h.shape()[1], h.shape()[2]);
         let (nh, hd) = (self.heads, c / self.heads);
-        let qkv = h.matmul(self.get("attn.qkv.w"))?.add(self.get("attn.qkv.b"))?; // (B, T, 3C)
+        let qkv = h
+            .matmul(self.get("attn.qkv.w"))?
+            .add(self.get("attn.qkv.b"))?; // (B, T, 3C)
         let split = |i: usize| -> Result<Tensor> {
-            qkv.narrow(2, i * c, c)?.reshape(&[b, t, nh, hd])?.permute(&[0, 2, 1, 3]) // (B, H, T, D)
+            qkv.narrow(2, i * c, c)?
+                .reshape(&[b, t, nh, hd])?
+                .permute(&[0, 2, 1, 3]) // (B, H, T, D)
         };
         let (q, k, v) = (split(0)?, split(1)?, split(2)?);
-        let scores = q.matmul(&k.transpose(-2, -1)?)?.scale(1.0 / (hd as f32).sqrt())?; // (B, H, T, T)
+        let scores = q
+            .matmul(&k.transpose(-2, -1)?)?
+            .scale(1.0 / (hd as f32).sqrt())?; // (B, H, T, T)
         let att = scores.causal_mask()?.softmax()?.dropout(self.dropout)?;
         let y = att.matmul(&v)?; // (B, H, T, D)
         let y = y.permute(&[0, 2, 1, 3])?.reshape(&[b, t, c])?; // (B, T, C)
-        y.matmul(self.get("attn.proj.w"))?.add(self.get("attn.proj.b"))?.dropout(self.dropout)
+        y.matmul(self.get("attn.proj.w"))?
+            .add(self.get("attn.proj.b"))?
+            .dropout(self.dropout)
     }
 
     /// x + attn(ln1(x)), then + mlp(ln2(x)).
@@ -92,8 +122,14 @@ impl BlockParams {
         let h = x.layer_norm(self.get("ln1.w"), self.get("ln1.b"), 1e-5)?;
         let x = x.add(&self.attention(&h)?)?;
         let h = x.layer_norm(self.get("ln2.w"), self.get("ln2.b"), 1e-5)?;
-        let m = h.matmul(self.get("mlp.fc.w"))?.add(self.get("mlp.fc.b"))?.gelu()?; // (B, T, F)
-        let m = m.matmul(self.get("mlp.proj.w"))?.add(self.get("mlp.proj.b"))?.dropout(self.dropout)?;
+        let m = h
+            .matmul(self.get("mlp.fc.w"))?
+            .add(self.get("mlp.fc.b"))?
+            .gelu()?; // (B, T, F)
+        let m = m
+            .matmul(self.get("mlp.proj.w"))?
+            .add(self.get("mlp.proj.b"))?
+            .dropout(self.dropout)?;
         x.add(&m)
     }
 }
@@ -110,23 +146,59 @@ pub struct Gpt {
 impl Gpt {
     /// Allocates the parameters in `dtype` and initialises them from `seed`: normal(0, 0.02)
     /// weights (GPT-2), zero biases, unit norm gains.
-    pub fn new(name: &str, config: GptConfig, device: &Device, dtype: DType, seed: u64) -> Result<Gpt> {
+    pub fn new(
+        name: &str,
+        config: GptConfig,
+        device: &Device,
+        dtype: DType,
+        seed: u64,
+    ) -> Result<Gpt> {
         config.validate()?;
         let (v, s, c, f) = (config.vocab, config.context, config.width, config.ffn);
         let mut blocks = Vec::with_capacity(config.layers + 2);
-        blocks.push(ParamBlock::new(device, "embed", &[("wte", &[v, c]), ("wpe", &[s, c])], dtype)?);
+        blocks.push(ParamBlock::new(
+            device,
+            "embed",
+            &[("wte", &[v, c]), ("wpe", &[s, c])],
+            dtype,
+        )?);
         for i in 0..config.layers {
-            let shapes: [&[usize]; 12] = [&[c], &[c], &[c, 3 * c], &[3 * c], &[c, c], &[c], &[c], &[c], &[c, f], &[f], &[f, c], &[c]];
-            let weights: Vec<(&str, &[usize])> = BLOCK_WEIGHTS.iter().copied().zip(shapes).collect();
-            blocks.push(ParamBlock::new(device, &format!("block.{i}"), &weights, dtype)?);
+            let shapes: [&[usize]; 12] = [
+                &[c],
+                &[c],
+                &[c, 3 * c],
+                &[3 * c],
+                &[c, c],
+                &[c],
+                &[c],
+                &[c],
+                &[c, f],
+                &[f],
+                &[f, c],
+                &[c],
+            ];
+            let weights: Vec<(&str, &[usize])> =
+                BLOCK_WEIGHTS.iter().copied().zip(shapes).collect();
+            blocks.push(ParamBlock::new(
+                device,
+                &format!("block.{i}"),
+                &weights,
+                dtype,
+            )?);
         }
         let (norm_shape, lm_shape) = ([c], [c, v]);
-        let mut head: Vec<(&str, &[usize])> = vec![("ln_f.w", &norm_shape), ("ln_f.b", &norm_shape)];
+        let mut head: Vec<(&str, &[usize])> =
+            vec![("ln_f.w", &norm_shape), ("ln_f.b", &norm_shape)];
         if !config.tied {
             head.push(("lm_head.w", &lm_shape));
         }
         blocks.push(ParamBlock::new(device, "head", &head, dtype)?);
-        let gpt = Gpt { name: name.to_string(), config, blocks, device: device.clone() };
+        let gpt = Gpt {
+            name: name.to_string(),
+            config,
+            blocks,
+            device: device.clone(),
+        };
         gpt.initialise(seed)?;
         Ok(gpt)
     }
@@ -156,25 +228,45 @@ impl Gpt {
 
     fn block_params(&self, i: usize) -> Result<BlockParams> {
         let block = &self.blocks[1 + i];
-        let w = BLOCK_WEIGHTS.iter().map(|n| block.param(n).cloned()).collect::<Result<Vec<_>>>()?;
-        Ok(BlockParams { w, heads: self.config.heads, dropout: self.config.dropout })
+        let w = BLOCK_WEIGHTS
+            .iter()
+            .map(|n| block.param(n).cloned())
+            .collect::<Result<Vec<_>>>()?;
+        Ok(BlockParams {
+            w,
+            heads: self.config.heads,
+            dropout: self.config.dropout,
+        })
     }
 
     /// Logits `(B, T, V)` for integer ids `(B, T)`.
     pub fn logits(&self, inputs: &Tensor, checkpointed: &[bool]) -> Result<Tensor> {
         if inputs.rank() != 2 {
-            return Err(TensorError::invalid("Gpt", format!("inputs must be (B, T), got {:?}", inputs.shape())));
+            return Err(TensorError::invalid(
+                "Gpt",
+                format!("inputs must be (B, T), got {:?}", inputs.shape()),
+            ));
         }
         let t = inputs.shape()[1];
         if t > self.config.context {
             return Err(TensorError::invalid(
                 "Gpt",
-                format!("sequence length {t} exceeds the model's context {}; use a shorter --seq-len", self.config.context),
+                format!(
+                    "sequence length {t} exceeds the model's context {}; use a shorter --seq-len",
+                    self.config.context
+                ),
             ));
         }
         let embed = &self.blocks[0];
         let positions: Vec<i64> = (0..t as i64).collect();
-        let pos_ids = Tensor::from_i64(&self.device, &[t], &positions, DType::I64, Category::Input, Some("positions"))?;
+        let pos_ids = Tensor::from_i64(
+            &self.device,
+            &[t],
+            &positions,
+            DType::I64,
+            Category::Input,
+            Some("positions"),
+        )?;
         let tok = embed.param("wte")?.embedding(inputs)?; // (B, T, C)
         let pos = embed.param("wpe")?.embedding(&pos_ids)?; // (T, C)
         let mut x = tok.add(&pos)?.dropout(self.config.dropout)?;
@@ -188,7 +280,11 @@ impl Gpt {
         }
         let head = &self.blocks[self.config.layers + 1];
         let x = x.layer_norm(head.param("ln_f.w")?, head.param("ln_f.b")?, 1e-5)?;
-        let w_out = if self.config.tied { embed.param("wte")?.transpose(0, 1)? } else { head.param("lm_head.w")?.clone() };
+        let w_out = if self.config.tied {
+            embed.param("wte")?.transpose(0, 1)?
+        } else {
+            head.param("lm_head.w")?.clone()
+        };
         x.matmul(&w_out) // (B, T, V)
     }
 }
@@ -208,6 +304,8 @@ impl Model for Gpt {
 
     fn loss(&self, inputs: &Tensor, targets: &Tensor, checkpointed: &[bool]) -> Result<Tensor> {
         // The loss is computed in f32 whatever the compute dtype (autocast's fp32 policy for losses).
-        self.logits(inputs, checkpointed)?.cast(DType::F32)?.cross_entropy(targets)
+        self.logits(inputs, checkpointed)?
+            .cast(DType::F32)?
+            .cross_entropy(targets)
     }
 }

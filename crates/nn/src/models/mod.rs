@@ -5,5 +5,5 @@ pub mod presets;
 pub mod resmlp;
 
 pub use gpt::{Gpt, GptConfig};
-pub use presets::{ModelSpec, build_model, preset};
+pub use presets::{ModelSpec, ModelSpecError, build_model, preset};
 pub use resmlp::{ResMlp, ResMlpConfig};

@@ -26,13 +26,28 @@ pub const PRESETS: [&str; 4] = ["gpt-small", "gpt-tiny", "gpt-medium", "resmlp"]
 /// parameters), `gpt-tiny` (tests), `gpt-medium` (8 layers, width 256), `resmlp` (16 blocks).
 pub fn preset(name: &str) -> Option<ModelSpec> {
     let gpt = |layers, width, heads, context| {
-        ModelSpec::Gpt(GptConfig { vocab: 256, context, layers, width, heads, ffn: 4 * width, dropout: 0.0, tied: true })
+        ModelSpec::Gpt(GptConfig {
+            vocab: 256,
+            context,
+            layers,
+            width,
+            heads,
+            ffn: 4 * width,
+            dropout: 0.0,
+            tied: true,
+        })
     };
     Some(match name {
         "gpt-small" => gpt(4, 128, 4, 128),
         "gpt-tiny" => gpt(2, 32, 2, 32),
         "gpt-medium" => gpt(8, 256, 8, 256),
-        "resmlp" => ModelSpec::Resmlp(ResMlpConfig { vocab: 256, width: 128, hidden: 512, depth: 16, dropout: 0.0 }),
+        "resmlp" => ModelSpec::Resmlp(ResMlpConfig {
+            vocab: 256,
+            width: 128,
+            hidden: 512,
+            depth: 16,
+            dropout: 0.0,
+        }),
         _ => return None,
     })
 }
@@ -56,12 +71,24 @@ impl ModelSpec {
         if !path.is_file() {
             return Err(ModelSpecError::Unknown(name.to_string()));
         }
-        let text = std::fs::read_to_string(path).map_err(|e| ModelSpecError::File { path: name.into(), message: e.to_string() })?;
-        toml::from_str(&text).map_err(|e| ModelSpecError::File { path: name.into(), message: e.to_string() })
+        let text = std::fs::read_to_string(path).map_err(|e| ModelSpecError::File {
+            path: name.into(),
+            message: e.to_string(),
+        })?;
+        toml::from_str(&text).map_err(|e| ModelSpecError::File {
+            path: name.into(),
+            message: e.to_string(),
+        })
     }
 
     /// Applies shape overrides; `seq_len` raises a GPT's context if needed.
-    pub fn with_overrides(mut self, layers: Option<usize>, width: Option<usize>, heads: Option<usize>, seq_len: Option<usize>) -> ModelSpec {
+    pub fn with_overrides(
+        mut self,
+        layers: Option<usize>,
+        width: Option<usize>,
+        heads: Option<usize>,
+        seq_len: Option<usize>,
+    ) -> ModelSpec {
         match &mut self {
             ModelSpec::Gpt(c) => {
                 if let Some(l) = layers {
@@ -108,7 +135,13 @@ impl ModelSpec {
 }
 
 /// Builds the model on `device` with parameters in `dtype`.
-pub fn build_model(name: &str, spec: &ModelSpec, device: &Device, dtype: DType, seed: u64) -> Result<Box<dyn Model>> {
+pub fn build_model(
+    name: &str,
+    spec: &ModelSpec,
+    device: &Device,
+    dtype: DType,
+    seed: u64,
+) -> Result<Box<dyn Model>> {
     Ok(match spec {
         ModelSpec::Gpt(c) => Box::new(Gpt::new(name, c.clone(), device, dtype, seed)?),
         ModelSpec::Resmlp(c) => Box::new(ResMlp::new(name, c.clone(), device, dtype, seed)?),

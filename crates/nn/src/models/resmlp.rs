@@ -24,10 +24,16 @@ pub struct ResMlpConfig {
 impl ResMlpConfig {
     pub fn validate(&self) -> Result<()> {
         if self.vocab == 0 || self.width == 0 || self.hidden == 0 || self.depth == 0 {
-            return Err(TensorError::invalid("ResMlpConfig", format!("every size must be at least 1, got {self:?}")));
+            return Err(TensorError::invalid(
+                "ResMlpConfig",
+                format!("every size must be at least 1, got {self:?}"),
+            ));
         }
         if self.depth > 10_000 {
-            return Err(TensorError::invalid("ResMlpConfig", format!("depth {} is above 10,000 blocks", self.depth)));
+            return Err(TensorError::invalid(
+                "ResMlpConfig",
+                format!("depth {} is above 10,000 blocks", self.depth),
+            ));
         }
         Ok(())
     }
@@ -51,7 +57,10 @@ impl BlockParams {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let h = x.layer_norm(&self.w[0], &self.w[1], 1e-5)?;
         let h = h.matmul(&self.w[2])?.add(&self.w[3])?.gelu()?; // (B, T, H)
-        let h = h.matmul(&self.w[4])?.add(&self.w[5])?.dropout(self.dropout)?; // (B, T, C)
+        let h = h
+            .matmul(&self.w[4])?
+            .add(&self.w[5])?
+            .dropout(self.dropout)?; // (B, T, C)
         x.add(&h)
     }
 }
@@ -67,17 +76,39 @@ pub struct ResMlp {
 impl ResMlp {
     /// Weights normal(0, 0.02), the second layer of each block scaled by 1/√(2N) so the residual
     /// stream's variance stays bounded at any depth (GPT-2's residual scaling).
-    pub fn new(name: &str, config: ResMlpConfig, device: &Device, dtype: DType, seed: u64) -> Result<ResMlp> {
+    pub fn new(
+        name: &str,
+        config: ResMlpConfig,
+        device: &Device,
+        dtype: DType,
+        seed: u64,
+    ) -> Result<ResMlp> {
         config.validate()?;
         let (v, c, h) = (config.vocab, config.width, config.hidden);
         let mut blocks = Vec::with_capacity(config.depth + 2);
-        blocks.push(ParamBlock::new(device, "embed", &[("wte", &[v, c])], dtype)?);
+        blocks.push(ParamBlock::new(
+            device,
+            "embed",
+            &[("wte", &[v, c])],
+            dtype,
+        )?);
         for i in 0..config.depth {
             let shapes: [&[usize]; 6] = [&[c], &[c], &[c, h], &[h], &[h, c], &[c]];
-            let weights: Vec<(&str, &[usize])> = BLOCK_WEIGHTS.iter().copied().zip(shapes).collect();
-            blocks.push(ParamBlock::new(device, &format!("block.{i}"), &weights, dtype)?);
+            let weights: Vec<(&str, &[usize])> =
+                BLOCK_WEIGHTS.iter().copied().zip(shapes).collect();
+            blocks.push(ParamBlock::new(
+                device,
+                &format!("block.{i}"),
+                &weights,
+                dtype,
+            )?);
         }
-        blocks.push(ParamBlock::new(device, "head", &[("ln_f.w", &[c]), ("ln_f.b", &[c]), ("out.w", &[c, v])], dtype)?);
+        blocks.push(ParamBlock::new(
+            device,
+            "head",
+            &[("ln_f.w", &[c]), ("ln_f.b", &[c]), ("out.w", &[c, v])],
+            dtype,
+        )?);
         let residual_std = 0.02 / (2.0 * config.depth as f32).sqrt();
         for (bi, block) in blocks.iter().enumerate() {
             let mut values = Vec::with_capacity(block.numel());
@@ -93,7 +124,11 @@ impl ResMlp {
             }
             block.flat().copy_from_f32(&values)?;
         }
-        Ok(ResMlp { name: name.to_string(), config, blocks })
+        Ok(ResMlp {
+            name: name.to_string(),
+            config,
+            blocks,
+        })
     }
 
     pub fn config(&self) -> &ResMlpConfig {
@@ -119,7 +154,10 @@ impl Model for ResMlp {
         for i in 0..self.config.depth {
             let block = &self.blocks[1 + i];
             let p = BlockParams {
-                w: BLOCK_WEIGHTS.iter().map(|n| block.param(n).cloned()).collect::<Result<Vec<_>>>()?,
+                w: BLOCK_WEIGHTS
+                    .iter()
+                    .map(|n| block.param(n).cloned())
+                    .collect::<Result<Vec<_>>>()?,
                 dropout: self.config.dropout,
             };
             x = if checkpointed.get(i).copied().unwrap_or(false) {
@@ -130,6 +168,8 @@ impl Model for ResMlp {
         }
         let head = &self.blocks[self.config.depth + 1];
         let x = x.layer_norm(head.param("ln_f.w")?, head.param("ln_f.b")?, 1e-5)?;
-        x.matmul(head.param("out.w")?)?.cast(DType::F32)?.cross_entropy(targets)
+        x.matmul(head.param("out.w")?)?
+            .cast(DType::F32)?
+            .cross_entropy(targets)
     }
 }

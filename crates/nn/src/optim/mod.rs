@@ -165,29 +165,36 @@ impl Optimizer {
         grad_multiplier: f32,
         lr: f32,
     ) -> Result<(), OutOfMemory> {
-        for (i, g) in groups.iter().enumerate() {
-            self.ensure_state(i, g.params.len())?;
-        }
-        self.step += 1;
-        let c = self.config;
+        self.begin_step();
         for (i, group) in groups.iter_mut().enumerate() {
-            match c.state_dtype {
-                StateDtype::F32 => update::<f32>(
-                    &c,
-                    &mut self.state[i],
-                    group,
-                    grad_multiplier,
-                    lr,
-                    self.step,
-                ),
-                StateDtype::Bf16 => update::<bf16>(
-                    &c,
-                    &mut self.state[i],
-                    group,
-                    grad_multiplier,
-                    lr,
-                    self.step,
-                ),
+            self.update_group(i, group, grad_multiplier, lr)?;
+        }
+        Ok(())
+    }
+
+    /// Starts an optimizer step (advances the bias-correction counter); follow with one
+    /// `update_group` per flat buffer.
+    pub fn begin_step(&mut self) {
+        self.step += 1;
+    }
+
+    /// Updates flat buffer `index` within the current step, allocating its state on first use.
+    pub fn update_group(
+        &mut self,
+        index: usize,
+        group: &mut FlatParams<'_>,
+        grad_multiplier: f32,
+        lr: f32,
+    ) -> Result<(), OutOfMemory> {
+        self.ensure_state(index, group.params.len())?;
+        let c = self.config;
+        let step = self.step.max(1);
+        match c.state_dtype {
+            StateDtype::F32 => {
+                update::<f32>(&c, &mut self.state[index], group, grad_multiplier, lr, step)
+            }
+            StateDtype::Bf16 => {
+                update::<bf16>(&c, &mut self.state[index], group, grad_multiplier, lr, step)
             }
         }
         Ok(())

@@ -1,0 +1,423 @@
+//! The trainer: micro-batches and gradient accumulation (the loss scaled by 1/steps), mixed
+//! precision with fp32 master weights and dynamic loss scaling, gradient clipping by global norm,
+//! the optimizer step on flat buffers, gradients cleared after each step (and a guard that warns
+//! once when gradients pile up over more backward passes than configured), validation without a
+//! tape, optional `empty_cache` after validation, checkpoints and the run report. Logging keeps
+//! scalars only.
+//!
+//! Not for: choosing a strategy (the planner) or drawing reports (the CLI).
+
+mod checkpointing;
+mod precision;
+mod schedule;
+mod step;
+
+pub use precision::PrecisionPlan;
+pub use schedule::learning_rate;
+
+use crate::checkpoint::CheckpointError;
+use crate::config::{ConfigError, OptimizerChoice, RunConfig};
+use crate::data::{Corpus, CorpusError, TokenSampler};
+use crate::report::{CacheRelease, TrainReport, ValLoss};
+use crate::scaler::{LossScaler, ScalerConfig};
+use headroom_memory::{AllocatorConfig, Category, CategoryBytes, Device, OutOfMemory};
+use headroom_nn::Model;
+use headroom_nn::models::{ModelSpec, ModelSpecError, build_model};
+use headroom_nn::optim::{Optimizer, OptimizerConfig, OptimizerKind, StateDtype};
+use headroom_tensor::{DType, Gradients, Tensor, TensorError, no_grad};
+use std::time::Instant;
+
+/// Why a run stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Corpus(#[from] CorpusError),
+    #[error(transparent)]
+    Model(#[from] ModelSpecError),
+    #[error("{0}")]
+    OutOfMemory(OutOfMemory),
+    #[error("engine error: {0}")]
+    Engine(TensorError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error(
+        "training diverged: the loss is {loss} at step {step}; lower --lr, or use fp32 or bf16-mixed"
+    )]
+    Diverged { step: u64, loss: f64 },
+}
+
+impl From<TensorError> for TrainError {
+    fn from(e: TensorError) -> Self {
+        match e {
+            TensorError::OutOfMemory(oom) => TrainError::OutOfMemory(oom),
+            other => TrainError::Engine(other),
+        }
+    }
+}
+
+impl From<OutOfMemory> for TrainError {
+    fn from(e: OutOfMemory) -> Self {
+        TrainError::OutOfMemory(e)
+    }
+}
+
+/// Progress the trainer reports as it goes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TrainEvent {
+    Step {
+        step: u64,
+        total: u64,
+        loss: f64,
+        tokens_per_s: f64,
+        allocated: u64,
+        reserved: u64,
+        capacity: u64,
+    },
+    Validation {
+        step: u64,
+        loss: f64,
+    },
+    CacheEmptied {
+        step: u64,
+        reserved_before: u64,
+        reserved_after: u64,
+    },
+    Warning(String),
+    Checkpoint {
+        step: u64,
+        path: String,
+    },
+}
+
+/// Test and demonstration hooks that reproduce classic mistakes on purpose.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrainerHooks {
+    /// Never clear gradients after a step (the forgotten `zero_grad`).
+    pub skip_zero_grad: bool,
+    /// Force a non-finite gradient at these optimizer steps (0-based), to exercise loss scaling.
+    pub force_overflow_at: Option<u64>,
+}
+
+/// A training run in progress.
+pub struct Trainer {
+    config: RunConfig,
+    precision: PrecisionPlan,
+    device: Device,
+    model: Box<dyn Model>,
+    /// fp32 master weights per block (mixed modes).
+    master: Option<Vec<Tensor>>,
+    grads: Gradients,
+    optimizer: Optimizer,
+    scaler: Option<LossScaler>,
+    sampler: TokenSampler,
+    seq_len: usize,
+    checkpointed: Vec<bool>,
+    step: u64,
+    backward_passes: u64,
+    warned_accumulation: bool,
+    hooks: TrainerHooks,
+    report: TrainReport,
+}
+
+impl std::fmt::Debug for Trainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trainer")
+            .field("model", &self.model.name())
+            .field("step", &self.step)
+            .finish()
+    }
+}
+
+impl Trainer {
+    /// Builds the model, optimizer and data for `config` on a fresh CPU device of
+    /// `config.device_memory` bytes.
+    pub fn new(config: RunConfig, corpus: &Corpus) -> Result<Trainer, TrainError> {
+        let device = Device::cpu(config.device_memory, AllocatorConfig::default());
+        Trainer::on_device(config, corpus, device)
+    }
+
+    /// As [`Trainer::new`] on a given device.
+    pub fn on_device(
+        config: RunConfig,
+        corpus: &Corpus,
+        device: Device,
+    ) -> Result<Trainer, TrainError> {
+        let precision = PrecisionPlan::of(config.precision());
+        let spec = ModelSpec::resolve(&config.model)?.with_overrides(
+            config.layers,
+            config.width,
+            config.heads,
+            config.seq_len,
+        );
+        let spec = match (spec, config.dropout) {
+            (ModelSpec::Gpt(mut c), Some(d)) => {
+                c.dropout = d;
+                ModelSpec::Gpt(c)
+            }
+            (ModelSpec::Resmlp(mut c), Some(d)) => {
+                c.dropout = d;
+                ModelSpec::Resmlp(c)
+            }
+            (s, None) => s,
+        };
+        let seq_len = config.seq_len.unwrap_or_else(|| spec.default_seq_len());
+        let sampler = TokenSampler::new(corpus, seq_len, 0.1, config.seed)?;
+        headroom_tensor::rng::manual_seed(config.seed);
+        device.lock().trace_mut().set_phase("init");
+        let model = build_model(
+            &config.model,
+            &spec,
+            &device,
+            precision.compute,
+            config.seed,
+        )?;
+        let mut grads = Gradients::new();
+        for block in model.blocks() {
+            block.bind_grads(&mut grads)?;
+        }
+        let master = if precision.master_weights {
+            let copies = model
+                .blocks()
+                .iter()
+                .map(|b| {
+                    precision::f32_copy(
+                        b.flat(),
+                        Category::MasterWeight,
+                        &format!("{}.master", b.name()),
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Some(copies)
+        } else {
+            None
+        };
+        let optimizer = Optimizer::new(optimizer_config(&config, &precision), device.clone());
+        let scaler = precision
+            .loss_scaling
+            .then(|| LossScaler::new(ScalerConfig::default()));
+        let checkpointed = vec![false; model.depth()];
+        let report = TrainReport {
+            losses: Vec::new(),
+            val_losses: Vec::new(),
+            step_times_s: Vec::new(),
+            tokens_per_s: 0.0,
+            peak_bytes_by_category: CategoryBytes::ZERO,
+            bytes_at_peak_by_category: CategoryBytes::ZERO,
+            peak_allocated_bytes: 0,
+            peak_reserved_bytes: 0,
+            device_memory_bytes: config.device_memory,
+            skipped_steps: 0,
+            cache_releases: Vec::new(),
+            warnings: Vec::new(),
+            parameters: model.num_params() as u64,
+            config: config.clone(),
+        };
+        Ok(Trainer {
+            config,
+            precision,
+            device,
+            model,
+            master,
+            grads,
+            optimizer,
+            scaler,
+            sampler,
+            seq_len,
+            checkpointed,
+            step: 0,
+            backward_passes: 0,
+            warned_accumulation: false,
+            hooks: TrainerHooks::default(),
+            report,
+        })
+    }
+
+    pub fn precision(&self) -> PrecisionPlan {
+        self.precision
+    }
+
+    pub fn set_hooks(&mut self, hooks: TrainerHooks) {
+        self.hooks = hooks;
+    }
+
+    /// Which repeated blocks run inside checkpoint scopes.
+    pub fn set_checkpointed(&mut self, checkpointed: Vec<bool>) {
+        self.checkpointed = checkpointed;
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub fn model(&self) -> &dyn Model {
+        self.model.as_ref()
+    }
+
+    pub fn config(&self) -> &RunConfig {
+        &self.config
+    }
+
+    pub fn seq_len(&self) -> usize {
+        self.seq_len
+    }
+
+    /// Optimizer steps completed.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    pub fn report(&self) -> &TrainReport {
+        &self.report
+    }
+
+    pub fn scaler(&self) -> Option<&LossScaler> {
+        self.scaler.as_ref()
+    }
+
+    /// Runs until `config.steps` optimizer steps are done, validating every `eval_every` steps
+    /// and at the end, checkpointing every `checkpoint_every` steps; returns the report.
+    pub fn train(
+        &mut self,
+        on_event: &mut dyn FnMut(TrainEvent),
+    ) -> Result<&TrainReport, TrainError> {
+        let started = Instant::now();
+        let mut tokens = 0u64;
+        while self.step < self.config.steps {
+            let t0 = Instant::now();
+            let loss = self.train_step(on_event)?;
+            let dt = t0.elapsed().as_secs_f64();
+            tokens += (self.config.effective_batch() * self.seq_len) as u64;
+            self.report.step_times_s.push(dt);
+            let tokens_per_s = tokens as f64 / started.elapsed().as_secs_f64().max(1e-9);
+            let a = self.device.lock();
+            on_event(TrainEvent::Step {
+                step: self.step,
+                total: self.config.steps,
+                loss,
+                tokens_per_s,
+                allocated: a.allocated(),
+                reserved: a.reserved(),
+                capacity: a.capacity(),
+            });
+            drop(a);
+            let last = self.step == self.config.steps;
+            if (self.config.eval_every > 0 && self.step.is_multiple_of(self.config.eval_every))
+                || last
+            {
+                let v = self.validate()?;
+                on_event(TrainEvent::Validation {
+                    step: self.step,
+                    loss: v,
+                });
+                if self.config.empty_cache_after_eval {
+                    let before = self.device.lock().reserved();
+                    self.device.empty_cache();
+                    let after = self.device.lock().reserved();
+                    self.report.cache_releases.push(CacheRelease {
+                        step: self.step,
+                        reserved_before: before,
+                        reserved_after: after,
+                    });
+                    on_event(TrainEvent::CacheEmptied {
+                        step: self.step,
+                        reserved_before: before,
+                        reserved_after: after,
+                    });
+                }
+            }
+            if let Some(dir) = self.config.checkpoint_dir.clone()
+                && (last
+                    || (self.config.checkpoint_every > 0
+                        && self.step.is_multiple_of(self.config.checkpoint_every)))
+            {
+                let path = self.save_checkpoint(&dir)?;
+                on_event(TrainEvent::Checkpoint {
+                    step: self.step,
+                    path: path.display().to_string(),
+                });
+            }
+        }
+        let total_time = self.report.step_times_s.iter().sum::<f64>();
+        let total_tokens =
+            (self.report.step_times_s.len() * self.config.effective_batch() * self.seq_len) as f64;
+        self.report.tokens_per_s = if total_time > 0.0 {
+            total_tokens / total_time
+        } else {
+            0.0
+        };
+        self.report.skipped_steps = self.scaler.map_or(0, |s| s.skipped_steps);
+        let stats = self.device.stats();
+        self.report.set_memory(&stats);
+        Ok(&self.report)
+    }
+
+    /// Mean loss over the validation batches, computed without a tape.
+    pub fn validate(&mut self) -> Result<f64, TrainError> {
+        self.device.lock().trace_mut().set_phase("validation");
+        let batches = self
+            .sampler
+            .validation_batches(self.config.micro_batch, self.config.eval_batches);
+        let mut sum = 0.0;
+        for batch in &batches {
+            let (x, y) = self.batch_tensors(batch)?;
+            let loss = no_grad(|| self.model.loss(&x, &y, &[]))?;
+            sum += loss.to_scalar_f32()? as f64;
+        }
+        let mean = sum / batches.len().max(1) as f64;
+        self.report.val_losses.push(ValLoss {
+            step: self.step,
+            loss: mean,
+        });
+        Ok(mean)
+    }
+
+    fn batch_tensors(
+        &self,
+        batch: &crate::data::TokenBatch,
+    ) -> Result<(Tensor, Tensor), TrainError> {
+        let shape = [batch.batch, batch.seq_len];
+        let ids: Vec<i64> = batch.inputs.iter().map(|&t| t as i64).collect();
+        let targets: Vec<i64> = batch.targets.iter().map(|&t| t as i64).collect();
+        let x = Tensor::from_i64(
+            &self.device,
+            &shape,
+            &ids,
+            DType::I64,
+            Category::Input,
+            Some("tokens"),
+        )?;
+        let y = Tensor::from_i64(
+            &self.device,
+            &shape,
+            &targets,
+            DType::I64,
+            Category::Input,
+            Some("targets"),
+        )?;
+        Ok((x, y))
+    }
+}
+
+fn optimizer_config(config: &RunConfig, precision: &PrecisionPlan) -> OptimizerConfig {
+    let kind = match config.optimizer {
+        OptimizerChoice::Sgd | OptimizerChoice::SgdMomentum => OptimizerKind::Sgd,
+        OptimizerChoice::Adamw | OptimizerChoice::AdamwBf16 => OptimizerKind::AdamW,
+        OptimizerChoice::Lamb => OptimizerKind::Lamb,
+    };
+    let mut c = OptimizerConfig::new(kind);
+    if config.optimizer == OptimizerChoice::Sgd {
+        c.momentum = 0.0;
+    }
+    if config.optimizer == OptimizerChoice::AdamwBf16 {
+        c.state_dtype = StateDtype::Bf16;
+    }
+    if let Some(d) = precision.state_dtype {
+        c.state_dtype = d;
+    }
+    if let Some(wd) = config.weight_decay {
+        c.weight_decay = wd;
+    }
+    c
+}

@@ -1,0 +1,84 @@
+//! Precision modes (techniques.md §3): which dtype parameters, gradients and activations use,
+//! whether fp32 master weights (tagged `master_weight`) back them, and whether the loss is
+//! scaled. 16-bit modes store activations in 16 bits while every kernel accumulates in f32
+//! (softmax, norms, reductions and the loss are computed in f32; Micikevicius et al. §3.3);
+//! the loss itself is computed on f32 logits.
+//!
+//! Not for: the optimizer rules (see the nn crate).
+
+use headroom_memory::Category;
+use headroom_nn::grad::Grads;
+use headroom_nn::optim::StateDtype;
+use headroom_plan::strategy::Precision;
+use headroom_tensor::{DType, Result, Tensor};
+
+/// How a precision mode is realised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrecisionPlan {
+    pub mode: Precision,
+    /// Dtype of parameters, gradients and activations.
+    pub compute: DType,
+    /// fp32 master weights the optimizer updates.
+    pub master_weights: bool,
+    /// Dynamic loss scaling (fp16 only).
+    pub loss_scaling: bool,
+    /// Optimizer-state dtype forced by the mode (pure bf16 keeps states in bf16).
+    pub state_dtype: Option<StateDtype>,
+}
+
+impl PrecisionPlan {
+    pub fn of(mode: Precision) -> PrecisionPlan {
+        let (compute, master_weights, loss_scaling, state_dtype) = match mode {
+            Precision::Fp32 => (DType::F32, false, false, None),
+            Precision::Bf16Mixed => (DType::BF16, true, false, None),
+            Precision::Fp16Mixed => (DType::F16, true, true, None),
+            Precision::Bf16 => (DType::BF16, false, false, Some(StateDtype::Bf16)),
+        };
+        PrecisionPlan {
+            mode,
+            compute,
+            master_weights,
+            loss_scaling,
+            state_dtype,
+        }
+    }
+}
+
+/// Runs `f` on a float tensor's elements as the matching [`Grads`] view.
+pub fn with_grads<R>(t: &Tensor, f: impl FnOnce(Grads<'_>) -> R) -> Result<R> {
+    match t.dtype() {
+        DType::BF16 => t.with_slice::<half::bf16, _>(|g| f(Grads::Bf16(g))),
+        DType::F16 => t.with_slice::<half::f16, _>(|g| f(Grads::F16(g))),
+        _ => t.with_slice::<f32, _>(|g| f(Grads::F32(g))),
+    }
+}
+
+/// Writes f32 `values` into a float tensor of any dtype (round to nearest even).
+pub fn store_f32(dst: &Tensor, values: &[f32]) -> Result<()> {
+    match dst.dtype() {
+        DType::BF16 => dst.with_slice_mut::<half::bf16, _>(|d| {
+            for (o, &v) in d.iter_mut().zip(values) {
+                *o = half::bf16::from_f32(v);
+            }
+        }),
+        DType::F16 => dst.with_slice_mut::<half::f16, _>(|d| {
+            for (o, &v) in d.iter_mut().zip(values) {
+                *o = half::f16::from_f32(v);
+            }
+        }),
+        _ => dst.with_slice_mut::<f32, _>(|d| d.copy_from_slice(values)),
+    }
+}
+
+/// An fp32 copy of a flat buffer in `category` (master weights, or a pure-bf16 step's scratch).
+pub fn f32_copy(src: &Tensor, category: Category, name: &str) -> Result<Tensor> {
+    let values = src.to_vec_f32()?;
+    Tensor::from_f32(
+        &src.device(),
+        src.shape(),
+        &values,
+        DType::F32,
+        category,
+        Some(name),
+    )
+}

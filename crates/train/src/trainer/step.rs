@@ -1,0 +1,159 @@
+//! One optimizer step: accumulate gradients over `accumulation` micro-batches (each loss scaled
+//! by 1/steps, and by the loss scale in fp16), check the gradients once (global norm and
+//! non-finite values), let the loss scaler skip the step on overflow, clip by global norm while
+//! unscaling, update the fp32 weights (master copies in mixed modes), cast them back to the
+//! compute parameters, and clear the gradients.
+//!
+//! Not for: the loop around steps (see `mod.rs`).
+
+use super::precision::{f32_copy, store_f32, with_grads};
+use super::schedule::learning_rate;
+use super::{TrainError, TrainEvent, Trainer};
+use crate::scaler::ScalerDecision;
+use headroom_memory::Category;
+use headroom_nn::grad::{GradStats, grad_multiplier, grad_stats};
+use headroom_nn::optim::FlatParams;
+use headroom_tensor::Tape;
+
+impl Trainer {
+    /// Runs one optimizer step; returns its training loss (mean over micro-batches).
+    pub(super) fn train_step(
+        &mut self,
+        on_event: &mut dyn FnMut(TrainEvent),
+    ) -> Result<f64, TrainError> {
+        let accumulation = self.config.accumulation;
+        let scale = self.scaler.map_or(1.0, |s| s.scale());
+        let mut loss_sum = 0.0f64;
+        for micro in 0..accumulation {
+            {
+                let mut a = self.device.lock();
+                a.trace_mut().set_step(self.step);
+                a.trace_mut().set_phase(if micro == 0 {
+                    "forward"
+                } else {
+                    "forward (accumulating)"
+                });
+            }
+            let batch = self.sampler.next_train(self.config.micro_batch);
+            let (x, y) = self.batch_tensors(&batch)?;
+            let tape = Tape::new();
+            let checkpointed = self.checkpointed.clone();
+            let factor = scale / accumulation as f32;
+            let (loss, scaled) = tape.record(|| -> Result<_, headroom_tensor::TensorError> {
+                let loss = self.model.loss(&x, &y, &checkpointed)?;
+                let scaled = loss.scale(factor)?;
+                Ok((loss, scaled))
+            })?;
+            let value = loss.to_scalar_f32()? as f64;
+            drop(loss);
+            self.device.lock().trace_mut().set_phase("backward");
+            tape.backward(&scaled, &mut self.grads)?;
+            loss_sum += value;
+            self.backward_passes += 1;
+            self.check_accumulation(on_event);
+        }
+        let loss = loss_sum / accumulation as f64;
+        if !loss.is_finite() && self.scaler.is_none() {
+            return Err(TrainError::Diverged {
+                step: self.step,
+                loss,
+            });
+        }
+
+        self.device.lock().trace_mut().set_phase("optimizer");
+        let mut stats = self.gradient_stats()?;
+        if self.hooks.force_overflow_at == Some(self.step) {
+            stats.all_finite = false;
+        }
+        let apply = match self.scaler.as_mut() {
+            Some(scaler) => scaler.update(!stats.all_finite) == ScalerDecision::Step,
+            None => true,
+        };
+        if apply {
+            let inv_scale = (1.0f64 / scale as f64) as f32;
+            let multiplier = grad_multiplier(&stats, inv_scale, self.config.grad_clip);
+            let lr = learning_rate(
+                self.config.lr,
+                self.step,
+                self.config.warmup_steps,
+                self.config.steps,
+            );
+            self.update_weights(multiplier, lr)?;
+        }
+        if !self.hooks.skip_zero_grad {
+            for block in self.model.blocks() {
+                block.zero_grad()?;
+            }
+            self.backward_passes = 0;
+        }
+        self.step += 1;
+        self.report.losses.push(loss);
+        Ok(loss)
+    }
+
+    /// Warns once when gradients have been accumulated over more backward passes than the
+    /// configured accumulation, i.e. they were never cleared.
+    fn check_accumulation(&mut self, on_event: &mut dyn FnMut(TrainEvent)) {
+        if self.backward_passes > self.config.accumulation as u64 && !self.warned_accumulation {
+            self.warned_accumulation = true;
+            let message = format!(
+                "gradients have been accumulated over {} backward passes, more than the configured accumulation of {}: they are never cleared. Call zero_grad() after each optimizer step (ParamBlock::zero_grad), or raise --accumulation if accumulating was intended.",
+                self.backward_passes, self.config.accumulation
+            );
+            self.report.warnings.push(message.clone());
+            on_event(TrainEvent::Warning(message));
+        }
+    }
+
+    /// Global norm and finiteness of all gradients, in block order.
+    fn gradient_stats(&self) -> Result<GradStats, TrainError> {
+        let mut total = GradStats {
+            sum_squares: 0.0,
+            all_finite: true,
+        };
+        for block in self.model.blocks() {
+            let s = with_grads(block.flat_grad(), |g| grad_stats([g]))?;
+            total.sum_squares += s.sum_squares;
+            total.all_finite &= s.all_finite;
+        }
+        Ok(total)
+    }
+
+    /// The optimizer update on fp32 weights: the parameters themselves (fp32), the master copies
+    /// (mixed modes, then cast back), or a temporary fp32 copy (pure bf16).
+    fn update_weights(&mut self, multiplier: f32, lr: f32) -> Result<(), TrainError> {
+        self.optimizer.begin_step();
+        for (i, block) in self.model.blocks().iter().enumerate() {
+            let ranges = block.ranges();
+            let scratch;
+            let weights = match &self.master {
+                Some(master) => &master[i],
+                None if block.flat().dtype() == headroom_tensor::DType::F32 => block.flat(),
+                None => {
+                    scratch = f32_copy(
+                        block.flat(),
+                        Category::Temporary,
+                        &format!("{}.fp32", block.name()),
+                    )?;
+                    &scratch
+                }
+            };
+            let optimizer = &mut self.optimizer;
+            with_grads(block.flat_grad(), |grads| {
+                weights.with_slice_mut::<f32, _>(|params| {
+                    let mut group = FlatParams {
+                        params,
+                        grads,
+                        tensors: &ranges,
+                    };
+                    optimizer.update_group(i, &mut group, multiplier, lr)
+                })
+            })???;
+            if !std::ptr::eq(weights, block.flat()) {
+                let values = weights.to_vec_f32()?;
+                store_f32(block.flat(), &values)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,196 @@
+//! The trainer's promises on a tiny GPT: loss goes down in every precision mode, accumulation
+//! equals the large batch, mixed precision halves activation bytes and adds master weights,
+//! the loss scaler skips overflowing steps, resumed runs are bit-exact, a forgotten zero_grad
+//! is reported, and a budget too small ends in an out-of-memory error.
+
+use headroom_memory::Category;
+use headroom_train::config::TrainConfig;
+use headroom_train::data::Corpus;
+use headroom_train::{TrainError, Trainer, TrainerHooks};
+
+fn config(precision: &str, steps: u64) -> TrainConfig {
+    TrainConfig {
+        model: Some("gpt-tiny".into()),
+        precision: Some(precision.into()),
+        micro_batch: Some(8),
+        steps: Some(steps),
+        eval_every: Some(0),
+        eval_batches: Some(2),
+        warmup_steps: Some(2),
+        device_memory: Some("256MiB".parse().unwrap()),
+        seed: Some(11),
+        ..Default::default()
+    }
+}
+
+fn trainer(c: TrainConfig) -> Trainer {
+    Trainer::new(c.resolve().unwrap(), &Corpus::bundled()).unwrap()
+}
+
+fn flat_params(t: &Trainer) -> Vec<f32> {
+    t.model()
+        .blocks()
+        .iter()
+        .flat_map(|b| b.flat().to_vec_f32().unwrap())
+        .collect()
+}
+
+#[test]
+fn loss_decreases_in_every_precision_mode() {
+    for precision in ["fp32", "bf16-mixed", "fp16-mixed", "bf16"] {
+        let mut t = trainer(config(precision, 40));
+        let report = t.train(&mut |_| {}).unwrap();
+        let first = report.losses[..3].iter().sum::<f64>() / 3.0;
+        let last = report.losses[report.losses.len() - 3..].iter().sum::<f64>() / 3.0;
+        // ln 256 = 5.55 at the start; byte frequencies alone bring it near 3.3.
+        assert!(last < first - 1.0, "{precision}: {first:.3} → {last:.3}");
+        assert!(report.val_losses.last().unwrap().loss < 4.5, "{precision}");
+    }
+}
+
+#[test]
+fn accumulation_gives_the_weights_of_the_whole_batch() {
+    // One optimizer step on 8 sequences, as 1 × 8 and as 4 micro-batches of 2: the sampler
+    // yields the same 8 windows in the same order, each micro-batch loss is scaled by 1/4, so
+    // the summed gradient is the gradient of the mean loss over all 8. Plain SGD makes the
+    // weights a linear function of that gradient (Adam's g/√v would amplify rounding noise in
+    // near-zero gradients, which says nothing about accumulation).
+    let mut whole = config("fp32", 1);
+    whole.grad_clip = Some(0.0);
+    whole.optimizer = Some("sgd".into());
+    let mut split = whole.clone();
+    split.micro_batch = Some(2);
+    split.accumulation = Some(4);
+    let mut a = trainer(whole);
+    let mut b = trainer(split);
+    a.train(&mut |_| {}).unwrap();
+    b.train(&mut |_| {}).unwrap();
+    let (pa, pb) = (flat_params(&a), flat_params(&b));
+    let max_rel = pa
+        .iter()
+        .zip(&pb)
+        .map(|(x, y)| (x - y).abs() / x.abs().max(1e-3))
+        .fold(0.0f32, f32::max);
+    assert!(max_rel < 1e-5, "max relative difference {max_rel}");
+    assert!((a.report().losses[0] - b.report().losses[0]).abs() < 1e-5);
+}
+
+#[test]
+fn mixed_precision_halves_activations_and_adds_master_weights() {
+    // gpt-small (not gpt-tiny, whose vocabulary of 256 dwarfs its width of 32, so the f32
+    // logits of the loss would dominate): one step at micro-batch 4.
+    let small = |precision: &str| {
+        let mut c = config(precision, 1);
+        c.model = Some("gpt-small".into());
+        c.micro_batch = Some(4);
+        trainer(c)
+    };
+    let (mut fp32, mut bf16) = (small("fp32"), small("bf16-mixed"));
+    let r32 = fp32.train(&mut |_| {}).unwrap().clone();
+    let r16 = bf16.train(&mut |_| {}).unwrap().clone();
+    let (a32, a16) = (
+        r32.peak_bytes_by_category[Category::Activation],
+        r16.peak_bytes_by_category[Category::Activation],
+    );
+    let ratio = a16 as f64 / a32 as f64;
+    // Activations are stored in 16 bits; the f32 pieces left are the logits cast for the loss,
+    // norm statistics and the loss itself, so the ratio sits a little above 1/2.
+    assert!(
+        (0.45..0.6).contains(&ratio),
+        "bf16-mixed / fp32 activation bytes = {ratio:.3} ({a16} / {a32})"
+    );
+    assert_eq!(r32.peak_bytes_by_category[Category::MasterWeight], 0);
+    // Master weights: one fp32 copy of every parameter (each block rounded to 512 bytes).
+    let params = r16.parameters;
+    let master = r16.peak_bytes_by_category[Category::MasterWeight];
+    // Six blocks (embed, 4 layers, head), each rounded up to 512 bytes.
+    assert!(
+        master >= 4 * params && master < 4 * params + 512 * 6,
+        "{master} vs 4 × {params}"
+    );
+    // Pure bf16 keeps no master copy.
+    let mut pure = trainer(config("bf16", 1));
+    assert_eq!(
+        pure.train(&mut |_| {}).unwrap().peak_bytes_by_category[Category::MasterWeight],
+        0
+    );
+}
+
+#[test]
+fn forced_overflow_skips_the_step_and_halves_the_scale() {
+    let mut t = trainer(config("fp16-mixed", 1));
+    t.set_hooks(TrainerHooks {
+        force_overflow_at: Some(0),
+        ..Default::default()
+    });
+    let before = flat_params(&t);
+    t.train(&mut |_| {}).unwrap();
+    assert_eq!(
+        flat_params(&t),
+        before,
+        "a skipped step leaves the weights untouched"
+    );
+    let s = t.scaler().unwrap();
+    assert_eq!(s.scale(), 32768.0);
+    assert_eq!(s.skipped_steps, 1);
+}
+
+#[test]
+fn resumed_run_is_bitwise_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut straight = trainer(config("fp32", 6));
+    straight.train(&mut |_| {}).unwrap();
+
+    let mut first = config("fp32", 3);
+    first.checkpoint_dir = Some(dir.path().to_path_buf());
+    trainer(first).train(&mut |_| {}).unwrap();
+    let mut second = trainer(config("fp32", 6));
+    second.resume(dir.path()).unwrap();
+    assert_eq!(second.step(), 3);
+    second.train(&mut |_| {}).unwrap();
+
+    let (a, b) = (flat_params(&straight), flat_params(&second));
+    assert!(
+        a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+        "weights differ after resume"
+    );
+    let la: Vec<u64> = straight
+        .report()
+        .losses
+        .iter()
+        .map(|l| l.to_bits())
+        .collect();
+    let lb: Vec<u64> = second.report().losses.iter().map(|l| l.to_bits()).collect();
+    assert_eq!(la, lb);
+}
+
+#[test]
+fn forgotten_zero_grad_is_reported_once() {
+    let mut t = trainer(config("fp32", 3));
+    t.set_hooks(TrainerHooks {
+        skip_zero_grad: true,
+        ..Default::default()
+    });
+    let mut warnings = Vec::new();
+    t.train(&mut |e| {
+        if let headroom_train::TrainEvent::Warning(w) = e {
+            warnings.push(w);
+        }
+    })
+    .unwrap();
+    assert_eq!(warnings.len(), 1);
+    assert!(warnings[0].contains("zero_grad"), "{}", warnings[0]);
+}
+
+#[test]
+fn too_small_a_budget_is_an_out_of_memory_error() {
+    let mut c = config("fp32", 1);
+    c.device_memory = Some("2MiB".parse().unwrap());
+    c.model = Some("gpt-small".into());
+    let result = Trainer::new(c.resolve().unwrap(), &Corpus::bundled())
+        .and_then(|mut t| t.train(&mut |_| {}).map(|_| ()));
+    match result {
+        Err(TrainError::OutOfMemory(oom)) => assert!(oom.to_string().contains("Tried to allocate")),
+        other => panic!("expected an OOM, got {other:?}"),
+    }
+}
