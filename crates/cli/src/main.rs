@@ -21,6 +21,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Train a model on headroom's engine inside a device budget and report where every byte went.
+    ///
+    /// With no arguments: a small GPT on the bundled corpus (Milton's Paradise Lost), 200 steps,
+    /// fp32, in 512 MiB of device memory, ending with the memory summary, the bytes per category
+    /// at the peak, and a memory timeline picture.
+    Train(Box<commands::train::TrainArgs>),
     /// Inspect device memory: replay allocation traces through the allocator, compare allocators.
     #[command(subcommand)]
     Memory(commands::memory::MemoryCommand),
@@ -36,6 +42,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Train(args) => commands::train::run(*args),
         Command::Memory(cmd) => commands::memory::run(cmd),
         Command::Plan(args) => commands::plan::run(*args),
         Command::Params(args) => commands::params::run(args),

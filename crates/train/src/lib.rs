@@ -5,8 +5,10 @@
 pub mod checkpoint;
 pub mod config;
 pub mod data;
+pub mod policy;
 pub mod report;
 pub mod scaler;
 pub mod trainer;
 
+pub use policy::checkpointed_blocks;
 pub use trainer::{TrainError, TrainEvent, Trainer, TrainerHooks};

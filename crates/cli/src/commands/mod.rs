@@ -5,3 +5,4 @@ pub mod memory;
 pub mod params;
 pub mod plan;
 mod plan_output;
+pub mod train;

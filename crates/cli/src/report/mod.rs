@@ -1,3 +1,4 @@
 //! What the `headroom` binary shows people: pictures and tables built from the libraries' data.
 
 pub mod timeline;
+pub mod train_report;

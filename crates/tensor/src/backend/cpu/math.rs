@@ -8,20 +8,56 @@ use crate::backend::UnaryOp;
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 const GELU_C: f32 = 0.044_715;
 
+/// eˣ for f32 without a libm call, so loops over it vectorise: x = n·ln2 + r with
+/// |r| ≤ ln2/2 (Cody–Waite split of ln2), eʳ by its degree-6 Taylor polynomial (truncation error
+/// r⁷/7! ≤ 1.2e-7), times 2ⁿ built from the exponent bits. Below −87 (where eˣ is no longer a
+/// normal f32) the result is 0, so masked scores (−∞) get exactly zero probability; above 88 it
+/// saturates at e⁸⁸.
+#[inline(always)]
+pub fn fast_exp(x: f32) -> f32 {
+    let e = fast_exp_normal(x);
+    if x < -87.0 { 0.0 } else { e }
+}
+
+#[inline(always)]
+fn fast_exp_normal(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    let x = x.clamp(-87.0, 88.0);
+    // Round to nearest by adding and subtracting 1.5·2²³ (no libm call, so it vectorises).
+    const ROUND: f32 = 12_582_912.0;
+    let n = (x * LOG2E + ROUND) - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
+    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// tanh(u) = sign(u)·(1 − 2/(e^{2|u|} + 1)) on [`fast_exp`]; absolute error below 2e-7, which is
+/// what GELU's 0.5·x·(1 + tanh(·)) needs.
+#[inline(always)]
+fn fast_tanh(u: f32) -> f32 {
+    let t = 1.0 - 2.0 / (fast_exp(2.0 * u.abs()) + 1.0);
+    t.copysign(u)
+}
+
 #[inline(always)]
 pub fn unary(op: UnaryOp, x: f32) -> f32 {
     match op {
         UnaryOp::Neg => -x,
-        UnaryOp::Exp => x.exp(),
+        UnaryOp::Exp => fast_exp(x),
         UnaryOp::Log => x.ln(),
         UnaryOp::Sqrt => x.sqrt(),
         UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryOp::Sigmoid => 1.0 / (1.0 + fast_exp(-x)),
         UnaryOp::Relu => x.max(0.0),
         // gelu(x) = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
-        UnaryOp::Gelu => 0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + GELU_C * x * x * x)).tanh()),
+        UnaryOp::Gelu => 0.5 * x * (1.0 + fast_tanh(SQRT_2_OVER_PI * (x + GELU_C * x * x * x))),
         // silu(x) = x·σ(x)
-        UnaryOp::Silu => x / (1.0 + (-x).exp()),
+        UnaryOp::Silu => x / (1.0 + fast_exp(-x)),
         UnaryOp::Affine { mul, add } => x * mul + add,
         UnaryOp::Powf(p) => x.powf(p),
     }
@@ -53,17 +89,41 @@ pub fn unary_grad(op: UnaryOp, s: f32, dy: f32) -> f32 {
         // gelu'(x) = 0.5(1 + t) + 0.5·x·(1 − t²)·√(2/π)·(1 + 3·0.044715·x²), t = tanh(u)
         UnaryOp::Gelu => {
             let u = SQRT_2_OVER_PI * (s + GELU_C * s * s * s);
-            let t = u.tanh();
+            let t = fast_tanh(u);
             dy * (0.5 * (1.0 + t)
                 + 0.5 * s * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * s * s))
         }
         // silu'(x) = σ(x)·(1 + x·(1 − σ(x)))
         UnaryOp::Silu => {
-            let sig = 1.0 / (1.0 + (-s).exp());
+            let sig = 1.0 / (1.0 + fast_exp(-s));
             dy * sig * (1.0 + s * (1.0 - sig))
         }
         UnaryOp::Affine { mul, .. } => dy * mul,
         // y = xᵖ: dy/dx = p·xᵖ⁻¹
         UnaryOp::Powf(p) => dy * p * s.powf(p - 1.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_exp_and_tanh_match_libm() {
+        let mut worst_exp = 0.0f64;
+        let mut worst_tanh = 0.0f64;
+        for i in -20_000..=20_000 {
+            let x = i as f32 * 0.004; // [-80, 80]
+            let e = fast_exp(x) as f64;
+            let want = (x as f64).exp();
+            worst_exp = worst_exp.max(((e - want) / want).abs());
+            let u = i as f32 * 0.0005; // [-10, 10]
+            worst_tanh = worst_tanh.max((fast_tanh(u) as f64 - (u as f64).tanh()).abs());
+        }
+        // A few ulps of f32 (ulp = 1.19e-7 relative).
+        assert!(worst_exp < 5e-7, "exp relative error {worst_exp}");
+        assert!(worst_tanh < 2e-7, "tanh absolute error {worst_tanh}");
+        assert_eq!(fast_exp(f32::NEG_INFINITY), 0.0);
+        assert_eq!(fast_exp(0.0), 1.0);
     }
 }

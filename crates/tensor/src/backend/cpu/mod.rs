@@ -223,16 +223,18 @@ impl Backend for CpuBackend {
         with_float_type!(x.dtype, T => {
             let xs = slice::<T>(x)?;
             let out = slice_mut::<T>(dst)?;
+            // One monomorphised loop per op: each arm's closure names its op as a constant, so
+            // the op's `match` folds away inside the element loop and the loop can vectorise.
             macro_rules! go {
-                ($($variant:pat),*) => {
+                ($($variant:ident),*) => {
                     match op {
-                        $($variant => elementwise::map1(xs, x.layout, out, |v| math::unary(op, v)),)*
+                        $(UnaryOp::$variant => elementwise::map1(xs, x.layout, out, |v| math::unary(UnaryOp::$variant, v)),)*
+                        UnaryOp::Affine { mul, add } => elementwise::map1(xs, x.layout, out, move |v| v * mul + add),
+                        UnaryOp::Powf(p) => elementwise::map1(xs, x.layout, out, move |v| math::unary(UnaryOp::Powf(p), v)),
                     }
                 };
             }
-            // One monomorphised loop per op, so the match is outside the element loop.
-            go!(UnaryOp::Neg, UnaryOp::Exp, UnaryOp::Log, UnaryOp::Sqrt, UnaryOp::Tanh, UnaryOp::Sigmoid,
-                UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::Silu, UnaryOp::Affine { .. }, UnaryOp::Powf(_));
+            go!(Neg, Exp, Log, Sqrt, Tanh, Sigmoid, Relu, Gelu, Silu);
             Ok(())
         }, _ => Err(unsupported("unary", x.dtype)))
     }
@@ -248,7 +250,19 @@ impl Backend for CpuBackend {
                 BinaryOp::Mul => elementwise::map2(xa, la, xb, lb, out, |p, q| p * q),
                 BinaryOp::Div => elementwise::map2(xa, la, xb, lb, out, |p, q| p / q),
                 BinaryOp::Eq => elementwise::map2(xa, la, xb, lb, out, |p, q| if p == q { 1.0 } else { 0.0 }),
-                BinaryOp::UnaryGrad(u) => elementwise::map2(xa, la, xb, lb, out, |s, g| math::unary_grad(u, s, g)),
+                BinaryOp::UnaryGrad(u) => {
+                    // As in `unary`: a constant op per arm, so the derivative's match folds away.
+                    macro_rules! grad {
+                        ($($variant:ident),*) => {
+                            match u {
+                                $(UnaryOp::$variant => elementwise::map2(xa, la, xb, lb, out, |s, g| math::unary_grad(UnaryOp::$variant, s, g)),)*
+                                UnaryOp::Affine { mul, .. } => elementwise::map2(xa, la, xb, lb, out, move |_, g| g * mul),
+                                UnaryOp::Powf(p) => elementwise::map2(xa, la, xb, lb, out, move |s, g| math::unary_grad(UnaryOp::Powf(p), s, g)),
+                            }
+                        };
+                    }
+                    grad!(Neg, Exp, Log, Sqrt, Tanh, Sigmoid, Relu, Gelu, Silu)
+                }
             }
             Ok(())
         }, _ => Err(unsupported("binary", a.dtype)))

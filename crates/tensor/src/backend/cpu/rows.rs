@@ -4,6 +4,7 @@
 //!
 //! Not for: general reductions (see `reduce`).
 
+use super::math::fast_exp;
 use crate::dtype::Elem;
 use rayon::prelude::*;
 
@@ -20,7 +21,7 @@ pub fn softmax<T: Elem>(x: &[T], c: usize, log: bool, y: &mut [T]) {
     par_rows(y, c, |r, yr| {
         let xr = &x[r * c..(r + 1) * c];
         let max = xr.iter().fold(f32::NEG_INFINITY, |m, v| m.max(v.to_f32()));
-        let sum: f32 = xr.iter().map(|v| (v.to_f32() - max).exp()).sum();
+        let sum: f32 = xr.iter().map(|v| fast_exp(v.to_f32() - max)).sum();
         if log {
             let lse = max + sum.ln();
             for (o, v) in yr.iter_mut().zip(xr) {
@@ -28,7 +29,7 @@ pub fn softmax<T: Elem>(x: &[T], c: usize, log: bool, y: &mut [T]) {
             }
         } else {
             for (o, v) in yr.iter_mut().zip(xr) {
-                *o = T::from_f32((v.to_f32() - max).exp() / sum);
+                *o = T::from_f32(fast_exp(v.to_f32() - max) / sum);
             }
         }
     });
@@ -41,7 +42,7 @@ pub fn softmax_backward<T: Elem>(y: &[T], dy: &[T], c: usize, log: bool, dx: &mu
         if log {
             let s: f32 = gr.iter().map(|g| g.to_f32()).sum();
             for ((o, v), g) in dr.iter_mut().zip(yr).zip(gr) {
-                *o = T::from_f32(g.to_f32() - v.to_f32().exp() * s);
+                *o = T::from_f32(g.to_f32() - fast_exp(v.to_f32()) * s);
             }
         } else {
             let s: f32 = gr
