@@ -27,6 +27,9 @@ enum Command {
     /// fp32, in 512 MiB of device memory, ending with the memory summary, the bytes per category
     /// at the peak, and a memory timeline picture.
     Train(Box<commands::train::TrainArgs>),
+    /// Measure the memory levers: activation checkpointing against depth and per policy.
+    #[command(subcommand)]
+    Bench(commands::bench::BenchCommand),
     /// Inspect device memory: replay allocation traces through the allocator, compare allocators.
     #[command(subcommand)]
     Memory(commands::memory::MemoryCommand),
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train(args) => commands::train::run(*args),
+        Command::Bench(cmd) => commands::bench::run(cmd),
         Command::Memory(cmd) => commands::memory::run(cmd),
         Command::Plan(args) => commands::plan::run(*args),
         Command::Params(args) => commands::params::run(args),

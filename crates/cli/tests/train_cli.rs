@@ -6,10 +6,23 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn headroom(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom")).args(args).current_dir(dir).output().expect("run headroom")
+    Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run headroom")
 }
 
-const TINY: [&str; 8] = ["train", "--model", "gpt-tiny", "--micro-batch", "4", "--eval-batches", "1", "--no-timeline"];
+const TINY: [&str; 8] = [
+    "train",
+    "--model",
+    "gpt-tiny",
+    "--micro-batch",
+    "4",
+    "--eval-batches",
+    "1",
+    "--no-timeline",
+];
 
 fn tiny(extra: &[&str]) -> Vec<String> {
     TINY.iter().chain(extra).map(|s| s.to_string()).collect()
@@ -23,80 +36,194 @@ fn run(args: &[String], dir: &Path) -> Output {
 #[test]
 fn json_report_has_every_member_and_the_peak_breakdown_sums() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run(&tiny(&["--steps", "3", "--json-report", "report.json"]), dir.path());
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run(
+        &tiny(&["--steps", "3", "--json-report", "report.json"]),
+        dir.path(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("| Allocated memory"), "summary table missing");
     assert!(text.contains("Validation loss"));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap()).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap()).unwrap();
     assert_eq!(v["losses"].as_array().unwrap().len(), 3);
     assert_eq!(v["step_times_s"].as_array().unwrap().len(), 3);
-    assert!(v["val_losses"].as_array().unwrap().len() >= 1);
+    assert!(!v["val_losses"].as_array().unwrap().is_empty());
     assert!(v["tokens_per_s"].as_f64().unwrap() > 0.0);
-    let categories = ["parameter", "gradient", "master_weight", "optimizer_state", "activation", "temporary", "input", "communication", "other"];
+    let categories = [
+        "parameter",
+        "gradient",
+        "master_weight",
+        "optimizer_state",
+        "activation",
+        "temporary",
+        "input",
+        "communication",
+        "other",
+    ];
     let mut sum = 0;
     for c in categories {
         assert!(v["peak_bytes_by_category"][c].is_u64(), "{c}");
         sum += v["bytes_at_peak_by_category"][c].as_u64().unwrap();
     }
-    assert_eq!(sum, v["peak_allocated_bytes"].as_u64().unwrap(), "the breakdown at the peak sums to the peak");
+    assert_eq!(
+        sum,
+        v["peak_allocated_bytes"].as_u64().unwrap(),
+        "the breakdown at the peak sums to the peak"
+    );
     assert!(v["peak_reserved_bytes"].as_u64().unwrap() >= sum);
     assert_eq!(v["config"]["model"], "gpt-tiny");
     assert_eq!(v["config"]["micro_batch"], 4);
     // fp32: no master weights; AdamW: two states per parameter, so optimizer bytes ≈ 2 × params.
     assert_eq!(v["peak_bytes_by_category"]["master_weight"], 0);
-    let (params, states) = (v["peak_bytes_by_category"]["parameter"].as_u64().unwrap(), v["peak_bytes_by_category"]["optimizer_state"].as_u64().unwrap());
+    let (params, states) = (
+        v["peak_bytes_by_category"]["parameter"].as_u64().unwrap(),
+        v["peak_bytes_by_category"]["optimizer_state"]
+            .as_u64()
+            .unwrap(),
+    );
     assert_eq!(states, 2 * params);
 }
 
 #[test]
 fn flags_override_the_config_file() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("run.toml"), "steps = 5\nmicro_batch = 2\nprecision = \"bf16-mixed\"\n").unwrap();
-    let out = run(&tiny(&["--config", "run.toml", "--steps", "2", "--json-report", "r.json"]), dir.path());
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("r.json")).unwrap()).unwrap();
-    assert_eq!(v["losses"].as_array().unwrap().len(), 2, "--steps wins over the file");
-    assert_eq!(v["config"]["precision"], "bf16-mixed", "the file's precision is kept");
-    assert_eq!(v["config"]["micro_batch"], 4, "--micro-batch wins over the file");
-    assert!(v["peak_bytes_by_category"]["master_weight"].as_u64().unwrap() > 0);
+    std::fs::write(
+        dir.path().join("run.toml"),
+        "steps = 5\nmicro_batch = 2\nprecision = \"bf16-mixed\"\n",
+    )
+    .unwrap();
+    let out = run(
+        &tiny(&[
+            "--config",
+            "run.toml",
+            "--steps",
+            "2",
+            "--json-report",
+            "r.json",
+        ]),
+        dir.path(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("r.json")).unwrap()).unwrap();
+    assert_eq!(
+        v["losses"].as_array().unwrap().len(),
+        2,
+        "--steps wins over the file"
+    );
+    assert_eq!(
+        v["config"]["precision"], "bf16-mixed",
+        "the file's precision is kept"
+    );
+    assert_eq!(
+        v["config"]["micro_batch"], 4,
+        "--micro-batch wins over the file"
+    );
+    assert!(
+        v["peak_bytes_by_category"]["master_weight"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
 }
 
 #[test]
 fn malformed_config_names_the_key_and_line() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("bad.toml"), "steps = 2\nlearning_rate = 0.1\n").unwrap();
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "steps = 2\nlearning_rate = 0.1\n",
+    )
+    .unwrap();
     let out = run(&tiny(&["--config", "bad.toml"]), dir.path());
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("line 2") && err.contains("learning_rate"), "{err}");
+    assert!(
+        err.contains("line 2") && err.contains("learning_rate"),
+        "{err}"
+    );
 }
 
 #[test]
 fn too_small_a_budget_exits_with_the_oom_message() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run(&tiny(&["--steps", "1", "--device-memory", "1MiB"]), dir.path());
+    let out = run(
+        &tiny(&["--steps", "1", "--device-memory", "1MiB"]),
+        dir.path(),
+    );
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("Tried to allocate") && err.contains("--device-memory"), "{err}");
+    assert!(
+        err.contains("Tried to allocate") && err.contains("--device-memory"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
 }
 
 #[test]
 fn resume_continues_from_the_checkpoint_and_timeline_is_drawn() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run(&tiny(&["--steps", "2", "--checkpoint-dir", "ckpt"]), dir.path());
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run(
+        &tiny(&["--steps", "2", "--checkpoint-dir", "ckpt"]),
+        dir.path(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(dir.path().join("ckpt/step-000002/manifest.json").is_file());
-    let mut args: Vec<String> = ["train", "--model", "gpt-tiny", "--micro-batch", "4", "--eval-batches", "1"].iter().map(|s| s.to_string()).collect();
-    args.extend(["--steps", "4", "--resume", "ckpt", "--json-report", "r.json", "--timeline", "t.svg"].iter().map(|s| s.to_string()));
+    let mut args: Vec<String> = [
+        "train",
+        "--model",
+        "gpt-tiny",
+        "--micro-batch",
+        "4",
+        "--eval-batches",
+        "1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(
+        [
+            "--steps",
+            "4",
+            "--resume",
+            "ckpt",
+            "--json-report",
+            "r.json",
+            "--timeline",
+            "t.svg",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
     let out = run(&args, dir.path());
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("r.json")).unwrap()).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("r.json")).unwrap()).unwrap();
     // Losses of steps 1–2 come from the checkpoint, 3–4 from this run.
     assert_eq!(v["losses"].as_array().unwrap().len(), 4);
     assert_eq!(v["step_times_s"].as_array().unwrap().len(), 2);
-    assert!(std::fs::read_to_string(dir.path().join("t.svg")).unwrap().starts_with("<svg"));
+    assert!(
+        std::fs::read_to_string(dir.path().join("t.svg"))
+            .unwrap()
+            .starts_with("<svg")
+    );
     let out = run(&tiny(&["--steps", "4", "--resume", "nowhere"]), dir.path());
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no checkpoint at"));

@@ -7,4 +7,4 @@ pub mod model;
 pub mod models;
 pub mod optim;
 
-pub use model::Model;
+pub use model::{Model, Recompute};

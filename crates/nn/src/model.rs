@@ -1,9 +1,29 @@
 //! What the trainer needs of a model: its parameter blocks (flat buffers, in a fixed order),
-//! the loss of a micro-batch, and which blocks run inside checkpoint scopes.
+//! the loss of a micro-batch under a recomputation plan, and the shared runner that executes a
+//! chain of blocks with checkpoint segments.
 //!
-//! Not for: training (see the train crate).
+//! Not for: training (see the train crate) or choosing plans (the train crate's `recompute`).
 
-use headroom_tensor::{ParamBlock, Result, Tensor};
+use headroom_tensor::{ParamBlock, Result, Tensor, checkpoint};
+use std::ops::Range;
+
+/// What to recompute in backward instead of storing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recompute {
+    /// Runs of consecutive repeated blocks, each run inside one checkpoint scope (only its input
+    /// is kept; its blocks are re-run in backward). Disjoint, in order.
+    pub segments: Vec<Range<usize>>,
+    /// Selective recomputation inside blocks that are not in a segment: keep matmul outputs,
+    /// recompute attention scores, softmax and attention dropout, and the GELU (with the
+    /// projection that consumes it).
+    pub selective: bool,
+}
+
+impl Recompute {
+    pub fn none() -> Recompute {
+        Recompute::default()
+    }
+}
 
 /// A trainable model on the tensor engine.
 pub trait Model {
@@ -11,15 +31,47 @@ pub trait Model {
     fn name(&self) -> &str;
     /// Parameter blocks in a fixed order (the order of checkpoints and optimizer state).
     fn blocks(&self) -> &[ParamBlock];
-    /// Number of repeated blocks (transformer blocks, residual MLP blocks) a checkpoint policy
+    /// Number of repeated blocks (transformer blocks, residual MLP blocks) a recomputation plan
     /// chooses among.
     fn depth(&self) -> usize;
     /// Mean cross-entropy of a micro-batch: `inputs` and `targets` are `(B, T)` integer tensors.
-    /// `checkpointed[i]` runs repeated block `i` inside a checkpoint scope.
-    fn loss(&self, inputs: &Tensor, targets: &Tensor, checkpointed: &[bool]) -> Result<Tensor>;
+    fn loss(&self, inputs: &Tensor, targets: &Tensor, recompute: &Recompute) -> Result<Tensor>;
 
     /// Total parameter count.
     fn num_params(&self) -> usize {
         self.blocks().iter().map(|b| b.numel()).sum()
     }
+}
+
+/// Runs `x` through `blocks` in order; the blocks of each segment run inside one checkpoint scope.
+/// `forward` is one block's forward; block parameters are cheap clones of weight views.
+pub fn run_blocks<B: Clone + 'static>(
+    mut x: Tensor,
+    blocks: Vec<B>,
+    segments: &[Range<usize>],
+    forward: fn(&B, &Tensor) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let mut i = 0;
+    let mut segs = segments.iter().peekable();
+    while i < blocks.len() {
+        match segs.peek() {
+            Some(s) if s.start == i => {
+                let run: Vec<B> = blocks[s.start..s.end.min(blocks.len())].to_vec();
+                i = s.end.max(i + 1);
+                segs.next();
+                x = checkpoint(&[&x], move |xs| {
+                    let mut h = xs[0].clone();
+                    for b in &run {
+                        h = forward(b, &h)?;
+                    }
+                    Ok(h)
+                })?;
+            }
+            _ => {
+                x = forward(&blocks[i], &x)?;
+                i += 1;
+            }
+        }
+    }
+    Ok(x)
 }

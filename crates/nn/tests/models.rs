@@ -1,8 +1,8 @@
 //! Model shapes and first losses against hand-derived values.
 
 use headroom_memory::{AllocatorConfig, Category, Device};
-use headroom_nn::Model;
 use headroom_nn::models::{ModelSpec, build_model, preset};
+use headroom_nn::{Model, Recompute};
 use headroom_tensor::{DType, Tape, Tensor};
 
 fn device() -> Device {
@@ -79,7 +79,11 @@ fn initial_loss_is_close_to_uniform_over_the_vocabulary() {
         let spec = preset(name).unwrap();
         let model = build_model(name, &spec, &d, DType::F32, 3).unwrap();
         let (x, y) = batch(&d, 2, 16);
-        let loss = model.loss(&x, &y, &[]).unwrap().to_scalar_f32().unwrap();
+        let loss = model
+            .loss(&x, &y, &Recompute::none())
+            .unwrap()
+            .to_scalar_f32()
+            .unwrap();
         assert!((loss - 256f32.ln()).abs() < 0.05, "{name}: {loss}");
     }
 }
@@ -95,7 +99,9 @@ fn backward_fills_every_gradient_and_frees_activations() {
     }
     let (x, y) = batch(&d, 2, 16);
     let tape = Tape::new();
-    let loss = tape.record(|| model.loss(&x, &y, &[])).unwrap();
+    let loss = tape
+        .record(|| model.loss(&x, &y, &Recompute::none()))
+        .unwrap();
     assert!(d.stats().category_bytes[Category::Activation.index()].current > 0);
     tape.backward(&loss, &mut grads).unwrap();
     // Only the kept loss itself (one f32 in a 512-byte block) is left.
@@ -120,7 +126,7 @@ fn backward_fills_every_gradient_and_frees_activations() {
 
 #[test]
 fn checkpointed_blocks_give_bitwise_equal_gradients() {
-    let run = |ckpt: &[bool]| {
+    let run = |ckpt: &Recompute| {
         let d = device();
         let spec = preset("gpt-tiny").unwrap();
         let model = build_model("gpt-tiny", &spec, &d, DType::F32, 5).unwrap();
@@ -140,17 +146,35 @@ fn checkpointed_blocks_give_bitwise_equal_gradients() {
             .collect();
         (l.to_bits(), g)
     };
-    let plain = run(&[]);
-    let ckpt = run(&[true, true]);
-    assert_eq!(plain.0, ckpt.0);
-    assert!(
-        plain
+    let plain = run(&Recompute::none());
+    for recompute in [
+        Recompute {
+            segments: vec![0..1, 1..2],
+            selective: false,
+        },
+        Recompute {
+            segments: std::iter::once(0..2).collect(),
+            selective: false,
+        },
+        Recompute {
+            segments: std::iter::once(1..2).collect(),
+            selective: false,
+        },
+        Recompute {
+            segments: Vec::new(),
+            selective: true,
+        },
+    ] {
+        let ckpt = run(&recompute);
+        assert_eq!(plain.0, ckpt.0, "{recompute:?}");
+        let same = plain
             .1
             .iter()
             .flatten()
             .zip(ckpt.1.iter().flatten())
-            .all(|(a, b)| a.to_bits() == b.to_bits())
-    );
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "gradients differ under {recompute:?}");
+    }
 }
 
 #[test]

@@ -10,7 +10,7 @@ use crate::checkpoint::{self, CheckpointOp};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::grads::Gradients;
-use crate::ops::nn;
+use crate::ops::{attention, nn};
 use crate::tensor::Tensor;
 
 /// A recorded op with what its backward needs. Shapes are kept where the rule only needs them.
@@ -123,6 +123,17 @@ pub(crate) enum Op {
     },
     /// Causal mask: dy with the masked (future) positions zeroed. Saves nothing.
     CausalMask,
+    /// Fused attention: saves q, k, v, the output o and the f32 row log-sum-exp; backward
+    /// recomputes the probabilities tile by tile (p = exp(s − lse)), with Dᵢ = dOᵢ·Oᵢ:
+    /// dV = Σ pᵀ dO, dS = p ⊙ (dO Vᵀ − D), dQ = dS K·scale, dK = dSᵀ Q·scale.
+    Attention {
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        o: Tensor,
+        lse: Tensor,
+        spec: crate::backend::AttentionSpec,
+    },
     /// A checkpoint scope: saves its inputs and RNG cursor, recomputes on a sub-tape.
     Checkpoint(CheckpointOp),
 }
@@ -235,6 +246,23 @@ pub(crate) fn backward(
         }
         Op::Dropout { p, seed, offset } => vec![Some(nn::dropout_with(dy, p, seed, offset)?)],
         Op::CausalMask => vec![Some(nn::causal_fill(dy, 0.0)?)],
+        Op::Attention {
+            q,
+            k,
+            v,
+            o,
+            lse,
+            spec,
+        } => attention::attention_backward(
+            &q,
+            &k,
+            &v,
+            &o,
+            &lse,
+            dy,
+            spec,
+            [want(0), want(1), want(2)],
+        )?,
         Op::Checkpoint(op) => checkpoint::backward(op, dy, grads)?,
     })
 }

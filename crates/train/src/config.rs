@@ -5,8 +5,9 @@
 //!
 //! Not for: the model's shape (see the nn crate's model presets).
 
+use crate::policy::CheckpointPolicy;
 use headroom_memory::size::ByteSize;
-use headroom_plan::strategy::{Attention, Checkpoint, Precision};
+use headroom_plan::strategy::{Attention, Precision};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -139,7 +140,7 @@ impl RunConfig {
     pub fn precision(&self) -> Precision {
         self.precision.parse().expect("validated when resolved")
     }
-    pub fn checkpoint_policy(&self) -> Checkpoint {
+    pub fn checkpoint_policy(&self) -> CheckpointPolicy {
         self.checkpoint.parse().expect("validated when resolved")
     }
     pub fn attention_kind(&self) -> Attention {
@@ -224,8 +225,8 @@ impl TrainConfig {
         })?;
         let checkpoint = self.checkpoint.unwrap_or_else(|| "none".into());
         checkpoint
-            .parse::<Checkpoint>()
-            .map_err(|e| value("checkpoint", &checkpoint, &e.to_string()))?;
+            .parse::<CheckpointPolicy>()
+            .map_err(|e| value("checkpoint", &checkpoint, &e))?;
         let attention = self.attention.unwrap_or_else(|| "naive".into());
         attention
             .parse::<Attention>()

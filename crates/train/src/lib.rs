@@ -11,5 +11,5 @@ pub mod report;
 pub mod scaler;
 pub mod trainer;
 
-pub use policy::checkpointed_blocks;
+pub use policy::{CheckpointPolicy, recompute_for};
 pub use trainer::{TrainError, TrainEvent, Trainer, TrainerHooks};

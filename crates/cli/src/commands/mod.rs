@@ -1,5 +1,6 @@
 //! One module per `headroom` subcommand: argument definitions and the code that runs them.
 
+pub mod bench;
 pub mod estimate;
 pub mod memory;
 pub mod params;

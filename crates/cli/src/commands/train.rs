@@ -12,6 +12,7 @@ use headroom_memory::timeline::timeline;
 use headroom_memory::{AllocatorConfig, Device, Snapshot};
 use headroom_train::config::TrainConfig;
 use headroom_train::data::Corpus;
+use headroom_train::policy::recompute_for;
 use headroom_train::{TrainError, TrainEvent, Trainer};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
@@ -83,7 +84,8 @@ pub struct TrainArgs {
     /// Train on this text file instead of the bundled corpus.
     #[arg(long, value_name = "FILE")]
     pub data: Option<PathBuf>,
-    /// Activation checkpointing policy (none, all, every:K).
+    /// Activation checkpointing: none, all, every:K, sqrt, budget:SIZE (least recomputation whose
+    /// activation peak fits SIZE), selective.
     #[arg(long)]
     pub checkpoint: Option<String>,
     /// Attention implementation (naive).
@@ -171,10 +173,33 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         trainer.resume(dir).map_err(explain)?;
     }
     let policy = config.checkpoint_policy();
-    trainer.set_checkpointed(headroom_train::checkpointed_blocks(
+    let (recompute, decision) = recompute_for(
         policy,
-        trainer.model().depth(),
-    ));
+        trainer.model_spec(),
+        trainer.precision().compute,
+        config.micro_batch,
+        trainer.seq_len(),
+    )?;
+    if let Some(d) = &decision {
+        let (plan, cost, peak) = &d.optimal;
+        eprintln!(
+            "checkpoint budget {}: {} segments recomputing {} of {} blocks (activation peak {} in a dry run){}",
+            format_bytes(d.budget),
+            plan.segments.len(),
+            cost.recompute,
+            trainer.model().depth(),
+            format_bytes(*peak),
+            match &d.chen {
+                Some((_, c, p)) => format!(
+                    "; Chen et al.'s planner: {} blocks, peak {}",
+                    c.recompute,
+                    format_bytes(*p)
+                ),
+                None => "; Chen et al.'s planner finds no plan within it".to_string(),
+            }
+        );
+    }
+    trainer.set_recompute(recompute);
     eprintln!(
         "headroom train: {} ({} parameters), {} on {}, micro-batch {} × accumulation {} × {} tokens, {} steps, device budget {}",
         trainer.model().name(),

@@ -1,4 +1,5 @@
 //! What the `headroom` binary shows people: pictures and tables built from the libraries' data.
 
+pub mod plot;
 pub mod timeline;
 pub mod train_report;

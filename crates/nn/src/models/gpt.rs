@@ -3,11 +3,13 @@
 //! connections, a final layer norm, and an output head tied to the token embedding or separate.
 //! Parameters live in one flat block per layer (`embed`, `block.i`, `head`).
 //!
-//! Not for: the attention kernel choice beyond naive attention (memory-efficient attention comes
-//! with the checkpointing work) or training.
+//! Attention is naive (scores materialised) or memory-efficient (the fused kernel), chosen per
+//! model with [`Gpt::set_attention`].
+//!
+//! Not for: training.
 
 use crate::init::normal;
-use crate::model::Model;
+use crate::model::{Model, Recompute, run_blocks};
 use headroom_memory::{Category, Device};
 use headroom_tensor::{DType, ParamBlock, Result, Tensor, TensorError, checkpoint};
 use serde::{Deserialize, Serialize};
@@ -26,6 +28,9 @@ pub struct GptConfig {
     pub dropout: f32,
     /// Output head shares the token embedding's weights.
     pub tied: bool,
+    /// How attention is computed (`naive` or `memory-efficient`).
+    #[serde(default)]
+    pub attention: AttentionKind,
 }
 
 impl GptConfig {
@@ -62,6 +67,19 @@ impl GptConfig {
     }
 }
 
+/// How a block computes causal self-attention (a memory lever: DESIGN.md's "attention kind").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttentionKind {
+    /// `softmax(causal_mask(q kᵀ·scale)) v` as separate ops: the (B, H, T, T) probabilities
+    /// are saved for backward.
+    #[default]
+    Naive,
+    /// The fused tiled kernel (`Tensor::attention`, FlashAttention's algorithm): saves q, k,
+    /// v, the output and a (B, H, T) f32 row statistic, never a T×T tensor.
+    MemoryEfficient,
+}
+
 const BLOCK_WEIGHTS: [&str; 12] = [
     "ln1.w",
     "ln1.b",
@@ -83,6 +101,20 @@ struct BlockParams {
     w: Vec<Tensor>,
     heads: usize,
     dropout: f32,
+    /// Recompute the attention core and the GELU (with its projection) in backward.
+    selective: bool,
+    attention: AttentionKind,
+}
+
+/// Scores, causal mask, softmax, dropout and the weighted sum of values: (B, H, T, D) each.
+/// The memory-heavy part of attention (its saved tensors are s² per head).
+fn core_attention(q: &Tensor, k: &Tensor, v: &Tensor, dropout: f32) -> Result<Tensor> {
+    let hd = q.shape()[3];
+    let scores = q
+        .matmul(&k.transpose(-2, -1)?)?
+        .scale(1.0 / (hd as f32).sqrt())?; // (B, H, T, T)
+    let att = scores.causal_mask()?.softmax()?.dropout(dropout)?;
+    att.matmul(v) // (B, H, T, D)
 }
 
 impl BlockParams {
@@ -106,11 +138,19 @@ impl BlockParams {
                 .permute(&[0, 2, 1, 3]) // (B, H, T, D)
         };
         let (q, k, v) = (split(0)?, split(1)?, split(2)?);
-        let scores = q
-            .matmul(&k.transpose(-2, -1)?)?
-            .scale(1.0 / (hd as f32).sqrt())?; // (B, H, T, T)
-        let att = scores.causal_mask()?.softmax()?.dropout(self.dropout)?;
-        let y = att.matmul(&v)?; // (B, H, T, D)
+        let y = if self.attention == AttentionKind::MemoryEfficient {
+            // Fused: saves q, k, v, y and a (B, H, T) statistic only, so there is nothing
+            // T×T for selective recomputation to drop.
+            let scale = 1.0 / (hd as f32).sqrt();
+            Tensor::attention(&q, &k, &v, true, scale, self.dropout)? // (B, H, T, D)
+        } else if self.selective {
+            let p = self.dropout;
+            checkpoint(&[&q, &k, &v], move |t| {
+                core_attention(&t[0], &t[1], &t[2], p)
+            })?
+        } else {
+            core_attention(&q, &k, &v, self.dropout)?
+        };
         let y = y.permute(&[0, 2, 1, 3])?.reshape(&[b, t, c])?; // (B, T, C)
         y.matmul(self.get("attn.proj.w"))?
             .add(self.get("attn.proj.b"))?
@@ -122,15 +162,20 @@ impl BlockParams {
         let h = x.layer_norm(self.get("ln1.w"), self.get("ln1.b"), 1e-5)?;
         let x = x.add(&self.attention(&h)?)?;
         let h = x.layer_norm(self.get("ln2.w"), self.get("ln2.b"), 1e-5)?;
-        let m = h
-            .matmul(self.get("mlp.fc.w"))?
-            .add(self.get("mlp.fc.b"))?
-            .gelu()?; // (B, T, F)
-        let m = m
-            .matmul(self.get("mlp.proj.w"))?
-            .add(self.get("mlp.proj.b"))?
-            .dropout(self.dropout)?;
-        x.add(&m)
+        let fc = h.matmul(self.get("mlp.fc.w"))?.add(self.get("mlp.fc.b"))?; // (B, T, F)
+        let (w, b) = (
+            self.get("mlp.proj.w").clone(),
+            self.get("mlp.proj.b").clone(),
+        );
+        let gelu_proj = move |t: &Tensor| t.gelu()?.matmul(&w)?.add(&b);
+        // Selective: keep the first matmul's output, recompute GELU and the projection that
+        // consumes its (B, T, F) output, so that output is never stored.
+        let m = if self.selective {
+            checkpoint(&[&fc], move |t| gelu_proj(&t[0]))?
+        } else {
+            gelu_proj(&fc)?
+        };
+        x.add(&m.dropout(self.dropout)?)
     }
 }
 
@@ -141,6 +186,7 @@ pub struct Gpt {
     config: GptConfig,
     blocks: Vec<ParamBlock>,
     device: Device,
+    attention: AttentionKind,
 }
 
 impl Gpt {
@@ -193,11 +239,13 @@ impl Gpt {
             head.push(("lm_head.w", &lm_shape));
         }
         blocks.push(ParamBlock::new(device, "head", &head, dtype)?);
+        let config_attention = config.attention;
         let gpt = Gpt {
             name: name.to_string(),
             config,
             blocks,
             device: device.clone(),
+            attention: config_attention,
         };
         gpt.initialise(seed)?;
         Ok(gpt)
@@ -226,6 +274,22 @@ impl Gpt {
         &self.config
     }
 
+    /// How the blocks compute attention (naive unless set).
+    pub fn attention(&self) -> AttentionKind {
+        self.attention
+    }
+
+    /// Switches how the blocks compute attention; the weights are unchanged.
+    pub fn set_attention(&mut self, kind: AttentionKind) {
+        self.attention = kind;
+    }
+
+    /// This model with attention computed as `kind`.
+    pub fn with_attention(mut self, kind: AttentionKind) -> Gpt {
+        self.set_attention(kind);
+        self
+    }
+
     fn block_params(&self, i: usize) -> Result<BlockParams> {
         let block = &self.blocks[1 + i];
         let w = BLOCK_WEIGHTS
@@ -236,11 +300,13 @@ impl Gpt {
             w,
             heads: self.config.heads,
             dropout: self.config.dropout,
+            selective: false,
+            attention: self.attention,
         })
     }
 
     /// Logits `(B, T, V)` for integer ids `(B, T)`.
-    pub fn logits(&self, inputs: &Tensor, checkpointed: &[bool]) -> Result<Tensor> {
+    pub fn logits(&self, inputs: &Tensor, recompute: &Recompute) -> Result<Tensor> {
         if inputs.rank() != 2 {
             return Err(TensorError::invalid(
                 "Gpt",
@@ -269,15 +335,15 @@ impl Gpt {
         )?;
         let tok = embed.param("wte")?.embedding(inputs)?; // (B, T, C)
         let pos = embed.param("wpe")?.embedding(&pos_ids)?; // (T, C)
-        let mut x = tok.add(&pos)?.dropout(self.config.dropout)?;
-        for i in 0..self.config.layers {
-            let p = self.block_params(i)?;
-            x = if checkpointed.get(i).copied().unwrap_or(false) {
-                checkpoint(&[&x], move |xs| p.forward(&xs[0]))?
-            } else {
-                p.forward(&x)?
-            };
-        }
+        let x = tok.add(&pos)?.dropout(self.config.dropout)?;
+        let blocks = (0..self.config.layers)
+            .map(|i| {
+                let mut p = self.block_params(i)?;
+                p.selective = recompute.selective;
+                Ok(p)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let x = run_blocks(x, blocks, &recompute.segments, BlockParams::forward)?;
         let head = &self.blocks[self.config.layers + 1];
         let x = x.layer_norm(head.param("ln_f.w")?, head.param("ln_f.b")?, 1e-5)?;
         let w_out = if self.config.tied {
@@ -302,9 +368,9 @@ impl Model for Gpt {
         self.config.layers
     }
 
-    fn loss(&self, inputs: &Tensor, targets: &Tensor, checkpointed: &[bool]) -> Result<Tensor> {
+    fn loss(&self, inputs: &Tensor, targets: &Tensor, recompute: &Recompute) -> Result<Tensor> {
         // The loss is computed in f32 whatever the compute dtype (autocast's fp32 policy for losses).
-        self.logits(inputs, checkpointed)?
+        self.logits(inputs, recompute)?
             .cast(DType::F32)?
             .cross_entropy(targets)
     }

@@ -3,7 +3,7 @@
 //!
 //! Not for: building strategies (the planner) or training.
 
-use super::gpt::{Gpt, GptConfig};
+use super::gpt::{AttentionKind, Gpt, GptConfig};
 use super::resmlp::{ResMlp, ResMlpConfig};
 use crate::model::Model;
 use headroom_memory::Device;
@@ -35,6 +35,7 @@ pub fn preset(name: &str) -> Option<ModelSpec> {
             ffn: 4 * width,
             dropout: 0.0,
             tied: true,
+            attention: AttentionKind::Naive,
         })
     };
     Some(match name {
@@ -123,6 +124,14 @@ impl ModelSpec {
         match self {
             ModelSpec::Gpt(c) => c.context,
             ModelSpec::Resmlp(_) => 64,
+        }
+    }
+
+    /// Number of repeated blocks.
+    pub fn depth(&self) -> usize {
+        match self {
+            ModelSpec::Gpt(c) => c.layers,
+            ModelSpec::Resmlp(c) => c.depth,
         }
     }
 

@@ -6,9 +6,9 @@
 //! Not for: attention (see `gpt`).
 
 use crate::init::normal;
-use crate::model::Model;
+use crate::model::{Model, Recompute, run_blocks};
 use headroom_memory::Device;
-use headroom_tensor::{DType, ParamBlock, Result, Tensor, TensorError, checkpoint};
+use headroom_tensor::{DType, ParamBlock, Result, Tensor, TensorError};
 use serde::{Deserialize, Serialize};
 
 /// Shape of a residual MLP.
@@ -149,23 +149,21 @@ impl Model for ResMlp {
         self.config.depth
     }
 
-    fn loss(&self, inputs: &Tensor, targets: &Tensor, checkpointed: &[bool]) -> Result<Tensor> {
-        let mut x = self.blocks[0].param("wte")?.embedding(inputs)?; // (B, T, C)
-        for i in 0..self.config.depth {
-            let block = &self.blocks[1 + i];
-            let p = BlockParams {
-                w: BLOCK_WEIGHTS
-                    .iter()
-                    .map(|n| block.param(n).cloned())
-                    .collect::<Result<Vec<_>>>()?,
-                dropout: self.config.dropout,
-            };
-            x = if checkpointed.get(i).copied().unwrap_or(false) {
-                checkpoint(&[&x], move |xs| p.forward(&xs[0]))?
-            } else {
-                p.forward(&x)?
-            };
-        }
+    fn loss(&self, inputs: &Tensor, targets: &Tensor, recompute: &Recompute) -> Result<Tensor> {
+        let x = self.blocks[0].param("wte")?.embedding(inputs)?; // (B, T, C)
+        let blocks = (0..self.config.depth)
+            .map(|i| {
+                let block = &self.blocks[1 + i];
+                Ok(BlockParams {
+                    w: BLOCK_WEIGHTS
+                        .iter()
+                        .map(|n| block.param(n).cloned())
+                        .collect::<Result<Vec<_>>>()?,
+                    dropout: self.config.dropout,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let x = run_blocks(x, blocks, &recompute.segments, BlockParams::forward)?;
         let head = &self.blocks[self.config.depth + 1];
         let x = x.layer_norm(head.param("ln_f.w")?, head.param("ln_f.b")?, 1e-5)?;
         x.matmul(head.param("out.w")?)?

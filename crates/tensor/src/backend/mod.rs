@@ -164,6 +164,41 @@ pub trait Backend: std::fmt::Debug + Send + Sync {
     fn dropout(&self, x: &Src, p: f32, seed: u64, offset: u64, dst: &mut Dst) -> Result<()>;
     /// `dst[…, i, j] = if j > i { fill } else { x[…, i, j] }` over the last two axes.
     fn causal_mask(&self, x: &Src, fill: f32, dst: &mut Dst) -> Result<()>;
+
+    /// Fused attention on `(B, H, T, D)` views with unit stride along D: writes the output `o`
+    /// (same shape, any such strides) and the f32 row log-sum-exp `lse` `(B, H, T)`, never a
+    /// T×T buffer (see `cpu::attention`).
+    fn attention(
+        &self,
+        q: &Src,
+        k: &Src,
+        v: &Src,
+        spec: &AttentionSpec,
+        o: &mut Dst,
+        lse: &mut Dst,
+    ) -> Result<()>;
+    /// Backward of [`Backend::attention`] from its saved inputs, output and `lse`, recomputing
+    /// the score tiles; writes contiguous `dq`, `dk`, `dv` (those that are `Some`).
+    fn attention_backward(
+        &self,
+        saved: [&Src; 5],
+        d_o: &Src,
+        spec: &AttentionSpec,
+        dq: Option<&mut Dst>,
+        dk: Option<&mut Dst>,
+        dv: Option<&mut Dst>,
+    ) -> Result<()>;
+}
+
+/// What a fused attention computes: `softmax(mask(q kᵀ · scale)) v`, with dropout on the
+/// probabilities drawn from the counter-based generator at `offset + ((b·H + h)·T + i)·T + j`
+/// (the index the same dropout on a materialised `(B, H, T, T)` tensor would use).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionSpec {
+    pub causal: bool,
+    pub scale: f32,
+    /// `(p, seed, offset)` when dropout is on (`0 < p < 1`).
+    pub dropout: Option<(f32, u64, u64)>,
 }
 
 /// The backend that runs kernels for `device`.

@@ -4,7 +4,7 @@
 //!
 //! Not for: anything that needs values.
 
-use super::{Backend, BinaryOp, Dst, ReduceOp, Src, UnaryOp};
+use super::{AttentionSpec, Backend, BinaryOp, Dst, ReduceOp, Src, UnaryOp};
 use crate::error::{Result, TensorError};
 
 #[derive(Debug)]
@@ -108,6 +108,28 @@ impl Backend for ShapeOnlyBackend {
         Ok(())
     }
     fn causal_mask(&self, _: &Src, _: f32, _: &mut Dst) -> Result<()> {
+        Ok(())
+    }
+    fn attention(
+        &self,
+        _: &Src,
+        _: &Src,
+        _: &Src,
+        _: &AttentionSpec,
+        _: &mut Dst,
+        _: &mut Dst,
+    ) -> Result<()> {
+        Ok(())
+    }
+    fn attention_backward(
+        &self,
+        _: [&Src; 5],
+        _: &Src,
+        _: &AttentionSpec,
+        _: Option<&mut Dst>,
+        _: Option<&mut Dst>,
+        _: Option<&mut Dst>,
+    ) -> Result<()> {
         Ok(())
     }
 }

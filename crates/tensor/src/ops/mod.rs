@@ -5,6 +5,7 @@
 //!
 //! Not for: kernels (see `backend`) or derivative rules (see `backprop`).
 
+pub mod attention;
 pub mod elementwise;
 pub mod matmul;
 pub mod nn;

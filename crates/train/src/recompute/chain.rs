@@ -1,12 +1,14 @@
 //! The chain model of activation memory that checkpoint plans are judged by (Chen et al. 2016
-//! §4.1, made exact for headroom's tape): a model is a chain of blocks; block i's input takes
+//! §4.1, made to follow headroom's tape): a model is a chain of blocks; block i's input takes
 //! `input[i]` bytes and, when the block runs without a checkpoint scope, its saved tensors take
 //! `inner[i]` bytes more. A plan is a set of disjoint segments (runs of consecutive blocks); a
 //! segment keeps only its first block's input during forward and recomputes its blocks in
-//! backward. `extra` is what every moment of backward holds on top (gradient work buffers).
+//! backward, holding their inputs, inner bytes and the segment's output while it does. `head` is
+//! what the layers after the chain hold at the end of forward (final norm, logits, loss); `extra`
+//! is held throughout.
 //!
-//! Peak = max(everything stored at the end of forward,
-//!            for each segment: what is stored before it + all its blocks' inputs and inner bytes)
+//! Peak = max(everything stored at the end of forward + head,
+//!            for each segment: what is stored before it + its blocks in full + its output)
 //!        + extra.
 //!
 //! Not for: measuring the per-block sizes (the caller measures them on the allocator) or running.
@@ -22,7 +24,9 @@ pub struct Chain {
     pub inner: Vec<u64>,
     /// Recompute cost of each block (e.g. its forward FLOPs; 1 per block counts blocks).
     pub cost: Vec<u64>,
-    /// Bytes held throughout on top of the chain's activations (gradient work, the loss head).
+    /// Bytes of the layers after the chain at the end of forward.
+    pub head: u64,
+    /// Bytes held throughout on top of the chain's activations.
     pub extra: u64,
 }
 
@@ -47,8 +51,15 @@ impl Chain {
             input: vec![input; n],
             inner: vec![inner; n],
             cost: vec![1; n],
+            head: 0,
             extra,
         }
+    }
+
+    /// Bytes of block `i`'s output (the next block's input; the last block's output has the
+    /// size of its input).
+    pub fn output(&self, i: usize) -> u64 {
+        self.input.get(i + 1).copied().unwrap_or(self.input[i])
     }
 
     pub fn len(&self) -> usize {
@@ -72,7 +83,7 @@ impl Chain {
         let mut next = 0usize;
         for seg in &plan.segments {
             stored += self.full(next..seg.start);
-            peak = peak.max(stored + self.full(seg.clone()));
+            peak = peak.max(stored + self.full(seg.clone()) + self.output(seg.end - 1));
             stored += self.input[seg.start];
             recompute += seg.clone().map(|i| self.cost[i]).sum::<u64>();
             next = seg.end;
@@ -116,17 +127,6 @@ impl Plan {
             segments: (0..n).step_by(len).map(|s| s..(s + len).min(n)).collect(),
         }
     }
-
-    /// `checkpointed[i]` view for engines that only scope single blocks.
-    pub fn blocks_in_segments(&self, n: usize) -> Vec<bool> {
-        let mut out = vec![false; n];
-        for s in &self.segments {
-            for i in s.clone() {
-                out[i] = true;
-            }
-        }
-        out
-    }
 }
 
 #[cfg(test)]
@@ -145,21 +145,22 @@ mod tests {
                 recompute: 0
             }
         );
-        // Every block: 16 inputs stored; backward of the last block holds 15 inputs + its 100.
+        // Every block: 16 inputs stored; backward of the last block holds 15 inputs + its 100
+        // + its recomputed output (10).
         assert_eq!(
             c.evaluate(&Plan::every_block(16)),
             PlanCost {
-                peak_bytes: 15 * 10 + 100,
+                peak_bytes: 15 * 10 + 100 + 10,
                 recompute: 16
             }
         );
         // √16 = 4 segments of 4: forward stores 4 inputs (40); backward of the last segment holds
-        // the 3 earlier inputs (30) + 4 blocks in full (400) = 430.
+        // the 3 earlier inputs (30) + 4 blocks in full (400) + its output (10) = 440.
         assert_eq!(Plan::sqrt(16).segments.len(), 4);
         assert_eq!(
             c.evaluate(&Plan::sqrt(16)),
             PlanCost {
-                peak_bytes: 430,
+                peak_bytes: 440,
                 recompute: 16
             }
         );

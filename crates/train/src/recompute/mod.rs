@@ -4,6 +4,7 @@
 
 pub mod chain;
 pub mod chen;
+pub mod dry_run;
 pub mod optimal;
 
 pub use chain::{Chain, Plan, PlanCost};

@@ -39,12 +39,14 @@ pub fn optimal_plan(chain: &Chain, budget: u64) -> Option<(Plan, PlanCost)> {
         full[i + 1] = full[i] + chain.input[i] + chain.inner[i];
         cost[i + 1] = cost[i] + chain.cost[i];
     }
+    // A state at the end of the chain must also hold the head at the end of forward.
+    let tail_head = |pos: usize| if pos == n { chain.head } else { 0 };
     for j in 0..n {
         let front = std::mem::take(&mut fronts[j]);
         for (idx, s) in front.iter().enumerate() {
             // Plain block j.
             let stored = s.stored + full[j + 1] - full[j];
-            if stored <= limit {
+            if stored + tail_head(j + 1) <= limit {
                 fronts[j + 1].push(State {
                     stored,
                     recompute: s.recompute,
@@ -54,9 +56,12 @@ pub fn optimal_plan(chain: &Chain, budget: u64) -> Option<(Plan, PlanCost)> {
             }
             // Segment [j, k).
             for k in j + 1..=n {
-                let during = s.stored + full[k] - full[j];
+                let during = s.stored + full[k] - full[j] + chain.output(k - 1);
                 if during > limit {
                     break;
+                }
+                if k == n && s.stored + chain.input[j] + chain.head > limit {
+                    continue;
                 }
                 fronts[k].push(State {
                     stored: s.stored + chain.input[j],
@@ -134,7 +139,7 @@ mod tests {
     #[test]
     fn one_block_over_budget_recomputes_exactly_one_block() {
         // 10 blocks of 100 in full: 1000 stored. With 950, checkpointing the first block saves
-        // 90 (stores 10 instead of 100): stored 910, and its recompute peak is 100 — fits.
+        // 90 (stores 10 instead of 100): stored 910, and its recompute peak is 110 — fits.
         let c = Chain::uniform(10, 10, 90, 0);
         let (plan, cost) = optimal_plan(&c, 950).unwrap();
         assert_eq!(cost.recompute, 1);
@@ -178,6 +183,7 @@ mod tests {
             input: vec![10, 10, 10],
             inner: vec![20, 400, 20],
             cost: vec![1, 1, 1],
+            head: 0,
             extra: 0,
         };
         let (plan, cost) = optimal_plan(&c, 450).unwrap();

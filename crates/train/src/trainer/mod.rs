@@ -21,9 +21,11 @@ use crate::data::{Corpus, CorpusError, TokenSampler};
 use crate::report::{CacheRelease, TrainReport, ValLoss};
 use crate::scaler::{LossScaler, ScalerConfig};
 use headroom_memory::{AllocatorConfig, Category, CategoryBytes, Device, OutOfMemory};
-use headroom_nn::Model;
+use headroom_nn::models::gpt::AttentionKind;
 use headroom_nn::models::{ModelSpec, ModelSpecError, build_model};
 use headroom_nn::optim::{Optimizer, OptimizerConfig, OptimizerKind, StateDtype};
+use headroom_nn::{Model, Recompute};
+use headroom_plan::strategy::Attention;
 use headroom_tensor::{DType, Gradients, Tensor, TensorError, no_grad};
 use std::time::Instant;
 
@@ -106,6 +108,7 @@ pub struct Trainer {
     precision: PrecisionPlan,
     device: Device,
     model: Box<dyn Model>,
+    spec: ModelSpec,
     /// fp32 master weights per block (mixed modes).
     master: Option<Vec<Tensor>>,
     grads: Gradients,
@@ -113,7 +116,7 @@ pub struct Trainer {
     scaler: Option<LossScaler>,
     sampler: TokenSampler,
     seq_len: usize,
-    checkpointed: Vec<bool>,
+    recompute: Recompute,
     step: u64,
     backward_passes: u64,
     warned_accumulation: bool,
@@ -151,16 +154,19 @@ impl Trainer {
             config.heads,
             config.seq_len,
         );
-        let spec = match (spec, config.dropout) {
-            (ModelSpec::Gpt(mut c), Some(d)) => {
-                c.dropout = d;
+        let spec = match spec {
+            ModelSpec::Gpt(mut c) => {
+                c.dropout = config.dropout.unwrap_or(c.dropout);
+                c.attention = match config.attention_kind() {
+                    Attention::Naive => AttentionKind::Naive,
+                    Attention::MemoryEfficient => AttentionKind::MemoryEfficient,
+                };
                 ModelSpec::Gpt(c)
             }
-            (ModelSpec::Resmlp(mut c), Some(d)) => {
-                c.dropout = d;
+            ModelSpec::Resmlp(mut c) => {
+                c.dropout = config.dropout.unwrap_or(c.dropout);
                 ModelSpec::Resmlp(c)
             }
-            (s, None) => s,
         };
         let seq_len = config.seq_len.unwrap_or_else(|| spec.default_seq_len());
         let sampler = TokenSampler::new(corpus, seq_len, 0.1, config.seed)?;
@@ -197,7 +203,6 @@ impl Trainer {
         let scaler = precision
             .loss_scaling
             .then(|| LossScaler::new(ScalerConfig::default()));
-        let checkpointed = vec![false; model.depth()];
         let report = TrainReport {
             losses: Vec::new(),
             val_losses: Vec::new(),
@@ -219,13 +224,14 @@ impl Trainer {
             precision,
             device,
             model,
+            spec,
             master,
             grads,
             optimizer,
             scaler,
             sampler,
             seq_len,
-            checkpointed,
+            recompute: Recompute::none(),
             step: 0,
             backward_passes: 0,
             warned_accumulation: false,
@@ -242,13 +248,18 @@ impl Trainer {
         self.hooks = hooks;
     }
 
-    /// Which repeated blocks run inside checkpoint scopes.
-    pub fn set_checkpointed(&mut self, checkpointed: Vec<bool>) {
-        self.checkpointed = checkpointed;
+    /// What the model recomputes in backward instead of storing.
+    pub fn set_recompute(&mut self, recompute: Recompute) {
+        self.recompute = recompute;
     }
 
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// The resolved model architecture (overrides applied).
+    pub fn model_spec(&self) -> &ModelSpec {
+        &self.spec
     }
 
     pub fn model(&self) -> &dyn Model {
@@ -362,7 +373,7 @@ impl Trainer {
         let mut sum = 0.0;
         for batch in &batches {
             let (x, y) = self.batch_tensors(batch)?;
-            let loss = no_grad(|| self.model.loss(&x, &y, &[]))?;
+            let loss = no_grad(|| self.model.loss(&x, &y, &Recompute::none()))?;
             sum += loss.to_scalar_f32()? as f64;
         }
         let mean = sum / batches.len().max(1) as f64;

@@ -37,10 +37,10 @@ impl Trainer {
             let batch = self.sampler.next_train(self.config.micro_batch);
             let (x, y) = self.batch_tensors(&batch)?;
             let tape = Tape::new();
-            let checkpointed = self.checkpointed.clone();
+            let recompute = self.recompute.clone();
             let factor = scale / accumulation as f32;
             let (loss, scaled) = tape.record(|| -> Result<_, headroom_tensor::TensorError> {
-                let loss = self.model.loss(&x, &y, &checkpointed)?;
+                let loss = self.model.loss(&x, &y, &recompute)?;
                 let scaled = loss.scale(factor)?;
                 Ok((loss, scaled))
             })?;

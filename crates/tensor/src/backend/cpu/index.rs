@@ -127,13 +127,9 @@ pub fn causal_mask<T: Elem>(x: &[T], rows: usize, cols: usize, fill: f32, out: &
         return;
     }
     out.par_chunks_mut(cols).enumerate().for_each(|(r, o)| {
-        let i = r % rows.max(1);
-        for (j, v) in o.iter_mut().enumerate() {
-            *v = if j > i {
-                T::from_f32(fill)
-            } else {
-                x[r * cols + j]
-            };
-        }
+        // Row i keeps columns 0..=i and fills the rest.
+        let keep = (r % rows.max(1) + 1).min(cols);
+        o[..keep].copy_from_slice(&x[r * cols..r * cols + keep]);
+        o[keep..].fill(T::from_f32(fill));
     });
 }

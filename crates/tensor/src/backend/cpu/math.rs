@@ -27,13 +27,19 @@ fn fast_exp_normal(x: f32) -> f32 {
     let x = x.clamp(-87.0, 88.0);
     // Round to nearest by adding and subtracting 1.5·2²³ (no libm call, so it vectorises).
     const ROUND: f32 = 12_582_912.0;
-    let n = (x * LOG2E + ROUND) - ROUND;
+    let t = x * LOG2E + ROUND;
+    let n = t - ROUND;
     let r = x - n * LN2_HI - n * LN2_LO;
     let p = 1.0
         + r * (1.0
             + r * (0.5
                 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
-    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    // n as an integer without a float→int conversion: t lies in [2²³, 2²⁴), where the ulp is 1,
+    // so its mantissa bits count t − 2²³ and t's bits minus ROUND's bits are exactly n (the
+    // value `n as i32` gives). `as i32` must saturate and map NaN to 0, which LLVM does one
+    // lane at a time; this integer arithmetic vectorises. (A NaN x yields NaN either way.)
+    let biased = t.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127); // n + 127
+    p * f32::from_bits(biased << 23)
 }
 
 /// tanh(u) = sign(u)·(1 − 2/(e^{2|u|} + 1)) on [`fast_exp`]; absolute error below 2e-7, which is

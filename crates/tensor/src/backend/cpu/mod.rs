@@ -4,14 +4,17 @@
 //!
 //! Not for: allocation of outputs (the ops layer does that) or autodiff.
 
+mod attention;
 mod elementwise;
 mod index;
 pub mod math;
 mod matmul;
 mod reduce;
 mod rows;
+mod simd;
+mod walk;
 
-use super::{Backend, BinaryOp, Dst, ReduceOp, Src, UnaryOp};
+use super::{AttentionSpec, Backend, BinaryOp, Dst, ReduceOp, Src, UnaryOp};
 use crate::dtype::{DType, Elem, with_float_type};
 use crate::error::{Result, TensorError};
 use crate::shape::Layout;
@@ -444,6 +447,30 @@ impl Backend for CpuBackend {
             index::causal_mask(rows_of::<T>(x)?, rows, cols, fill, slice_mut::<T>(dst)?);
             Ok(())
         }, _ => Err(unsupported("causal_mask", x.dtype)))
+    }
+
+    fn attention(
+        &self,
+        q: &Src,
+        k: &Src,
+        v: &Src,
+        spec: &AttentionSpec,
+        o: &mut Dst,
+        lse: &mut Dst,
+    ) -> Result<()> {
+        attention::forward(q, k, v, spec, o, lse)
+    }
+
+    fn attention_backward(
+        &self,
+        saved: [&Src; 5],
+        d_o: &Src,
+        spec: &AttentionSpec,
+        dq: Option<&mut Dst>,
+        dk: Option<&mut Dst>,
+        dv: Option<&mut Dst>,
+    ) -> Result<()> {
+        attention::backward(saved, d_o, spec, dq, dk, dv)
     }
 }
 

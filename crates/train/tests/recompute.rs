@@ -1,0 +1,138 @@
+//! Checkpoint policies in real training runs: every policy gives bitwise the same losses and
+//! weights as none (fp32, GPT and residual MLP); recomputation lowers the activation peak; a
+//! budget plan never exceeds its budget, recomputes no more than √n when √n fits the same budget,
+//! and its dry-run peak is exactly the peak the real run measures.
+
+use headroom_memory::Category;
+use headroom_train::Trainer;
+use headroom_train::config::TrainConfig;
+use headroom_train::data::Corpus;
+use headroom_train::policy::{CheckpointPolicy, recompute_for};
+use headroom_train::recompute::{Plan, dry_run};
+
+fn run(model: &str, policy: &str, steps: u64) -> (Vec<u64>, Vec<u32>, u64, Option<u64>) {
+    let c = TrainConfig {
+        model: Some(model.into()),
+        micro_batch: Some(4),
+        seq_len: Some(32),
+        steps: Some(steps),
+        eval_every: Some(0),
+        eval_batches: Some(1),
+        checkpoint: Some(policy.into()),
+        device_memory: Some("512MiB".parse().unwrap()),
+        seed: Some(5),
+        ..Default::default()
+    }
+    .resolve()
+    .unwrap();
+    let mut t = Trainer::new(c.clone(), &Corpus::bundled()).unwrap();
+    let (recompute, decision) = recompute_for(
+        c.checkpoint_policy(),
+        t.model_spec(),
+        t.precision().compute,
+        c.micro_batch,
+        t.seq_len(),
+    )
+    .unwrap();
+    t.set_recompute(recompute);
+    let report = t.train(&mut |_| {}).unwrap().clone();
+    let losses = report.losses.iter().map(|l| l.to_bits()).collect();
+    let weights = t
+        .model()
+        .blocks()
+        .iter()
+        .flat_map(|b| b.flat().to_vec_f32().unwrap())
+        .map(|w| w.to_bits())
+        .collect();
+    (
+        losses,
+        weights,
+        report.peak_bytes_by_category[Category::Activation],
+        decision.map(|d| d.optimal.2),
+    )
+}
+
+#[test]
+fn every_policy_matches_none_bitwise_and_saves_activations() {
+    for model in ["gpt-tiny", "resmlp"] {
+        let (losses, weights, none_peak, _) = run(model, "none", 2);
+        for policy in ["all", "every:2", "sqrt", "selective"] {
+            if model == "resmlp" && policy == "selective" {
+                continue; // selective recomputation targets attention and GELU inside GPT blocks
+            }
+            let (l, w, peak, _) = run(model, policy, 2);
+            assert_eq!(l, losses, "{model} {policy}: losses differ");
+            assert!(w == weights, "{model} {policy}: weights differ");
+            assert!(
+                peak < none_peak,
+                "{model} {policy}: activation peak {peak} not below none's {none_peak}"
+            );
+        }
+    }
+}
+
+#[test]
+fn budget_plans_fit_and_never_recompute_more_than_sqrt() {
+    // resmlp: 16 blocks at micro-batch 4 × 32 tokens.
+    let spec = headroom_nn::models::preset("resmlp").unwrap();
+    let dtype = headroom_tensor::DType::F32;
+    let sqrt_peak = dry_run::activation_peak(
+        &spec,
+        dtype,
+        4,
+        32,
+        &headroom_nn::Recompute {
+            segments: Plan::sqrt(16).segments,
+            selective: false,
+        },
+    )
+    .unwrap();
+    let none_peak =
+        dry_run::activation_peak(&spec, dtype, 4, 32, &headroom_nn::Recompute::none()).unwrap();
+    for budget in [sqrt_peak, (sqrt_peak + none_peak) / 2, none_peak - 1] {
+        let (_, decision) =
+            recompute_for(CheckpointPolicy::Budget(budget), &spec, dtype, 4, 32).unwrap();
+        let d = decision.unwrap();
+        let (plan, cost, peak) = d.optimal;
+        assert!(peak <= budget, "budget {budget}: dry-run peak {peak}");
+        assert!(
+            cost.recompute <= 16,
+            "never more than √n's 16 recomputed blocks: {plan:?}"
+        );
+        if let Some((_, chen_cost, chen_peak)) = d.chen {
+            assert!(chen_peak <= budget || chen_cost.recompute >= cost.recompute);
+            assert!(
+                cost.recompute <= chen_cost.recompute,
+                "the exact plan beats or matches Chen's"
+            );
+        }
+    }
+    let (_, decision) =
+        recompute_for(CheckpointPolicy::Budget(none_peak), &spec, dtype, 4, 32).unwrap();
+    assert_eq!(
+        decision.unwrap().optimal.1.recompute,
+        0,
+        "a budget that fits everything recomputes nothing"
+    );
+}
+
+#[test]
+fn a_budget_runs_within_it_and_the_dry_run_peak_is_the_measured_peak() {
+    let spec = headroom_nn::models::preset("resmlp").unwrap();
+    let none_peak = dry_run::activation_peak(
+        &spec,
+        headroom_tensor::DType::F32,
+        4,
+        32,
+        &headroom_nn::Recompute::none(),
+    )
+    .unwrap();
+    let budget = none_peak * 6 / 10;
+    let (_, _, measured, predicted) = run("resmlp", &format!("budget:{budget}"), 1);
+    assert!(measured <= budget, "measured {measured} > budget {budget}");
+    assert_eq!(
+        Some(measured),
+        predicted,
+        "dry run and real run see the same activation peak"
+    );
+}
