@@ -50,7 +50,7 @@ fn activation(device: &Device) -> (u64, u64) {
 }
 
 /// Activation bytes held at the end of forward under `recompute`.
-fn after_forward(
+pub fn after_forward(
     spec: &ModelSpec,
     dtype: DType,
     micro_batch: usize,
