@@ -194,3 +194,19 @@ fn too_small_a_budget_is_an_out_of_memory_error() {
         other => panic!("expected an OOM, got {other:?}"),
     }
 }
+
+#[test]
+fn empty_cache_after_validation_reports_reserved_bytes_before_and_after() {
+    let mut c = config("fp32", 2);
+    c.eval_every = Some(1);
+    c.empty_cache_after_eval = Some(true);
+    let mut t = trainer(c);
+    let report = t.train(&mut |_| {}).unwrap().clone();
+    assert_eq!(report.cache_releases.len(), 2, "one release per validation");
+    for r in &report.cache_releases {
+        // Validation freed its activations, so unsplit cached segments exist and are released;
+        // what stays reserved is what the model states and split segments still hold.
+        assert!(r.reserved_after < r.reserved_before, "{r:?}");
+        assert!(r.reserved_after >= report.peak_bytes_by_category[Category::Parameter]);
+    }
+}
