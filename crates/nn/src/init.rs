@@ -1,9 +1,39 @@
 //! Deterministic initial values: normal(0, σ) from the tensor engine's counter-based generator
 //! (Box–Muller on two uniforms), so a seed gives the same weights on every machine.
 //!
-//! Not for: where the values go (models copy them into their parameter blocks).
+//! Not for: which rule a weight follows (each model says so).
 
 use headroom_tensor::rng::uniform;
+use headroom_tensor::{ParamBlock, Result};
+
+/// How one weight starts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Init {
+    Zeros,
+    Ones,
+    /// normal(0, σ)
+    Normal(f32),
+}
+
+/// Fills every weight of `blocks` by `rule(weight name)`; weight w of block b draws from stream
+/// (b << 8 | w) of `seed`, so each weight's values depend only on its position, not on the others.
+pub fn initialise(blocks: &[ParamBlock], seed: u64, rule: impl Fn(&str) -> Init) -> Result<()> {
+    for (bi, block) in blocks.iter().enumerate() {
+        let mut values = Vec::with_capacity(block.numel());
+        for (wi, spec) in block.specs().iter().enumerate() {
+            let n: usize = spec.shape.iter().product();
+            match rule(&spec.name) {
+                Init::Zeros => values.extend(std::iter::repeat_n(0.0, n)),
+                Init::Ones => values.extend(std::iter::repeat_n(1.0, n)),
+                Init::Normal(std) => {
+                    values.extend(normal(n, std, seed, ((bi as u64) << 8) | wi as u64))
+                }
+            }
+        }
+        block.flat().copy_from_f32(&values)?;
+    }
+    Ok(())
+}
 
 /// `n` values drawn from normal(0, `std`) for stream `stream` of `seed`.
 pub fn normal(n: usize, std: f32, seed: u64, stream: u64) -> Vec<f32> {

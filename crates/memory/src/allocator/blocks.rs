@@ -32,6 +32,26 @@ pub(crate) struct Block {
     pub gc_base: u64,
 }
 
+impl Block {
+    /// The single free block spanning a new segment (or a new expandable range).
+    pub fn whole_segment(addr: u64, size: u64, pool: Pool, expandable: bool) -> Block {
+        Block {
+            addr,
+            size,
+            requested: 0,
+            pool,
+            segment: addr,
+            prev: None,
+            next: None,
+            allocated: false,
+            expandable,
+            category: Category::Other,
+            name: None,
+            gc_base: 0,
+        }
+    }
+}
+
 /// Pages of an expandable segment: which are backed by memory.
 #[derive(Debug, Clone)]
 pub(crate) struct PageMap {

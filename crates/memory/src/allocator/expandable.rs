@@ -9,7 +9,6 @@
 
 use super::blocks::{Block, BlockId, PageMap, Segment};
 use super::{CachingAllocator, pool_slot};
-use crate::category::Category;
 use crate::rounding::Pool;
 use crate::trace::TraceAction;
 
@@ -43,20 +42,9 @@ impl CachingAllocator {
         let pages = ((self.capacity as u128 * 9 / 8).div_ceil(page as u128) as u64).max(1);
         let size = pages.checked_mul(page)?;
         let addr = self.source.reserve(size).ok()?;
-        let id = self.blocks.insert(Block {
-            addr,
-            size,
-            requested: 0,
-            pool,
-            segment: addr,
-            prev: None,
-            next: None,
-            allocated: false,
-            expandable: true,
-            category: Category::Other,
-            name: None,
-            gc_base: 0,
-        });
+        let id = self
+            .blocks
+            .insert(Block::whole_segment(addr, size, pool, true));
         self.blocks.pool_insert(id);
         let pages = PageMap {
             page_size: page,

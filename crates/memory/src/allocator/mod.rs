@@ -220,20 +220,9 @@ impl CachingAllocator {
             return None;
         }
         let addr = self.source.allocate(size).ok()?;
-        let id = self.blocks.insert(Block {
-            addr,
-            size,
-            requested: 0,
-            pool,
-            segment: addr,
-            prev: None,
-            next: None,
-            allocated: false,
-            expandable: false,
-            category: Category::Other,
-            name: None,
-            gc_base: 0,
-        });
+        let id = self
+            .blocks
+            .insert(Block::whole_segment(addr, size, pool, false));
         self.segments.insert(
             addr,
             Segment {

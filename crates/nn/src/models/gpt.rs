@@ -8,7 +8,7 @@
 //!
 //! Not for: training.
 
-use crate::init::normal;
+use crate::init::{Init, initialise};
 use crate::model::{Model, Recompute, run_blocks};
 use headroom_memory::{Category, Device};
 use headroom_tensor::{DType, ParamBlock, Result, Tensor, TensorError, checkpoint};
@@ -251,23 +251,17 @@ impl Gpt {
         Ok(gpt)
     }
 
+    /// GPT-2's initialisation: normal(0, 0.02) weights, zero biases, unit norm gains.
     fn initialise(&self, seed: u64) -> Result<()> {
-        for (bi, block) in self.blocks.iter().enumerate() {
-            let mut values = Vec::with_capacity(block.numel());
-            for (wi, spec) in block.specs().iter().enumerate() {
-                let n: usize = spec.shape.iter().product();
-                let stream = ((bi as u64) << 8) | wi as u64;
-                if spec.name.ends_with(".b") {
-                    values.extend(std::iter::repeat_n(0.0, n));
-                } else if spec.name.starts_with("ln") {
-                    values.extend(std::iter::repeat_n(1.0, n));
-                } else {
-                    values.extend(normal(n, 0.02, seed, stream));
-                }
+        initialise(&self.blocks, seed, |name| {
+            if name.ends_with(".b") {
+                Init::Zeros
+            } else if name.starts_with("ln") {
+                Init::Ones
+            } else {
+                Init::Normal(0.02)
             }
-            block.flat().copy_from_f32(&values)?;
-        }
-        Ok(())
+        })
     }
 
     pub fn config(&self) -> &GptConfig {

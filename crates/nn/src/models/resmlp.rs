@@ -5,7 +5,7 @@
 //!
 //! Not for: attention (see `gpt`).
 
-use crate::init::normal;
+use crate::init::{Init, initialise};
 use crate::model::{Model, Recompute, run_blocks};
 use headroom_memory::Device;
 use headroom_tensor::{DType, ParamBlock, Result, Tensor, TensorError};
@@ -110,20 +110,12 @@ impl ResMlp {
             dtype,
         )?);
         let residual_std = 0.02 / (2.0 * config.depth as f32).sqrt();
-        for (bi, block) in blocks.iter().enumerate() {
-            let mut values = Vec::with_capacity(block.numel());
-            for (wi, spec) in block.specs().iter().enumerate() {
-                let n: usize = spec.shape.iter().product();
-                let stream = ((bi as u64) << 8) | wi as u64;
-                match spec.name.as_str() {
-                    "ln.w" | "ln_f.w" => values.extend(std::iter::repeat_n(1.0, n)),
-                    s if s.ends_with(".b") => values.extend(std::iter::repeat_n(0.0, n)),
-                    "fc2.w" => values.extend(normal(n, residual_std, seed, stream)),
-                    _ => values.extend(normal(n, 0.02, seed, stream)),
-                }
-            }
-            block.flat().copy_from_f32(&values)?;
-        }
+        initialise(&blocks, seed, |name| match name {
+            "ln.w" | "ln_f.w" => Init::Ones,
+            s if s.ends_with(".b") => Init::Zeros,
+            "fc2.w" => Init::Normal(residual_std),
+            _ => Init::Normal(0.02),
+        })?;
         Ok(ResMlp {
             name: name.to_string(),
             config,
