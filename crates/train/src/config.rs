@@ -41,6 +41,9 @@ pub struct TrainConfig {
     pub attention: Option<String>,
     pub checkpoint_dir: Option<PathBuf>,
     pub checkpoint_every: Option<u64>,
+    /// Retry a step that runs out of memory with half the micro-batch and twice the
+    /// accumulation (default true).
+    pub oom_recovery: Option<bool>,
     pub zero_stage: Option<u8>,
     pub offload_optimizer: Option<String>,
     pub offload_params: Option<String>,
@@ -134,6 +137,7 @@ pub struct RunConfig {
     pub attention: String,
     pub checkpoint_dir: Option<PathBuf>,
     pub checkpoint_every: u64,
+    pub oom_recovery: bool,
 }
 
 impl RunConfig {
@@ -201,6 +205,7 @@ impl TrainConfig {
             attention,
             checkpoint_dir,
             checkpoint_every,
+            oom_recovery,
             zero_stage,
             offload_optimizer,
             offload_params
@@ -321,6 +326,7 @@ impl TrainConfig {
             attention,
             checkpoint_dir: self.checkpoint_dir,
             checkpoint_every: self.checkpoint_every.unwrap_or(0),
+            oom_recovery: self.oom_recovery.unwrap_or(true),
         })
     }
 }

@@ -210,3 +210,67 @@ fn empty_cache_after_validation_reports_reserved_bytes_before_and_after() {
         assert!(r.reserved_after >= report.peak_bytes_by_category[Category::Parameter]);
     }
 }
+
+#[test]
+fn a_budget_30_percent_short_recovers_with_the_same_effective_batch_and_loss() {
+    // Reference: micro-batch 8 with room to spare.
+    let mut reference = trainer(config("fp32", 4));
+    let r = reference.train(&mut |_| {}).unwrap().clone();
+    assert!(
+        r.warnings.is_empty(),
+        "a healthy run warns about nothing: {:?}",
+        r.warnings
+    );
+    // The same run in 70 % of the bytes it reserved at its peak.
+    let mut short = config("fp32", 4);
+    short.device_memory = Some(headroom_memory::ByteSize(r.peak_reserved_bytes * 7 / 10));
+    let mut t = trainer(short);
+    let mut recoveries = Vec::new();
+    let s = t
+        .train(&mut |e| {
+            if let headroom_train::TrainEvent::OomRecovered {
+                micro_batch,
+                accumulation,
+                ..
+            } = e
+            {
+                recoveries.push((micro_batch, accumulation));
+            }
+        })
+        .unwrap()
+        .clone();
+    assert!(
+        !recoveries.is_empty(),
+        "the short budget must have run out of memory"
+    );
+    let &(micro, accumulation) = recoveries.last().unwrap();
+    assert_eq!(micro * accumulation, 8, "same effective batch");
+    assert_eq!(s.losses.len(), 4);
+    let (a, b) = (r.losses.last().unwrap(), s.losses.last().unwrap());
+    assert!(
+        ((a - b) / a).abs() < 1e-5,
+        "final loss {b} vs {a} without OOM"
+    );
+    assert!(s.peak_reserved_bytes <= r.peak_reserved_bytes * 7 / 10);
+}
+
+#[test]
+fn a_leaking_run_is_caught_with_the_category_named() {
+    let mut t = trainer(config("fp32", 5));
+    t.set_hooks(TrainerHooks {
+        keep_losses: true,
+        ..Default::default()
+    });
+    let report = t.train(&mut |_| {}).unwrap().clone();
+    assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
+    assert!(
+        report.warnings[0].contains("`activation`"),
+        "{}",
+        report.warnings[0]
+    );
+    assert!(
+        report.warnings[0].contains("×"),
+        "names the allocations that multiplied: {}",
+        report.warnings[0]
+    );
+}

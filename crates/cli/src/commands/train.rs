@@ -97,6 +97,10 @@ pub struct TrainArgs {
     /// Checkpoint every N steps (and at the end) when --checkpoint-dir is set.
     #[arg(long)]
     pub checkpoint_every: Option<u64>,
+    /// Stop at the first out-of-memory error instead of retrying the step with half the
+    /// micro-batch and twice the accumulation.
+    #[arg(long)]
+    pub no_oom_recovery: bool,
     /// Continue a run from a checkpoint directory (or its step-NNNNNN folder), bit-exactly.
     #[arg(long, value_name = "DIR")]
     pub resume: Option<PathBuf>,
@@ -142,6 +146,7 @@ impl TrainArgs {
             attention: self.attention.clone(),
             checkpoint_dir: self.checkpoint_dir.clone(),
             checkpoint_every: self.checkpoint_every,
+            oom_recovery: self.no_oom_recovery.then_some(false),
             zero_stage: None,
             offload_optimizer: None,
             offload_params: None,
@@ -328,6 +333,9 @@ impl Progress {
                 format_bytes(reserved_after)
             )),
             TrainEvent::Warning(w) => self.line(format!("warning: {w}")),
+            TrainEvent::OomRecovered { step, micro_batch, accumulation } => self.line(format!(
+                "step {step}: out of memory; retrying with micro-batch {micro_batch} × accumulation {accumulation}"
+            )),
             TrainEvent::Checkpoint { step, path } => {
                 self.line(format!("step {step}: checkpoint written to {path}"))
             }

@@ -172,6 +172,15 @@ impl Optimizer {
         Ok(())
     }
 
+    /// Allocates the state of every flat buffer (lengths `lens`) that has none yet, so that an
+    /// out-of-memory error comes before any weight changes.
+    pub fn reserve_state(&mut self, lens: &[usize]) -> Result<(), OutOfMemory> {
+        for (i, &len) in lens.iter().enumerate() {
+            self.ensure_state(i, len)?;
+        }
+        Ok(())
+    }
+
     /// Starts an optimizer step (advances the bias-correction counter); follow with one
     /// `update_group` per flat buffer.
     pub fn begin_step(&mut self) {

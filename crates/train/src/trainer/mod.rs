@@ -8,10 +8,12 @@
 //! Not for: choosing a strategy (the planner) or drawing reports (the CLI).
 
 mod checkpointing;
+mod guard;
 mod precision;
 mod schedule;
 mod step;
 
+pub use guard::LeakGuard;
 pub use precision::PrecisionPlan;
 pub use schedule::learning_rate;
 
@@ -91,6 +93,12 @@ pub enum TrainEvent {
         step: u64,
         path: String,
     },
+    /// A step ran out of memory and is retried with half the micro-batch.
+    OomRecovered {
+        step: u64,
+        micro_batch: usize,
+        accumulation: usize,
+    },
 }
 
 /// Test and demonstration hooks that reproduce classic mistakes on purpose.
@@ -100,6 +108,8 @@ pub struct TrainerHooks {
     pub skip_zero_grad: bool,
     /// Force a non-finite gradient at these optimizer steps (0-based), to exercise loss scaling.
     pub force_overflow_at: Option<u64>,
+    /// Keep every micro-batch's loss tensor (a leak the guard must catch).
+    pub keep_losses: bool,
 }
 
 /// A training run in progress.
@@ -122,6 +132,11 @@ pub struct Trainer {
     warned_accumulation: bool,
     hooks: TrainerHooks,
     report: TrainReport,
+    /// Whether the current step has started changing weights (then an OOM is not recoverable).
+    weights_touched: bool,
+    /// Tensors kept by the `keep_losses` hook.
+    kept: Vec<Tensor>,
+    leak_guard: LeakGuard,
 }
 
 impl std::fmt::Debug for Trainer {
@@ -237,6 +252,9 @@ impl Trainer {
             warned_accumulation: false,
             hooks: TrainerHooks::default(),
             report,
+            weights_touched: false,
+            kept: Vec::new(),
+            leak_guard: LeakGuard::default(),
         })
     }
 
@@ -297,7 +315,19 @@ impl Trainer {
         let mut tokens = 0u64;
         while self.step < self.config.steps {
             let t0 = Instant::now();
-            let loss = self.train_step(on_event)?;
+            let position = self.sampler.position();
+            let rng = headroom_tensor::rng::get_state();
+            self.weights_touched = false;
+            let loss = match self.train_step(on_event) {
+                Ok(loss) => loss,
+                Err(TrainError::OutOfMemory(oom))
+                    if self.config.oom_recovery && !self.weights_touched =>
+                {
+                    self.recover_from_oom(oom, position, rng, on_event)?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let dt = t0.elapsed().as_secs_f64();
             tokens += (self.config.effective_batch() * self.seq_len) as u64;
             self.report.step_times_s.push(dt);

@@ -45,7 +45,12 @@ impl Trainer {
                 Ok((loss, scaled))
             })?;
             let value = loss.to_scalar_f32()? as f64;
-            drop(loss);
+            if self.hooks.keep_losses {
+                // The classic leak: keeping the loss tensor (not its value) for logging.
+                self.kept.push(loss);
+            } else {
+                drop(loss);
+            }
             self.device.lock().trace_mut().set_phase("backward");
             tape.backward(&scaled, &mut self.grads)?;
             loss_sum += value;
@@ -88,6 +93,7 @@ impl Trainer {
         }
         self.step += 1;
         self.report.losses.push(loss);
+        self.check_leaks(on_event);
         Ok(loss)
     }
 
@@ -122,6 +128,10 @@ impl Trainer {
     /// The optimizer update on fp32 weights: the parameters themselves (fp32), the master copies
     /// (mixed modes, then cast back), or a temporary fp32 copy (pure bf16).
     fn update_weights(&mut self, multiplier: f32, lr: f32) -> Result<(), TrainError> {
+        let lens: Vec<usize> = self.model.blocks().iter().map(|b| b.numel()).collect();
+        self.optimizer.reserve_state(&lens)?;
+        // From here on an out-of-memory error may leave some blocks updated: not recoverable.
+        self.weights_touched = true;
         self.optimizer.begin_step();
         for (i, block) in self.model.blocks().iter().enumerate() {
             let ranges = block.ranges();

@@ -1,0 +1,132 @@
+//! Out-of-memory recovery and the leak guard.
+//!
+//! Recovery: when a step runs out of memory before it changes any weight, the trainer drops what
+//! the step held (its tape and partial gradients), rewinds the data and RNG to the step's start,
+//! halves the micro-batch and doubles the accumulation (the same effective batch), and runs the
+//! step again. A micro-batch of one that does not fit ends with the OOM message.
+//!
+//! Leak guard: after warm-up, the bytes each category holds between steps must stay constant.
+//! Growth is reported once, naming the category and the allocations (by name) that multiplied —
+//! the classic causes are tensors kept in a list, a graph kept alive, gradients never cleared.
+//!
+//! Not for: choosing a micro-batch up front (the planner's dry run).
+
+use super::{TrainError, TrainEvent, Trainer};
+use crate::data::DataPosition;
+use headroom_memory::size::format_bytes;
+use headroom_memory::{CachingAllocator, Category, CategoryBytes, OutOfMemory};
+use headroom_tensor::rng::RngState;
+use std::collections::BTreeMap;
+
+/// Steps before the steady state is taken (optimizer state and caches exist from step 1).
+const WARMUP_STEPS: u64 = 2;
+
+/// Live allocations counted by (category, name).
+type Census = BTreeMap<(Category, String), usize>;
+
+/// Live allocations between steps: bytes per category and a census of names.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LeakGuard {
+    baseline: Option<(CategoryBytes, Census)>,
+    warned: bool,
+}
+
+fn census(allocator: &CachingAllocator) -> Census {
+    let mut out = BTreeMap::new();
+    for seg in allocator.segments() {
+        for b in seg.blocks {
+            if let Some(c) = b.category {
+                let name = b.name.as_deref().unwrap_or("(unnamed)").to_string();
+                *out.entry((c, name)).or_insert(0) += 1;
+            }
+        }
+    }
+    out
+}
+
+impl Trainer {
+    /// Drops the failed step's work, halves the micro-batch and retries, or gives up.
+    pub(super) fn recover_from_oom(
+        &mut self,
+        oom: OutOfMemory,
+        position: DataPosition,
+        rng: RngState,
+        on_event: &mut dyn FnMut(TrainEvent),
+    ) -> Result<(), TrainError> {
+        let micro = self.config.micro_batch;
+        if micro < 2 || !micro.is_multiple_of(2) {
+            return Err(TrainError::OutOfMemory(oom));
+        }
+        for block in self.model.blocks() {
+            block.zero_grad()?;
+        }
+        self.backward_passes = 0;
+        self.sampler.seek(position);
+        headroom_tensor::rng::set_state(rng);
+        self.config.micro_batch = micro / 2;
+        self.config.accumulation *= 2;
+        let message = format!(
+            "step {} ran out of memory ({} requested); retrying with micro-batch {} × accumulation {} (same effective batch of {})",
+            self.step,
+            format_bytes(oom.requested),
+            self.config.micro_batch,
+            self.config.accumulation,
+            self.config.effective_batch()
+        );
+        self.report.warnings.push(message);
+        on_event(TrainEvent::OomRecovered {
+            step: self.step,
+            micro_batch: self.config.micro_batch,
+            accumulation: self.config.accumulation,
+        });
+        Ok(())
+    }
+
+    /// Compares the bytes held between steps with the steady state after warm-up.
+    pub(super) fn check_leaks(&mut self, on_event: &mut dyn FnMut(TrainEvent)) {
+        if self.leak_guard.warned || self.step < WARMUP_STEPS {
+            return;
+        }
+        let allocator = self.device.lock();
+        let now = allocator.stats().current_category_bytes();
+        let Some((base, base_census)) = &self.leak_guard.baseline else {
+            self.leak_guard.baseline = Some((now, census(&allocator)));
+            return;
+        };
+        let grown: Vec<Category> = Category::ALL
+            .into_iter()
+            .filter(|&c| now[c] > base[c])
+            .collect();
+        let Some(&category) = grown.first() else {
+            return;
+        };
+        let current = census(&allocator);
+        let mut culprits: Vec<String> = current
+            .iter()
+            .filter(|((c, _), _)| *c == category)
+            .filter_map(|((_, name), &n)| {
+                let before = base_census
+                    .get(&(category, name.clone()))
+                    .copied()
+                    .unwrap_or(0);
+                (n > before).then(|| format!("{name} ×{}", n - before))
+            })
+            .collect();
+        culprits.truncate(8);
+        let message = format!(
+            "memory leak: `{category}` bytes held between steps grew from {} at step {WARMUP_STEPS} to {} at step {}; allocations that multiplied: {}. Classic causes: tensors kept in a list (log loss.item(), not the loss), a graph kept alive, gradients never cleared.",
+            format_bytes(base[category]),
+            format_bytes(now[category]),
+            self.step,
+            if culprits.is_empty() {
+                "(none named)".to_string()
+            } else {
+                culprits.join(", ")
+            }
+        );
+        drop(allocator);
+        self.leak_guard.warned = true;
+        self.report.warnings.push(message.clone());
+        on_event(TrainEvent::Warning(message));
+    }
+}
