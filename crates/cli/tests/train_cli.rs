@@ -76,6 +76,13 @@ fn json_report_has_every_member_and_the_peak_breakdown_sums() {
         "the breakdown at the peak sums to the peak"
     );
     assert!(v["peak_reserved_bytes"].as_u64().unwrap() >= sum);
+    // The dry run's prediction sits next to the measurement, within 1 %.
+    let predicted = v["predicted_peak_bytes"].as_u64().unwrap() as f64;
+    assert!(
+        (predicted - sum as f64).abs() <= 0.01 * sum as f64,
+        "predicted {predicted} vs measured {sum}"
+    );
+    assert!(v["predicted_bytes_by_category"]["activation"].is_u64());
     assert_eq!(v["config"]["model"], "gpt-tiny");
     assert_eq!(v["config"]["micro_batch"], 4);
     // fp32: no master weights; AdamW: two states per parameter, so optimizer bytes ≈ 2 × params.

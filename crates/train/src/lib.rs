@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod policy;
+pub mod predict;
 pub mod recompute;
 pub mod report;
 pub mod scaler;

@@ -46,6 +46,10 @@ pub struct TrainReport {
     pub warnings: Vec<String>,
     pub parameters: u64,
     pub config: RunConfig,
+    /// The dry run's peak allocated bytes, next to `peak_allocated_bytes`.
+    pub predicted_peak_bytes: Option<u64>,
+    /// The dry run's breakdown at its peak, next to `bytes_at_peak_by_category`.
+    pub predicted_bytes_by_category: Option<CategoryBytes>,
 }
 
 impl TrainReport {

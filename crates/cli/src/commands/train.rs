@@ -204,7 +204,22 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             }
         );
     }
+    let prediction =
+        headroom_train::predict::predict(&config, &corpus, &recompute).map_err(explain)?;
+    eprintln!(
+        "dry run: predicted peak {} allocated, {} reserved of the {} budget ({}; {:.0} ms)",
+        format_bytes(prediction.peak_allocated_bytes),
+        format_bytes(prediction.peak_reserved_bytes),
+        format_bytes(config.device_memory),
+        if prediction.fits {
+            "fits"
+        } else {
+            "does not fit: expect out-of-memory recovery"
+        },
+        prediction.seconds * 1e3
+    );
     trainer.set_recompute(recompute);
+    trainer.set_prediction(&prediction);
     eprintln!(
         "headroom train: {} ({} parameters), {} on {}, micro-batch {} × accumulation {} × {} tokens, {} steps, device budget {}",
         trainer.model().name(),

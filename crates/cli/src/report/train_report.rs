@@ -31,7 +31,14 @@ pub fn print_report(report: &TrainReport, device: &Device, timeline: Option<&Pat
         "share",
         "own peak",
         "of budget",
+        "predicted at the peak",
     ]);
+    // The dry run's breakdown at its peak, next to the measured one.
+    let predicted = |c: Category| {
+        report
+            .predicted_bytes_by_category
+            .map_or("-".to_string(), |p| format_bytes(p[c]))
+    };
     for c in Category::ALL {
         let at = report.bytes_at_peak_by_category[c];
         let own = report.peak_bytes_by_category[c];
@@ -44,6 +51,7 @@ pub fn print_report(report: &TrainReport, device: &Device, timeline: Option<&Pat
             Cell::new(percent(at, report.peak_allocated_bytes)).set_alignment(CellAlignment::Right),
             Cell::new(format_bytes(own)).set_alignment(CellAlignment::Right),
             Cell::new(percent(own, budget)).set_alignment(CellAlignment::Right),
+            Cell::new(predicted(c)).set_alignment(CellAlignment::Right),
         ]);
     }
     table.add_row(vec![
@@ -52,6 +60,12 @@ pub fn print_report(report: &TrainReport, device: &Device, timeline: Option<&Pat
         Cell::new("100.0 %").set_alignment(CellAlignment::Right),
         Cell::new(""),
         Cell::new(percent(report.peak_allocated_bytes, budget)).set_alignment(CellAlignment::Right),
+        Cell::new(
+            report
+                .predicted_peak_bytes
+                .map_or("-".to_string(), format_bytes),
+        )
+        .set_alignment(CellAlignment::Right),
     ]);
     println!(
         "Device memory at the peak, by category (budget {}):",

@@ -44,7 +44,19 @@ impl Backend for ShapeOnlyBackend {
     fn reduce(&self, _: ReduceOp, _: &Src, _: &[usize], _: &mut Dst) -> Result<()> {
         Ok(())
     }
-    fn matmul(&self, _: &Src, _: &Src, _: &mut Dst) -> Result<()> {
+    /// No arithmetic, but the same `temporary` scratch as the CPU kernel (bf16 widening).
+    fn matmul(&self, a: &Src, _: &Src, dst: &mut Dst) -> Result<()> {
+        let s = dst.layout.shape();
+        let r = s.len();
+        let d = super::cpu::matmul::Dims {
+            batch: crate::shape::numel(&s[..r - 2]),
+            m: s[r - 2],
+            n: s[r - 1],
+            k: a.layout.shape()[r - 1],
+        };
+        if a.dtype == crate::dtype::DType::BF16 && d.m * d.n > 0 && d.k > 0 {
+            drop(super::cpu::matmul::bf16_scratch(dst.buf.device(), d)?);
+        }
         Ok(())
     }
     fn softmax(&self, _: &Src, _: bool, _: &mut Dst) -> Result<()> {
@@ -110,26 +122,31 @@ impl Backend for ShapeOnlyBackend {
     fn causal_mask(&self, _: &Src, _: f32, _: &mut Dst) -> Result<()> {
         Ok(())
     }
+    /// No arithmetic, but the same `temporary` tile scratch as the CPU kernel.
     fn attention(
         &self,
-        _: &Src,
+        q: &Src,
         _: &Src,
         _: &Src,
         _: &AttentionSpec,
-        _: &mut Dst,
+        o: &mut Dst,
         _: &mut Dst,
     ) -> Result<()> {
-        Ok(())
+        let s = q.layout.shape(); // (B, H, T, D)
+        super::cpu::attention::reserve_workspace(o.buf.device(), s[0] * s[1], s[2], s[3], None)
     }
     fn attention_backward(
         &self,
-        _: [&Src; 5],
+        saved: [&Src; 5],
         _: &Src,
         _: &AttentionSpec,
-        _: Option<&mut Dst>,
-        _: Option<&mut Dst>,
-        _: Option<&mut Dst>,
+        dq: Option<&mut Dst>,
+        dk: Option<&mut Dst>,
+        dv: Option<&mut Dst>,
     ) -> Result<()> {
-        Ok(())
+        let s = saved[0].layout.shape(); // (B, H, T, D)
+        let device = saved[0].buf.device();
+        let want = (dk.is_some() || dv.is_some(), dq.is_some());
+        super::cpu::attention::reserve_workspace(device, s[0] * s[1], s[2], s[3], Some(want))
     }
 }

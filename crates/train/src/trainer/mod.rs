@@ -137,6 +137,8 @@ pub struct Trainer {
     /// Tensors kept by the `keep_losses` hook.
     kept: Vec<Tensor>,
     leak_guard: LeakGuard,
+    /// Running on a shape-only device: allocations and frees only, no values.
+    dry: bool,
 }
 
 impl std::fmt::Debug for Trainer {
@@ -218,6 +220,7 @@ impl Trainer {
         let scaler = precision
             .loss_scaling
             .then(|| LossScaler::new(ScalerConfig::default()));
+        let dry = !device.is_backed();
         let report = TrainReport {
             losses: Vec::new(),
             val_losses: Vec::new(),
@@ -233,6 +236,8 @@ impl Trainer {
             warnings: Vec::new(),
             parameters: model.num_params() as u64,
             config: config.clone(),
+            predicted_peak_bytes: None,
+            predicted_bytes_by_category: None,
         };
         Ok(Trainer {
             config,
@@ -255,6 +260,7 @@ impl Trainer {
             weights_touched: false,
             kept: Vec::new(),
             leak_guard: LeakGuard::default(),
+            dry,
         })
     }
 
@@ -295,6 +301,12 @@ impl Trainer {
     /// Optimizer steps completed.
     pub fn step(&self) -> u64 {
         self.step
+    }
+
+    /// Puts a dry run's prediction next to the measurements in the report.
+    pub fn set_prediction(&mut self, p: &crate::predict::Prediction) {
+        self.report.predicted_peak_bytes = Some(p.peak_allocated_bytes);
+        self.report.predicted_bytes_by_category = Some(p.bytes_at_peak_by_category);
     }
 
     pub fn report(&self) -> &TrainReport {
@@ -404,7 +416,9 @@ impl Trainer {
         for batch in &batches {
             let (x, y) = self.batch_tensors(batch)?;
             let loss = no_grad(|| self.model.loss(&x, &y, &Recompute::none()))?;
-            sum += loss.to_scalar_f32()? as f64;
+            if !self.dry {
+                sum += loss.to_scalar_f32()? as f64;
+            }
         }
         let mean = sum / batches.len().max(1) as f64;
         self.report.val_losses.push(ValLoss {

@@ -71,7 +71,11 @@ pub fn store_f32(dst: &Tensor, values: &[f32]) -> Result<()> {
 }
 
 /// An fp32 copy of a flat buffer in `category` (master weights, or a pure-bf16 step's scratch).
+/// On a shape-only device (a dry run) it allocates the same bytes without reading any.
 pub fn f32_copy(src: &Tensor, category: Category, name: &str) -> Result<Tensor> {
+    if !src.device().is_backed() {
+        return Tensor::zeros(&src.device(), src.shape(), DType::F32, category, Some(name));
+    }
     let values = src.to_vec_f32()?;
     Tensor::from_f32(
         &src.device(),

@@ -44,7 +44,12 @@ impl Trainer {
                 let scaled = loss.scale(factor)?;
                 Ok((loss, scaled))
             })?;
-            let value = loss.to_scalar_f32()? as f64;
+            // A dry run (shape-only device) has no values to read.
+            let value = if self.dry {
+                0.0
+            } else {
+                loss.to_scalar_f32()? as f64
+            };
             if self.hooks.keep_losses {
                 // The classic leak: keeping the loss tensor (not its value) for logging.
                 self.kept.push(loss);
@@ -117,6 +122,9 @@ impl Trainer {
             sum_squares: 0.0,
             all_finite: true,
         };
+        if self.dry {
+            return Ok(total);
+        }
         for block in self.model.blocks() {
             let s = with_grads(block.flat_grad(), |g| grad_stats([g]))?;
             total.sum_squares += s.sum_squares;
@@ -148,6 +156,10 @@ impl Trainer {
                     &scratch
                 }
             };
+            if self.dry {
+                // Same allocations as a real update (state, scratch), no arithmetic.
+                continue;
+            }
             let optimizer = &mut self.optimizer;
             with_grads(block.flat_grad(), |grads| {
                 weights.with_slice_mut::<f32, _>(|params| {

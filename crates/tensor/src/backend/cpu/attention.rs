@@ -278,6 +278,63 @@ fn run_lanes(
 }
 
 /// How many lanes (scratch slices) `n_tasks` tasks run on: a few per thread, for balance.
+/// f32 elements of one lane's forward workspace: q, k, v tiles and the output accumulator
+/// (TILE, D); the score tile (TILE, TILE); the running max m and sum l (TILE,).
+fn forward_per_lane(d: usize) -> usize {
+    4 * TILE * d + TILE * TILE + 2 * TILE
+}
+
+/// f32 elements of one lane's dK/dV workspace.
+fn dkdv_per_lane(d: usize) -> usize {
+    6 * TILE * d + 2 * TILE * TILE
+}
+
+/// f32 elements of one lane's dQ workspace.
+fn dq_per_lane(d: usize) -> usize {
+    5 * TILE * d + 2 * TILE * TILE
+}
+
+/// Allocates and frees, in the kernels' order, the `temporary` scratch a forward (`backward`:
+/// false) or a backward of (heads, t, d) uses, without computing: the shape-only backend's
+/// stand-in, so dry runs see the same bytes as real runs.
+pub fn reserve_workspace(
+    device: &Device,
+    heads: usize,
+    t: usize,
+    d: usize,
+    backward: Option<(bool, bool)>,
+) -> Result<()> {
+    let nb = t.div_ceil(TILE);
+    if heads * nb == 0 {
+        return Ok(());
+    }
+    match backward {
+        None => drop(scratch_f32(
+            device,
+            lanes(heads * nb) * forward_per_lane(d),
+            "attention.tiles",
+        )?),
+        Some((want_kv, want_q)) => {
+            let _delta = scratch_f32(device, heads * t, "attention.delta")?;
+            if want_kv {
+                drop(scratch_f32(
+                    device,
+                    lanes(heads * nb) * dkdv_per_lane(d),
+                    "attention.tiles",
+                )?);
+            }
+            if want_q {
+                drop(scratch_f32(
+                    device,
+                    lanes(heads * nb) * dq_per_lane(d),
+                    "attention.tiles",
+                )?);
+            }
+        }
+    }
+    Ok(())
+}
+
 fn lanes(n_tasks: usize) -> usize {
     n_tasks.min(4 * rayon::current_num_threads()).max(1)
 }
@@ -332,9 +389,7 @@ fn forward_typed<T: Elem>(
     if n_tasks == 0 {
         return Ok(());
     }
-    // Per lane: q, k, v tiles and the output accumulator (TILE, D); the score tile
-    // (TILE, TILE); the running max m and sum l (TILE,).
-    let per_lane = 4 * TILE * d + TILE * TILE + 2 * TILE;
+    let per_lane = forward_per_lane(d);
     let mut scratch = scratch_f32(device, lanes(n_tasks) * per_lane, "attention.tiles")?;
     let (o, lse) = (Rows::new(o), Rows::new(lse));
     run_lanes(scratch.slice_mut(), per_lane, n_tasks, |task, buf| {
@@ -516,7 +571,7 @@ fn backward_typed<T: Elem>(
 
     // dK and dV: one task per key block, summing over query blocks from the diagonal (causal).
     if dk.is_some() || dv.is_some() {
-        let per_lane = 6 * TILE * d + 2 * TILE * TILE;
+        let per_lane = dkdv_per_lane(d);
         let mut scratch = scratch_f32(device, lanes(heads * nb) * per_lane, "attention.tiles")?;
         run_lanes(scratch.slice_mut(), per_lane, heads * nb, |task, buf| {
             let [kt, vt, dkt, dvt, qt, dot_, s, dp] = carve(
@@ -572,7 +627,7 @@ fn backward_typed<T: Elem>(
 
     // dQ: one task per query block, summing over the visible key blocks.
     if let Some((l_dq, dq)) = dq {
-        let per_lane = 5 * TILE * d + 2 * TILE * TILE;
+        let per_lane = dq_per_lane(d);
         let mut scratch = scratch_f32(device, lanes(heads * nb) * per_lane, "attention.tiles")?;
         run_lanes(scratch.slice_mut(), per_lane, heads * nb, |task, buf| {
             let [qt, dot_, kt, vt, dqt, s, dp] = carve(

@@ -140,6 +140,18 @@ fn widen(
     }
 }
 
+/// The f32 scratch a bf16 product of `d` widens into: the right operand (K, N), one panel of
+/// the left operand (TILE_M, K) and one output panel (TILE_M, N). Shared with the shape-only
+/// backend, whose dry runs must allocate the same `temporary` bytes.
+pub fn bf16_scratch(device: &Device, d: Dims) -> Result<[super::Scratch; 3]> {
+    let tile = TILE_M.min(d.m).max(1);
+    Ok([
+        scratch_f32(device, d.k * d.n, "matmul.bf16.rhs")?,
+        scratch_f32(device, tile * d.k, "matmul.bf16.lhs_tile")?,
+        scratch_f32(device, tile * d.n, "matmul.bf16.out_tile")?,
+    ])
+}
+
 /// bf16 `out = a @ b` through f32 tiles.
 pub fn matmul_bf16(
     device: &Device,
@@ -153,9 +165,7 @@ pub fn matmul_bf16(
     let (ba, ars, acs) = split(la);
     let (bb, brs, bcs) = split(lb);
     let tile = TILE_M.min(d.m).max(1);
-    let mut bt = scratch_f32(device, d.k * d.n, "matmul.bf16.rhs")?; // (K, N) f32
-    let mut at = scratch_f32(device, tile * d.k, "matmul.bf16.lhs_tile")?; // (TILE_M, K) f32
-    let mut ot = scratch_f32(device, tile * d.n, "matmul.bf16.out_tile")?; // (TILE_M, N) f32
+    let [mut bt, mut at, mut ot] = bf16_scratch(device, d)?; // (K, N), (TILE_M, K), (TILE_M, N) f32
     let (bt, at, ot) = (bt.slice_mut(), at.slice_mut(), ot.slice_mut());
     for i in 0..d.batch {
         let (bcs_t, brs_t) = {

@@ -4,11 +4,11 @@
 //!
 //! Not for: allocation of outputs (the ops layer does that) or autodiff.
 
-mod attention;
+pub(crate) mod attention;
 mod elementwise;
 mod index;
 pub mod math;
-mod matmul;
+pub(crate) mod matmul;
 mod reduce;
 mod rows;
 mod simd;

@@ -1,0 +1,74 @@
+//! Predicting a run's memory by a dry run: the trainer itself runs a few steps (and a validation)
+//! on a shape-only device — the real caching allocator handing out addresses without bytes — so
+//! every allocation, saved tensor and free of a real step happens in the same order and the
+//! peaks per category, fragmentation included, are the ones the real run will measure.
+//!
+//! Not for: models other than headroom's own (the planner's analytical model covers those).
+
+use crate::config::RunConfig;
+use crate::data::Corpus;
+use crate::trainer::{TrainError, Trainer};
+use headroom_memory::{AllocatorConfig, CategoryBytes, Device};
+use headroom_nn::Recompute;
+use serde::Serialize;
+use std::time::Instant;
+
+/// Steps a dry run takes: optimizer state exists from the first update, so the second step is
+/// already the steady state; a third makes any growth visible.
+const DRY_STEPS: u64 = 3;
+
+/// The dry run's figures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Prediction {
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// Breakdown at the moment of the allocated peak; sums to `peak_allocated_bytes`.
+    pub bytes_at_peak_by_category: CategoryBytes,
+    /// Each category's own peak.
+    pub peak_bytes_by_category: CategoryBytes,
+    /// Whether the run fits its device budget (a dry run with that capacity completed).
+    pub fits: bool,
+    pub seconds: f64,
+}
+
+fn dry_run(
+    config: &RunConfig,
+    corpus: &Corpus,
+    recompute: &Recompute,
+    capacity: u64,
+) -> Result<Trainer, TrainError> {
+    let mut c = config.clone();
+    c.steps = c.steps.min(DRY_STEPS);
+    c.eval_every = 0;
+    c.checkpoint_dir = None;
+    c.oom_recovery = false;
+    let device = Device::shape_only(capacity, AllocatorConfig::default());
+    let mut trainer = Trainer::on_device(c, corpus, device)?;
+    trainer.set_recompute(recompute.clone());
+    trainer.train(&mut |_| {})?;
+    Ok(trainer)
+}
+
+/// Dry-runs `config` under `recompute` and reports its peaks and whether it fits.
+pub fn predict(
+    config: &RunConfig,
+    corpus: &Corpus,
+    recompute: &Recompute,
+) -> Result<Prediction, TrainError> {
+    let started = Instant::now();
+    let unlimited = dry_run(config, corpus, recompute, 1 << 46)?;
+    let stats = unlimited.device().stats();
+    let fits = match dry_run(config, corpus, recompute, config.device_memory) {
+        Ok(_) => true,
+        Err(TrainError::OutOfMemory(_)) => false,
+        Err(e) => return Err(e),
+    };
+    Ok(Prediction {
+        peak_allocated_bytes: stats.allocated_bytes.all.peak as u64,
+        peak_reserved_bytes: stats.reserved_bytes.all.peak as u64,
+        bytes_at_peak_by_category: stats.category_bytes_at_peak,
+        peak_bytes_by_category: stats.peak_category_bytes(),
+        fits,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
