@@ -18,12 +18,12 @@ fn matrix() -> Vec<TrainConfig> {
             for (micro, accumulation) in [(2, 1), (4, 2)] {
                 for checkpoint in ["none", "all", "sqrt"] {
                     i += 1;
-                    // Every other combination (24 of 48) keeps the test short; the attention kind
-                    // alternates on the GPT.
-                    if i.is_multiple_of(2) {
+                    // Two of every three combinations (32 of 48) keep the test short; the
+                    // attention kind alternates on the GPT.
+                    if i.is_multiple_of(3) {
                         continue;
                     }
-                    let attention = if model == "gpt-tiny" && i % 4 == 1 {
+                    let attention = if model == "gpt-tiny" && i % 4 < 2 {
                         "memory-efficient"
                     } else {
                         "naive"
@@ -53,7 +53,7 @@ fn matrix() -> Vec<TrainConfig> {
 #[test]
 fn dry_run_peaks_equal_measured_peaks_across_the_matrix() {
     let configs = matrix();
-    assert!(configs.len() >= 24, "{} configurations", configs.len());
+    assert!(configs.len() >= 30, "{} configurations", configs.len());
     let corpus = Corpus::bundled();
     let mut checked = 0;
     for c in configs {
@@ -103,5 +103,5 @@ fn dry_run_peaks_equal_measured_peaks_across_the_matrix() {
         }
         checked += 1;
     }
-    assert!(checked >= 24);
+    assert!(checked >= 30);
 }
