@@ -2,7 +2,7 @@
 //! against the naive composition `softmax(causal_mask(q kᵀ·scale)) v`, causal, f32,
 //! B = 4, H = 4, D = 32 (a GPT-small-like head shape) at T = 128 and 512.
 //!
-//! Run: `CARGO_TARGET_DIR=/work/target-attn cargo bench -p headroom-tensor --bench attention`
+//! Run: `cargo bench -p headroom-tensor --bench attention`
 
 use divan::Bencher;
 use headroom_memory::{AllocatorConfig, Category, Device};

@@ -2,7 +2,7 @@
 //! Each bench counts 2·n³ floating-point operations as its items, so divan's item rate is the
 //! FLOP rate (`Gitem/s` = GFLOP/s).
 //!
-//! Run: `CARGO_TARGET_DIR=/work/target-tensor cargo bench -p headroom-tensor --bench matmul`
+//! Run: `cargo bench -p headroom-tensor --bench matmul`
 
 use divan::Bencher;
 use divan::counter::ItemsCount;
