@@ -72,3 +72,41 @@ pub fn predict(
         seconds: started.elapsed().as_secs_f64(),
     })
 }
+
+/// The largest micro-batch (at most `max`) whose run fits the device budget, found by bisection
+/// over dry runs — no real out-of-memory errors and no partial steps, unlike trying real steps
+/// (Accelerate's `find_executable_batch_size`, Lightning's `BatchSizeFinder`). `recompute_for`
+/// gives the recomputation plan for a candidate micro-batch. `None` if even one sequence does not
+/// fit.
+pub fn largest_micro_batch(
+    config: &RunConfig,
+    corpus: &Corpus,
+    max: usize,
+    recompute_for: &dyn Fn(usize) -> Result<Recompute, TrainError>,
+) -> Result<Option<usize>, TrainError> {
+    let fits = |m: usize| -> Result<bool, TrainError> {
+        let mut c = config.clone();
+        c.micro_batch = m;
+        let recompute = recompute_for(m)?;
+        match dry_run(&c, corpus, &recompute, c.device_memory) {
+            Ok(_) => Ok(true),
+            Err(TrainError::OutOfMemory(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    };
+    if !fits(1)? {
+        return Ok(None);
+    }
+    // Grow by doubling, then bisect between the last fit and the first failure.
+    let (mut lo, mut hi) = (1usize, 2usize);
+    while hi <= max && fits(hi)? {
+        lo = hi;
+        hi *= 2;
+    }
+    let mut hi = hi.min(max + 1);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid)? { lo = mid } else { hi = mid }
+    }
+    Ok(Some(lo))
+}

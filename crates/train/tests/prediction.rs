@@ -105,3 +105,38 @@ fn dry_run_peaks_equal_measured_peaks_across_the_matrix() {
     }
     assert!(checked >= 30);
 }
+
+#[test]
+fn the_largest_micro_batch_fits_and_one_more_does_not() {
+    let corpus = Corpus::bundled();
+    let run = TrainConfig {
+        model: Some("gpt-tiny".into()),
+        seq_len: Some(32),
+        steps: Some(1),
+        eval_every: Some(0),
+        eval_batches: Some(1),
+        device_memory: Some("3MiB".parse().unwrap()),
+        ..Default::default()
+    }
+    .resolve()
+    .unwrap();
+    let none = |_| Ok(headroom_nn::Recompute::none());
+    let m = headroom_train::predict::largest_micro_batch(&run, &corpus, 4096, &none)
+        .unwrap()
+        .unwrap();
+    assert!(m >= 1);
+    // Property, checked with independent real runs: m fits, m + 1 runs out of memory.
+    let real = |micro: usize| {
+        let mut c = run.clone();
+        c.micro_batch = micro;
+        c.oom_recovery = false;
+        let mut t = Trainer::new(c, &corpus).unwrap();
+        t.train(&mut |_| {}).map(|_| ())
+    };
+    assert!(real(m).is_ok(), "micro-batch {m} should fit");
+    assert!(
+        matches!(real(m + 1), Err(headroom_train::TrainError::OutOfMemory(_))),
+        "micro-batch {} should not fit",
+        m + 1
+    );
+}

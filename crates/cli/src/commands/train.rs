@@ -97,6 +97,10 @@ pub struct TrainArgs {
     /// Checkpoint every N steps (and at the end) when --checkpoint-dir is set.
     #[arg(long)]
     pub checkpoint_every: Option<u64>,
+    /// Before training, find the largest micro-batch that fits the device budget (by dry runs
+    /// on the real allocator, no trial steps) and train with it.
+    #[arg(long)]
+    pub find_batch_size: bool,
     /// Stop at the first out-of-memory error instead of retrying the step with half the
     /// micro-batch and twice the accumulation.
     #[arg(long)]
@@ -178,6 +182,31 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         trainer.resume(dir).map_err(explain)?;
     }
     let policy = config.checkpoint_policy();
+    let mut config = config;
+    if args.find_batch_size {
+        let (spec, dtype, seq_len) = (
+            trainer.model_spec().clone(),
+            trainer.precision().compute,
+            trainer.seq_len(),
+        );
+        let plan_for = |m: usize| -> Result<headroom_nn::Recompute, TrainError> {
+            Ok(recompute_for(policy, &spec, dtype, m, seq_len)?.0)
+        };
+        let found = headroom_train::predict::largest_micro_batch(&config, &corpus, 4096, &plan_for)
+            .map_err(explain)?;
+        let Some(m) = found else {
+            anyhow::bail!(
+                "not even a micro-batch of one sequence fits the device budget of {}: raise --device-memory, shorten --seq-len, or checkpoint activations",
+                format_bytes(config.device_memory)
+            );
+        };
+        eprintln!(
+            "--find-batch-size: the largest micro-batch that fits {} is {m} (dry runs)",
+            format_bytes(config.device_memory)
+        );
+        config.micro_batch = m;
+        trainer.set_micro_batch(m);
+    }
     let (recompute, decision) = recompute_for(
         policy,
         trainer.model_spec(),

@@ -46,6 +46,8 @@ pub enum TrainError {
     Engine(TensorError),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    #[error(transparent)]
+    Policy(#[from] crate::policy::PolicyError),
     #[error(
         "training diverged: the loss is {loss} at step {step}; lower --lr, or use fp32 or bf16-mixed"
     )]
@@ -301,6 +303,12 @@ impl Trainer {
     /// Optimizer steps completed.
     pub fn step(&self) -> u64 {
         self.step
+    }
+
+    /// Changes the micro-batch before training starts (e.g. to the largest that fits).
+    pub fn set_micro_batch(&mut self, micro_batch: usize) {
+        self.config.micro_batch = micro_batch;
+        self.report.config.micro_batch = micro_batch;
     }
 
     /// Puts a dry run's prediction next to the measurements in the report.
