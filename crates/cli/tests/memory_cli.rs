@@ -213,3 +213,23 @@ fn timeline_picture_is_an_svg_with_every_used_category() {
         "unused categories stay out of the legend"
     );
 }
+
+#[test]
+fn bench_checkpoint_rejects_arguments_it_cannot_measure() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        vec!["bench", "checkpoint", "--repeats", "0"],
+        vec!["bench", "checkpoint", "--micro-batch", "0"],
+        vec!["bench", "checkpoint", "--depths", "16"],
+        vec!["bench", "checkpoint", "--depths", "0,16"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
+            .args(&args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}

@@ -8,6 +8,7 @@
 
 use crate::report::plot::write_loglog_svg;
 use clap::Args;
+use clap::builder::TypedValueParser;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use headroom_memory::size::format_bytes;
 use headroom_memory::{AllocatorConfig, Category, Device};
@@ -27,19 +28,19 @@ pub struct CheckpointBenchArgs {
     #[arg(long, value_delimiter = ',', default_values_t = [16usize, 32, 64, 128, 256, 512, 1024])]
     pub depths: Vec<usize>,
     /// Width of the residual MLP (its hidden layer is 4 × width).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..).map(|v| v as usize))]
     pub width: usize,
     /// Sequences per step.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..).map(|v| v as usize))]
     pub micro_batch: usize,
     /// Tokens per sequence.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..).map(|v| v as usize))]
     pub seq_len: usize,
     /// Measure step times only up to this depth (memory is measured at every depth).
     #[arg(long, default_value_t = 256)]
     pub max_timed_depth: usize,
     /// Timed repetitions per point (the median is reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..).map(|v| v as usize))]
     pub repeats: usize,
     /// One JSON object on stdout instead of tables.
     #[arg(long)]
@@ -155,6 +156,14 @@ fn slope(points: &[(f64, f64)]) -> f64 {
 }
 
 pub fn run(args: CheckpointBenchArgs) -> anyhow::Result<()> {
+    let mut distinct = args.depths.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() < 2 || distinct[0] == 0 {
+        anyhow::bail!(
+            "--depths needs at least two different depths of one block or more (e.g. 16,64,256) to fit the memory-against-depth slopes"
+        );
+    }
     let mut resmlp_points = Vec::new();
     for &depth in &args.depths {
         let spec = resmlp(depth, args.width);
