@@ -19,6 +19,9 @@ pub enum Init {
 /// (b << 8 | w) of `seed`, so each weight's values depend only on its position, not on the others.
 pub fn initialise(blocks: &[ParamBlock], seed: u64, rule: impl Fn(&str) -> Init) -> Result<()> {
     for (bi, block) in blocks.iter().enumerate() {
+        if !block.flat().device().is_backed() {
+            continue; // a dry run's device holds no values: drawing them would only cost time
+        }
         let mut values = Vec::with_capacity(block.numel());
         for (wi, spec) in block.specs().iter().enumerate() {
             let n: usize = spec.shape.iter().product();

@@ -88,7 +88,11 @@ pub(crate) fn backward(
     let resume = rng::get_state();
     rng::set_state(rng);
     let out = context::with_output_category(Category::Activation, || {
-        context::enable_grad(|| autocast::with_state(cast_state, || sub.record(|| f(&leaves))))
+        context::enable_grad(|| {
+            autocast::with_state(cast_state, || {
+                crate::backend::work::recomputing(|| sub.record(|| f(&leaves)))
+            })
+        })
     });
     rng::set_state(resume);
     let out = out?;

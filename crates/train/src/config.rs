@@ -81,7 +81,18 @@ pub enum OptimizerChoice {
 impl OptimizerChoice {
     const ACCEPTED: &'static str = "sgd, sgd-momentum, adamw, adamw-bf16, lamb";
 
-    fn parse(s: &str) -> Result<Self, ConfigError> {
+    /// The name the TOML, the flags and the planner use.
+    pub const fn name(self) -> &'static str {
+        match self {
+            OptimizerChoice::Sgd => "sgd",
+            OptimizerChoice::SgdMomentum => "sgd-momentum",
+            OptimizerChoice::Adamw => "adamw",
+            OptimizerChoice::AdamwBf16 => "adamw-bf16",
+            OptimizerChoice::Lamb => "lamb",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, ConfigError> {
         Ok(match s {
             "sgd" => OptimizerChoice::Sgd,
             "sgd-momentum" => OptimizerChoice::SgdMomentum,

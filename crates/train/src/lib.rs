@@ -2,6 +2,7 @@
 //! (micro-batch and accumulation, mixed precision with loss scaling, validation without a tape),
 //! checkpoints and the run's report.
 
+pub mod auto;
 pub mod checkpoint;
 pub mod config;
 pub mod data;
@@ -13,4 +14,4 @@ pub mod scaler;
 pub mod trainer;
 
 pub use policy::{CheckpointPolicy, recompute_for};
-pub use trainer::{TrainError, TrainEvent, Trainer, TrainerHooks};
+pub use trainer::{TrainError, TrainEvent, Trainer, TrainerHooks, model_spec};

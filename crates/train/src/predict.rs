@@ -7,15 +7,18 @@
 
 use crate::config::RunConfig;
 use crate::data::Corpus;
-use crate::trainer::{TrainError, Trainer};
+use crate::trainer::{TrainError, TrainEvent, Trainer};
 use headroom_memory::{AllocatorConfig, CategoryBytes, Device};
 use headroom_nn::Recompute;
+use headroom_tensor::backend::work::{Work, count_work, work_so_far};
 use serde::Serialize;
 use std::time::Instant;
 
 /// Steps a dry run takes: optimizer state exists from the first update, so the second step is
 /// already the steady state; a third makes any growth visible.
 const DRY_STEPS: u64 = 3;
+/// Capacity of the dry run that measures the peaks: never reached, so nothing is reclaimed.
+const UNLIMITED: u64 = 1 << 46;
 
 /// The dry run's figures.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -36,6 +39,7 @@ fn dry_run(
     corpus: &Corpus,
     recompute: &Recompute,
     capacity: u64,
+    on_event: &mut dyn FnMut(TrainEvent),
 ) -> Result<Trainer, TrainError> {
     let mut c = config.clone();
     c.steps = c.steps.min(DRY_STEPS);
@@ -45,8 +49,84 @@ fn dry_run(
     let device = Device::shape_only(capacity, AllocatorConfig::default());
     let mut trainer = Trainer::on_device(c, corpus, device)?;
     trainer.set_recompute(recompute.clone());
-    trainer.train(&mut |_| {})?;
+    trainer.train(on_event)?;
     Ok(trainer)
+}
+
+/// Whether a dry run with `config.device_memory` of capacity completes.
+fn fits_budget(
+    config: &RunConfig,
+    corpus: &Corpus,
+    recompute: &Recompute,
+) -> Result<bool, TrainError> {
+    match dry_run(config, corpus, recompute, config.device_memory, &mut |_| {}) {
+        Ok(_) => Ok(true),
+        Err(TrainError::OutOfMemory(_)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// A dry run's prediction with the work of its last (steady-state) step and the bytes held
+/// between steps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DryRun {
+    pub prediction: Prediction,
+    /// Kernels' work of one steady-state optimizer step (all its micro-batches).
+    pub step_work: Work,
+    /// Bytes per category held after the last step (model states, optimizer state, caches).
+    pub steady_bytes_by_category: CategoryBytes,
+}
+
+/// Dry-runs `config` under `recompute`: peaks, fit within `config.device_memory`, the work of a
+/// steady-state step and the bytes held between steps.
+pub fn dry_run_counted(
+    config: &RunConfig,
+    corpus: &Corpus,
+    recompute: &Recompute,
+) -> Result<DryRun, TrainError> {
+    let started = Instant::now();
+    let mut marks: Vec<(u64, Work)> = Vec::new();
+    let (run, _) = count_work(|| {
+        dry_run(config, corpus, recompute, UNLIMITED, &mut |event| {
+            if let TrainEvent::Step { step, .. } = event
+                && let Some(w) = work_so_far()
+            {
+                marks.push((step, w));
+            }
+        })
+    });
+    let unlimited = run?;
+    let stats = unlimited.device().stats();
+    let (peak_allocated, peak_reserved) = (
+        stats.allocated_bytes.all.peak as u64,
+        stats.reserved_bytes.all.peak as u64,
+    );
+    // Unlimited, the allocator never reclaims: a run whose reserved peak fits takes the same
+    // path under the budget. Between the two peaks only a run under the budget can tell.
+    let fits = if peak_reserved <= config.device_memory {
+        true
+    } else if peak_allocated > config.device_memory {
+        false
+    } else {
+        fits_budget(config, corpus, recompute)?
+    };
+    let step_work = match marks.as_slice() {
+        [.., (_, before), (_, last)] => *last - *before,
+        [(_, only)] => *only,
+        [] => Work::default(),
+    };
+    Ok(DryRun {
+        prediction: Prediction {
+            peak_allocated_bytes: peak_allocated,
+            peak_reserved_bytes: peak_reserved,
+            bytes_at_peak_by_category: stats.category_bytes_at_peak,
+            peak_bytes_by_category: stats.peak_category_bytes(),
+            fits,
+            seconds: started.elapsed().as_secs_f64(),
+        },
+        step_work,
+        steady_bytes_by_category: stats.current_category_bytes(),
+    })
 }
 
 /// Dry-runs `config` under `recompute` and reports its peaks and whether it fits.
@@ -55,22 +135,7 @@ pub fn predict(
     corpus: &Corpus,
     recompute: &Recompute,
 ) -> Result<Prediction, TrainError> {
-    let started = Instant::now();
-    let unlimited = dry_run(config, corpus, recompute, 1 << 46)?;
-    let stats = unlimited.device().stats();
-    let fits = match dry_run(config, corpus, recompute, config.device_memory) {
-        Ok(_) => true,
-        Err(TrainError::OutOfMemory(_)) => false,
-        Err(e) => return Err(e),
-    };
-    Ok(Prediction {
-        peak_allocated_bytes: stats.allocated_bytes.all.peak as u64,
-        peak_reserved_bytes: stats.reserved_bytes.all.peak as u64,
-        bytes_at_peak_by_category: stats.category_bytes_at_peak,
-        peak_bytes_by_category: stats.peak_category_bytes(),
-        fits,
-        seconds: started.elapsed().as_secs_f64(),
-    })
+    Ok(dry_run_counted(config, corpus, recompute)?.prediction)
 }
 
 /// The largest micro-batch (at most `max`) whose run fits the device budget, found by bisection
@@ -88,11 +153,7 @@ pub fn largest_micro_batch(
         let mut c = config.clone();
         c.micro_batch = m;
         let recompute = recompute_for(m)?;
-        match dry_run(&c, corpus, &recompute, c.device_memory) {
-            Ok(_) => Ok(true),
-            Err(TrainError::OutOfMemory(_)) => Ok(false),
-            Err(e) => Err(e),
-        }
+        fits_budget(&c, corpus, &recompute)
     };
     if !fits(1)? {
         return Ok(None);

@@ -1,7 +1,7 @@
 //! The run report: what `--json-report FILE` writes and what the text report prints — losses,
 //! validation losses, step times, throughput, and memory per category (each category's own peak,
 //! the breakdown at the moment of the overall peak, reserved and allocated peaks), next to the
-//! resolved configuration.
+//! resolved configuration, and what the dry run and `--auto` predicted.
 //!
 //! Not for: measuring (the trainer fills it from the device's statistics).
 
@@ -23,6 +23,17 @@ pub struct CacheRelease {
     pub step: u64,
     pub reserved_before: u64,
     pub reserved_after: u64,
+}
+
+/// What `--auto` chose, and what it predicted.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AutoChoice {
+    /// The choice and, when a faster strategy did not fit, that one and its peak.
+    pub reason: String,
+    /// Dry runs the search made.
+    pub dry_runs: usize,
+    /// The speed model's prediction, next to the measured `tokens_per_s`.
+    pub predicted_tokens_per_s: f64,
 }
 
 /// Everything a run reports.
@@ -50,6 +61,8 @@ pub struct TrainReport {
     pub predicted_peak_bytes: Option<u64>,
     /// The dry run's breakdown at its peak, next to `bytes_at_peak_by_category`.
     pub predicted_bytes_by_category: Option<CategoryBytes>,
+    /// Set when `--auto` chose the strategy.
+    pub auto: Option<AutoChoice>,
 }
 
 impl TrainReport {

@@ -6,4 +6,5 @@ pub mod memory;
 pub mod params;
 pub mod plan;
 mod plan_output;
+mod plan_own;
 pub mod train;

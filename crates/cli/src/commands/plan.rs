@@ -2,7 +2,7 @@
 //! which of those is fastest. Arguments, hardware assembly (preset → TOML → flags), the search,
 //! and the exports; rendering lives in `plan_output`.
 
-use super::plan_output;
+use super::{plan_output, plan_own};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use headroom_memory::ByteSize;
@@ -96,9 +96,15 @@ impl HardwareFlags {
 /// Predict memory and time of a training run and choose the fastest plan that fits.
 #[derive(Debug, Args)]
 pub struct PlanArgs {
-    /// A built-in model (see `headroom params --help`) or a Hugging Face config.json.
+    /// A built-in model (see `headroom params --help`), a Hugging Face config.json, or one of
+    /// headroom's own models (gpt-small, gpt-tiny, gpt-medium, resmlp, or a model TOML), which
+    /// are planned by dry runs on the real allocator within --device-memory.
     #[arg(long)]
     pub model: String,
+    /// Device budget for headroom's own models (e.g. 64MiB, 2GiB); a --gpu preset's memory less
+    /// its CUDA context otherwise.
+    #[arg(long, value_name = "SIZE")]
+    pub device_memory: Option<ByteSize>,
     /// GPU preset: V100-16GB, V100-32GB, A100-40GB, A100-80GB, H100-80GB, H200-141GB, L4, A10G, RTX-4090.
     #[arg(long)]
     pub gpu: Option<String>,
@@ -107,9 +113,10 @@ pub struct PlanArgs {
     pub hardware: Option<PathBuf>,
     #[command(flatten)]
     pub hw: HardwareFlags,
-    /// Sequence length in tokens.
+    /// Sequence length in tokens (required for Hugging Face models; a headroom model's context
+    /// by default).
     #[arg(long)]
-    pub seq_len: u64,
+    pub seq_len: Option<u64>,
     /// Global batch per optimizer step, in samples.
     #[arg(long, conflicts_with = "global_batch_tokens")]
     pub global_batch: Option<u64>,
@@ -177,6 +184,17 @@ pub fn run(args: PlanArgs) -> Result<()> {
             bail!("unknown --emit kind '{kind}'; accepted: {EMIT_KINDS}");
         }
     }
+    if plan_own::is_own_model(&args.model) {
+        return plan_own::run(&args);
+    }
+    if args.device_memory.is_some() {
+        bail!(
+            "--device-memory is the budget of headroom's own models; for a Hugging Face model give --gpu and, to change its memory, --gpu-memory"
+        );
+    }
+    let Some(seq_len) = args.seq_len else {
+        bail!("--seq-len is required for a Hugging Face model (e.g. --seq-len 4096)");
+    };
     let spec = load_model(&args.model).with_context(|| format!("--model {}", args.model))?;
     let hw = build_hardware(&args)?;
     let batch = match (
@@ -197,7 +215,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
     };
     let workload = Workload::new(
         &spec,
-        args.seq_len,
+        seq_len,
         batch,
         args.micro_batch,
         args.accumulation,

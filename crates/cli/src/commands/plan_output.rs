@@ -3,7 +3,7 @@
 //! object of `--json`.
 
 use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
-use headroom_memory::{Category, format_bytes};
+use headroom_memory::{Category, CategoryBytes, format_bytes};
 use headroom_plan::advice::{Shortfall, explain, shortfall};
 use headroom_plan::cost::{Plan, Problem};
 use headroom_plan::model::ParamInventory;
@@ -162,55 +162,95 @@ impl<'a> Report<'a> {
     }
 
     fn table(&self) -> String {
-        let mut t = Table::new();
-        t.load_preset(UTF8_FULL_CONDENSED)
-            .set_content_arrangement(ContentArrangement::Disabled);
-        let mut header: Vec<String> = [
-            "#",
-            "fits",
-            "precision",
-            "optimizer",
-            "zero",
-            "offload o/p",
-            "ckpt",
-            "attention",
-            "mb×acc",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        for c in Category::ALL {
-            header.push(short_name(c).to_string());
-        }
-        header.extend([
-            "peak GiB".to_string(),
-            "step s".to_string(),
-            "tokens/s".to_string(),
-        ]);
-        t.set_header(header);
-        for (i, plan) in self.shown.iter().enumerate() {
-            let s = &plan.strategy;
-            let mut row = vec![
-                (i + 1).to_string(),
-                if plan.fits { "yes".into() } else { "no".into() },
-                s.precision.to_string(),
-                s.optimizer.to_string(),
-                s.zero_stage.to_string(),
-                format!("{}/{}", s.offload_optimizer, s.offload_params),
-                s.checkpoint.to_string(),
-                s.attention.to_string(),
-                format!("{}×{}", s.micro_batch, s.accumulation),
-            ];
-            for c in Category::ALL {
-                row.push(gib(plan.memory.by_category[c]));
-            }
-            row.push(gib(plan.memory.per_device_peak_bytes));
-            row.push(format!("{:.3}", plan.time.step_s));
-            row.push(group_digits(plan.time.tokens_per_s.round() as u64));
-            t.add_row(row);
-        }
-        format!("Per-GPU bytes at the peak, GiB (categories sum to the peak):\n{t}\n")
+        let rows: Vec<PlanRow> = self
+            .shown
+            .iter()
+            .map(|plan| {
+                let s = &plan.strategy;
+                PlanRow {
+                    fits: plan.fits,
+                    strategy: [
+                        s.precision.to_string(),
+                        s.optimizer.to_string(),
+                        s.zero_stage.to_string(),
+                        format!("{}/{}", s.offload_optimizer, s.offload_params),
+                        s.checkpoint.to_string(),
+                        s.attention.to_string(),
+                        format!("{}×{}", s.micro_batch, s.accumulation),
+                    ],
+                    by_category: plan.memory.by_category,
+                    peak: plan.memory.per_device_peak_bytes,
+                    step_s: plan.time.step_s,
+                    tokens_per_s: plan.time.tokens_per_s,
+                }
+            })
+            .collect();
+        plans_table(&rows, "GPU")
     }
+}
+
+/// One row of a table of plans.
+pub struct PlanRow {
+    pub fits: bool,
+    /// precision, optimizer, ZeRO stage, offload optimizer/params, checkpoint, attention,
+    /// micro-batch × accumulation.
+    pub strategy: [String; 7],
+    pub by_category: CategoryBytes,
+    pub peak: u64,
+    pub step_s: f64,
+    pub tokens_per_s: f64,
+}
+
+/// Plans with their bytes per category at the peak, in GiB or (for small peaks) MiB.
+pub fn plans_table(rows: &[PlanRow], device: &str) -> String {
+    let largest = rows.iter().map(|r| r.peak).max().unwrap_or(0);
+    let (unit, scale) = if largest >= 1 << 30 {
+        ("GiB", (1u64 << 30) as f64)
+    } else {
+        ("MiB", (1u64 << 20) as f64)
+    };
+    let amount = |bytes: u64| format!("{:.2}", bytes as f64 / scale);
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Disabled);
+    let mut header: Vec<String> = [
+        "#",
+        "fits",
+        "precision",
+        "optimizer",
+        "zero",
+        "offload o/p",
+        "ckpt",
+        "attention",
+        "mb×acc",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for c in Category::ALL {
+        header.push(short_name(c).to_string());
+    }
+    header.extend([
+        format!("peak {unit}"),
+        "step s".to_string(),
+        "tokens/s".to_string(),
+    ]);
+    t.set_header(header);
+    for (i, r) in rows.iter().enumerate() {
+        let mut row = vec![
+            (i + 1).to_string(),
+            if r.fits { "yes".into() } else { "no".into() },
+        ];
+        row.extend(r.strategy.iter().cloned());
+        for c in Category::ALL {
+            row.push(amount(r.by_category[c]));
+        }
+        row.push(amount(r.peak));
+        row.push(format!("{:.3}", r.step_s));
+        row.push(group_digits(r.tokens_per_s.round() as u64));
+        t.add_row(row);
+    }
+    format!("Per-{device} bytes at the peak, {unit} (categories sum to the peak):\n{t}\n")
 }
 
 fn short_name(c: Category) -> &'static str {
@@ -225,10 +265,6 @@ fn short_name(c: Category) -> &'static str {
         Category::Communication => "comm",
         Category::Other => "other",
     }
-}
-
-fn gib(bytes: u64) -> String {
-    format!("{:.2}", bytes as f64 / (1u64 << 30) as f64)
 }
 
 /// `1234567` → `1,234,567`.

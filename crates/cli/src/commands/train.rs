@@ -10,9 +10,11 @@ use headroom_memory::size::{ByteSize, format_bytes};
 use headroom_memory::snapshot::write_atomic;
 use headroom_memory::timeline::timeline;
 use headroom_memory::{AllocatorConfig, Device, Snapshot};
-use headroom_train::config::TrainConfig;
+use headroom_train::auto::Pins;
+use headroom_train::config::{OptimizerChoice, RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
 use headroom_train::policy::recompute_for;
+use headroom_train::report::AutoChoice;
 use headroom_train::{TrainError, TrainEvent, Trainer};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
@@ -99,8 +101,17 @@ pub struct TrainArgs {
     pub checkpoint_every: Option<u64>,
     /// Before training, find the largest micro-batch that fits the device budget (by dry runs
     /// on the real allocator, no trial steps) and train with it.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "auto")]
     pub find_batch_size: bool,
+    /// Choose the fastest strategy that fits --device-memory: precision, optimizer state,
+    /// checkpointing, attention and micro-batch × accumulation (same effective batch), by dry
+    /// runs and a measured speed model. Levers given as flags or in --config are kept. This is
+    /// the default when none of them is given.
+    #[arg(long, conflicts_with_all = ["no_auto", "resume"])]
+    pub auto: bool,
+    /// Run exactly the configured strategy (defaults included) instead of choosing one.
+    #[arg(long)]
+    pub no_auto: bool,
     /// Stop at the first out-of-memory error instead of retrying the step with half the
     /// micro-batch and twice the accumulation.
     #[arg(long)]
@@ -166,11 +177,21 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         Some(path) => TrainConfig::from_file(path)?,
         None => TrainConfig::default(),
     };
-    let config = file.overridden_by(args.as_config()).resolve()?;
+    let merged = file.overridden_by(args.as_config());
+    let pins = pins_of(&merged);
+    let mut config = merged.resolve()?;
     let corpus = match &config.data {
         Some(path) => Corpus::from_file(path)?,
         None => Corpus::bundled(),
     };
+    let auto = args.auto
+        || (!args.no_auto && !pins.any() && !args.find_batch_size && args.resume.is_none());
+    let mut auto_choice = None;
+    if auto {
+        let (chosen, choice) = choose_strategy(&config, &corpus, &pins)?;
+        config = chosen;
+        auto_choice = Some(choice);
+    }
     let device = Device::cpu(config.device_memory, AllocatorConfig::default());
     device
         .lock()
@@ -178,11 +199,13 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         .record_history(true, TRACE_ENTRIES);
     let mut trainer =
         Trainer::on_device(config.clone(), &corpus, device.clone()).map_err(explain)?;
+    if let Some(choice) = auto_choice {
+        trainer.set_auto_choice(choice);
+    }
     if let Some(dir) = &args.resume {
         trainer.resume(dir).map_err(explain)?;
     }
     let policy = config.checkpoint_policy();
-    let mut config = config;
     if args.find_batch_size {
         let (spec, dtype, seq_len) = (
             trainer.model_spec().clone(),
@@ -289,6 +312,43 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         eprintln!("JSON report written to {}", path.display());
     }
     Ok(())
+}
+
+/// The levers a user set (in flags or the config file): `--auto` keeps them.
+fn pins_of(c: &TrainConfig) -> Pins {
+    Pins {
+        precision: c.precision.as_deref().and_then(|p| p.parse().ok()),
+        optimizer: c
+            .optimizer
+            .as_deref()
+            .and_then(|o| OptimizerChoice::parse(o).ok()),
+        checkpoint: c.checkpoint.as_deref().and_then(|p| p.parse().ok()),
+        attention: c.attention.as_deref().and_then(|p| p.parse().ok()),
+        micro_batch: c.micro_batch,
+        accumulation: c.accumulation,
+    }
+}
+
+/// `--auto`: the fastest strategy that fits, printed with its reason.
+fn choose_strategy(
+    config: &RunConfig,
+    corpus: &Corpus,
+    pins: &Pins,
+) -> anyhow::Result<(RunConfig, AutoChoice)> {
+    let plan = headroom_train::auto::plan(config, corpus, pins).map_err(explain)?;
+    let reason = plan.reason(config.device_memory);
+    let Some(best) = plan.recommended() else {
+        anyhow::bail!(
+            "--auto: {reason}; raise --device-memory, shorten --seq-len, or lower the effective batch (--micro-batch × --accumulation)"
+        );
+    };
+    eprintln!("auto: {reason}");
+    let choice = AutoChoice {
+        reason,
+        dry_runs: plan.evaluated(),
+        predicted_tokens_per_s: best.time.tokens_per_s,
+    };
+    Ok((best.strategy.apply(config), choice))
 }
 
 /// Adds the fix to errors a user can act on.

@@ -89,8 +89,11 @@ pub fn print_report(report: &TrainReport, device: &Device, timeline: Option<&Pat
         );
     }
     if let (Some(first), Some(last)) = (report.losses.first(), report.losses.last()) {
+        let predicted = report.auto.as_ref().map_or(String::new(), |a| {
+            format!(" (--auto predicted {:.0})", a.predicted_tokens_per_s)
+        });
         println!(
-            "Training loss {first:.4} → {last:.4} over {} steps; {:.0} tokens/s.",
+            "Training loss {first:.4} → {last:.4} over {} steps; {:.0} tokens/s{predicted}.",
             report.losses.len(),
             report.tokens_per_s
         );

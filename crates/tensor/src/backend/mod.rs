@@ -10,6 +10,7 @@
 
 pub mod cpu;
 pub mod shape_only;
+pub mod work;
 
 use crate::dtype::DType;
 use crate::error::Result;

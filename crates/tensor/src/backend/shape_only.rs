@@ -1,9 +1,11 @@
 //! The backend of a shape-only device: buffers have addresses but no bytes, so every kernel is
 //! a no-op. Running a step on it exercises the real allocator with the real sizes and order of
-//! allocations, which is what a dry run measures. Reading data back is an error.
+//! allocations, which is what a dry run measures. Inside a `work::count_work` scope every kernel
+//! also records the work it stands for. Reading data back is an error.
 //!
 //! Not for: anything that needs values.
 
+use super::work::{self, elementwise, write_only};
 use super::{AttentionSpec, Backend, BinaryOp, Dst, ReduceOp, Src, UnaryOp};
 use crate::error::{Result, TensorError};
 
@@ -14,19 +16,24 @@ impl Backend for ShapeOnlyBackend {
     fn name(&self) -> &'static str {
         "shape-only"
     }
-    fn fill(&self, _: &mut Dst, _: f32) -> Result<()> {
+    fn fill(&self, dst: &mut Dst, _: f32) -> Result<()> {
+        write_only(dst);
         Ok(())
     }
-    fn copy(&self, _: &Src, _: &mut Dst) -> Result<()> {
+    fn copy(&self, src: &Src, dst: &mut Dst) -> Result<()> {
+        elementwise(&[src], &[dst]);
         Ok(())
     }
-    fn add_assign(&self, _: &mut Dst, _: &Src) -> Result<()> {
+    fn add_assign(&self, dst: &mut Dst, src: &Src) -> Result<()> {
+        elementwise(&[src, src], &[dst]);
         Ok(())
     }
-    fn upload_f32(&self, _: &[f32], _: &mut Dst) -> Result<()> {
+    fn upload_f32(&self, _: &[f32], dst: &mut Dst) -> Result<()> {
+        write_only(dst);
         Ok(())
     }
-    fn upload_i64(&self, _: &[i64], _: &mut Dst) -> Result<()> {
+    fn upload_i64(&self, _: &[i64], dst: &mut Dst) -> Result<()> {
+        write_only(dst);
         Ok(())
     }
     fn download_f32(&self, _: &Src) -> Result<Vec<f32>> {
@@ -35,13 +42,16 @@ impl Backend for ShapeOnlyBackend {
     fn download_i64(&self, _: &Src) -> Result<Vec<i64>> {
         Err(TensorError::ShapeOnly { op: "download" })
     }
-    fn unary(&self, _: UnaryOp, _: &Src, _: &mut Dst) -> Result<()> {
+    fn unary(&self, _: UnaryOp, x: &Src, dst: &mut Dst) -> Result<()> {
+        elementwise(&[x], &[dst]);
         Ok(())
     }
-    fn binary(&self, _: BinaryOp, _: &Src, _: &Src, _: &mut Dst) -> Result<()> {
+    fn binary(&self, _: BinaryOp, a: &Src, b: &Src, dst: &mut Dst) -> Result<()> {
+        elementwise(&[a, b], &[dst]);
         Ok(())
     }
-    fn reduce(&self, _: ReduceOp, _: &Src, _: &[usize], _: &mut Dst) -> Result<()> {
+    fn reduce(&self, _: ReduceOp, x: &Src, _: &[usize], dst: &mut Dst) -> Result<()> {
+        elementwise(&[x], &[dst]);
         Ok(())
     }
     /// No arithmetic, but the same `temporary` scratch as the CPU kernel (bf16 widening).
@@ -54,72 +64,85 @@ impl Backend for ShapeOnlyBackend {
             n: s[r - 1],
             k: a.layout.shape()[r - 1],
         };
+        work::matmul(a.dtype, d.batch, d.m, d.n, d.k);
         if a.dtype == crate::dtype::DType::BF16 && d.m * d.n > 0 && d.k > 0 {
             drop(super::cpu::matmul::bf16_scratch(dst.buf.device(), d)?);
         }
         Ok(())
     }
-    fn softmax(&self, _: &Src, _: bool, _: &mut Dst) -> Result<()> {
+    fn softmax(&self, x: &Src, _: bool, dst: &mut Dst) -> Result<()> {
+        elementwise(&[x], &[dst]);
         Ok(())
     }
-    fn softmax_backward(&self, _: &Src, _: &Src, _: bool, _: &mut Dst) -> Result<()> {
+    fn softmax_backward(&self, y: &Src, dy: &Src, _: bool, dst: &mut Dst) -> Result<()> {
+        elementwise(&[y, dy], &[dst]);
         Ok(())
     }
     fn layer_norm(
         &self,
-        _: &Src,
+        x: &Src,
         _: &Src,
         _: &Src,
         _: f32,
-        _: &mut Dst,
-        _: &mut Dst,
-        _: &mut Dst,
+        y: &mut Dst,
+        mean: &mut Dst,
+        rstd: &mut Dst,
     ) -> Result<()> {
+        elementwise(&[x, x], &[y, mean, rstd]);
         Ok(())
     }
     fn layer_norm_backward(
         &self,
+        x: &Src,
         _: &Src,
-        _: &Src,
-        _: &Src,
-        _: &Src,
-        _: &Src,
-        _: &mut Dst,
-        _: &mut Dst,
-        _: &mut Dst,
+        mean: &Src,
+        rstd: &Src,
+        dy: &Src,
+        dx: &mut Dst,
+        dw: &mut Dst,
+        db: &mut Dst,
     ) -> Result<()> {
+        elementwise(&[x, mean, rstd, dy], &[dx, dw, db]);
         Ok(())
     }
-    fn rms_norm(&self, _: &Src, _: &Src, _: f32, _: &mut Dst, _: &mut Dst) -> Result<()> {
+    fn rms_norm(&self, x: &Src, _: &Src, _: f32, y: &mut Dst, rstd: &mut Dst) -> Result<()> {
+        elementwise(&[x, x], &[y, rstd]);
         Ok(())
     }
     fn rms_norm_backward(
         &self,
+        x: &Src,
         _: &Src,
-        _: &Src,
-        _: &Src,
-        _: &Src,
-        _: &mut Dst,
-        _: &mut Dst,
+        rstd: &Src,
+        dy: &Src,
+        dx: &mut Dst,
+        dw: &mut Dst,
     ) -> Result<()> {
+        elementwise(&[x, rstd, dy], &[dx, dw]);
         Ok(())
     }
-    fn embedding(&self, _: &Src, _: &Src, _: &mut Dst) -> Result<()> {
+    fn embedding(&self, _: &Src, ids: &Src, dst: &mut Dst) -> Result<()> {
+        elementwise(&[ids], &[dst, dst]);
         Ok(())
     }
-    fn embedding_backward(&self, _: &Src, _: &Src, _: &mut Dst) -> Result<()> {
+    fn embedding_backward(&self, ids: &Src, dy: &Src, dtable: &mut Dst) -> Result<()> {
+        elementwise(&[ids, dy, dy], &[dtable]);
         Ok(())
     }
-    fn gather_last(&self, _: &Src, _: &Src, _: &mut Dst) -> Result<()> {
+    fn gather_last(&self, _: &Src, idx: &Src, dst: &mut Dst) -> Result<()> {
+        elementwise(&[idx], &[dst, dst]);
         Ok(())
     }
-    fn scatter_last(&self, _: &Src, _: &Src, _: &mut Dst) -> Result<()> {
+    fn scatter_last(&self, idx: &Src, dy: &Src, dst: &mut Dst) -> Result<()> {
+        elementwise(&[idx, dy], &[dst]);
         Ok(())
     }
-    fn dropout(&self, _: &Src, _: f32, _: u64, _: u64, _: &mut Dst) -> Result<()> {
+    fn dropout(&self, x: &Src, _: f32, _: u64, _: u64, dst: &mut Dst) -> Result<()> {
+        elementwise(&[x], &[dst]);
         Ok(())
     }
-    fn causal_mask(&self, _: &Src, _: f32, _: &mut Dst) -> Result<()> {
+    fn causal_mask(&self, x: &Src, _: f32, dst: &mut Dst) -> Result<()> {
+        elementwise(&[x], &[dst]);
         Ok(())
     }
     /// No arithmetic, but the same `temporary` tile scratch as the CPU kernel.
@@ -128,23 +151,25 @@ impl Backend for ShapeOnlyBackend {
         q: &Src,
         _: &Src,
         _: &Src,
-        _: &AttentionSpec,
+        spec: &AttentionSpec,
         o: &mut Dst,
         _: &mut Dst,
     ) -> Result<()> {
         let s = q.layout.shape(); // (B, H, T, D)
+        work::attention(s[0] * s[1], s[2], s[3], spec.causal, false);
         super::cpu::attention::reserve_workspace(o.buf.device(), s[0] * s[1], s[2], s[3], None)
     }
     fn attention_backward(
         &self,
         saved: [&Src; 5],
         _: &Src,
-        _: &AttentionSpec,
+        spec: &AttentionSpec,
         dq: Option<&mut Dst>,
         dk: Option<&mut Dst>,
         dv: Option<&mut Dst>,
     ) -> Result<()> {
         let s = saved[0].layout.shape(); // (B, H, T, D)
+        work::attention(s[0] * s[1], s[2], s[3], spec.causal, true);
         let device = saved[0].buf.device();
         let want = (dk.is_some() || dv.is_some(), dq.is_some());
         super::cpu::attention::reserve_workspace(device, s[0] * s[1], s[2], s[3], Some(want))

@@ -152,6 +152,31 @@ impl std::fmt::Debug for Trainer {
     }
 }
 
+/// The model `config` trains: its preset or file with the shape overrides, dropout and
+/// attention kind applied.
+pub fn model_spec(config: &RunConfig) -> Result<ModelSpec, TrainError> {
+    let spec = ModelSpec::resolve(&config.model)?.with_overrides(
+        config.layers,
+        config.width,
+        config.heads,
+        config.seq_len,
+    );
+    Ok(match spec {
+        ModelSpec::Gpt(mut c) => {
+            c.dropout = config.dropout.unwrap_or(c.dropout);
+            c.attention = match config.attention_kind() {
+                Attention::Naive => AttentionKind::Naive,
+                Attention::MemoryEfficient => AttentionKind::MemoryEfficient,
+            };
+            ModelSpec::Gpt(c)
+        }
+        ModelSpec::Resmlp(mut c) => {
+            c.dropout = config.dropout.unwrap_or(c.dropout);
+            ModelSpec::Resmlp(c)
+        }
+    })
+}
+
 impl Trainer {
     /// Builds the model, optimizer and data for `config` on a fresh CPU device of
     /// `config.device_memory` bytes.
@@ -167,26 +192,7 @@ impl Trainer {
         device: Device,
     ) -> Result<Trainer, TrainError> {
         let precision = PrecisionPlan::of(config.precision());
-        let spec = ModelSpec::resolve(&config.model)?.with_overrides(
-            config.layers,
-            config.width,
-            config.heads,
-            config.seq_len,
-        );
-        let spec = match spec {
-            ModelSpec::Gpt(mut c) => {
-                c.dropout = config.dropout.unwrap_or(c.dropout);
-                c.attention = match config.attention_kind() {
-                    Attention::Naive => AttentionKind::Naive,
-                    Attention::MemoryEfficient => AttentionKind::MemoryEfficient,
-                };
-                ModelSpec::Gpt(c)
-            }
-            ModelSpec::Resmlp(mut c) => {
-                c.dropout = config.dropout.unwrap_or(c.dropout);
-                ModelSpec::Resmlp(c)
-            }
-        };
+        let spec = model_spec(&config)?;
         let seq_len = config.seq_len.unwrap_or_else(|| spec.default_seq_len());
         let sampler = TokenSampler::new(corpus, seq_len, 0.1, config.seed)?;
         headroom_tensor::rng::manual_seed(config.seed);
@@ -240,6 +246,7 @@ impl Trainer {
             config: config.clone(),
             predicted_peak_bytes: None,
             predicted_bytes_by_category: None,
+            auto: None,
         };
         Ok(Trainer {
             config,
@@ -315,6 +322,11 @@ impl Trainer {
     pub fn set_prediction(&mut self, p: &crate::predict::Prediction) {
         self.report.predicted_peak_bytes = Some(p.peak_allocated_bytes);
         self.report.predicted_bytes_by_category = Some(p.bytes_at_peak_by_category);
+    }
+
+    /// Records in the report what `--auto` chose.
+    pub fn set_auto_choice(&mut self, choice: crate::report::AutoChoice) {
+        self.report.auto = Some(choice);
     }
 
     pub fn report(&self) -> &TrainReport {

@@ -1,0 +1,328 @@
+//! `headroom plan` for headroom's own models (a preset such as `gpt-small`, or a model TOML):
+//! every strategy the engine runs is dry-run on the real allocator within the device budget
+//! (`--device-memory`, or a GPU preset's memory less its CUDA context) and timed by the
+//! measured speed model; the output has the planner's shape (text tables and `--json`).
+//!
+//! Not for: Hugging Face models (the analytical planner in `plan`).
+
+use super::plan::PlanArgs;
+use super::plan_output::{PlanRow, group_digits, plans_table};
+use anyhow::{Context, Result, bail};
+use headroom_memory::format_bytes;
+use headroom_nn::models::ModelSpec;
+use headroom_plan::advice::Shortfall;
+use headroom_plan::export::write_atomic;
+use headroom_plan::hardware;
+use headroom_plan::strategy::{Checkpoint, Offload, Optimizer};
+use headroom_train::auto::{AutoPlan, OwnPlan, Pins, plan};
+use headroom_train::config::{OptimizerChoice, RunConfig, TrainConfig};
+use headroom_train::data::Corpus;
+use headroom_train::policy::CheckpointPolicy;
+use serde_json::{Value, json};
+
+/// Whether `--model` names one of headroom's own models rather than a Hugging Face config.
+pub fn is_own_model(name: &str) -> bool {
+    headroom_nn::models::preset(name).is_some() || name.ends_with(".toml")
+}
+
+pub fn run(args: &PlanArgs) -> Result<()> {
+    reject_planner_only_flags(args)?;
+    let (budget, gpu) = budget(args)?;
+    let config = run_config(args, budget)?;
+    let pins = pins(args)?;
+    let corpus = Corpus::bundled();
+    let outcome = plan(&config, &corpus, &pins)?;
+    let spec = headroom_train::model_spec(&config)?;
+    let shown: Vec<&OwnPlan> = match outcome.closest() {
+        Some(c) => vec![c],
+        None => outcome.fitting.iter().take(args.top.max(1)).collect(),
+    };
+    let advice: Vec<String> = outcome
+        .reason(budget)
+        .lines()
+        .map(|l| l.trim().to_string())
+        .collect();
+    let shortfall = outcome.closest().map(|c| Shortfall {
+        missing_bytes_per_device: c.memory.per_device_peak_bytes.saturating_sub(budget),
+        suggestions: vec![format!(
+            "--device-memory {}: the dry-run peak of the closest plan ({})",
+            format_bytes(c.memory.per_device_peak_bytes),
+            c.strategy.describe()
+        )],
+    });
+    if args.json {
+        let report = to_json(&config, &spec, &outcome, &shown, gpu.as_deref(), &advice);
+        let mut report = report;
+        report["shortfall"] = json!(shortfall);
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!(
+            "{}",
+            to_text(&config, &spec, &outcome, &shown, &advice, &shortfall)
+        );
+    }
+    let Some(best) = outcome.recommended() else {
+        bail!(
+            "no strategy fits the device budget of {}: {} missing at best (see above)",
+            format_bytes(budget),
+            format_bytes(shortfall.map_or(0, |s| s.missing_bytes_per_device))
+        );
+    };
+    for pair in args.emit.chunks(2) {
+        let (kind, path) = (&pair[0], std::path::Path::new(&pair[1]));
+        if kind != "headroom" {
+            bail!(
+                "--emit {kind}: headroom's own models train with `headroom train`; accepted here: --emit headroom FILE"
+            );
+        }
+        write_atomic(path, &train_toml(&best.strategy.apply(&config))?)
+            .with_context(|| format!("--emit {kind}"))?;
+        if !args.json {
+            println!("wrote headroom config to {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// Flags of the analytical planner that have no meaning for a dry-run plan.
+fn reject_planner_only_flags(args: &PlanArgs) -> Result<()> {
+    let given = [
+        ("--efficiency", args.efficiency.is_some()),
+        ("--fragmentation", args.fragmentation.is_some()),
+        ("--margin", args.margin.is_some()),
+        ("--hardware", args.hardware.is_some()),
+        ("--nodes", args.hw.nodes.is_some_and(|n| n != 1)),
+        (
+            "--gpus-per-node",
+            args.hw.gpus_per_node.is_some_and(|n| n != 1),
+        ),
+        ("--global-batch-tokens", args.global_batch_tokens.is_some()),
+    ];
+    if let Some((flag, _)) = given.iter().find(|(_, set)| *set) {
+        bail!(
+            "{flag} applies to the analytical planner (Hugging Face models); headroom's own models are planned by dry runs on one device"
+        );
+    }
+    if args.zero.is_some_and(|z| z != 0)
+        || args.offload_optimizer.is_some_and(|o| o != Offload::None)
+        || args.offload_params.is_some_and(|o| o != Offload::None)
+    {
+        bail!(
+            "headroom's single-device engine runs ZeRO stage 0 without offload; drop --zero and --offload-*"
+        );
+    }
+    Ok(())
+}
+
+/// The device budget: `--device-memory`, `--gpu-memory`, or the `--gpu` preset's memory less
+/// its CUDA context.
+fn budget(args: &PlanArgs) -> Result<(u64, Option<String>)> {
+    if let Some(b) = args.device_memory.or(args.hw.gpu_memory) {
+        return Ok((b.0, args.gpu.clone()));
+    }
+    if let Some(name) = &args.gpu {
+        let hw = hardware::preset(name)?;
+        let usable = hw.gpu.memory_bytes.saturating_sub(hw.cuda_context_bytes);
+        return Ok((usable, Some(hw.gpu.name)));
+    }
+    bail!(
+        "no device budget: give --device-memory SIZE (e.g. 64MiB) or --gpu PRESET ({})",
+        hardware::gpu_preset_names().join(", ")
+    )
+}
+
+/// The run to plan: the model, sequence, effective batch and budget (the rest at defaults).
+fn run_config(args: &PlanArgs, budget: u64) -> Result<RunConfig> {
+    let (micro_batch, accumulation) = match (args.global_batch, args.micro_batch, args.accumulation)
+    {
+        (Some(g), m, a) => {
+            let m = m.unwrap_or(g / a.unwrap_or(1).max(1));
+            if m == 0 || g % m != 0 || a.is_some_and(|a| a * m != g) {
+                bail!("--global-batch {g} is not --micro-batch × --accumulation; give a divisor");
+            }
+            (m, g / m)
+        }
+        (None, Some(m), a) => (m, a.unwrap_or(1)),
+        (None, None, Some(a)) => (1, a),
+        (None, None, None) => (16, 1),
+    };
+    let config = TrainConfig {
+        model: Some(args.model.clone()),
+        seq_len: args.seq_len.map(|s| s as usize),
+        micro_batch: Some(micro_batch as usize),
+        accumulation: Some(accumulation as usize),
+        device_memory: Some(headroom_memory::ByteSize(budget)),
+        ..Default::default()
+    };
+    Ok(config.resolve()?)
+}
+
+/// The levers pinned by flags, in the engine's terms.
+fn pins(args: &PlanArgs) -> Result<Pins> {
+    let optimizer = match args.optimizer {
+        None => None,
+        Some(o @ (Optimizer::AdamW8bit | Optimizer::Adafactor)) => bail!(
+            "--optimizer {o}: the planner models it, but headroom's engine does not run it; accepted: sgd, sgd-momentum, adamw, adamw-bf16, lamb"
+        ),
+        Some(o) => Some(OptimizerChoice::parse(o.name())?),
+    };
+    let checkpoint = args.checkpoint.map(|c| match c {
+        Checkpoint::None => CheckpointPolicy::None,
+        Checkpoint::EveryNth(k) => CheckpointPolicy::EveryNth(k as usize),
+        Checkpoint::Selective => CheckpointPolicy::Selective,
+    });
+    Ok(Pins {
+        precision: args.precision,
+        optimizer,
+        checkpoint,
+        attention: args.attention,
+        micro_batch: args.micro_batch.map(|m| m as usize),
+        accumulation: args.accumulation.map(|a| a as usize),
+    })
+}
+
+fn to_json(
+    config: &RunConfig,
+    spec: &ModelSpec,
+    outcome: &AutoPlan,
+    shown: &[&OwnPlan],
+    gpu: Option<&str>,
+    advice: &[String],
+) -> Value {
+    let (model_type, hidden, vocab) = shape(spec);
+    json!({
+        "model": {
+            "name": config.model,
+            "model_type": model_type,
+            "params": spec.num_params(),
+            "layers": spec.depth(),
+            "hidden_size": hidden,
+            "vocab_size": vocab,
+        },
+        "hardware": {
+            "device": "headroom CPU engine",
+            "gpu": gpu,
+            "world_size": 1,
+            "device_memory_bytes": config.device_memory,
+            "speed": outcome.speed,
+        },
+        "workload": {
+            "seq_len": outcome.seq_len,
+            "global_batch": outcome.effective_batch,
+            "tokens_per_step": outcome.seq_len * outcome.effective_batch,
+        },
+        "cost_model": {
+            "memory": "dry run: the trainer's steps on a shape-only device through the real caching allocator",
+            "time": "work counted by the dry run over this machine's measured kernel rates",
+        },
+        "search": {
+            "evaluated": outcome.evaluated(),
+            "fitting": outcome.fitting.len(),
+            "seconds": outcome.seconds,
+        },
+        "plans": shown,
+        "recommended": outcome.recommended(),
+        "advice": advice,
+    })
+}
+
+fn to_text(
+    config: &RunConfig,
+    spec: &ModelSpec,
+    outcome: &AutoPlan,
+    shown: &[&OwnPlan],
+    advice: &[String],
+    shortfall: &Option<Shortfall>,
+) -> String {
+    let (model_type, ..) = shape(spec);
+    let mut out = format!(
+        "Model     {} ({model_type}): {} parameters, {} blocks\n",
+        config.model,
+        group_digits(spec.num_params() as u64),
+        spec.depth()
+    );
+    out += &format!(
+        "Device    headroom CPU engine, budget {}\n",
+        format_bytes(config.device_memory)
+    );
+    out += &format!(
+        "Workload  seq {} × batch {} = {} tokens per step\n",
+        outcome.seq_len,
+        outcome.effective_batch,
+        group_digits((outcome.seq_len * outcome.effective_batch) as u64)
+    );
+    out += &format!(
+        "Searched  {} dry runs in {:.2} s (speed model measured on this machine); {} fit\n\n",
+        outcome.evaluated(),
+        outcome.seconds,
+        outcome.fitting.len()
+    );
+    let rows: Vec<PlanRow> = shown
+        .iter()
+        .map(|p| {
+            let s = &p.strategy;
+            PlanRow {
+                fits: p.fits,
+                strategy: [
+                    s.precision.to_string(),
+                    s.planner_optimizer().to_string(),
+                    "0".into(),
+                    "none/none".into(),
+                    s.checkpoint.to_string(),
+                    s.attention.to_string(),
+                    format!("{}×{}", s.micro_batch, s.accumulation),
+                ],
+                by_category: p.memory.by_category,
+                peak: p.memory.per_device_peak_bytes,
+                step_s: p.time.step_s,
+                tokens_per_s: p.time.tokens_per_s,
+            }
+        })
+        .collect();
+    out += &plans_table(&rows, "device");
+    out += "\n";
+    match (outcome.recommended(), shortfall) {
+        (Some(_), _) => {
+            out += &format!("Recommended: plan 1 — {}\n", advice.join("\n  "));
+        }
+        (None, Some(s)) => {
+            out += &format!(
+                "Nothing fits: the closest plan (shown) needs {} more.\n",
+                format_bytes(s.missing_bytes_per_device)
+            );
+            for line in &s.suggestions {
+                out += &format!("  - {line}\n");
+            }
+        }
+        (None, None) => {}
+    }
+    out
+}
+
+/// `(model_type, hidden size, vocabulary)`.
+fn shape(spec: &ModelSpec) -> (&'static str, usize, usize) {
+    match spec {
+        ModelSpec::Gpt(c) => ("headroom-gpt", c.width, c.vocab),
+        ModelSpec::Resmlp(c) => ("headroom-resmlp", c.width, c.vocab),
+    }
+}
+
+/// The `headroom train --config` TOML of a run: model, sequence, strategy and budget.
+fn train_toml(c: &RunConfig) -> Result<String> {
+    let file = TrainConfig {
+        model: Some(c.model.clone()),
+        seq_len: c.seq_len,
+        precision: Some(c.precision.clone()),
+        optimizer: Some(c.optimizer.name().to_string()),
+        checkpoint: Some(c.checkpoint.clone()),
+        attention: Some(c.attention.clone()),
+        micro_batch: Some(c.micro_batch),
+        accumulation: Some(c.accumulation),
+        device_memory: Some(headroom_memory::ByteSize(c.device_memory)),
+        ..Default::default()
+    };
+    Ok(format!(
+        "# headroom train --config FILE: the fastest strategy that fits, from `headroom plan`\n{}",
+        toml::to_string(&file)?
+    ))
+}

@@ -1,0 +1,176 @@
+//! What a sequence of kernels would cost to compute, counted without computing: the shape-only
+//! backend records, for every kernel it stands in for, the matmul FLOPs (by input width), the
+//! fused-attention FLOPs, the bytes element-wise kernels read and write, and the number of
+//! kernel calls. A dry run wrapped in [`count_work`] therefore yields the work of a real step,
+//! recomputation included, which a speed model turns into time.
+//!
+//! Counting is per thread (a dry run runs its kernels on the calling thread) and only while a
+//! [`count_work`] scope is open; outside one the shape-only kernels count nothing.
+//!
+//! Not for: timing real kernels (see the benches) or memory (the allocator counts that).
+
+use super::{Dst, Src};
+use crate::dtype::DType;
+use std::cell::{Cell, RefCell};
+
+/// Work of the kernels run inside a [`count_work`] scope.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Work {
+    /// `2·m·n·k` per matmul with f32 inputs.
+    pub matmul_f32_flops: f64,
+    /// `2·m·n·k` per matmul with 16-bit inputs (bf16, f16).
+    pub matmul_16bit_flops: f64,
+    /// Fused attention: forward `4·T²·D` per head (QKᵀ and PV), backward `10·T²·D` (scores
+    /// recomputed, then dV, dP, dQ, dK); halved under a causal mask, whose masked tiles are
+    /// skipped.
+    pub attention_flops: f64,
+    /// Bytes read and written by every other kernel (element-wise, reductions, norms, copies).
+    pub elementwise_bytes: f64,
+    /// Kernel calls of any kind (a fixed cost each: dispatch, threads, small-tensor overhead).
+    pub kernels: u64,
+    /// The part of the matmul and attention FLOPs spent re-running checkpointed forwards
+    /// (already included in the fields above).
+    pub recompute_flops: f64,
+}
+
+impl Work {
+    /// All matmul and attention FLOPs.
+    pub fn flops(&self) -> f64 {
+        self.matmul_f32_flops + self.matmul_16bit_flops + self.attention_flops
+    }
+}
+
+impl std::ops::Sub for Work {
+    type Output = Work;
+    fn sub(self, o: Work) -> Work {
+        Work {
+            matmul_f32_flops: self.matmul_f32_flops - o.matmul_f32_flops,
+            matmul_16bit_flops: self.matmul_16bit_flops - o.matmul_16bit_flops,
+            attention_flops: self.attention_flops - o.attention_flops,
+            elementwise_bytes: self.elementwise_bytes - o.elementwise_bytes,
+            kernels: self.kernels.saturating_sub(o.kernels),
+            recompute_flops: self.recompute_flops - o.recompute_flops,
+        }
+    }
+}
+
+thread_local! {
+    static METER: RefCell<Option<Work>> = const { RefCell::new(None) };
+    static RECOMPUTING: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Runs `f`, a checkpoint scope's recomputation: the FLOPs it counts are also recompute FLOPs.
+pub(crate) fn recomputing<R>(f: impl FnOnce() -> R) -> R {
+    RECOMPUTING.with(|r| r.set(r.get() + 1));
+    let out = f();
+    RECOMPUTING.with(|r| r.set(r.get() - 1));
+    out
+}
+
+/// The work counted so far in the innermost open [`count_work`] scope of this thread.
+pub fn work_so_far() -> Option<Work> {
+    METER.with(|m| *m.borrow())
+}
+
+fn add_flops(w: &mut Work, flops: f64) {
+    if RECOMPUTING.with(Cell::get) > 0 {
+        w.recompute_flops += flops;
+    }
+}
+
+/// Runs `f` and returns the work of the shape-only kernels it ran on this thread. Scopes nest:
+/// an inner scope's work is also counted by the outer one.
+pub fn count_work<R>(f: impl FnOnce() -> R) -> (R, Work) {
+    let outer = METER.with(|m| m.borrow_mut().replace(Work::default()));
+    let result = f();
+    let inner = METER.with(|m| m.borrow_mut().take()).unwrap_or_default();
+    if let Some(mut outer) = outer {
+        outer.matmul_f32_flops += inner.matmul_f32_flops;
+        outer.matmul_16bit_flops += inner.matmul_16bit_flops;
+        outer.attention_flops += inner.attention_flops;
+        outer.elementwise_bytes += inner.elementwise_bytes;
+        outer.kernels += inner.kernels;
+        outer.recompute_flops += inner.recompute_flops;
+        METER.with(|m| *m.borrow_mut() = Some(outer));
+    }
+    (result, inner)
+}
+
+fn record(f: impl FnOnce(&mut Work)) {
+    METER.with(|m| {
+        if let Some(w) = m.borrow_mut().as_mut() {
+            w.kernels += 1;
+            f(w);
+        }
+    });
+}
+
+fn bytes(dtype: DType, numel: usize) -> f64 {
+    (dtype.size_in_bytes() * numel) as f64
+}
+
+/// An element-wise kernel reading `srcs` and writing `dsts`.
+pub(crate) fn elementwise(srcs: &[&Src], dsts: &[&Dst]) {
+    record(|w| {
+        let read: f64 = srcs.iter().map(|s| bytes(s.dtype, s.layout.numel())).sum();
+        let written: f64 = dsts.iter().map(|d| bytes(d.dtype, d.layout.numel())).sum();
+        w.elementwise_bytes += read + written;
+    });
+}
+
+/// A kernel that only writes `dst` (fill, upload).
+pub(crate) fn write_only(dst: &Dst) {
+    elementwise(&[], &[dst]);
+}
+
+/// A batched `(m, k) @ (k, n)` matmul with inputs of `dtype`.
+pub(crate) fn matmul(dtype: DType, batch: usize, m: usize, n: usize, k: usize) {
+    record(|w| {
+        let flops = 2.0 * (batch * m * n * k) as f64;
+        if dtype == DType::F32 {
+            w.matmul_f32_flops += flops;
+        } else {
+            w.matmul_16bit_flops += flops;
+        }
+        add_flops(w, flops);
+    });
+}
+
+/// A fused attention over `heads` (batch × heads) of `t` positions and head width `d`.
+pub(crate) fn attention(heads: usize, t: usize, d: usize, causal: bool, backward: bool) {
+    record(|w| {
+        let per_head = if backward { 10.0 } else { 4.0 } * (t * t * d) as f64;
+        let visible = if causal { 0.5 } else { 1.0 };
+        let flops = heads as f64 * per_head * visible;
+        w.attention_flops += flops;
+        add_flops(w, flops);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_is_counted_outside_a_scope_and_scopes_nest() {
+        matmul(DType::F32, 1, 2, 3, 4); // no scope: ignored
+        let ((), outer) = count_work(|| {
+            matmul(DType::F32, 1, 2, 3, 4);
+            let ((), inner) = count_work(|| matmul(DType::BF16, 2, 8, 8, 8));
+            assert_eq!(inner.matmul_16bit_flops, 2.0 * 2.0 * 512.0);
+            assert_eq!(inner.kernels, 1);
+        });
+        assert_eq!(outer.matmul_f32_flops, 48.0);
+        assert_eq!(outer.matmul_16bit_flops, 2048.0);
+        assert_eq!(outer.kernels, 2);
+        attention(4, 16, 8, true, false);
+        let ((), a) = count_work(|| attention(4, 16, 8, true, true));
+        assert_eq!(a.attention_flops, 4.0 * 10.0 * 16.0 * 16.0 * 8.0 * 0.5);
+        assert_eq!(a.recompute_flops, 0.0);
+        let ((), r) = count_work(|| {
+            matmul(DType::F32, 1, 2, 2, 2);
+            recomputing(|| matmul(DType::F32, 1, 4, 4, 4));
+        });
+        assert_eq!((r.matmul_f32_flops, r.recompute_flops), (144.0, 128.0));
+    }
+}

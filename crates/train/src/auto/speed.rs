@@ -1,0 +1,239 @@
+//! How fast this machine runs headroom's kernels, measured, and the step time of a counted
+//! amount of work. A dry run counts a step's work (matmul FLOPs by input width, fused-attention
+//! FLOPs, element-wise bytes, kernel calls; recomputation included); the same small workloads
+//! are counted on a shape-only device and timed on the CPU backend, so each rate is work over
+//! time in the same units as the count:
+//!
+//! - per-kernel overhead: a one-element `add`;
+//! - element-wise bandwidth: an `add` of two 4 Mi-element f32 tensors, less the overhead;
+//! - matmul FLOP/s, f32 and 16-bit (bf16 inputs widened around the GEMM, as the engine does), at
+//!   the model's own largest matmul (micro-batch × sequence rows, width × FFN);
+//! - fused-attention FLOP/s: forward and backward at the model's head shape (GPTs only).
+//!
+//! `time = f32 FLOPs / R32 + 16-bit FLOPs / R16 + attention FLOPs / Ratt + bytes / BW +
+//! kernels × overhead`. The model has no overlap or cache effects; its error against measured
+//! steps is in docs/benchmarks.md.
+//!
+//! Not for: memory (the dry run measures that) or GPU time (the planner's analytical model).
+
+use headroom_memory::{AllocatorConfig, Category, Device};
+use headroom_tensor::backend::work::{Work, count_work};
+use headroom_tensor::{DType, Gradients, Result, Tape, Tensor};
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// Measured rates of this machine's CPU backend.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct SpeedModel {
+    pub matmul_f32_flops_per_s: f64,
+    pub matmul_16bit_flops_per_s: f64,
+    pub attention_flops_per_s: f64,
+    pub elementwise_bytes_per_s: f64,
+    pub kernel_overhead_s: f64,
+}
+
+/// Predicted time of one optimizer step.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct StepTime {
+    pub step_s: f64,
+    pub tokens_per_s: f64,
+    /// Matmul and attention FLOPs of the step without recomputation.
+    pub model_flops: f64,
+    /// FLOPs of re-run checkpointed forwards.
+    pub recompute_flops: f64,
+    /// Matmul and attention time.
+    pub compute_s: f64,
+    /// Element-wise, reduction, norm and copy kernels (memory bound).
+    pub memory_bound_s: f64,
+    /// Fixed cost of every kernel call.
+    pub kernel_overhead_s: f64,
+    /// Single-device engine: nothing is communicated or offloaded.
+    pub exposed_communication_s: f64,
+    pub offload_s: f64,
+    pub communication_bytes_per_device: f64,
+    /// Model FLOPs per second over the measured f32 matmul rate.
+    pub mfu: f64,
+}
+
+/// The shapes the rates are measured at.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CalibrationShapes {
+    /// Rows, inner and output width of the model's largest matmul.
+    pub matmul: (usize, usize, usize),
+    /// `(batch × heads, sequence, head width)` of the attention, if the model has one.
+    pub attention: Option<(usize, usize, usize)>,
+}
+
+/// How long each measurement repeats its workload (best of three such batches).
+const MEASURE_FOR: Duration = Duration::from_millis(25);
+/// Element-wise calibration size: large enough to leave the caches.
+const STREAM_ELEMENTS: usize = 4 << 20;
+
+impl SpeedModel {
+    /// Measures the rates at `shapes` (a few tenths of a second).
+    pub fn measure(shapes: CalibrationShapes) -> Result<SpeedModel> {
+        let small = calibrate(|d| {
+            let a = filled(d, &[1], DType::F32)?;
+            a.add(&a).map(drop)
+        })?;
+        let overhead = small.seconds / small.work.kernels.max(1) as f64;
+        let stream = calibrate(|d| {
+            let a = filled(d, &[STREAM_ELEMENTS], DType::F32)?;
+            let b = filled(d, &[STREAM_ELEMENTS], DType::F32)?;
+            a.add(&b).map(drop)
+        })?;
+        let bandwidth = stream.work.elementwise_bytes / stream.rest(overhead, f64::INFINITY);
+        let (m, k, n) = shapes.matmul;
+        let gemm = |dtype| {
+            calibrate(move |d| {
+                let a = filled(d, &[m, k], dtype)?;
+                let b = filled(d, &[k, n], dtype)?;
+                a.matmul(&b).map(drop)
+            })
+        };
+        let f32_run = gemm(DType::F32)?;
+        let b16_run = gemm(DType::BF16)?;
+        let r32 = f32_run.work.matmul_f32_flops / f32_run.rest(overhead, bandwidth);
+        let r16 = b16_run.work.matmul_16bit_flops / b16_run.rest(overhead, bandwidth);
+        let attention = match shapes.attention {
+            Some((bh, t, hd)) => {
+                let run = calibrate(move |d| {
+                    let q = filled(d, &[1, bh, t, hd], DType::F32)?.track();
+                    let tape = Tape::new();
+                    let loss = tape.record(|| {
+                        Tensor::attention(&q, &q, &q, true, 1.0 / (hd as f32).sqrt(), 0.0)?
+                            .sum_all()
+                    })?;
+                    let mut grads = Gradients::new();
+                    tape.backward(&loss, &mut grads)
+                })?;
+                run.work.attention_flops / run.rest(overhead, bandwidth)
+            }
+            None => r32,
+        };
+        Ok(SpeedModel {
+            matmul_f32_flops_per_s: r32,
+            matmul_16bit_flops_per_s: r16,
+            attention_flops_per_s: attention,
+            elementwise_bytes_per_s: bandwidth,
+            kernel_overhead_s: overhead,
+        })
+    }
+
+    /// Time of a step doing `work` on `tokens` tokens.
+    pub fn step_time(&self, work: &Work, tokens: f64) -> StepTime {
+        let compute_s = work.matmul_f32_flops / self.matmul_f32_flops_per_s
+            + work.matmul_16bit_flops / self.matmul_16bit_flops_per_s
+            + work.attention_flops / self.attention_flops_per_s;
+        let memory_bound_s = work.elementwise_bytes / self.elementwise_bytes_per_s;
+        let kernel_overhead_s = work.kernels as f64 * self.kernel_overhead_s;
+        let step_s = compute_s + memory_bound_s + kernel_overhead_s;
+        let model_flops = work.flops() - work.recompute_flops;
+        StepTime {
+            step_s,
+            tokens_per_s: tokens / step_s,
+            model_flops,
+            recompute_flops: work.recompute_flops,
+            compute_s,
+            memory_bound_s,
+            kernel_overhead_s,
+            exposed_communication_s: 0.0,
+            offload_s: 0.0,
+            communication_bytes_per_device: 0.0,
+            mfu: model_flops / step_s / self.matmul_f32_flops_per_s,
+        }
+    }
+}
+
+/// One calibration: the workload's counted work and its best measured time.
+struct Measured {
+    work: Work,
+    seconds: f64,
+}
+
+impl Measured {
+    /// Seconds left for the work's main kind once the overhead of its kernels and (unless
+    /// `bandwidth` is infinite) its element-wise bytes are taken out.
+    fn rest(&self, overhead: f64, bandwidth: f64) -> f64 {
+        let other = self.work.kernels as f64 * overhead + self.work.elementwise_bytes / bandwidth;
+        (self.seconds - other).max(self.seconds * 0.05)
+    }
+}
+
+fn filled(device: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
+    Tensor::full(device, shape, 0.5, dtype, Category::Input, None)
+}
+
+/// Counts `f`'s work on a shape-only device, then times it on a CPU device (inputs included:
+/// they are built by `f` and are part of the work too).
+fn calibrate(f: impl Fn(&Device) -> Result<()>) -> Result<Measured> {
+    let capacity = 8u64 << 30;
+    let shape_only = Device::shape_only(capacity, AllocatorConfig::default());
+    let (counted, work) = count_work(|| f(&shape_only));
+    counted?;
+    let cpu = Device::cpu(capacity, AllocatorConfig::default());
+    f(&cpu)?; // warm-up: segments reserved, pages touched
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let started = Instant::now();
+        let mut runs = 0u32;
+        while runs < 2 || started.elapsed() < MEASURE_FOR {
+            f(&cpu)?;
+            runs += 1;
+        }
+        best = best.min(started.elapsed().as_secs_f64() / f64::from(runs));
+    }
+    Ok(Measured {
+        work,
+        seconds: best,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headroom_tensor::backend::work::Work;
+
+    #[test]
+    fn step_time_adds_the_parts_at_their_rates() {
+        let speed = SpeedModel {
+            matmul_f32_flops_per_s: 1e9,
+            matmul_16bit_flops_per_s: 5e8,
+            attention_flops_per_s: 2e8,
+            elementwise_bytes_per_s: 1e9,
+            kernel_overhead_s: 1e-6,
+        };
+        let work = Work {
+            matmul_f32_flops: 2e9,
+            matmul_16bit_flops: 1e9,
+            attention_flops: 2e8,
+            elementwise_bytes: 5e8,
+            kernels: 1000,
+            recompute_flops: 1e9,
+        };
+        let t = speed.step_time(&work, 1000.0);
+        // 2 + 2 + 1 s of compute, 0.5 s memory bound, 1 ms overhead.
+        assert!((t.compute_s - 5.0).abs() < 1e-12);
+        assert!((t.step_s - 5.501).abs() < 1e-12);
+        assert_eq!(t.model_flops, 2.2e9);
+        assert!((t.tokens_per_s - 1000.0 / 5.501).abs() < 1e-9);
+    }
+
+    #[test]
+    fn measured_rates_are_positive_and_finite() {
+        let speed = SpeedModel::measure(CalibrationShapes {
+            matmul: (64, 32, 64),
+            attention: Some((2, 16, 8)),
+        })
+        .unwrap();
+        for r in [
+            speed.matmul_f32_flops_per_s,
+            speed.matmul_16bit_flops_per_s,
+            speed.attention_flops_per_s,
+            speed.elementwise_bytes_per_s,
+            speed.kernel_overhead_s,
+        ] {
+            assert!(r.is_finite() && r > 0.0, "{speed:?}");
+        }
+    }
+}
