@@ -62,10 +62,12 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         );
     }
     let Some(best) = outcome.recommended() else {
+        let missing = shortfall.map_or(0, |s| s.missing_bytes_per_device);
         bail!(
-            "no strategy fits the device budget of {}: {} missing at best (see above)",
+            "no strategy fits the device budget of {}: {} missing at best; raise --device-memory to at least {}, or shorten --seq-len",
             format_bytes(budget),
-            format_bytes(shortfall.map_or(0, |s| s.missing_bytes_per_device))
+            format_bytes(missing),
+            format_bytes(budget + missing)
         );
     };
     for pair in args.emit.chunks(2) {
