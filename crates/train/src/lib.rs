@@ -2,6 +2,8 @@
 //! (micro-batch and accumulation, mixed precision with loss scaling, validation without a tape),
 //! checkpoints and the run's report.
 
+pub mod accuracy;
+pub mod analytical;
 pub mod auto;
 pub mod checkpoint;
 pub mod config;

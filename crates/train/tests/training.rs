@@ -255,6 +255,33 @@ fn a_budget_30_percent_short_recovers_with_the_same_effective_batch_and_loss() {
 }
 
 #[test]
+fn a_step_peak_that_grows_is_caught_without_any_growth_between_steps() {
+    let mut t = trainer(config("fp32", 6));
+    t.set_hooks(TrainerHooks {
+        grow_step_buffer: true,
+        ..Default::default()
+    });
+    let report = t.train(&mut |_| {}).unwrap().clone();
+    // The buffer is freed at every step's end: bytes between steps stay constant, so the one
+    // warning is the step-peak one. It grows by one 16 KiB row (4,096 f32) per step: 2 rows
+    // in the step that ends the warm-up (step 2), 3 in the next, where the guard speaks.
+    assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
+    let w = &report.warnings[0];
+    assert!(w.contains("step's peak grew"), "{w}");
+    assert!(w.contains("`activation`"), "{w}");
+    assert!(
+        w.contains("hook.history (activation: 32.00 KiB → 48.00 KiB)"),
+        "{w}"
+    );
+    // Without the hook the same run warns of nothing.
+    let clean = trainer(config("fp32", 6))
+        .train(&mut |_| {})
+        .unwrap()
+        .clone();
+    assert!(clean.warnings.is_empty(), "{:?}", clean.warnings);
+}
+
+#[test]
 fn a_leaking_run_is_caught_with_the_category_named() {
     let mut t = trainer(config("fp32", 5));
     t.set_hooks(TrainerHooks {

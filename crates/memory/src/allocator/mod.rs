@@ -14,8 +14,10 @@ mod blocks;
 mod expandable;
 mod reclaim;
 mod view;
+mod window;
 
 pub use view::{BlockState, BlockView, SegmentView};
+pub use window::{NameBytes, Window};
 
 use crate::breakdown::CategoryBytes;
 use crate::category::Category;
@@ -67,6 +69,8 @@ pub struct CachingAllocator {
     searches: [u64; 2],
     stats: DeviceStats,
     trace: Trace,
+    /// The open measurement window, if a caller opened one.
+    window: Option<Window>,
 }
 
 impl CachingAllocator {
@@ -92,6 +96,7 @@ impl CachingAllocator {
             searches: [0, 0],
             stats,
             trace: Trace::default(),
+            window: None,
         }
     }
 
@@ -143,6 +148,31 @@ impl CachingAllocator {
     /// `reset_peak_memory_stats()`.
     pub fn reset_peak_stats(&mut self) {
         self.stats.reset_peaks();
+    }
+
+    /// Opens a measurement window (closing the previous one): its peak, the breakdown at that
+    /// peak and each name's largest live bytes start from what is live now.
+    pub fn open_window(&mut self) {
+        let allocated = self.allocated();
+        let by_category = self.stats.current_category_bytes();
+        let mut w = self.window.take().unwrap_or_default();
+        if w.names.is_empty() {
+            for seg in self.segments() {
+                for b in seg.blocks.iter().filter(|b| b.category.is_some()) {
+                    let name: Arc<str> = Arc::from(b.name.as_deref().unwrap_or("(unnamed)"));
+                    let e = w.names.entry(name).or_default();
+                    e.category = b.category;
+                    e.live += b.size;
+                }
+            }
+        }
+        w.open(allocated, by_category);
+        self.window = Some(w);
+    }
+
+    /// The open window, if any.
+    pub fn window(&self) -> Option<&Window> {
+        self.window.as_ref()
     }
 
     /// Allocates `size` bytes tagged with `category` and an optional name.
@@ -300,6 +330,16 @@ impl CachingAllocator {
         if self.stats.allocated_bytes.all.current > old_peak {
             self.stats.category_bytes_at_peak = self.stats.current_category_bytes();
         }
+        if let Some(w) = self.window.as_mut() {
+            let stats = &self.stats;
+            w.on_alloc(
+                stats.allocated_bytes.all.current as u64,
+                || stats.current_category_bytes(),
+                category,
+                name.as_ref(),
+                size,
+            );
+        }
         self.trace
             .record(TraceAction::Alloc, addr, requested, Some((category, name)));
         Allocation {
@@ -323,6 +363,9 @@ impl CachingAllocator {
             self.stats.oversize_allocations.decrease(1);
         }
         self.stats.category_bytes[category.index()].decrease(size);
+        if let Some(w) = self.window.as_mut() {
+            w.on_free(name.as_ref(), size);
+        }
         let tag = Some((category, name));
         self.trace
             .record(TraceAction::FreeRequested, addr, requested, tag.clone());

@@ -18,7 +18,8 @@
 //! | MoE | MLP expert part × experts_per_token + 4·sbE router logits | — |
 //!
 //! The 34·sbh + 5·as²b of Eq. 1 is reproduced exactly for GPT-style blocks (see tests).
-//! T5 decoder blocks add a cross-attention costed like a self-attention plus a third norm.
+//! T5 decoder blocks add a cross-attention costed like a self-attention plus a third norm. A
+//! block without attention (headroom's residual MLP) keeps one norm input and the MLP terms.
 //!
 //! Not for: parameters, gradients or optimizer states (see `memory`).
 
@@ -54,12 +55,15 @@ pub fn block(spec: &ModelSpec, s: f64, b: f64, e: f64, attention: Attention) -> 
     let sb = s * b;
     let drop = if spec.dropout { 1.0 } else { 0.0 };
 
-    let norms = 2.0 * e * sb * h;
-    let attn_linear = e * sb * (h + q + kv + kv + q) + drop * sb * h;
-    let core = match attention {
-        Attention::Naive => e * a * s * s * b + drop * (a * s * s * b + e * a * s * s * b),
-        Attention::MemoryEfficient => 4.0 * a * s * b,
-    };
+    // A block without attention (the residual MLP) has one norm and no attention terms.
+    let attention_blocks = if spec.has_attention() { 1.0 } else { 0.0 };
+    let norms = (1.0 + attention_blocks) * e * sb * h;
+    let attn_linear = attention_blocks * (e * sb * (h + q + kv + kv + q) + drop * sb * h);
+    let core = attention_blocks
+        * match attention {
+            Attention::Naive => e * a * s * s * b + drop * (a * s * s * b + e * a * s * s * b),
+            Attention::MemoryEfficient => 4.0 * a * s * b,
+        };
     let k = spec.experts_per_token as f64;
     let mlp = match spec.mlp {
         MlpKind::Plain => e * sb * h + k * 2.0 * e * sb * f + drop * sb * h,

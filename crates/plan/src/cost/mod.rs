@@ -71,7 +71,11 @@ impl ModelFacts {
             adafactor_state_elements: inv.adafactor_state_elements(),
             active_matmul_params: inv.active_matmul_params(spec),
             active_block_matmul_params: inv.active_block_matmul_params(spec),
-            attention_layers: spec.num_layers + 2 * spec.num_decoder_layers,
+            attention_layers: if spec.has_attention() {
+                spec.num_layers + 2 * spec.num_decoder_layers
+            } else {
+                0
+            },
         }
     }
 }

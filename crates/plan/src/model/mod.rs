@@ -25,6 +25,9 @@ pub enum Family {
     GptNeox,
     Bert,
     T5,
+    /// headroom's residual MLP (no attention): embedding, blocks `x + W2·GELU(W1·LN(x))`, final
+    /// norm, untied output head. Not a Hugging Face family; built from a headroom model.
+    ResMlp,
 }
 
 impl Family {
@@ -39,6 +42,7 @@ impl Family {
             Family::GptNeox => "gpt_neox",
             Family::Bert => "bert",
             Family::T5 => "t5",
+            Family::ResMlp => "headroom_resmlp",
         }
     }
 
@@ -54,6 +58,7 @@ impl Family {
             Family::GptNeox => "GPTNeoXLayer",
             Family::Bert => "BertLayer",
             Family::T5 => "T5Block",
+            Family::ResMlp => "ResMlpBlock",
         }
     }
 }
@@ -111,6 +116,11 @@ impl ModelSpec {
     /// Width of the key/value projections (`kv_heads × head_dim`; smaller with GQA).
     pub fn kv_dim(&self) -> u64 {
         self.num_kv_heads * self.head_dim
+    }
+
+    /// Whether the blocks have attention (every family but the residual MLP).
+    pub fn has_attention(&self) -> bool {
+        self.num_heads > 0
     }
 
     /// All transformer blocks, encoder and decoder.

@@ -97,6 +97,7 @@ impl ParamInventory {
             Family::GptNeox => b.gpt_neox(),
             Family::Bert => b.bert(),
             Family::T5 => b.t5(),
+            Family::ResMlp => b.resmlp(),
         }
         let has_head = !matches!(spec.family, Family::Bert);
         let tied_head_matmul = if spec.tie_word_embeddings && has_head {
@@ -419,6 +420,22 @@ impl Builder<'_> {
         if !s.tie_word_embeddings {
             self.top("lm_head", linear(s.vocab_size, h, false), false, None);
         }
+    }
+
+    /// headroom's residual MLP: `embed`, blocks of `ln`, `fc1`, `fc2` (with biases), `ln_f`
+    /// and an untied `head` without bias.
+    fn resmlp(&mut self) {
+        let s = self.spec;
+        let (h, inter) = (s.hidden_size, s.intermediate_size);
+        self.top("embed", embedding(s.vocab_size, h), true, None);
+        let unit = "blocks.*";
+        for i in 0..s.num_layers {
+            self.in_block("blocks.*.ln", i, unit, norm(h, true));
+            self.in_block("blocks.*.fc1", i, unit, linear(inter, h, true));
+            self.in_block("blocks.*.fc2", i, unit, linear(h, inter, true));
+        }
+        self.top("ln_f", norm(h, true), true, None);
+        self.top("head", linear(s.vocab_size, h, false), false, None);
     }
 
     /// `GPTNeoXForCausalLM` (Pythia): fused QKV, parallel residual, untied `embed_out`.

@@ -1,7 +1,7 @@
 //! What a sequence of kernels would cost to compute, counted without computing: the shape-only
-//! backend records, for every kernel it stands in for, the matmul FLOPs (by input width), the
-//! fused-attention FLOPs, the bytes element-wise kernels read and write, and the number of
-//! kernel calls. A dry run wrapped in [`count_work`] therefore yields the work of a real step,
+//! backend records, for every kernel it stands in for, the matmul FLOPs and the bytes
+//! element-wise kernels read and write (both by storage width), the fused-attention FLOPs, and
+//! the number of kernel calls. A dry run wrapped in [`count_work`] therefore yields the work of a real step,
 //! recomputation included, which a speed model turns into time.
 //!
 //! Counting is per thread (a dry run runs its kernels on the calling thread) and only while a
@@ -13,19 +13,54 @@ use super::{Dst, Src};
 use crate::dtype::DType;
 use std::cell::{Cell, RefCell};
 
+/// A quantity per storage width: the CPU kernels run f32 natively and widen bf16 and f16 on
+/// load (f16 the slowest), so each width has its own speed. Integer tensors count as f32.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PerWidth {
+    pub f32: f64,
+    pub bf16: f64,
+    pub f16: f64,
+}
+
+impl PerWidth {
+    fn add(&mut self, dtype: DType, v: f64) {
+        match dtype {
+            DType::BF16 => self.bf16 += v,
+            DType::F16 => self.f16 += v,
+            DType::F32 | DType::I32 | DType::I64 => self.f32 += v,
+        }
+    }
+
+    pub fn total(&self) -> f64 {
+        self.f32 + self.bf16 + self.f16
+    }
+
+    /// `Σ self[w] / rate[w]`.
+    pub fn over(&self, rate: &PerWidth) -> f64 {
+        self.f32 / rate.f32 + self.bf16 / rate.bf16 + self.f16 / rate.f16
+    }
+
+    fn plus(self, o: PerWidth, sign: f64) -> PerWidth {
+        PerWidth {
+            f32: self.f32 + sign * o.f32,
+            bf16: self.bf16 + sign * o.bf16,
+            f16: self.f16 + sign * o.f16,
+        }
+    }
+}
+
 /// Work of the kernels run inside a [`count_work`] scope.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Work {
-    /// `2·m·n·k` per matmul with f32 inputs.
-    pub matmul_f32_flops: f64,
-    /// `2·m·n·k` per matmul with 16-bit inputs (bf16, f16).
-    pub matmul_16bit_flops: f64,
+    /// `2·m·n·k` per matmul, by the width of its inputs.
+    pub matmul_flops: PerWidth,
     /// Fused attention: forward `4·T²·D` per head (QKᵀ and PV), backward `10·T²·D` (scores
     /// recomputed, then dV, dP, dQ, dK); halved under a causal mask, whose masked tiles are
     /// skipped.
     pub attention_flops: f64,
-    /// Bytes read and written by every other kernel (element-wise, reductions, norms, copies).
-    pub elementwise_bytes: f64,
+    /// Bytes read and written by every other kernel (element-wise, reductions, norms, copies),
+    /// by the width of each operand.
+    pub elementwise_bytes: PerWidth,
     /// Kernel calls of any kind (a fixed cost each: dispatch, threads, small-tensor overhead).
     pub kernels: u64,
     /// The part of the matmul and attention FLOPs spent re-running checkpointed forwards
@@ -36,21 +71,28 @@ pub struct Work {
 impl Work {
     /// All matmul and attention FLOPs.
     pub fn flops(&self) -> f64 {
-        self.matmul_f32_flops + self.matmul_16bit_flops + self.attention_flops
+        self.matmul_flops.total() + self.attention_flops
+    }
+
+    fn plus(self, o: Work, sign: f64) -> Work {
+        Work {
+            matmul_flops: self.matmul_flops.plus(o.matmul_flops, sign),
+            attention_flops: self.attention_flops + sign * o.attention_flops,
+            elementwise_bytes: self.elementwise_bytes.plus(o.elementwise_bytes, sign),
+            kernels: if sign > 0.0 {
+                self.kernels + o.kernels
+            } else {
+                self.kernels.saturating_sub(o.kernels)
+            },
+            recompute_flops: self.recompute_flops + sign * o.recompute_flops,
+        }
     }
 }
 
 impl std::ops::Sub for Work {
     type Output = Work;
     fn sub(self, o: Work) -> Work {
-        Work {
-            matmul_f32_flops: self.matmul_f32_flops - o.matmul_f32_flops,
-            matmul_16bit_flops: self.matmul_16bit_flops - o.matmul_16bit_flops,
-            attention_flops: self.attention_flops - o.attention_flops,
-            elementwise_bytes: self.elementwise_bytes - o.elementwise_bytes,
-            kernels: self.kernels.saturating_sub(o.kernels),
-            recompute_flops: self.recompute_flops - o.recompute_flops,
-        }
+        self.plus(o, -1.0)
     }
 }
 
@@ -84,14 +126,8 @@ pub fn count_work<R>(f: impl FnOnce() -> R) -> (R, Work) {
     let outer = METER.with(|m| m.borrow_mut().replace(Work::default()));
     let result = f();
     let inner = METER.with(|m| m.borrow_mut().take()).unwrap_or_default();
-    if let Some(mut outer) = outer {
-        outer.matmul_f32_flops += inner.matmul_f32_flops;
-        outer.matmul_16bit_flops += inner.matmul_16bit_flops;
-        outer.attention_flops += inner.attention_flops;
-        outer.elementwise_bytes += inner.elementwise_bytes;
-        outer.kernels += inner.kernels;
-        outer.recompute_flops += inner.recompute_flops;
-        METER.with(|m| *m.borrow_mut() = Some(outer));
+    if let Some(outer) = outer {
+        METER.with(|m| *m.borrow_mut() = Some(outer.plus(inner, 1.0)));
     }
     (result, inner)
 }
@@ -112,9 +148,14 @@ fn bytes(dtype: DType, numel: usize) -> f64 {
 /// An element-wise kernel reading `srcs` and writing `dsts`.
 pub(crate) fn elementwise(srcs: &[&Src], dsts: &[&Dst]) {
     record(|w| {
-        let read: f64 = srcs.iter().map(|s| bytes(s.dtype, s.layout.numel())).sum();
-        let written: f64 = dsts.iter().map(|d| bytes(d.dtype, d.layout.numel())).sum();
-        w.elementwise_bytes += read + written;
+        for s in srcs {
+            w.elementwise_bytes
+                .add(s.dtype, bytes(s.dtype, s.layout.numel()));
+        }
+        for d in dsts {
+            w.elementwise_bytes
+                .add(d.dtype, bytes(d.dtype, d.layout.numel()));
+        }
     });
 }
 
@@ -127,11 +168,7 @@ pub(crate) fn write_only(dst: &Dst) {
 pub(crate) fn matmul(dtype: DType, batch: usize, m: usize, n: usize, k: usize) {
     record(|w| {
         let flops = 2.0 * (batch * m * n * k) as f64;
-        if dtype == DType::F32 {
-            w.matmul_f32_flops += flops;
-        } else {
-            w.matmul_16bit_flops += flops;
-        }
+        w.matmul_flops.add(dtype, flops);
         add_flops(w, flops);
     });
 }
@@ -157,11 +194,11 @@ mod tests {
         let ((), outer) = count_work(|| {
             matmul(DType::F32, 1, 2, 3, 4);
             let ((), inner) = count_work(|| matmul(DType::BF16, 2, 8, 8, 8));
-            assert_eq!(inner.matmul_16bit_flops, 2.0 * 2.0 * 512.0);
+            assert_eq!(inner.matmul_flops.bf16, 2.0 * 2.0 * 512.0);
             assert_eq!(inner.kernels, 1);
         });
-        assert_eq!(outer.matmul_f32_flops, 48.0);
-        assert_eq!(outer.matmul_16bit_flops, 2048.0);
+        assert_eq!(outer.matmul_flops.f32, 48.0);
+        assert_eq!(outer.matmul_flops.bf16, 2048.0);
         assert_eq!(outer.kernels, 2);
         attention(4, 16, 8, true, false);
         let ((), a) = count_work(|| attention(4, 16, 8, true, true));
@@ -171,6 +208,6 @@ mod tests {
             matmul(DType::F32, 1, 2, 2, 2);
             recomputing(|| matmul(DType::F32, 1, 4, 4, 4));
         });
-        assert_eq!((r.matmul_f32_flops, r.recompute_flops), (144.0, 128.0));
+        assert_eq!((r.matmul_flops.f32, r.recompute_flops), (144.0, 128.0));
     }
 }

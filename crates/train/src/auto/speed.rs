@@ -5,30 +5,50 @@
 //! time in the same units as the count:
 //!
 //! - per-kernel overhead: a one-element `add`;
-//! - element-wise bandwidth: an `add` of two 4 Mi-element f32 tensors, less the overhead;
-//! - matmul FLOP/s, f32 and 16-bit (bf16 inputs widened around the GEMM, as the engine does), at
-//!   the model's own largest matmul (micro-batch × sequence rows, width × FFN);
+//! - element-wise bandwidth per storage width (f32, bf16, f16: 16-bit values are widened one by
+//!   one, which costs more than their bytes): an `add` of two 4 Mi-element tensors, less the
+//!   overhead;
+//! - matmul FLOP/s per input width (16-bit inputs widened around the GEMM, as the engine does):
+//!   forward and backward of the model's own largest linear layer (micro-batch × sequence rows,
+//!   width × FFN), so backward's transposed operands count as in a step;
 //! - fused-attention FLOP/s: forward and backward at the model's head shape (GPTs only).
 //!
-//! `time = f32 FLOPs / R32 + 16-bit FLOPs / R16 + attention FLOPs / Ratt + bytes / BW +
-//! kernels × overhead`. The model has no overlap or cache effects; its error against measured
+//! `time = Σ_width matmul FLOPs / R_width + attention FLOPs / R_att + Σ_width bytes / BW_width
+//! + kernels × overhead`. The model has no overlap or cache effects; its error against measured
 //! steps is in docs/benchmarks.md.
 //!
 //! Not for: memory (the dry run measures that) or GPU time (the planner's analytical model).
 
 use headroom_memory::{AllocatorConfig, Category, Device};
-use headroom_tensor::backend::work::{Work, count_work};
+use headroom_tensor::backend::work::{PerWidth, Work, count_work};
 use headroom_tensor::{DType, Gradients, Result, Tape, Tensor};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
+/// A rate per storage width.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Rates {
+    pub f32: f64,
+    pub bf16: f64,
+    pub f16: f64,
+}
+
+impl Rates {
+    fn per_width(&self) -> PerWidth {
+        PerWidth {
+            f32: self.f32,
+            bf16: self.bf16,
+            f16: self.f16,
+        }
+    }
+}
+
 /// Measured rates of this machine's CPU backend.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct SpeedModel {
-    pub matmul_f32_flops_per_s: f64,
-    pub matmul_16bit_flops_per_s: f64,
+    pub matmul_flops_per_s: Rates,
     pub attention_flops_per_s: f64,
-    pub elementwise_bytes_per_s: f64,
+    pub elementwise_bytes_per_s: Rates,
     pub kernel_overhead_s: f64,
 }
 
@@ -65,7 +85,7 @@ pub struct CalibrationShapes {
 }
 
 /// How long each measurement repeats its workload (best of three such batches).
-const MEASURE_FOR: Duration = Duration::from_millis(25);
+const MEASURE_FOR: Duration = Duration::from_millis(15);
 /// Element-wise calibration size: large enough to leave the caches.
 const STREAM_ELEMENTS: usize = 4 << 20;
 
@@ -77,24 +97,40 @@ impl SpeedModel {
             a.add(&a).map(drop)
         })?;
         let overhead = small.seconds / small.work.kernels.max(1) as f64;
-        let stream = calibrate(|d| {
-            let a = filled(d, &[STREAM_ELEMENTS], DType::F32)?;
-            let b = filled(d, &[STREAM_ELEMENTS], DType::F32)?;
-            a.add(&b).map(drop)
-        })?;
-        let bandwidth = stream.work.elementwise_bytes / stream.rest(overhead, f64::INFINITY);
-        let (m, k, n) = shapes.matmul;
-        let gemm = |dtype| {
-            calibrate(move |d| {
-                let a = filled(d, &[m, k], dtype)?;
-                let b = filled(d, &[k, n], dtype)?;
-                a.matmul(&b).map(drop)
-            })
+        let stream = |dtype| -> Result<f64> {
+            let run = calibrate(move |d| {
+                let a = filled(d, &[STREAM_ELEMENTS], dtype)?;
+                let b = filled(d, &[STREAM_ELEMENTS], dtype)?;
+                a.add(&b).map(drop)
+            })?;
+            let bytes = run.work.elementwise_bytes.total();
+            Ok(bytes / run.rest(overhead, None))
         };
-        let f32_run = gemm(DType::F32)?;
-        let b16_run = gemm(DType::BF16)?;
-        let r32 = f32_run.work.matmul_f32_flops / f32_run.rest(overhead, bandwidth);
-        let r16 = b16_run.work.matmul_16bit_flops / b16_run.rest(overhead, bandwidth);
+        let bandwidth = Rates {
+            f32: stream(DType::F32)?,
+            bf16: stream(DType::BF16)?,
+            f16: stream(DType::F16)?,
+        };
+        let (m, k, n) = shapes.matmul;
+        // A linear layer's forward and backward: x·W, then dY·Wᵀ and Xᵀ·dY, so the transposed
+        // operands of backward (which 16-bit inputs must widen through strided reads) weigh as
+        // they do in a step.
+        let gemm = |dtype| -> Result<f64> {
+            let run = calibrate(move |d| {
+                let x = filled(d, &[m, k], dtype)?.track();
+                let w = filled(d, &[k, n], dtype)?.track();
+                let tape = Tape::new();
+                let loss = tape.record(|| x.matmul(&w)?.sum_all())?;
+                let mut grads = Gradients::new();
+                tape.backward(&loss, &mut grads)
+            })?;
+            Ok(run.work.matmul_flops.total() / run.rest(overhead, Some(&bandwidth)))
+        };
+        let matmul = Rates {
+            f32: gemm(DType::F32)?,
+            bf16: gemm(DType::BF16)?,
+            f16: gemm(DType::F16)?,
+        };
         let attention = match shapes.attention {
             Some((bh, t, hd)) => {
                 let run = calibrate(move |d| {
@@ -107,13 +143,12 @@ impl SpeedModel {
                     let mut grads = Gradients::new();
                     tape.backward(&loss, &mut grads)
                 })?;
-                run.work.attention_flops / run.rest(overhead, bandwidth)
+                run.work.attention_flops / run.rest(overhead, Some(&bandwidth))
             }
-            None => r32,
+            None => matmul.f32,
         };
         Ok(SpeedModel {
-            matmul_f32_flops_per_s: r32,
-            matmul_16bit_flops_per_s: r16,
+            matmul_flops_per_s: matmul,
             attention_flops_per_s: attention,
             elementwise_bytes_per_s: bandwidth,
             kernel_overhead_s: overhead,
@@ -122,10 +157,11 @@ impl SpeedModel {
 
     /// Time of a step doing `work` on `tokens` tokens.
     pub fn step_time(&self, work: &Work, tokens: f64) -> StepTime {
-        let compute_s = work.matmul_f32_flops / self.matmul_f32_flops_per_s
-            + work.matmul_16bit_flops / self.matmul_16bit_flops_per_s
+        let compute_s = work.matmul_flops.over(&self.matmul_flops_per_s.per_width())
             + work.attention_flops / self.attention_flops_per_s;
-        let memory_bound_s = work.elementwise_bytes / self.elementwise_bytes_per_s;
+        let memory_bound_s = work
+            .elementwise_bytes
+            .over(&self.elementwise_bytes_per_s.per_width());
         let kernel_overhead_s = work.kernels as f64 * self.kernel_overhead_s;
         let step_s = compute_s + memory_bound_s + kernel_overhead_s;
         let model_flops = work.flops() - work.recompute_flops;
@@ -140,7 +176,7 @@ impl SpeedModel {
             exposed_communication_s: 0.0,
             offload_s: 0.0,
             communication_bytes_per_device: 0.0,
-            mfu: model_flops / step_s / self.matmul_f32_flops_per_s,
+            mfu: model_flops / step_s / self.matmul_flops_per_s.f32,
         }
     }
 }
@@ -152,10 +188,11 @@ struct Measured {
 }
 
 impl Measured {
-    /// Seconds left for the work's main kind once the overhead of its kernels and (unless
-    /// `bandwidth` is infinite) its element-wise bytes are taken out.
-    fn rest(&self, overhead: f64, bandwidth: f64) -> f64 {
-        let other = self.work.kernels as f64 * overhead + self.work.elementwise_bytes / bandwidth;
+    /// Seconds left for the work's main kind once the overhead of its kernels and (when the
+    /// bandwidths are known) its element-wise bytes are taken out.
+    fn rest(&self, overhead: f64, bandwidth: Option<&Rates>) -> f64 {
+        let bytes = bandwidth.map_or(0.0, |b| self.work.elementwise_bytes.over(&b.per_width()));
+        let other = self.work.kernels as f64 * overhead + bytes;
         (self.seconds - other).max(self.seconds * 0.05)
     }
 }
@@ -192,48 +229,30 @@ fn calibrate(f: impl Fn(&Device) -> Result<()>) -> Result<Measured> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use headroom_tensor::backend::work::Work;
 
     #[test]
     fn step_time_adds_the_parts_at_their_rates() {
+        let rates = |f32, bf16, f16| Rates { f32, bf16, f16 };
         let speed = SpeedModel {
-            matmul_f32_flops_per_s: 1e9,
-            matmul_16bit_flops_per_s: 5e8,
+            matmul_flops_per_s: rates(1e9, 5e8, 2.5e8),
             attention_flops_per_s: 2e8,
-            elementwise_bytes_per_s: 1e9,
+            elementwise_bytes_per_s: rates(1e9, 2.5e8, 1e8),
             kernel_overhead_s: 1e-6,
         };
+        let width = |f32, bf16, f16| PerWidth { f32, bf16, f16 };
         let work = Work {
-            matmul_f32_flops: 2e9,
-            matmul_16bit_flops: 1e9,
+            matmul_flops: width(2e9, 1e9, 0.0),
             attention_flops: 2e8,
-            elementwise_bytes: 5e8,
+            elementwise_bytes: width(5e8, 5e7, 1e7),
             kernels: 1000,
             recompute_flops: 1e9,
         };
         let t = speed.step_time(&work, 1000.0);
-        // 2 + 2 + 1 s of compute, 0.5 s memory bound, 1 ms overhead.
+        // 2 + 2 + 1 s of compute; 0.5 + 0.2 + 0.1 s memory bound; 1 ms of kernel overhead.
         assert!((t.compute_s - 5.0).abs() < 1e-12);
-        assert!((t.step_s - 5.501).abs() < 1e-12);
+        assert!((t.memory_bound_s - 0.8).abs() < 1e-12);
+        assert!((t.step_s - 5.801).abs() < 1e-12);
         assert_eq!(t.model_flops, 2.2e9);
-        assert!((t.tokens_per_s - 1000.0 / 5.501).abs() < 1e-9);
-    }
-
-    #[test]
-    fn measured_rates_are_positive_and_finite() {
-        let speed = SpeedModel::measure(CalibrationShapes {
-            matmul: (64, 32, 64),
-            attention: Some((2, 16, 8)),
-        })
-        .unwrap();
-        for r in [
-            speed.matmul_f32_flops_per_s,
-            speed.matmul_16bit_flops_per_s,
-            speed.attention_flops_per_s,
-            speed.elementwise_bytes_per_s,
-            speed.kernel_overhead_s,
-        ] {
-            assert!(r.is_finite() && r > 0.0, "{speed:?}");
-        }
+        assert!((t.tokens_per_s - 1000.0 / 5.801).abs() < 1e-9);
     }
 }

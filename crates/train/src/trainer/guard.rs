@@ -5,14 +5,17 @@
 //! halves the micro-batch and doubles the accumulation (the same effective batch), and runs the
 //! step again. A micro-batch of one that does not fit ends with the OOM message.
 //!
-//! Leak guard: after warm-up, the bytes each category holds between steps must stay constant.
-//! Growth is reported once, naming the category and the allocations (by name) that multiplied —
-//! the classic causes are tensors kept in a list, a graph kept alive, gradients never cleared.
+//! Leak guard: after warm-up, the bytes each category holds between steps, and each step's
+//! allocated peak, must stay constant. Growth of either is reported once, naming the category
+//! and the allocations (by name) that multiplied or grew — the classic causes are tensors kept
+//! in a list, a graph kept alive, gradients never cleared, a buffer that grows every step. The
+//! step's peak comes from the allocator's measurement window, opened at every step's start.
 //!
 //! Not for: choosing a micro-batch up front (the planner's dry run).
 
 use super::{TrainError, TrainEvent, Trainer};
 use crate::data::DataPosition;
+use headroom_memory::allocator::Window;
 use headroom_memory::size::format_bytes;
 use headroom_memory::{CachingAllocator, Category, CategoryBytes, OutOfMemory};
 use headroom_tensor::rng::RngState;
@@ -29,6 +32,9 @@ type Census = BTreeMap<(Category, String), usize>;
 pub struct LeakGuard {
     baseline: Option<(CategoryBytes, Census)>,
     warned: bool,
+    /// The window of the step that ended the warm-up.
+    peak_baseline: Option<Window>,
+    peak_warned: bool,
 }
 
 fn census(allocator: &CachingAllocator) -> Census {
@@ -82,8 +88,10 @@ impl Trainer {
         Ok(())
     }
 
-    /// Compares the bytes held between steps with the steady state after warm-up.
+    /// Compares the bytes held between steps, and the step's peak, with the steady state after
+    /// warm-up.
     pub(super) fn check_leaks(&mut self, on_event: &mut dyn FnMut(TrainEvent)) {
+        self.check_step_peak(on_event);
         if self.leak_guard.warned || self.step < WARMUP_STEPS {
             return;
         }
@@ -126,6 +134,62 @@ impl Trainer {
         );
         drop(allocator);
         self.leak_guard.warned = true;
+        self.report.warnings.push(message.clone());
+        on_event(TrainEvent::Warning(message));
+    }
+
+    /// Compares the step's allocated peak (its measurement window) with the warm-up's last.
+    fn check_step_peak(&mut self, on_event: &mut dyn FnMut(TrainEvent)) {
+        if self.leak_guard.peak_warned || self.step < WARMUP_STEPS {
+            return;
+        }
+        let allocator = self.device.lock();
+        let Some(window) = allocator.window() else {
+            return;
+        };
+        let Some(base) = &self.leak_guard.peak_baseline else {
+            self.leak_guard.peak_baseline = Some(window.clone());
+            return;
+        };
+        // Growth of what is held between steps raises every later peak too; that is the other
+        // check's to report. This one watches what the step itself adds on top.
+        if window.rise() <= base.rise() {
+            return;
+        }
+        let category = Category::ALL
+            .into_iter()
+            .max_by_key(|&c| window.at_peak[c].saturating_sub(base.at_peak[c]))
+            .unwrap_or(Category::Other);
+        let mut grown: Vec<String> = window
+            .grown_names(base)
+            .into_iter()
+            .map(|(name, now, before)| {
+                format!(
+                    "{name} ({}: {} → {})",
+                    now.category.map_or("?".to_string(), |c| c.to_string()),
+                    format_bytes(before),
+                    format_bytes(now.peak)
+                )
+            })
+            .collect();
+        grown.truncate(8);
+        let message = format!(
+            "memory leak: the step's peak grew from {} at step {WARMUP_STEPS} to {} at step {} (above the bytes held between steps: {} → {}; `{category}` at the peak {} → {}); allocations that grew within the step: {}. A step should peak at the same bytes every time: look for buffers that grow with the step (concatenated histories, caches) or graphs kept into the next step.",
+            format_bytes(base.peak),
+            format_bytes(window.peak),
+            self.step,
+            format_bytes(base.rise()),
+            format_bytes(window.rise()),
+            format_bytes(base.at_peak[category]),
+            format_bytes(window.at_peak[category]),
+            if grown.is_empty() {
+                "(none named)".to_string()
+            } else {
+                grown.join(", ")
+            }
+        );
+        drop(allocator);
+        self.leak_guard.peak_warned = true;
         self.report.warnings.push(message.clone());
         on_event(TrainEvent::Warning(message));
     }

@@ -48,6 +48,8 @@ pub enum TrainError {
     Checkpoint(#[from] CheckpointError),
     #[error(transparent)]
     Policy(#[from] crate::policy::PolicyError),
+    #[error("planner: {0}")]
+    Planner(String),
     #[error(
         "training diverged: the loss is {loss} at step {step}; lower --lr, or use fp32 or bf16-mixed"
     )]
@@ -112,6 +114,9 @@ pub struct TrainerHooks {
     pub force_overflow_at: Option<u64>,
     /// Keep every micro-batch's loss tensor (a leak the guard must catch).
     pub keep_losses: bool,
+    /// Rebuild a history buffer one row longer at every step and free it at the step's end:
+    /// nothing grows between steps, but the step's peak does (the guard must catch it).
+    pub grow_step_buffer: bool,
 }
 
 /// A training run in progress.

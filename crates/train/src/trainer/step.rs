@@ -13,7 +13,7 @@ use crate::scaler::ScalerDecision;
 use headroom_memory::Category;
 use headroom_nn::grad::{GradStats, grad_multiplier, grad_stats};
 use headroom_nn::optim::FlatParams;
-use headroom_tensor::Tape;
+use headroom_tensor::{DType, Tape, Tensor};
 
 impl Trainer {
     /// Runs one optimizer step; returns its training loss (mean over micro-batches).
@@ -24,6 +24,20 @@ impl Trainer {
         let accumulation = self.config.accumulation;
         let scale = self.scaler.map_or(1.0, |s| s.scale());
         let mut loss_sum = 0.0f64;
+        // The leak guard compares every step's peak: measure this one on its own.
+        self.device.lock().open_window();
+        let history = if self.hooks.grow_step_buffer {
+            let rows = self.step as usize + 1;
+            Some(Tensor::zeros(
+                &self.device,
+                &[rows, 4096],
+                DType::F32,
+                Category::Activation,
+                Some("hook.history"),
+            )?)
+        } else {
+            None
+        };
         for micro in 0..accumulation {
             {
                 let mut a = self.device.lock();
@@ -96,6 +110,7 @@ impl Trainer {
             }
             self.backward_passes = 0;
         }
+        drop(history);
         self.step += 1;
         self.report.losses.push(loss);
         self.check_leaks(on_event);

@@ -2,6 +2,7 @@
 //! `--json` for tools and pictures where a curve says more than a table.
 
 pub mod checkpoint;
+pub mod predict;
 
 use clap::Subcommand;
 
@@ -11,10 +12,15 @@ pub enum BenchCommand {
     /// (none, all, √n, budget), and on the GPT the step-time overhead of each policy and the
     /// longest sequence that fits a device budget.
     Checkpoint(checkpoint::CheckpointBenchArgs),
+    /// Predicted against measured memory over 32 configurations of the GPT and the residual MLP
+    /// (precision × micro-batch × accumulation × checkpoint policy × attention): the dry run's
+    /// error and the planner's analytical model's.
+    Predict(predict::PredictBenchArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Checkpoint(args) => checkpoint::run(args),
+        BenchCommand::Predict(args) => predict::run(args),
     }
 }

@@ -1,0 +1,137 @@
+//! Predicted against measured: a matrix of headroom runs (GPT and residual MLP × precision ×
+//! micro-batch × accumulation × checkpoint policy × attention), each run for real, dry-run, and
+//! costed by the planner's analytical model, so the error of both predictions is known.
+//! `headroom bench predict` prints it; the prediction test asserts the dry run's part.
+//!
+//! Not for: choosing strategies (see `auto`).
+
+use crate::analytical::analytical_memory;
+use crate::config::{RunConfig, TrainConfig};
+use crate::data::Corpus;
+use crate::policy::recompute_for;
+use crate::predict::predict;
+use crate::trainer::{TrainError, Trainer};
+use headroom_memory::{Category, CategoryBytes};
+use serde::Serialize;
+
+/// The 32 configurations: two of every three of the 48 combinations of model (gpt-tiny,
+/// resmlp) × precision (4) × (micro-batch, accumulation) ∈ {(2, 1), (4, 2)} × checkpoint
+/// (none, all, every:2); the GPT alternates naive and memory-efficient attention.
+pub fn matrix() -> Vec<TrainConfig> {
+    let mut out = Vec::new();
+    let precisions = ["fp32", "bf16-mixed", "fp16-mixed", "bf16"];
+    let policies = ["none", "all", "every:2"];
+    // Group g (one model, precision and split) leaves out policy g mod 3, and on the GPT uses
+    // memory-efficient attention when g is even: every policy meets both attention kinds.
+    let mut group = 0usize;
+    for model in ["gpt-tiny", "resmlp"] {
+        for precision in precisions {
+            for (micro, accumulation) in [(2, 1), (4, 2)] {
+                let attention = if model == "gpt-tiny" && group.is_multiple_of(2) {
+                    "memory-efficient"
+                } else {
+                    "naive"
+                };
+                for (k, checkpoint) in policies.into_iter().enumerate() {
+                    if k == group % 3 {
+                        continue;
+                    }
+                    out.push(TrainConfig {
+                        model: Some(model.into()),
+                        precision: Some(precision.into()),
+                        micro_batch: Some(micro),
+                        accumulation: Some(accumulation),
+                        checkpoint: Some(checkpoint.into()),
+                        attention: Some(attention.into()),
+                        seq_len: Some(32),
+                        steps: Some(3),
+                        eval_every: Some(0),
+                        eval_batches: Some(1),
+                        device_memory: Some("256MiB".parse().expect("a size")),
+                        seed: Some(3),
+                        ..Default::default()
+                    });
+                }
+                group += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Peak figures of one source (measured, dry run or analytical).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Peaks {
+    pub peak_allocated_bytes: u64,
+    /// Reserved peak; for the analytical model, its peak with the fragmentation reserve.
+    pub peak_reserved_bytes: u64,
+    /// Bytes per category at the allocated peak.
+    pub bytes_at_peak_by_category: CategoryBytes,
+    /// Each category's own peak (the analytical model: its bytes at the peak, and for
+    /// activations the bytes held at the start of backward).
+    pub peak_bytes_by_category: CategoryBytes,
+}
+
+/// One configuration's three sets of figures.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Accuracy {
+    /// `gpt-tiny fp32 2×1 none naive`.
+    pub label: String,
+    pub measured: Peaks,
+    pub dry_run: Peaks,
+    /// `None` when the planner cannot express the checkpoint policy.
+    pub analytical: Option<Peaks>,
+}
+
+/// Relative error of `predicted` against `measured`.
+pub fn relative_error(predicted: u64, measured: u64) -> f64 {
+    (predicted as f64 - measured as f64) / (measured as f64).max(1.0)
+}
+
+/// Runs `config` for real, dry-runs it and costs it analytically.
+pub fn evaluate(config: TrainConfig, corpus: &Corpus) -> Result<Accuracy, TrainError> {
+    let run: RunConfig = config.resolve()?;
+    let label = format!(
+        "{} {} {}×{} {} {}",
+        run.model, run.precision, run.micro_batch, run.accumulation, run.checkpoint, run.attention
+    );
+    let mut trainer = Trainer::new(run.clone(), corpus)?;
+    let (recompute, _) = recompute_for(
+        run.checkpoint_policy(),
+        trainer.model_spec(),
+        trainer.precision().compute,
+        run.micro_batch,
+        trainer.seq_len(),
+    )?;
+    let dry = predict(&run, corpus, &recompute)?;
+    trainer.set_recompute(recompute);
+    let measured = trainer.train(&mut |_| {})?.clone();
+    let analytical = analytical_memory(&run)?.map(|a| {
+        let mut allocated = a.memory.by_category;
+        allocated[Category::Other] = 0;
+        let mut own = allocated;
+        own[Category::Activation] = a.activation_bytes;
+        Peaks {
+            peak_allocated_bytes: allocated.total(),
+            peak_reserved_bytes: a.memory.per_device_peak_bytes,
+            bytes_at_peak_by_category: allocated,
+            peak_bytes_by_category: own,
+        }
+    });
+    Ok(Accuracy {
+        label,
+        measured: Peaks {
+            peak_allocated_bytes: measured.peak_allocated_bytes,
+            peak_reserved_bytes: measured.peak_reserved_bytes,
+            bytes_at_peak_by_category: measured.bytes_at_peak_by_category,
+            peak_bytes_by_category: measured.peak_bytes_by_category,
+        },
+        dry_run: Peaks {
+            peak_allocated_bytes: dry.peak_allocated_bytes,
+            peak_reserved_bytes: dry.peak_reserved_bytes,
+            bytes_at_peak_by_category: dry.bytes_at_peak_by_category,
+            peak_bytes_by_category: dry.peak_bytes_by_category,
+        },
+        analytical,
+    })
+}

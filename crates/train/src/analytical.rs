@@ -1,0 +1,137 @@
+//! The planner's analytical memory model applied to a headroom run, so its error on headroom's
+//! own models can be measured next to the dry run's: the GPT maps onto the planner's GPT-2
+//! family, the residual MLP onto its residual-MLP family, and the run's precision, optimizer,
+//! checkpoint policy, attention and batch onto a planner `Strategy` on one device whose memory
+//! is the run's budget (no CUDA context; the planner's default 10 % fragmentation reserve).
+//!
+//! Not for: planning headroom's runs (the dry run is exact; see `auto`).
+
+use crate::auto::Candidate;
+use crate::config::RunConfig;
+use crate::policy::CheckpointPolicy;
+use crate::trainer::{TrainError, model_spec};
+use headroom_memory::ByteSize;
+use headroom_nn::models::ModelSpec as NnSpec;
+use headroom_plan::cost::{CostModel, MemoryPrediction, Problem, activation, memory};
+use headroom_plan::hardware::{self, HardwareOverrides};
+use headroom_plan::model::{Family, MlpKind, ModelSpec};
+use headroom_plan::strategy::{Checkpoint, Offload, Strategy};
+use headroom_plan::workload::{BatchSpec, Workload};
+
+/// The planner's description of a headroom model.
+pub fn planner_spec(name: &str, spec: &NnSpec) -> ModelSpec {
+    let base = |family, vocab, hidden, layers, inter| ModelSpec {
+        name: name.to_string(),
+        family,
+        vocab_size: vocab as u64,
+        hidden_size: hidden as u64,
+        num_layers: layers as u64,
+        num_decoder_layers: 0,
+        num_heads: 0,
+        num_kv_heads: 0,
+        head_dim: 0,
+        intermediate_size: inter as u64,
+        mlp: MlpKind::Plain,
+        num_experts: 1,
+        experts_per_token: 1,
+        max_learned_positions: None,
+        tie_word_embeddings: false,
+        dropout: false,
+        bias: true,
+        relative_attention_buckets: 0,
+        type_vocab_size: 0,
+    };
+    match spec {
+        NnSpec::Gpt(c) => ModelSpec {
+            num_heads: c.heads as u64,
+            num_kv_heads: c.heads as u64,
+            head_dim: (c.width / c.heads) as u64,
+            max_learned_positions: Some(c.context as u64),
+            tie_word_embeddings: c.tied,
+            dropout: c.dropout > 0.0,
+            ..base(Family::Gpt2, c.vocab, c.width, c.layers, c.ffn)
+        },
+        NnSpec::Resmlp(c) => ModelSpec {
+            dropout: c.dropout > 0.0,
+            ..base(Family::ResMlp, c.vocab, c.width, c.depth, c.hidden)
+        },
+    }
+}
+
+/// The planner's checkpoint policy for an engine policy, if it has one (it has no segment
+/// policies: `sqrt` and `budget:SIZE` recompute segments of several blocks).
+pub fn planner_checkpoint(policy: CheckpointPolicy) -> Option<Checkpoint> {
+    match policy {
+        CheckpointPolicy::None => Some(Checkpoint::None),
+        CheckpointPolicy::EveryNth(k) => Some(Checkpoint::EveryNth(k as u64)),
+        CheckpointPolicy::Selective => Some(Checkpoint::Selective),
+        CheckpointPolicy::Sqrt | CheckpointPolicy::Budget(_) => None,
+    }
+}
+
+/// The planner's figures for a run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Analytical {
+    /// Bytes per category at the predicted peak (whichever phase sets it).
+    pub memory: MemoryPrediction,
+    /// Activation bytes held at the start of backward (the activations' own peak).
+    pub activation_bytes: u64,
+}
+
+/// The planner's prediction for `config` on one device of `config.device_memory` bytes, or
+/// `None` when the planner cannot express its checkpoint policy.
+pub fn analytical_memory(config: &RunConfig) -> Result<Option<Analytical>, TrainError> {
+    let candidate = Candidate::of(config);
+    let Some(checkpoint) = planner_checkpoint(candidate.checkpoint) else {
+        return Ok(None);
+    };
+    let nn = model_spec(config)?;
+    let spec = planner_spec(&config.model, &nn);
+    let seq_len = config.seq_len.unwrap_or_else(|| nn.default_seq_len()) as u64;
+    let (micro_batch, accumulation) = (config.micro_batch as u64, config.accumulation as u64);
+    let planner = |e: headroom_plan::PlanError| TrainError::Planner(e.to_string());
+    let mut hw = hardware::preset("A100-80GB").map_err(planner)?;
+    hw.apply(&HardwareOverrides {
+        gpu_memory: Some(ByteSize(config.device_memory)),
+        cuda_context: Some(ByteSize(0)),
+        ..Default::default()
+    })
+    .map_err(planner)?;
+    let workload = Workload::new(
+        &spec,
+        seq_len,
+        BatchSpec::Split {
+            micro_batch,
+            accumulation,
+        },
+        Some(micro_batch),
+        Some(accumulation),
+        1,
+    )
+    .map_err(planner)?;
+    let activation_bytes = activation::model_activations(
+        &spec,
+        seq_len as f64,
+        micro_batch as f64,
+        memory::param_bytes(candidate.precision),
+        candidate.attention,
+        checkpoint,
+    )
+    .round() as u64;
+    let problem = Problem::new(spec, hw, workload, CostModel::default());
+    let strategy = Strategy {
+        precision: candidate.precision,
+        optimizer: candidate.planner_optimizer(),
+        zero_stage: 0,
+        offload_optimizer: Offload::None,
+        offload_params: Offload::None,
+        checkpoint,
+        attention: candidate.attention,
+        micro_batch,
+        accumulation,
+    };
+    Ok(Some(Analytical {
+        memory: memory::predict(&problem, &strategy),
+        activation_bytes,
+    }))
+}
