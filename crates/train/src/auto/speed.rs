@@ -13,9 +13,9 @@
 //!   width × FFN), so backward's transposed operands count as in a step;
 //! - fused-attention FLOP/s: forward and backward at the model's head shape (GPTs only).
 //!
-//! `time = Σ_width matmul FLOPs / R_width + attention FLOPs / R_att + Σ_width bytes / BW_width
-//! + kernels × overhead`. The model has no overlap or cache effects; its error against measured
-//! steps is in docs/benchmarks.md.
+//! The step time is the sum over widths of matmul FLOPs / R_width, plus attention FLOPs /
+//! R_att, plus the sum over widths of bytes / BW_width, plus kernels × overhead. The model has
+//! no overlap or cache effects; its error against measured steps is in docs/benchmarks.md.
 //!
 //! Not for: memory (the dry run measures that) or GPU time (the planner's analytical model).
 
