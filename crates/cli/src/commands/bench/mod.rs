@@ -3,6 +3,7 @@
 
 pub mod checkpoint;
 pub mod predict;
+pub mod speed;
 
 use clap::Subcommand;
 
@@ -16,11 +17,15 @@ pub enum BenchCommand {
     /// (precision × micro-batch × accumulation × checkpoint policy × attention): the dry run's
     /// error and the planner's analytical model's.
     Predict(predict::PredictBenchArgs),
+    /// How well --auto's speed model predicts and ranks the step time of each strategy against
+    /// measured steps.
+    Speed(speed::SpeedBenchArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Checkpoint(args) => checkpoint::run(args),
         BenchCommand::Predict(args) => predict::run(args),
+        BenchCommand::Speed(args) => speed::run(args),
     }
 }
