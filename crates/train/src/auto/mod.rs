@@ -338,7 +338,11 @@ fn combos(spec: &ModelSpec, pins: &Pins) -> Vec<Vec<Candidate>> {
 }
 
 /// The model's largest matmul at the largest micro-batch and its attention head shape.
-fn calibration_shapes(spec: &ModelSpec, seq_len: usize, micro_batch: usize) -> CalibrationShapes {
+pub fn calibration_shapes(
+    spec: &ModelSpec,
+    seq_len: usize,
+    micro_batch: usize,
+) -> CalibrationShapes {
     let rows = (micro_batch * seq_len).clamp(64, 4096);
     match spec {
         ModelSpec::Gpt(c) => CalibrationShapes {

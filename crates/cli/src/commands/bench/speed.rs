@@ -11,7 +11,7 @@ use clap::Args;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use headroom_nn::models::ModelSpec;
 use headroom_plan::strategy::{Attention, Precision};
-use headroom_train::auto::{CalibrationShapes, Candidate, SpeedModel, evaluate};
+use headroom_train::auto::{Candidate, SpeedModel, calibration_shapes, evaluate};
 use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
 use headroom_train::policy::{CheckpointPolicy, recompute_for};
@@ -76,7 +76,7 @@ pub fn run(args: SpeedBenchArgs) -> anyhow::Result<()> {
     .resolve()?;
     let spec = model_spec(&base)?;
     let seq_len = base.seq_len.unwrap_or_else(|| spec.default_seq_len());
-    let speed = SpeedModel::measure(shapes(&spec, seq_len, args.batch))?;
+    let speed = SpeedModel::measure(calibration_shapes(&spec, seq_len, args.batch))?;
     let attentions: &[Attention] = match spec {
         ModelSpec::Gpt(_) => &[Attention::Naive, Attention::MemoryEfficient],
         ModelSpec::Resmlp(_) => &[Attention::Naive],
@@ -154,20 +154,6 @@ fn measure(
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
     Ok((c.micro_batch * c.accumulation * seq_len) as f64 / median)
-}
-
-fn shapes(spec: &ModelSpec, seq_len: usize, batch: usize) -> CalibrationShapes {
-    let rows = (batch * seq_len).clamp(64, 4096);
-    match spec {
-        ModelSpec::Gpt(c) => CalibrationShapes {
-            matmul: (rows, c.width, c.ffn),
-            attention: Some((batch.min(4) * c.heads, seq_len, c.width / c.heads)),
-        },
-        ModelSpec::Resmlp(c) => CalibrationShapes {
-            matmul: (rows, c.width, c.hidden),
-            attention: None,
-        },
-    }
 }
 
 fn argmax(v: &[f64]) -> usize {
