@@ -51,8 +51,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         )],
     });
     if args.json {
-        let report = to_json(&config, &spec, &outcome, &shown, gpu.as_deref(), &advice);
-        let mut report = report;
+        let mut report = to_json(&config, &spec, &outcome, &shown, gpu.as_deref(), &advice);
         report["shortfall"] = json!(shortfall);
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

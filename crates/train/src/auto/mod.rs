@@ -13,20 +13,26 @@
 //!   the descent (a smaller micro-batch needs no more memory and runs no faster);
 //! - fitting plans rank by predicted step time, then by lower peak.
 //!
+//! Layout: `space` (what is tried), `candidate` (one strategy and its evaluation by a counted
+//! dry run), `speed` (the measured speed model), this module (the search and its outcome).
+//!
 //! Not for: other models (the planner's analytical model covers Hugging Face configs).
 
 pub mod candidate;
+pub mod space;
 pub mod speed;
 
 pub use candidate::{Candidate, OwnPlan, evaluate};
+pub use space::calibration_shapes;
 pub use speed::{CalibrationShapes, SpeedModel, StepTime};
+
+use space::{combos, splits};
 
 use crate::config::{OptimizerChoice, RunConfig};
 use crate::data::Corpus;
 use crate::policy::CheckpointPolicy;
 use crate::trainer::{TrainError, model_spec};
 use headroom_memory::format_bytes;
-use headroom_nn::models::ModelSpec;
 use headroom_plan::strategy::{Attention, Precision};
 use std::cmp::Ordering;
 use std::sync::Mutex;
@@ -150,11 +156,16 @@ pub fn plan(config: &RunConfig, corpus: &Corpus, pins: &Pins) -> Result<AutoPlan
     };
     let splits = splits(effective_batch, pins);
     if splits.is_empty() {
+        let pinned = |v: Option<usize>| v.map_or("any".to_string(), |v| v.to_string());
         return Err(TrainError::Config(crate::config::ConfigError::Value {
             key: "micro_batch",
-            value: format!("{:?}", pins.micro_batch),
+            value: format!(
+                "{} × accumulation {}",
+                pinned(pins.micro_batch),
+                pinned(pins.accumulation)
+            ),
             reason: format!(
-                "does not divide the effective batch of {effective_batch}; pin a divisor, or pin accumulation instead"
+                "no such split of the effective batch of {effective_batch}; pin a divisor of it"
             ),
         }));
     }
@@ -163,14 +174,18 @@ pub fn plan(config: &RunConfig, corpus: &Corpus, pins: &Pins) -> Result<AutoPlan
     let mut rejected = Vec::new();
     for tier in combos(&spec, pins) {
         let outcomes = parallel_map(&tier, |combo| {
-            largest_fitting(&splits, |&(micro_batch, accumulation)| {
-                let c = Candidate {
-                    micro_batch,
-                    accumulation,
-                    ..*combo
-                };
-                evaluate(config, corpus, &c, &speed)
-            })
+            largest_fitting(
+                &splits,
+                |&(micro_batch, accumulation)| {
+                    let c = Candidate {
+                        micro_batch,
+                        accumulation,
+                        ..*combo
+                    };
+                    evaluate(config, corpus, &c, &speed)
+                },
+                |p| p.fits,
+            )
         });
         for outcome in outcomes {
             let (fit, misses) = outcome?;
@@ -195,21 +210,22 @@ pub fn plan(config: &RunConfig, corpus: &Corpus, pins: &Pins) -> Result<AutoPlan
 /// The first of `splits` (largest micro-batch first) that fits, by bisection: memory does not
 /// grow as the micro-batch shrinks, so the fitting splits are a suffix of the list. Returns the
 /// fitting plan (if any) and the plans that did not fit.
-fn largest_fitting(
+fn largest_fitting<P>(
     splits: &[(usize, usize)],
-    eval: impl Fn(&(usize, usize)) -> Result<OwnPlan, TrainError>,
-) -> Result<(Option<OwnPlan>, Vec<OwnPlan>), TrainError> {
+    eval: impl Fn(&(usize, usize)) -> Result<P, TrainError>,
+    fits: impl Fn(&P) -> bool,
+) -> Result<(Option<P>, Vec<P>), TrainError> {
     let mut misses = Vec::new();
     let first = eval(&splits[0])?;
-    if first.fits {
+    if fits(&first) {
         return Ok((Some(first), misses));
     }
     misses.push(first);
-    let (mut lo, mut hi) = (0, splits.len() - 1); // lo: does not fit; hi: unknown until tried
+    let (mut lo, mut hi) = (0, splits.len() - 1); // lo does not fit; hi fits once tried
     let mut best = None;
     if hi > lo {
         let last = eval(&splits[hi])?;
-        if !last.fits {
+        if !fits(&last) {
             misses.push(last);
             return Ok((None, misses));
         }
@@ -218,7 +234,7 @@ fn largest_fitting(
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
         let plan = eval(&splits[mid])?;
-        if plan.fits {
+        if fits(&plan) {
             hi = mid;
             best = Some(plan);
         } else {
@@ -258,100 +274,32 @@ fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Ve
         .collect()
 }
 
-/// Micro-batch × accumulation splits of `effective` allowed by the pins, largest micro-batch
-/// first.
-fn splits(effective: usize, pins: &Pins) -> Vec<(usize, usize)> {
-    (1..=effective)
-        .rev()
-        .filter(|m| effective.is_multiple_of(*m))
-        .map(|m| (m, effective / m))
-        .filter(|&(m, _)| pins.micro_batch.is_none_or(|p| p == m))
-        .filter(|&(_, a)| pins.accumulation.is_none_or(|p| p == a))
-        .collect()
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Precision × optimizer × checkpoint × attention, grouped by fidelity tier (best first). The
-/// micro-batch is filled in by the search.
-fn combos(spec: &ModelSpec, pins: &Pins) -> Vec<Vec<Candidate>> {
-    // fp16-mixed has bf16-mixed's memory and speed with loss scaling on top: only when pinned.
-    let precisions = pins.precision.map_or(
-        vec![Precision::Fp32, Precision::Bf16Mixed, Precision::Bf16],
-        |p| vec![p],
-    );
-    // AdamW, or its bf16-state variant as a memory lever; other families only when pinned.
-    let optimizers = pins.optimizer.map_or(
-        vec![OptimizerChoice::Adamw, OptimizerChoice::AdamwBf16],
-        |o| vec![o],
-    );
-    let depth = spec.depth();
-    let gpt = matches!(spec, ModelSpec::Gpt(_));
-    let checkpoints: Vec<CheckpointPolicy> = match pins.checkpoint {
-        Some(c) => vec![c],
-        None => {
-            let mut v = vec![CheckpointPolicy::None];
-            if gpt {
-                v.push(CheckpointPolicy::Selective);
-            }
-            v.extend(
-                [4, 2]
-                    .into_iter()
-                    .filter(|&k| k < depth)
-                    .map(CheckpointPolicy::EveryNth),
-            );
-            if depth >= 9 {
-                v.push(CheckpointPolicy::Sqrt);
-            }
-            v.push(CheckpointPolicy::EveryNth(1));
-            v
-        }
-    };
-    // A residual MLP has no attention: the kind changes nothing there.
-    let attentions = match (pins.attention, gpt) {
-        (Some(a), _) => vec![a],
-        (None, true) => vec![Attention::Naive, Attention::MemoryEfficient],
-        (None, false) => vec![Attention::Naive],
-    };
-    let mut tiers: Vec<Vec<Candidate>> = Vec::new();
-    for &precision in &precisions {
-        for &optimizer in &optimizers {
-            for &checkpoint in &checkpoints {
-                for &attention in &attentions {
-                    let c = Candidate {
-                        precision,
-                        optimizer,
-                        checkpoint,
-                        attention,
-                        micro_batch: 1,
-                        accumulation: 1,
-                    };
-                    let tier = usize::from(c.fidelity_tier());
-                    if tiers.len() <= tier {
-                        tiers.resize(tier + 1, Vec::new());
-                    }
-                    tiers[tier].push(c);
-                }
+    #[test]
+    fn bisection_finds_the_first_fitting_split_of_every_monotone_list() {
+        for n in 1..=12usize {
+            let list: Vec<(usize, usize)> = (0..n).map(|i| (n - i, 1)).collect();
+            for threshold in 0..=n {
+                // Index i fits when i ≥ threshold (threshold n: nothing fits).
+                let tried = std::cell::RefCell::new(Vec::new());
+                let (found, misses) = largest_fitting(
+                    &list,
+                    |&(m, _)| {
+                        let i = n - m;
+                        tried.borrow_mut().push(i);
+                        Ok((i, i >= threshold))
+                    },
+                    |p| p.1,
+                )
+                .unwrap();
+                assert_eq!(found.map(|p| p.0), (threshold < n).then_some(threshold));
+                assert!(misses.iter().all(|p| !p.1));
+                let bound = 2 + (n as f64).log2().ceil() as usize;
+                assert!(tried.borrow().len() <= bound, "n {n}, t {threshold}");
             }
         }
-    }
-    tiers.retain(|t| !t.is_empty());
-    tiers
-}
-
-/// The model's largest matmul at the largest micro-batch and its attention head shape.
-pub fn calibration_shapes(
-    spec: &ModelSpec,
-    seq_len: usize,
-    micro_batch: usize,
-) -> CalibrationShapes {
-    let rows = (micro_batch * seq_len).clamp(64, 4096);
-    match spec {
-        ModelSpec::Gpt(c) => CalibrationShapes {
-            matmul: (rows, c.width, c.ffn),
-            attention: Some((micro_batch.min(4) * c.heads, seq_len, c.width / c.heads)),
-        },
-        ModelSpec::Resmlp(c) => CalibrationShapes {
-            matmul: (rows, c.width, c.hidden),
-            attention: None,
-        },
     }
 }
