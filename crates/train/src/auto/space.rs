@@ -97,22 +97,63 @@ pub fn calibration_shapes(
     seq_len: usize,
     micro_batch: usize,
 ) -> CalibrationShapes {
-    let rows = (micro_batch * seq_len).clamp(64, 4096);
+    // Each calibration workload stays near CALIBRATION_FLOPS so a wide model is measured in
+    // tenths of a second, not minutes: fewer rows, fewer heads, never fewer than 64 rows.
+    let rows_for = |k: usize, n: usize| {
+        let cap = (CALIBRATION_FLOPS / (6.0 * (k * n) as f64)) as usize;
+        (micro_batch * seq_len).min(cap).clamp(64, 4096)
+    };
     match spec {
-        ModelSpec::Gpt(c) => CalibrationShapes {
-            matmul: (rows, c.width, c.ffn),
-            attention: Some((micro_batch.min(4) * c.heads, seq_len, c.width / c.heads)),
-        },
+        ModelSpec::Gpt(c) => {
+            let d = c.width / c.heads;
+            // Forward 4·T²·D and backward 10·T²·D per head, halved by the causal mask.
+            let per_head = 7.0 * (seq_len * seq_len * d) as f64;
+            let heads =
+                ((CALIBRATION_FLOPS / per_head) as usize).clamp(1, micro_batch.min(4) * c.heads);
+            CalibrationShapes {
+                matmul: (rows_for(c.width, c.ffn), c.width, c.ffn),
+                attention: Some((heads, seq_len, d)),
+            }
+        }
         ModelSpec::Resmlp(c) => CalibrationShapes {
-            matmul: (rows, c.width, c.hidden),
+            matmul: (rows_for(c.width, c.hidden), c.width, c.hidden),
             attention: None,
         },
     }
 }
 
+/// FLOPs of one run of a calibration workload (about 10 ms at this machine's f32 rate).
+const CALIBRATION_FLOPS: f64 = 1.5e9;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn calibration_workloads_stay_small_for_wide_models() {
+        let spec = |width: usize, heads: usize, context: usize| {
+            ModelSpec::Gpt(headroom_nn::models::gpt::GptConfig {
+                vocab: 256,
+                context,
+                layers: 2,
+                width,
+                heads,
+                ffn: 4 * width,
+                dropout: 0.0,
+                tied: true,
+                attention: Default::default(),
+            })
+        };
+        // gpt-small's shapes are kept whole: 16 × 128 rows, 4 × 4 heads.
+        let small = calibration_shapes(&spec(128, 4, 128), 128, 16);
+        assert_eq!(small.matmul, (2048, 128, 512));
+        assert_eq!(small.attention, Some((16, 128, 32)));
+        // Width 2048 at 1,024 tokens: 1.5e9 / (6 · 2048 · 8192) = 14 rows, raised to 64.
+        let wide = calibration_shapes(&spec(2048, 16, 1024), 1024, 8);
+        assert_eq!(wide.matmul, (64, 2048, 8192));
+        // One head of 1024² × 128 is 9.4e8 FLOPs: one head.
+        assert_eq!(wide.attention, Some((1, 1024, 128)));
+    }
 
     #[test]
     fn splits_keep_the_effective_batch_and_the_pins() {
