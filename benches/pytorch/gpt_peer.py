@@ -24,7 +24,7 @@ final training loss; validation loss (4 batches of 16 from the held-out tail); m
   model_state       parameter + gradient + AdamW state bytes
 
 Needs only torch (no other package; installs nothing). Example:
-  python benches/pytorch/gpt_peer.py --steps 200 --json /tmp/peer.json
+  python benches/pytorch/gpt_peer.py --steps 200 --json peer.json
 """
 import argparse
 import contextlib

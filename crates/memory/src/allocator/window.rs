@@ -59,12 +59,13 @@ impl Window {
             self.peak = allocated;
             self.at_peak = by_category();
         }
-        let entry = match name {
-            Some(n) => match self.names.get_mut(n.as_ref()) {
-                Some(e) => e,
-                None => self.names.entry(n.clone()).or_default(),
-            },
-            None => self.names.entry(Arc::from(UNNAMED)).or_default(),
+        let key = name.map_or(UNNAMED, |n| n.as_ref());
+        let entry = match self.names.get_mut(key) {
+            Some(e) => e,
+            None => self
+                .names
+                .entry(name.cloned().unwrap_or_else(|| Arc::from(UNNAMED)))
+                .or_default(),
         };
         entry.category = Some(category);
         entry.live += size;

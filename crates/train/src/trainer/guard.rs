@@ -9,7 +9,9 @@
 //! allocated peak, must stay constant. Growth of either is reported once, naming the category
 //! and the allocations (by name) that multiplied or grew — the classic causes are tensors kept
 //! in a list, a graph kept alive, gradients never cleared, a buffer that grows every step. The
-//! step's peak comes from the allocator's measurement window, opened at every step's start.
+//! step's peak comes from the allocator's measurement window, opened at every step's start; the
+//! guard speaks when the step's rise above the bytes it started with sets a new maximum for the
+//! second time (one new maximum can be a warm-up step the loss scaler skipped).
 //!
 //! Not for: choosing a micro-batch up front (the planner's dry run).
 
@@ -34,6 +36,9 @@ pub struct LeakGuard {
     warned: bool,
     /// The window of the step that ended the warm-up.
     peak_baseline: Option<Window>,
+    /// The largest rise above the held bytes seen since, and how many times it was exceeded.
+    peak_max: u64,
+    peak_records: u32,
     peak_warned: bool,
 }
 
@@ -149,11 +154,19 @@ impl Trainer {
         };
         let Some(base) = &self.leak_guard.peak_baseline else {
             self.leak_guard.peak_baseline = Some(window.clone());
+            self.leak_guard.peak_max = window.rise();
             return;
         };
         // Growth of what is held between steps raises every later peak too; that is the other
-        // check's to report. This one watches what the step itself adds on top.
-        if window.rise() <= base.rise() {
+        // check's to report. This one watches what the step itself adds on top. One new maximum
+        // can be innocent (a warm-up step the loss scaler skipped has no update to peak in);
+        // a leak keeps setting new ones.
+        if window.rise() <= self.leak_guard.peak_max {
+            return;
+        }
+        self.leak_guard.peak_max = window.rise();
+        self.leak_guard.peak_records += 1;
+        if self.leak_guard.peak_records < 2 {
             return;
         }
         let category = Category::ALL
