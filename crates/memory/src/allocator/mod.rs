@@ -158,11 +158,10 @@ impl CachingAllocator {
         let mut w = self.window.take().unwrap_or_default();
         if w.names.is_empty() {
             for seg in self.segments() {
-                for b in seg.blocks.iter().filter(|b| b.category.is_some()) {
-                    let name: Arc<str> = Arc::from(b.name.as_deref().unwrap_or("(unnamed)"));
-                    let e = w.names.entry(name).or_default();
-                    e.category = b.category;
-                    e.live += b.size;
+                for b in seg.blocks {
+                    if let Some(category) = b.category {
+                        w.add_live(b.name.as_deref(), category, b.size);
+                    }
                 }
             }
         }

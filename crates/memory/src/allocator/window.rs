@@ -72,6 +72,15 @@ impl Window {
         entry.peak = entry.peak.max(entry.live);
     }
 
+    /// Counts an allocation already live when the window first opens.
+    pub(crate) fn add_live(&mut self, name: Option<&str>, category: Category, size: u64) {
+        let key: Arc<str> = Arc::from(name.unwrap_or(UNNAMED));
+        let e = self.names.entry(key).or_default();
+        e.category = Some(category);
+        e.live += size;
+        e.peak = e.peak.max(e.live);
+    }
+
     pub(crate) fn on_free(&mut self, name: Option<&Arc<str>>, size: u64) {
         let key = name.map_or(UNNAMED, |n| n.as_ref());
         if let Some(e) = self.names.get_mut(key) {
