@@ -164,12 +164,19 @@ pub(crate) fn write_only(dst: &Dst) {
     elementwise(&[], &[dst]);
 }
 
-/// A batched `(m, k) @ (k, n)` matmul with inputs of `dtype`.
+/// A batched `(m, k) @ (k, n)` matmul with inputs of `dtype`. With 16-bit inputs the GEMM runs
+/// in f32 on widened copies: every element of both operands and of the output is converted once
+/// (read in 16 bits, written in 32, or back), which is element-wise traffic of its own — small
+/// products such as attention's per-head ones are dominated by it.
 pub(crate) fn matmul(dtype: DType, batch: usize, m: usize, n: usize, k: usize) {
     record(|w| {
         let flops = 2.0 * (batch * m * n * k) as f64;
         w.matmul_flops.add(dtype, flops);
         add_flops(w, flops);
+        if matches!(dtype, DType::BF16 | DType::F16) {
+            let converted = (batch * (m * k + k * n + m * n)) as f64;
+            w.elementwise_bytes.add(dtype, 6.0 * converted);
+        }
     });
 }
 
@@ -195,6 +202,8 @@ mod tests {
             matmul(DType::F32, 1, 2, 3, 4);
             let ((), inner) = count_work(|| matmul(DType::BF16, 2, 8, 8, 8));
             assert_eq!(inner.matmul_flops.bf16, 2.0 * 2.0 * 512.0);
+            // Both operands and the output of each of the 2 products, 2 + 4 bytes each.
+            assert_eq!(inner.elementwise_bytes.bf16, 2.0 * 3.0 * 64.0 * 6.0);
             assert_eq!(inner.kernels, 1);
         });
         assert_eq!(outer.matmul_flops.f32, 48.0);

@@ -103,6 +103,7 @@ pub fn calibration_shapes(
         let cap = (CALIBRATION_FLOPS / (6.0 * (k * n) as f64)) as usize;
         (micro_batch * seq_len).min(cap).clamp(64, 4096)
     };
+    let activation = |width: usize| (micro_batch * seq_len * width).clamp(1 << 12, 1 << 24);
     match spec {
         ModelSpec::Gpt(c) => {
             let d = c.width / c.heads;
@@ -112,11 +113,13 @@ pub fn calibration_shapes(
                 ((CALIBRATION_FLOPS / per_head) as usize).clamp(1, micro_batch.min(4) * c.heads);
             CalibrationShapes {
                 matmul: (rows_for(c.width, c.ffn), c.width, c.ffn),
+                activation_elements: activation(c.width),
                 attention: Some((heads, seq_len, d)),
             }
         }
         ModelSpec::Resmlp(c) => CalibrationShapes {
             matmul: (rows_for(c.width, c.hidden), c.width, c.hidden),
+            activation_elements: activation(c.width),
             attention: None,
         },
     }
@@ -147,6 +150,7 @@ mod tests {
         // gpt-small's shapes are kept whole: 16 × 128 rows, 4 × 4 heads.
         let small = calibration_shapes(&spec(128, 4, 128), 128, 16);
         assert_eq!(small.matmul, (2048, 128, 512));
+        assert_eq!(small.activation_elements, 16 * 128 * 128);
         assert_eq!(small.attention, Some((16, 128, 32)));
         // Width 2048 at 1,024 tokens: 1.5e9 / (6 · 2048 · 8192) = 14 rows, raised to 64.
         let wide = calibration_shapes(&spec(2048, 16, 1024), 1024, 8);

@@ -6,8 +6,8 @@
 //!
 //! - per-kernel overhead: a one-element `add`;
 //! - element-wise bandwidth per storage width (f32, bf16, f16: 16-bit values are widened one by
-//!   one, which costs more than their bytes): an `add` of two 4 Mi-element tensors, less the
-//!   overhead;
+//!   one, which costs more than their bytes): an `add` of two tensors of the model's activation
+//!   size (micro-batch × sequence × width), less the overhead;
 //! - matmul FLOP/s per input width (16-bit inputs widened around the GEMM, as the engine does):
 //!   forward and backward of the model's own largest linear layer (micro-batch × sequence rows,
 //!   width × FFN), so backward's transposed operands count as in a step;
@@ -80,14 +80,15 @@ pub struct StepTime {
 pub struct CalibrationShapes {
     /// Rows, inner and output width of the model's largest matmul.
     pub matmul: (usize, usize, usize),
+    /// Elements of a typical activation (micro-batch × sequence × width): element-wise kernels
+    /// stream tensors of this size, often from cache rather than memory.
+    pub activation_elements: usize,
     /// `(batch × heads, sequence, head width)` of the attention, if the model has one.
     pub attention: Option<(usize, usize, usize)>,
 }
 
 /// How long each measurement repeats its workload (best of three such batches).
 const MEASURE_FOR: Duration = Duration::from_millis(15);
-/// Element-wise calibration size: large enough to leave the caches.
-const STREAM_ELEMENTS: usize = 4 << 20;
 
 impl SpeedModel {
     /// Measures the rates at `shapes` (a few tenths of a second).
@@ -97,10 +98,11 @@ impl SpeedModel {
             a.add(&a).map(drop)
         })?;
         let overhead = small.seconds / small.work.kernels.max(1) as f64;
+        let elements = shapes.activation_elements.max(1);
         let stream = |dtype| -> Result<f64> {
             let run = calibrate(move |d| {
-                let a = filled(d, &[STREAM_ELEMENTS], dtype)?;
-                let b = filled(d, &[STREAM_ELEMENTS], dtype)?;
+                let a = filled(d, &[elements], dtype)?;
+                let b = filled(d, &[elements], dtype)?;
                 a.add(&b).map(drop)
             })?;
             let bytes = run.work.elementwise_bytes.total();
