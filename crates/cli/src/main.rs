@@ -24,10 +24,12 @@ enum Command {
     /// Train a model on headroom's engine inside a device budget and report where every byte went.
     ///
     /// With no arguments: a small GPT on the bundled corpus (Milton's Paradise Lost), 200 steps,
-    /// fp32, in 512 MiB of device memory, ending with the memory summary, the bytes per category
-    /// at the peak, and a memory timeline picture.
+    /// with the fastest strategy that fits 512 MiB of device memory (`--auto`), ending with the
+    /// memory summary, the bytes per category at the peak next to the dry run's prediction, and a
+    /// memory timeline picture.
     Train(Box<commands::train::TrainArgs>),
-    /// Measure the memory levers: activation checkpointing against depth and per policy.
+    /// Measure the memory levers and the predictions: checkpointing against depth and per policy,
+    /// predicted against measured memory, and the speed model against measured steps.
     #[command(subcommand)]
     Bench(commands::bench::BenchCommand),
     /// Inspect device memory: replay allocation traces through the allocator, compare allocators.
