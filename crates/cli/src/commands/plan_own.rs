@@ -136,6 +136,7 @@ fn budget(args: &PlanArgs) -> Result<(u64, Option<String>)> {
 fn run_config(args: &PlanArgs, budget: u64) -> Result<RunConfig> {
     let (micro_batch, accumulation) = match (args.global_batch, args.micro_batch, args.accumulation)
     {
+        (Some(0), ..) => bail!("--global-batch 0: a batch needs at least one sequence"),
         (Some(g), m, a) => {
             let m = m.unwrap_or(g / a.unwrap_or(1).max(1));
             if m == 0 || g % m != 0 || a.is_some_and(|a| a * m != g) {
