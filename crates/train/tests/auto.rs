@@ -75,17 +75,38 @@ fn the_search_finds_the_exhaustive_optimum_and_keeps_the_effective_batch() {
             }
         }
         let all = exhaustive(&c, &corpus, &found.speed);
-        let best = all.iter().filter(|p| p.fits).min_by(|a, b| {
-            a.fidelity_tier
-                .cmp(&b.fidelity_tier)
-                .then(a.time.step_s.total_cmp(&b.time.step_s))
-                .then(
-                    a.memory
-                        .per_device_peak_bytes
-                        .cmp(&b.memory.per_device_peak_bytes),
-                )
-                .then(b.strategy.micro_batch.cmp(&a.strategy.micro_batch))
-        });
+        // The reference rule, applied to every strategy: the lowest fidelity tier; within it,
+        // every plan predicted within 5 % of the fastest is as fast, and among those the fewest
+        // levers changed from the configuration (fp32, adamw, none, naive, 8 × 1) wins, then the
+        // faster, the lower peak, the larger micro-batch.
+        let fitting: Vec<&OwnPlan> = all.iter().filter(|p| p.fits).collect();
+        let tier = fitting.iter().map(|p| p.fidelity_tier).min();
+        let fastest = fitting
+            .iter()
+            .filter(|p| Some(p.fidelity_tier) == tier)
+            .map(|p| p.time.step_s)
+            .fold(f64::INFINITY, f64::min);
+        let changes = |s: &Candidate| {
+            usize::from(s.precision != Precision::Fp32)
+                + usize::from(s.optimizer != OptimizerChoice::Adamw)
+                + usize::from(s.checkpoint != CheckpointPolicy::None)
+                + usize::from(s.attention != Attention::Naive)
+                + usize::from(s.micro_batch != 8)
+        };
+        let best = fitting
+            .into_iter()
+            .filter(|p| Some(p.fidelity_tier) == tier && p.time.step_s <= fastest * 1.05)
+            .min_by(|a, b| {
+                changes(&a.strategy)
+                    .cmp(&changes(&b.strategy))
+                    .then(a.time.step_s.total_cmp(&b.time.step_s))
+                    .then(
+                        a.memory
+                            .per_device_peak_bytes
+                            .cmp(&b.memory.per_device_peak_bytes),
+                    )
+                    .then(b.strategy.micro_batch.cmp(&a.strategy.micro_batch))
+            });
         match (found.recommended(), best) {
             (Some(r), Some(b)) => assert_eq!(r.strategy, b.strategy, "{budget}"),
             (None, None) => {}

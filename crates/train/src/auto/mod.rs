@@ -11,7 +11,9 @@
 //! - for every precision × optimizer × checkpoint policy × attention of a tier, micro-batches are
 //!   tried from the largest divisor of the effective batch down and the first that fits ends
 //!   the descent (a smaller micro-batch needs no more memory and runs no faster);
-//! - fitting plans rank by predicted step time, then by lower peak.
+//! - fitting plans rank by predicted step time, then by lower peak; plans predicted within 5 % of
+//!   the fastest count as equally fast, and among them the one closest to the configured
+//!   strategy (fewest levers changed) is recommended.
 //!
 //! Layout: `space` (what is tried), `candidate` (one strategy and its evaluation by a counted
 //! dry run), `speed` (the measured speed model), this module (the search and its outcome).
@@ -102,8 +104,21 @@ impl AutoPlan {
                 format_bytes(closest)
             );
         };
+        let fastest = self
+            .fitting
+            .iter()
+            .map(|p| p.time.step_s)
+            .fold(f64::INFINITY, f64::min);
+        let which = if best.time.step_s <= fastest {
+            "the fastest".to_string()
+        } else {
+            format!(
+                "within {:.0} % of the fastest, and the closest to the configuration,",
+                100.0 * SAME_SPEED
+            )
+        };
         let mut out = format!(
-            "{} — the fastest of {} dry-run strategies that fit {} (predicted {:.0} tokens/s, peak {})",
+            "{} — {which} of {} dry-run strategies that fit {} (predicted {:.0} tokens/s, peak {})",
             best.strategy.describe(),
             self.fitting.len(),
             format_bytes(budget),
@@ -197,6 +212,7 @@ pub fn plan(config: &RunConfig, corpus: &Corpus, pins: &Pins) -> Result<AutoPlan
         }
     }
     fitting.sort_by(rank);
+    prefer_configured(&mut fitting, &Candidate::of(config));
     Ok(AutoPlan {
         fitting,
         rejected,
@@ -205,6 +221,32 @@ pub fn plan(config: &RunConfig, corpus: &Corpus, pins: &Pins) -> Result<AutoPlan
         seq_len,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Predicted times closer than this to the fastest count as equal: the speed model's rates move
+/// by more than that between runs on a shared machine (docs/benchmarks.md).
+pub const SAME_SPEED: f64 = 0.05;
+
+/// Among the plans of the best tier predicted within [`SAME_SPEED`] of the fastest, moves to the
+/// front the one that changes the fewest levers of the configured strategy (then the faster), so
+/// the choice does not flip between near-equal strategies from run to run.
+fn prefer_configured(fitting: &mut [OwnPlan], configured: &Candidate) {
+    let Some(best) = fitting.first() else {
+        return;
+    };
+    let (tier, limit) = (best.fidelity_tier, best.time.step_s * (1.0 + SAME_SPEED));
+    let changes = |c: &Candidate| {
+        usize::from(c.precision != configured.precision)
+            + usize::from(c.optimizer != configured.optimizer)
+            + usize::from(c.checkpoint != configured.checkpoint)
+            + usize::from(c.attention != configured.attention)
+            + usize::from(c.micro_batch != configured.micro_batch)
+    };
+    let pick = (0..fitting.len())
+        .filter(|&i| fitting[i].fidelity_tier == tier && fitting[i].time.step_s <= limit)
+        .min_by_key(|&i| (changes(&fitting[i].strategy), i))
+        .unwrap_or(0);
+    fitting[..=pick].rotate_right(1);
 }
 
 /// The first of `splits` (largest micro-batch first) that fits, by bisection: memory does not
