@@ -135,3 +135,39 @@ pub fn analytical_memory(config: &RunConfig) -> Result<Option<Analytical>, Train
         activation_bytes,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headroom_nn::models::preset;
+    use headroom_plan::model::ParamInventory;
+
+    #[test]
+    fn the_planners_inventory_counts_headrooms_parameters_exactly() {
+        // Two independent counts: the planner's module-by-module inventory of the mapped spec,
+        // and the models' own closed forms (GptConfig/ResMlpConfig::num_params).
+        for name in ["gpt-tiny", "gpt-small", "gpt-medium", "resmlp"] {
+            let nn = preset(name).unwrap();
+            let spec = planner_spec(name, &nn);
+            assert_eq!(
+                ParamInventory::of(&spec).total(),
+                nn.num_params() as u64,
+                "{name}"
+            );
+        }
+        // An untied GPT adds its head, C·V.
+        let NnSpec::Gpt(mut c) = preset("gpt-tiny").unwrap() else {
+            unreachable!()
+        };
+        c.tied = false;
+        let untied = NnSpec::Gpt(c.clone());
+        assert_eq!(
+            ParamInventory::of(&planner_spec("untied", &untied)).total(),
+            untied.num_params() as u64
+        );
+        assert_eq!(
+            untied.num_params(),
+            preset("gpt-tiny").unwrap().num_params() + 32 * 256
+        );
+    }
+}

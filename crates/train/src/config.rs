@@ -171,6 +171,9 @@ impl RunConfig {
 /// device memory.
 pub const DEFAULT_MODEL: &str = "gpt-small";
 pub const DEFAULT_DEVICE_MEMORY: u64 = 512 << 20;
+/// Sequences per optimizer step beyond which a configuration is surely a mistake (the token
+/// batches alone would fill host memory).
+pub const MAX_EFFECTIVE_BATCH: usize = 1 << 20;
 
 impl TrainConfig {
     /// Reads a TOML file; unknown keys and bad values name the key and the line.
@@ -276,6 +279,16 @@ impl TrainConfig {
             };
         let micro_batch = positive("micro_batch", self.micro_batch, 16)?;
         let accumulation = positive("accumulation", self.accumulation, 1)?;
+        if micro_batch
+            .checked_mul(accumulation)
+            .is_none_or(|b| b > MAX_EFFECTIVE_BATCH)
+        {
+            return Err(value(
+                "micro_batch",
+                &format!("{micro_batch} × accumulation {accumulation}"),
+                "is above 1,048,576 sequences per optimizer step; lower --micro-batch or --accumulation",
+            ));
+        }
         let eval_batches = positive("eval_batches", self.eval_batches, 4)?;
         for (key, v) in [
             ("layers", self.layers),
@@ -436,6 +449,14 @@ mod tests {
                     ..Default::default()
                 },
                 "micro_batch",
+            ),
+            (
+                TrainConfig {
+                    micro_batch: Some(1 << 40),
+                    accumulation: Some(1 << 30),
+                    ..Default::default()
+                },
+                "1,048,576 sequences",
             ),
             (
                 TrainConfig {

@@ -34,23 +34,31 @@ pub struct Prediction {
     pub seconds: f64,
 }
 
+/// Runs the trainer on a shape-only device of `capacity` bytes for up to three steps (at least
+/// one); returns the device, for its statistics, and whether the run completed (`false`: it ran
+/// out of memory, possibly while building the model).
 fn dry_run(
     config: &RunConfig,
     corpus: &Corpus,
     recompute: &Recompute,
     capacity: u64,
     on_event: &mut dyn FnMut(TrainEvent),
-) -> Result<Trainer, TrainError> {
+) -> Result<(Device, bool), TrainError> {
     let mut c = config.clone();
-    c.steps = c.steps.min(DRY_STEPS);
+    c.steps = c.steps.clamp(1, DRY_STEPS);
     c.eval_every = 0;
     c.checkpoint_dir = None;
     c.oom_recovery = false;
     let device = Device::shape_only(capacity, AllocatorConfig::default());
-    let mut trainer = Trainer::on_device(c, corpus, device)?;
-    trainer.set_recompute(recompute.clone());
-    trainer.train(on_event)?;
-    Ok(trainer)
+    let outcome = Trainer::on_device(c, corpus, device.clone()).and_then(|mut trainer| {
+        trainer.set_recompute(recompute.clone());
+        trainer.train(on_event).map(drop)
+    });
+    match outcome {
+        Ok(()) => Ok((device, true)),
+        Err(TrainError::OutOfMemory(_)) => Ok((device, false)),
+        Err(e) => Err(e),
+    }
 }
 
 /// Whether a dry run with `config.device_memory` of capacity completes.
@@ -59,11 +67,7 @@ fn fits_budget(
     corpus: &Corpus,
     recompute: &Recompute,
 ) -> Result<bool, TrainError> {
-    match dry_run(config, corpus, recompute, config.device_memory, &mut |_| {}) {
-        Ok(_) => Ok(true),
-        Err(TrainError::OutOfMemory(_)) => Ok(false),
-        Err(e) => Err(e),
-    }
+    Ok(dry_run(config, corpus, recompute, config.device_memory, &mut |_| {})?.1)
 }
 
 /// A dry run's prediction with the work of its last (steady-state) step and the bytes held
@@ -79,6 +83,13 @@ pub struct DryRun {
 
 /// Dry-runs `config` under `recompute`: peaks, fit within `config.device_memory`, the work of a
 /// steady-state step and the bytes held between steps.
+///
+/// The first run has no capacity limit, so the allocator never reclaims: a run whose reserved
+/// peak fits takes the same path under the budget, and one whose allocated peak exceeds it
+/// cannot fit. In between, a second run under the budget decides, and when it completes its
+/// figures are the prediction (the allocator freed cached blocks to fit, as the real run will).
+/// A plan that does not fit reports the unlimited run's figures: its reserved peak is a budget
+/// that certainly suffices.
 pub fn dry_run_counted(
     config: &RunConfig,
     corpus: &Corpus,
@@ -95,20 +106,23 @@ pub fn dry_run_counted(
             }
         })
     });
-    let unlimited = run?;
-    let stats = unlimited.device().stats();
+    let (unlimited, completed) = run?;
+    let mut stats = unlimited.stats();
     let (peak_allocated, peak_reserved) = (
         stats.allocated_bytes.all.peak as u64,
         stats.reserved_bytes.all.peak as u64,
     );
-    // Unlimited, the allocator never reclaims: a run whose reserved peak fits takes the same
-    // path under the budget. Between the two peaks only a run under the budget can tell.
-    let fits = if peak_reserved <= config.device_memory {
-        true
-    } else if peak_allocated > config.device_memory {
+    let budget = config.device_memory;
+    let fits = if !completed || peak_allocated > budget {
         false
+    } else if peak_reserved <= budget {
+        true
     } else {
-        fits_budget(config, corpus, recompute)?
+        let (limited, fits) = dry_run(config, corpus, recompute, budget, &mut |_| {})?;
+        if fits {
+            stats = limited.stats();
+        }
+        fits
     };
     let step_work = match marks.as_slice() {
         [.., (_, before), (_, last)] => *last - *before,
@@ -117,8 +131,8 @@ pub fn dry_run_counted(
     };
     Ok(DryRun {
         prediction: Prediction {
-            peak_allocated_bytes: peak_allocated,
-            peak_reserved_bytes: peak_reserved,
+            peak_allocated_bytes: stats.allocated_bytes.all.peak as u64,
+            peak_reserved_bytes: stats.reserved_bytes.all.peak as u64,
             bytes_at_peak_by_category: stats.category_bytes_at_peak,
             peak_bytes_by_category: stats.peak_category_bytes(),
             fits,

@@ -26,18 +26,38 @@ fn config(model: &str, budget: &str) -> RunConfig {
     .unwrap()
 }
 
-/// Every strategy of the engine for `c`'s effective batch, dry-run one by one.
+/// Every strategy of the engine for `c`'s effective batch, dry-run one by one: on gpt-tiny
+/// (2 blocks) checkpoint none, selective and all with both attention kinds; on the 16-block
+/// residual MLP none, every:4, every:2, sqrt and all.
 fn exhaustive(c: &RunConfig, corpus: &Corpus, speed: &SpeedModel) -> Vec<OwnPlan> {
     let effective = c.effective_batch();
-    let mut out = Vec::new();
-    for precision in [Precision::Fp32, Precision::Bf16Mixed, Precision::Bf16] {
-        for optimizer in [OptimizerChoice::Adamw, OptimizerChoice::AdamwBf16] {
-            for checkpoint in [
+    let (checkpoints, attentions): (Vec<CheckpointPolicy>, Vec<Attention>) = if c.model == "resmlp"
+    {
+        (
+            vec![
+                CheckpointPolicy::None,
+                CheckpointPolicy::EveryNth(4),
+                CheckpointPolicy::EveryNth(2),
+                CheckpointPolicy::Sqrt,
+                CheckpointPolicy::EveryNth(1),
+            ],
+            vec![Attention::Naive],
+        )
+    } else {
+        (
+            vec![
                 CheckpointPolicy::None,
                 CheckpointPolicy::Selective,
                 CheckpointPolicy::EveryNth(1),
-            ] {
-                for attention in [Attention::Naive, Attention::MemoryEfficient] {
+            ],
+            vec![Attention::Naive, Attention::MemoryEfficient],
+        )
+    };
+    let mut out = Vec::new();
+    for precision in [Precision::Fp32, Precision::Bf16Mixed, Precision::Bf16] {
+        for optimizer in [OptimizerChoice::Adamw, OptimizerChoice::AdamwBf16] {
+            for &checkpoint in &checkpoints {
+                for &attention in &attentions {
                     for m in (1..=effective).filter(|m| effective.is_multiple_of(*m)) {
                         let cand = Candidate {
                             precision,
@@ -59,9 +79,16 @@ fn exhaustive(c: &RunConfig, corpus: &Corpus, speed: &SpeedModel) -> Vec<OwnPlan
 #[test]
 fn the_search_finds_the_exhaustive_optimum_and_keeps_the_effective_batch() {
     let corpus = Corpus::bundled();
-    // gpt-tiny (2 blocks): checkpoint policies none, selective and all are the whole space.
-    for budget in ["2MiB", "3MiB", "6MiB", "64MiB"] {
-        let c = config("gpt-tiny", budget);
+    let cases = [
+        ("gpt-tiny", "2MiB"),
+        ("gpt-tiny", "3MiB"),
+        ("gpt-tiny", "6MiB"),
+        ("gpt-tiny", "64MiB"),
+        ("resmlp", "20MiB"),
+        ("resmlp", "30MiB"),
+    ];
+    for (model, budget) in cases {
+        let c = config(model, budget);
         let found = plan(&c, &corpus, &Pins::default()).unwrap();
         for p in found.fitting.iter().chain(&found.rejected) {
             assert_eq!(
@@ -69,12 +96,25 @@ fn the_search_finds_the_exhaustive_optimum_and_keeps_the_effective_batch() {
                 8,
                 "{budget}"
             );
-            // Within the budget unlimited means within it under the budget too.
+            // A plan that fits reports the peak it reaches under the budget; one whose peak
+            // with no limit is within the budget fits.
+            if p.fits {
+                assert!(
+                    p.memory.per_device_peak_bytes <= c.device_memory,
+                    "{budget}"
+                );
+            }
             if p.memory.per_device_peak_bytes <= c.device_memory {
                 assert!(p.fits, "{budget}: {:?}", p.strategy);
             }
         }
         let all = exhaustive(&c, &corpus, &found.speed);
+        for p in all.iter().filter(|p| p.fits) {
+            assert!(
+                p.memory.per_device_peak_bytes <= c.device_memory,
+                "{budget}"
+            );
+        }
         // The reference rule, applied to every strategy: the lowest fidelity tier; within it,
         // every plan predicted within 5 % of the fastest is as fast, and among those the fewest
         // levers changed from the configuration (fp32, adamw, none, naive, 8 × 1) wins, then the
@@ -108,7 +148,7 @@ fn the_search_finds_the_exhaustive_optimum_and_keeps_the_effective_batch() {
                     .then(b.strategy.micro_batch.cmp(&a.strategy.micro_batch))
             });
         match (found.recommended(), best) {
-            (Some(r), Some(b)) => assert_eq!(r.strategy, b.strategy, "{budget}"),
+            (Some(r), Some(b)) => assert_eq!(r.strategy, b.strategy, "{model} {budget}"),
             (None, None) => {}
             (r, b) => panic!(
                 "{budget}: search {:?} vs exhaustive {:?}",
@@ -184,4 +224,73 @@ fn the_recommended_plan_runs_inside_the_budget_where_the_configured_one_does_not
     let mut recovered_configured = 0;
     let (configured_run, _) = run(&configured, &mut recovered_configured);
     assert!(configured_run.is_err() || recovered_configured > 0);
+}
+
+#[test]
+fn a_dry_run_counts_the_work_of_a_step() {
+    // The residual MLP (no attention): per token, forward 2 FLOPs per matmul weight (16 blocks
+    // of fc1 128×512 and fc2 512×128, the 128×256 head; the embedding is a lookup), backward
+    // twice that (input and weight gradients), so 6·W per token; `all` re-runs each block's
+    // forward once more: 2·16·2·128·512 per token.
+    let corpus = Corpus::bundled();
+    let c = RunConfig {
+        micro_batch: 2,
+        ..config("resmlp", "256MiB")
+    };
+    let tokens = 2.0 * 32.0;
+    let weights = 16.0 * 2.0 * 128.0 * 512.0 + 128.0 * 256.0;
+    let speed = SpeedModel {
+        matmul_flops_per_s: headroom_train::auto::speed::Rates {
+            f32: 1e9,
+            bf16: 1e9,
+            f16: 1e9,
+        },
+        attention_flops_per_s: 1e9,
+        elementwise_bytes_per_s: headroom_train::auto::speed::Rates {
+            f32: 1e9,
+            bf16: 1e9,
+            f16: 1e9,
+        },
+        kernel_overhead_s: 0.0,
+    };
+    for (policy, recompute) in [
+        (CheckpointPolicy::None, 0.0),
+        (
+            CheckpointPolicy::EveryNth(1),
+            2.0 * 16.0 * 2.0 * 128.0 * 512.0 * tokens,
+        ),
+    ] {
+        let cand = Candidate {
+            checkpoint: policy,
+            ..Candidate::of(&c)
+        };
+        let t = evaluate(&c, &corpus, &cand, &speed).unwrap().time;
+        assert_eq!(t.model_flops, 6.0 * weights * tokens, "{policy}");
+        assert_eq!(t.recompute_flops, recompute, "{policy}");
+    }
+}
+
+#[test]
+fn plans_that_fit_by_reclaiming_report_the_peak_under_the_budget() {
+    // At 48 MiB several gpt-small plans fit only because the allocator frees its cache when
+    // the budget is reached: their reported peak must be the one under the budget.
+    let corpus = Corpus::bundled();
+    let c = TrainConfig {
+        model: Some("gpt-small".into()),
+        steps: Some(3),
+        device_memory: Some("48MiB".parse().unwrap()),
+        ..Default::default()
+    }
+    .resolve()
+    .unwrap();
+    let found = plan(&c, &corpus, &Pins::default()).unwrap();
+    assert!(!found.fitting.is_empty());
+    for p in &found.fitting {
+        assert!(
+            p.memory.per_device_peak_bytes <= c.device_memory,
+            "{}: {}",
+            p.strategy.describe(),
+            p.memory.per_device_peak_bytes
+        );
+    }
 }

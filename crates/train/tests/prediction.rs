@@ -14,7 +14,6 @@ fn dry_run_peaks_equal_measured_peaks_across_the_matrix() {
     assert!(configs.len() >= 30, "{} configurations", configs.len());
     let corpus = Corpus::bundled();
     let mut checked = 0;
-    let mut analytical = 0;
     for c in configs {
         let row = evaluate(c, &corpus).unwrap();
         let (label, p, m) = (&row.label, &row.dry_run, &row.measured);
@@ -31,16 +30,10 @@ fn dry_run_peaks_equal_measured_peaks_across_the_matrix() {
                 "{label}: {cat} predicted {p} vs measured {m}"
             );
         }
-        // The analytical model's figures exist (the policies are ones the planner expresses);
-        // its error is reported by `headroom bench predict`, not bounded here.
-        if let Some(a) = &row.analytical {
-            assert!(a.peak_allocated_bytes > 0, "{label}");
-            analytical += 1;
-        }
+        // The analytical model's error is reported by `headroom bench predict`, not bounded.
         checked += 1;
     }
     assert!(checked >= 30);
-    assert_eq!(analytical, checked);
 }
 
 #[test]

@@ -45,7 +45,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     let shortfall = outcome.closest().map(|c| Shortfall {
         missing_bytes_per_device: c.memory.per_device_peak_bytes.saturating_sub(budget),
         suggestions: vec![format!(
-            "--device-memory {}: the dry-run peak of the closest plan ({})",
+            "--device-memory {}: enough for the closest plan ({}), its reserved peak with no limit",
             format_bytes(c.memory.per_device_peak_bytes),
             c.strategy.describe()
         )],
@@ -63,10 +63,10 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     let Some(best) = outcome.recommended() else {
         let missing = shortfall.map_or(0, |s| s.missing_bytes_per_device);
         bail!(
-            "no strategy fits the device budget of {}: {} missing at best; raise --device-memory to at least {}, or shorten --seq-len",
+            "no strategy fits the device budget of {}: --device-memory {} is enough for the closest plan ({} more), or shorten --seq-len",
             format_bytes(budget),
-            format_bytes(missing),
-            format_bytes(budget + missing)
+            format_bytes(budget + missing),
+            format_bytes(missing)
         );
     };
     for pair in args.emit.chunks(2) {
@@ -139,14 +139,13 @@ fn run_config(args: &PlanArgs, budget: u64) -> Result<RunConfig> {
         (Some(0), ..) => bail!("--global-batch 0: a batch needs at least one sequence"),
         (Some(g), m, a) => {
             let m = m.unwrap_or(g / a.unwrap_or(1).max(1));
-            if m == 0 || g % m != 0 || a.is_some_and(|a| a * m != g) {
+            if m == 0 || g % m != 0 || a.is_some_and(|a| a.checked_mul(m) != Some(g)) {
                 bail!("--global-batch {g} is not --micro-batch × --accumulation; give a divisor");
             }
             (m, g / m)
         }
-        (None, Some(m), a) => (m, a.unwrap_or(1)),
-        (None, None, Some(a)) => (1, a),
-        (None, None, None) => (16, 1),
+        // As `headroom train` reads them: micro-batch 16 unless given, accumulation 1.
+        (None, m, a) => (m.unwrap_or(16), a.unwrap_or(1)),
     };
     let config = TrainConfig {
         model: Some(args.model.clone()),
@@ -289,7 +288,7 @@ fn to_text(
         }
         (None, Some(s)) => {
             out += &format!(
-                "Nothing fits: the closest plan (shown) needs {} more.\n",
+                "Nothing fits: the closest plan (shown) fits in {} more.\n",
                 format_bytes(s.missing_bytes_per_device)
             );
             for line in &s.suggestions {

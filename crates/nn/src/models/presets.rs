@@ -143,6 +143,16 @@ impl ModelSpec {
     }
 }
 
+impl ModelSpec {
+    /// Checks the shape; a bad one names the field.
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            ModelSpec::Gpt(c) => c.validate(),
+            ModelSpec::Resmlp(c) => c.validate(),
+        }
+    }
+}
+
 /// Builds the model on `device` with parameters in `dtype`.
 pub fn build_model(
     name: &str,

@@ -163,6 +163,43 @@ mod tests {
     }
 
     #[test]
+    fn residual_mlp_block_keeps_one_norm_input_and_the_mlp_terms() {
+        // headroom's residual MLP: per block the norm input x, the fc1 input LN(x), the fc1
+        // output and the GELU output, e·sb·(2h + 2f); outside the blocks the final-norm and
+        // head inputs 2·e·sbh and the fp32 logits 4·sbv. No attention terms.
+        let spec = ModelSpec {
+            name: "resmlp".into(),
+            family: crate::model::Family::ResMlp,
+            vocab_size: 256,
+            hidden_size: 128,
+            num_layers: 16,
+            num_decoder_layers: 0,
+            num_heads: 0,
+            num_kv_heads: 0,
+            head_dim: 0,
+            intermediate_size: 512,
+            mlp: MlpKind::Plain,
+            num_experts: 1,
+            experts_per_token: 1,
+            max_learned_positions: None,
+            tie_word_embeddings: false,
+            dropout: false,
+            bias: true,
+            relative_attention_buckets: 0,
+            type_vocab_size: 0,
+        };
+        let (s, b, e) = (32.0, 8.0, 4.0);
+        let blk = block(&spec, s, b, e, Attention::Naive);
+        assert_eq!(blk.full(), e * s * b * (2.0 * 128.0 + 2.0 * 512.0));
+        assert_eq!(blk.core_attention, 0.0);
+        let all = model_activations(&spec, s, b, e, Attention::Naive, Checkpoint::None);
+        assert_eq!(
+            all,
+            16.0 * blk.full() + 2.0 * e * s * b * 128.0 + 4.0 * s * b * 256.0
+        );
+    }
+
+    #[test]
     fn swiglu_gqa_block_matches_hand_count() {
         // llama-3-8b, s = 4096, b = 1, bf16, no dropout, naive attention:
         //   norms 2·2sbh; attention linear 2·sb·(4096 + 4096 + 1024 + 1024 + 4096) = 2·sb·14336;

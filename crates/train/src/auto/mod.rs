@@ -98,7 +98,7 @@ impl AutoPlan {
         let Some(best) = self.recommended() else {
             let closest = self.closest().map_or(0, |p| p.memory.per_device_peak_bytes);
             return format!(
-                "no strategy fits {}: the smallest of {} dry runs needs {}",
+                "no strategy fits {}: the smallest of {} dry runs fits in {}",
                 format_bytes(budget),
                 self.evaluated(),
                 format_bytes(closest)
@@ -132,7 +132,7 @@ impl AutoPlan {
             .min_by(|a, b| by(a.time.step_s, b.time.step_s));
         if let Some(f) = faster {
             out += &format!(
-                "\n  faster but over the budget: {} needs {} ({:.0} tokens/s)",
+                "\n  faster but over the budget: {}, which fits in {} ({:.0} tokens/s)",
                 f.strategy.describe(),
                 format_bytes(f.memory.per_device_peak_bytes),
                 f.time.tokens_per_s
@@ -166,7 +166,7 @@ pub fn plan(config: &RunConfig, corpus: &Corpus, pins: &Pins) -> Result<AutoPlan
     let spec = model_spec(config)?;
     let seq_len = config.seq_len.unwrap_or_else(|| spec.default_seq_len());
     let effective_batch = match (pins.micro_batch, pins.accumulation) {
-        (Some(m), Some(a)) => m * a,
+        (Some(m), Some(a)) => m.saturating_mul(a),
         _ => config.effective_batch(),
     };
     let splits = splits(effective_batch, pins);

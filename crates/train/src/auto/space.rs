@@ -15,9 +15,20 @@ use headroom_plan::strategy::{Attention, Precision};
 /// Micro-batch × accumulation splits of `effective` allowed by the pins, largest micro-batch
 /// first.
 pub(crate) fn splits(effective: usize, pins: &Pins) -> Vec<(usize, usize)> {
-    (1..=effective)
-        .rev()
-        .filter(|m| effective.is_multiple_of(*m))
+    let mut micro: Vec<usize> = Vec::new();
+    let mut d = 1;
+    while d * d <= effective {
+        if effective.is_multiple_of(d) {
+            micro.push(d);
+            if d * d != effective {
+                micro.push(effective / d);
+            }
+        }
+        d += 1;
+    }
+    micro.sort_unstable_by(|a, b| b.cmp(a));
+    micro
+        .into_iter()
         .map(|m| (m, effective / m))
         .filter(|&(m, _)| pins.micro_batch.is_none_or(|p| p == m))
         .filter(|&(_, a)| pins.accumulation.is_none_or(|p| p == a))
@@ -173,5 +184,7 @@ mod tests {
             ..Default::default()
         };
         assert!(splits(12, &impossible).is_empty());
+        assert_eq!(splits(1, &Pins::default()), vec![(1, 1)]);
+        assert_eq!(splits(49, &Pins::default()), vec![(49, 1), (7, 7), (1, 49)]);
     }
 }

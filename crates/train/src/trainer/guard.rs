@@ -10,8 +10,8 @@
 //! and the allocations (by name) that multiplied or grew — the classic causes are tensors kept
 //! in a list, a graph kept alive, gradients never cleared, a buffer that grows every step. The
 //! step's peak comes from the allocator's measurement window, opened at every step's start; the
-//! guard speaks when the step's rise above the bytes it started with sets a new maximum for the
-//! second time (one new maximum can be a warm-up step the loss scaler skipped).
+//! guard speaks when the step's rise above the bytes it started with sets a new maximum in two
+//! consecutive steps (one new maximum can follow a warm-up step the loss scaler skipped).
 //!
 //! Not for: choosing a micro-batch up front (the planner's dry run).
 
@@ -36,7 +36,8 @@ pub struct LeakGuard {
     warned: bool,
     /// The window of the step that ended the warm-up.
     peak_baseline: Option<Window>,
-    /// The largest rise above the held bytes seen since, and how many times it was exceeded.
+    /// The largest rise above the held bytes seen since, and how many consecutive steps have
+    /// just exceeded it.
     peak_max: u64,
     peak_records: u32,
     peak_warned: bool,
@@ -160,8 +161,9 @@ impl Trainer {
         // Growth of what is held between steps raises every later peak too; that is the other
         // check's to report. This one watches what the step itself adds on top. One new maximum
         // can be innocent (a warm-up step the loss scaler skipped has no update to peak in);
-        // a leak keeps setting new ones.
+        // a leak sets new ones step after step.
         if window.rise() <= self.leak_guard.peak_max {
+            self.leak_guard.peak_records = 0;
             return;
         }
         self.leak_guard.peak_max = window.rise();

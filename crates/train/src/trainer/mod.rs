@@ -158,8 +158,14 @@ impl std::fmt::Debug for Trainer {
 }
 
 /// The model `config` trains: its preset or file with the shape overrides, dropout and
-/// attention kind applied.
+/// attention kind applied, checked (a bad shape names the field).
 pub fn model_spec(config: &RunConfig) -> Result<ModelSpec, TrainError> {
+    let spec = unchecked_model_spec(config)?;
+    spec.validate()?;
+    Ok(spec)
+}
+
+fn unchecked_model_spec(config: &RunConfig) -> Result<ModelSpec, TrainError> {
     let spec = ModelSpec::resolve(&config.model)?.with_overrides(
         config.layers,
         config.width,
