@@ -17,6 +17,10 @@ use std::time::Instant;
 /// Steps a dry run takes: optimizer state exists from the first update, so the second step is
 /// already the steady state; a third makes any growth visible.
 const DRY_STEPS: u64 = 3;
+/// Micro-batches a dry-run step accumulates: from the second on every micro-batch allocates and
+/// frees the same (the gradients already exist), so more would only cost time; their work is
+/// extrapolated from the last one.
+const DRY_ACCUMULATION: usize = 2;
 /// Capacity of the dry run that measures the peaks: never reached, so nothing is reclaimed.
 const UNLIMITED: u64 = 1 << 46;
 
@@ -34,31 +38,48 @@ pub struct Prediction {
     pub seconds: f64,
 }
 
+/// What one dry run leaves: the device (for its statistics), whether the run completed
+/// (`false`: it ran out of memory, possibly while building the model), and the counted work of
+/// its last micro-batch.
+struct DryOutcome {
+    device: Device,
+    completed: bool,
+    micro_work: Option<Work>,
+}
+
 /// Runs the trainer on a shape-only device of `capacity` bytes for up to three steps (at least
-/// one); returns the device, for its statistics, and whether the run completed (`false`: it ran
-/// out of memory, possibly while building the model).
+/// one) of at most [`DRY_ACCUMULATION`] micro-batches each.
 fn dry_run(
     config: &RunConfig,
     corpus: &Corpus,
     recompute: &Recompute,
     capacity: u64,
     on_event: &mut dyn FnMut(TrainEvent),
-) -> Result<(Device, bool), TrainError> {
+) -> Result<DryOutcome, TrainError> {
     let mut c = config.clone();
     c.steps = c.steps.clamp(1, DRY_STEPS);
+    c.accumulation = c.accumulation.min(DRY_ACCUMULATION);
     c.eval_every = 0;
     c.checkpoint_dir = None;
     c.oom_recovery = false;
     let device = Device::shape_only(capacity, AllocatorConfig::default());
+    let mut micro_work = None;
     let outcome = Trainer::on_device(c, corpus, device.clone()).and_then(|mut trainer| {
         trainer.set_recompute(recompute.clone());
-        trainer.train(on_event).map(drop)
+        let r = trainer.train(on_event).map(drop);
+        micro_work = trainer.last_micro_batch_work();
+        r
     });
-    match outcome {
-        Ok(()) => Ok((device, true)),
-        Err(TrainError::OutOfMemory(_)) => Ok((device, false)),
-        Err(e) => Err(e),
-    }
+    let completed = match outcome {
+        Ok(()) => true,
+        Err(TrainError::OutOfMemory(_)) => false,
+        Err(e) => return Err(e),
+    };
+    Ok(DryOutcome {
+        device,
+        completed,
+        micro_work,
+    })
 }
 
 /// Whether a dry run with `config.device_memory` of capacity completes.
@@ -67,7 +88,7 @@ fn fits_budget(
     corpus: &Corpus,
     recompute: &Recompute,
 ) -> Result<bool, TrainError> {
-    Ok(dry_run(config, corpus, recompute, config.device_memory, &mut |_| {})?.1)
+    Ok(dry_run(config, corpus, recompute, config.device_memory, &mut |_| {})?.completed)
 }
 
 /// A dry run's prediction with the work of its last (steady-state) step and the bytes held
@@ -106,8 +127,9 @@ pub fn dry_run_counted(
             }
         })
     });
-    let (unlimited, completed) = run?;
-    let mut stats = unlimited.stats();
+    let unlimited = run?;
+    let completed = unlimited.completed;
+    let mut stats = unlimited.device.stats();
     let (peak_allocated, peak_reserved) = (
         stats.allocated_bytes.all.peak as u64,
         stats.reserved_bytes.all.peak as u64,
@@ -118,17 +140,22 @@ pub fn dry_run_counted(
     } else if peak_reserved <= budget {
         true
     } else {
-        let (limited, fits) = dry_run(config, corpus, recompute, budget, &mut |_| {})?;
-        if fits {
-            stats = limited.stats();
+        let limited = dry_run(config, corpus, recompute, budget, &mut |_| {})?;
+        if limited.completed {
+            stats = limited.device.stats();
         }
-        fits
+        limited.completed
     };
-    let step_work = match marks.as_slice() {
+    let mut step_work = match marks.as_slice() {
         [.., (_, before), (_, last)] => *last - *before,
         [(_, only)] => *only,
         [] => Work::default(),
     };
+    // The micro-batches the dry run left out repeat the last one it ran.
+    let skipped = config.accumulation.saturating_sub(DRY_ACCUMULATION);
+    if let Some(micro) = unlimited.micro_work {
+        step_work = step_work + micro.times(skipped as f64);
+    }
     Ok(DryRun {
         prediction: Prediction {
             peak_allocated_bytes: stats.allocated_bytes.all.peak as u64,

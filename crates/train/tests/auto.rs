@@ -253,20 +253,30 @@ fn a_dry_run_counts_the_work_of_a_step() {
         },
         kernel_overhead_s: 0.0,
     };
-    for (policy, recompute) in [
-        (CheckpointPolicy::None, 0.0),
-        (
-            CheckpointPolicy::EveryNth(1),
-            2.0 * 16.0 * 2.0 * 128.0 * 512.0 * tokens,
-        ),
-    ] {
-        let cand = Candidate {
-            checkpoint: policy,
-            ..Candidate::of(&c)
+    // Accumulating 4 micro-batches of 2 (the dry run runs 2 of them and extrapolates the rest)
+    // does 4 times the work of one.
+    for accumulation in [1, 4] {
+        let c = RunConfig {
+            accumulation,
+            ..c.clone()
         };
-        let t = evaluate(&c, &corpus, &cand, &speed).unwrap().time;
-        assert_eq!(t.model_flops, 6.0 * weights * tokens, "{policy}");
-        assert_eq!(t.recompute_flops, recompute, "{policy}");
+        let tokens = tokens * accumulation as f64;
+        for (policy, recompute) in [
+            (CheckpointPolicy::None, 0.0),
+            (
+                CheckpointPolicy::EveryNth(1),
+                2.0 * 16.0 * 2.0 * 128.0 * 512.0 * tokens,
+            ),
+        ] {
+            let cand = Candidate {
+                checkpoint: policy,
+                ..Candidate::of(&c)
+            };
+            let t = evaluate(&c, &corpus, &cand, &speed).unwrap().time;
+            let label = format!("{policy} × {accumulation}");
+            assert_eq!(t.model_flops, 6.0 * weights * tokens, "{label}");
+            assert_eq!(t.recompute_flops, recompute, "{label}");
+        }
     }
 }
 

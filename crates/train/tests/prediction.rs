@@ -37,6 +37,43 @@ fn dry_run_peaks_equal_measured_peaks_across_the_matrix() {
 }
 
 #[test]
+fn dry_runs_accumulating_two_micro_batches_predict_runs_accumulating_more() {
+    // A dry-run step accumulates at most two micro-batches; the real runs accumulate five.
+    let corpus = Corpus::bundled();
+    for (model, precision) in [("gpt-tiny", "fp16-mixed"), ("resmlp", "fp32")] {
+        let c = TrainConfig {
+            model: Some(model.into()),
+            precision: Some(precision.into()),
+            micro_batch: Some(2),
+            accumulation: Some(5),
+            seq_len: Some(32),
+            steps: Some(3),
+            eval_every: Some(0),
+            eval_batches: Some(1),
+            device_memory: Some("256MiB".parse().unwrap()),
+            ..Default::default()
+        };
+        let row = evaluate(c, &corpus).unwrap();
+        let (p, m) = (&row.dry_run, &row.measured);
+        assert_eq!(
+            p.peak_allocated_bytes, m.peak_allocated_bytes,
+            "{}",
+            row.label
+        );
+        assert_eq!(
+            p.peak_reserved_bytes, m.peak_reserved_bytes,
+            "{}",
+            row.label
+        );
+        assert_eq!(
+            p.peak_bytes_by_category, m.peak_bytes_by_category,
+            "{}",
+            row.label
+        );
+    }
+}
+
+#[test]
 fn the_largest_micro_batch_fits_and_one_more_does_not() {
     let corpus = Corpus::bundled();
     let run = TrainConfig {

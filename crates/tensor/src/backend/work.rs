@@ -89,6 +89,26 @@ impl Work {
     }
 }
 
+impl Work {
+    /// `self` repeated `n` times.
+    pub fn times(self, n: f64) -> Work {
+        Work {
+            matmul_flops: PerWidth::default().plus(self.matmul_flops, n),
+            attention_flops: self.attention_flops * n,
+            elementwise_bytes: PerWidth::default().plus(self.elementwise_bytes, n),
+            kernels: (self.kernels as f64 * n).round() as u64,
+            recompute_flops: self.recompute_flops * n,
+        }
+    }
+}
+
+impl std::ops::Add for Work {
+    type Output = Work;
+    fn add(self, o: Work) -> Work {
+        self.plus(o, 1.0)
+    }
+}
+
 impl std::ops::Sub for Work {
     type Output = Work;
     fn sub(self, o: Work) -> Work {

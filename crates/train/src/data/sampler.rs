@@ -124,18 +124,32 @@ impl TokenSampler {
             targets: Vec::with_capacity(batch * self.seq_len),
         };
         for _ in 0..batch {
-            if self.position.cursor as usize >= self.order.len() {
-                self.position = DataPosition {
-                    epoch: self.position.epoch + 1,
-                    cursor: 0,
-                };
-                self.shuffle_epoch();
-            }
-            let start = self.order[self.position.cursor as usize] as usize * self.seq_len;
+            let start = self.next_window() * self.seq_len;
             self.window(start, &mut out);
-            self.position.cursor += 1;
         }
         out
+    }
+
+    /// Moves past `batch` training sequences exactly as [`Self::next_train`] would, without
+    /// copying them (a dry run needs the position, not the tokens).
+    pub fn skip_train(&mut self, batch: usize) {
+        for _ in 0..batch {
+            self.next_window();
+        }
+    }
+
+    /// The next window of the shuffled order, starting a new epoch when one is used up.
+    fn next_window(&mut self) -> usize {
+        if self.position.cursor as usize >= self.order.len() {
+            self.position = DataPosition {
+                epoch: self.position.epoch + 1,
+                cursor: 0,
+            };
+            self.shuffle_epoch();
+        }
+        let w = self.order[self.position.cursor as usize] as usize;
+        self.position.cursor += 1;
+        w
     }
 
     /// Validation batches in order (the same every time): up to `max_batches` of `batch` rows.
@@ -228,6 +242,15 @@ mod tests {
         }
         let pos = a.position();
         let expected: Vec<TokenBatch> = (0..50).map(|_| a.next_train(3)).collect();
+        // Skipping moves exactly as sampling does, across epoch boundaries too.
+        let mut skipped = TokenSampler::new(&corpus(1000), 10, 0.1, 9).unwrap();
+        let mut sampled = TokenSampler::new(&corpus(1000), 10, 0.1, 9).unwrap();
+        for _ in 0..40 {
+            skipped.skip_train(7);
+            sampled.next_train(7);
+            assert_eq!(skipped.position(), sampled.position());
+        }
+        assert_eq!(skipped.next_train(2), sampled.next_train(2));
         let mut b = TokenSampler::new(&corpus(5000), 16, 0.1, 3).unwrap();
         b.seek(pos);
         let got: Vec<TokenBatch> = (0..50).map(|_| b.next_train(3)).collect();

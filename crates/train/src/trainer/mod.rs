@@ -28,6 +28,7 @@ use headroom_nn::models::{ModelSpec, ModelSpecError, build_model};
 use headroom_nn::optim::{Optimizer, OptimizerConfig, OptimizerKind, StateDtype};
 use headroom_nn::{Model, Recompute};
 use headroom_plan::strategy::Attention;
+use headroom_tensor::backend::work::Work;
 use headroom_tensor::{DType, Gradients, Tensor, TensorError, no_grad};
 use std::time::Instant;
 
@@ -146,6 +147,9 @@ pub struct Trainer {
     leak_guard: LeakGuard,
     /// Running on a shape-only device: allocations and frees only, no values.
     dry: bool,
+    /// On a shape-only device: the counted work of the last micro-batch (forward and backward),
+    /// from which a dry run extrapolates accumulation it did not run.
+    micro_work: Option<Work>,
 }
 
 impl std::fmt::Debug for Trainer {
@@ -281,6 +285,7 @@ impl Trainer {
             kept: Vec::new(),
             leak_guard: LeakGuard::default(),
             dry,
+            micro_work: None,
         })
     }
 
@@ -338,6 +343,12 @@ impl Trainer {
     /// Records in the report what `--auto` chose.
     pub fn set_auto_choice(&mut self, choice: crate::report::AutoChoice) {
         self.report.auto = Some(choice);
+    }
+
+    /// The counted work of the last micro-batch of a dry run (`None` on a real device, or
+    /// outside a `count_work` scope).
+    pub fn last_micro_batch_work(&self) -> Option<Work> {
+        self.micro_work
     }
 
     pub fn report(&self) -> &TrainReport {
@@ -457,6 +468,27 @@ impl Trainer {
             loss: mean,
         });
         Ok(mean)
+    }
+
+    /// The input and target tensors of a micro-batch on a shape-only device: allocated like
+    /// [`Self::batch_tensors`]'s, with nothing to upload.
+    fn dry_batch_tensors(&self, micro_batch: usize) -> Result<(Tensor, Tensor), TrainError> {
+        let shape = [micro_batch, self.seq_len];
+        let x = Tensor::zeros(
+            &self.device,
+            &shape,
+            DType::I64,
+            Category::Input,
+            Some("tokens"),
+        )?;
+        let y = Tensor::zeros(
+            &self.device,
+            &shape,
+            DType::I64,
+            Category::Input,
+            Some("targets"),
+        )?;
+        Ok((x, y))
     }
 
     fn batch_tensors(

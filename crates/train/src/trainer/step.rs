@@ -13,6 +13,7 @@ use crate::scaler::ScalerDecision;
 use headroom_memory::Category;
 use headroom_nn::grad::{GradStats, grad_multiplier, grad_stats};
 use headroom_nn::optim::FlatParams;
+use headroom_tensor::backend::work::work_so_far;
 use headroom_tensor::{DType, Tape, Tensor};
 
 impl Trainer {
@@ -39,6 +40,7 @@ impl Trainer {
             None
         };
         for micro in 0..accumulation {
+            let work_before = if self.dry { work_so_far() } else { None };
             {
                 let mut a = self.device.lock();
                 a.trace_mut().set_step(self.step);
@@ -48,8 +50,14 @@ impl Trainer {
                     "forward (accumulating)"
                 });
             }
-            let batch = self.sampler.next_train(self.config.micro_batch);
-            let (x, y) = self.batch_tensors(&batch)?;
+            let (x, y) = if self.dry {
+                // No values on a shape-only device: the same tensors, without drawing tokens.
+                self.sampler.skip_train(self.config.micro_batch);
+                self.dry_batch_tensors(self.config.micro_batch)?
+            } else {
+                let batch = self.sampler.next_train(self.config.micro_batch);
+                self.batch_tensors(&batch)?
+            };
             let tape = Tape::new();
             let recompute = self.recompute.clone();
             let factor = scale / accumulation as f32;
@@ -73,6 +81,9 @@ impl Trainer {
             self.device.lock().trace_mut().set_phase("backward");
             tape.backward(&scaled, &mut self.grads)?;
             loss_sum += value;
+            if let (Some(before), Some(after)) = (work_before, work_so_far()) {
+                self.micro_work = Some(after - before);
+            }
             self.backward_passes += 1;
             self.check_accumulation(on_event);
         }
