@@ -299,7 +299,7 @@ fn plans_that_fit_by_reclaiming_report_the_peak_under_the_budget() {
         assert!(
             p.memory.per_device_peak_bytes <= c.device_memory,
             "{}: {}",
-            p.strategy.describe(),
+            p.strategy.describe(true),
             p.memory.per_device_peak_bytes
         );
     }

@@ -47,7 +47,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         suggestions: vec![format!(
             "--device-memory {}: enough for the closest plan ({}), its reserved peak with no limit",
             format_bytes(c.memory.per_device_peak_bytes),
-            c.strategy.describe()
+            c.strategy.describe(outcome.has_attention)
         )],
     });
     if args.json {
@@ -270,7 +270,11 @@ fn to_text(
                     "0".into(),
                     "none/none".into(),
                     s.checkpoint.to_string(),
-                    s.attention.to_string(),
+                    if outcome.has_attention {
+                        s.attention.to_string()
+                    } else {
+                        "-".to_string()
+                    },
                     format!("{}×{}", s.micro_batch, s.accumulation),
                 ],
                 by_category: p.memory.by_category,

@@ -81,14 +81,19 @@ impl Candidate {
         })
     }
 
-    /// `fp32, adamw, checkpoint none, naive attention, micro-batch 16 × 1`.
-    pub fn describe(&self) -> String {
+    /// `fp32, adamw, checkpoint none, naive attention, micro-batch 16 × 1` (without the
+    /// attention for a model that has none).
+    pub fn describe(&self, has_attention: bool) -> String {
+        let attention = if has_attention {
+            format!(", {} attention", self.attention)
+        } else {
+            String::new()
+        };
         format!(
-            "{}, {}, checkpoint {}, {} attention, micro-batch {} × {}",
+            "{}, {}, checkpoint {}{attention}, micro-batch {} × {}",
             self.precision,
             self.planner_optimizer(),
             self.checkpoint,
-            self.attention,
             self.micro_batch,
             self.accumulation
         )

@@ -69,6 +69,8 @@ pub struct AutoPlan {
     pub speed: SpeedModel,
     pub effective_batch: usize,
     pub seq_len: usize,
+    /// Whether the model has attention (the residual MLP has none: its plans name no kind).
+    pub has_attention: bool,
     /// Seconds the search took (calibration and dry runs).
     pub seconds: f64,
 }
@@ -119,7 +121,7 @@ impl AutoPlan {
         };
         let mut out = format!(
             "{} — {which} of {} dry-run strategies that fit {} (predicted {:.0} tokens/s, peak {})",
-            best.strategy.describe(),
+            best.strategy.describe(self.has_attention),
             self.fitting.len(),
             format_bytes(budget),
             best.time.tokens_per_s,
@@ -133,7 +135,7 @@ impl AutoPlan {
         if let Some(f) = faster {
             out += &format!(
                 "\n  faster but over the budget: {}, which fits in {} ({:.0} tokens/s)",
-                f.strategy.describe(),
+                f.strategy.describe(self.has_attention),
                 format_bytes(f.memory.per_device_peak_bytes),
                 f.time.tokens_per_s
             );
@@ -219,6 +221,7 @@ pub fn plan(config: &RunConfig, corpus: &Corpus, pins: &Pins) -> Result<AutoPlan
         speed,
         effective_batch,
         seq_len,
+        has_attention: matches!(spec, headroom_nn::models::ModelSpec::Gpt(_)),
         seconds: started.elapsed().as_secs_f64(),
     })
 }

@@ -106,7 +106,7 @@ pub fn run(args: SpeedBenchArgs) -> anyhow::Result<()> {
         let predicted = evaluate(&base, &corpus, c, &speed)?.time.tokens_per_s;
         let measured = measure(&c.apply(&base), &corpus, c, seq_len)?;
         rows.push(SpeedRow {
-            strategy: c.describe(),
+            strategy: c.describe(matches!(spec, ModelSpec::Gpt(_))),
             predicted_tokens_per_s: predicted,
             measured_tokens_per_s: measured,
             error: (predicted - measured) / measured,
