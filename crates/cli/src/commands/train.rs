@@ -2,6 +2,7 @@
 //! where every byte went. With no arguments it runs the embedded default (a small GPT on the
 //! bundled corpus); every lever is a flag or a key of `--config FILE` (flags win).
 
+use super::plan_output::group_digits;
 use crate::report::timeline::write_timeline_svg;
 use crate::report::train_report::print_report;
 use anyhow::Context;
@@ -360,18 +361,6 @@ fn explain(e: TrainError) -> anyhow::Error {
         ),
         other => anyhow::Error::new(other),
     }
-}
-
-pub(crate) fn group_digits(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
 }
 
 /// A progress bar on a terminal, plain lines otherwise.
