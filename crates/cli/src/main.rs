@@ -44,7 +44,19 @@ enum Command {
     Estimate(commands::estimate::EstimateCommand),
 }
 
+/// A closed stdout (`headroom … | head -1`) ends the process quietly, as it does for other
+/// command-line tools: the default action of SIGPIPE (exit status 141 in a shell) instead of
+/// Rust's default of ignoring it, which turns the failed write into a panic.
+fn die_quietly_on_closed_stdout() {
+    #[cfg(unix)]
+    // SAFETY: restoring a signal's default disposition before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    die_quietly_on_closed_stdout();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train(args) => commands::train::run(*args),

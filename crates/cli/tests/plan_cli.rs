@@ -38,7 +38,7 @@ fn plan_json_has_the_documented_shape_and_categories_sum_to_the_peak() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v = json(&o);
-    // Published count (estimation.md §2).
+    // Published count (docs/sources.md §7).
     assert_eq!(v["model"]["params"], 6_738_415_616u64);
     assert_eq!(v["hardware"]["world_size"], 8);
     let plans = v["plans"].as_array().unwrap();

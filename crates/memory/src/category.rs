@@ -1,5 +1,5 @@
 //! The Category of a device allocation: the one vocabulary the planner predicts in and the
-//! allocator measures in (shared/DESIGN.md, "Shared vocabulary").
+//! allocator measures in (docs/sources.md §12).
 //!
 //! Not for: deciding *where* bytes live (that is a placement) or how many there are (that is a
 //! `MemoryBreakdown`).

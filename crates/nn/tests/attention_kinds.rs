@@ -10,7 +10,7 @@
 use headroom_memory::{AllocatorConfig, Category, Device};
 use headroom_nn::Model;
 use headroom_nn::Recompute;
-use headroom_nn::models::gpt::AttentionKind;
+use headroom_nn::models::gpt::Attention;
 use headroom_nn::models::{Gpt, GptConfig, ModelSpec, preset};
 use headroom_tensor::{DType, Gradients, Tape, Tensor, rng};
 
@@ -32,7 +32,7 @@ struct Outcome {
     peak: i64,
 }
 
-fn step(kind: AttentionKind, dropout: f32, b: usize, t: usize) -> Outcome {
+fn step(kind: Attention, dropout: f32, b: usize, t: usize) -> Outcome {
     let device = Device::cpu(1 << 30, AllocatorConfig::default());
     let model = Gpt::new("gpt-tiny", config(dropout, t), &device, DType::F32, 11)
         .unwrap()
@@ -90,8 +90,8 @@ fn assert_same_training_signal(fused: &Outcome, naive: &Outcome, what: &str) {
 #[test]
 fn memory_efficient_attention_gives_the_naive_loss_and_gradients() {
     // gpt-tiny: 2 layers, width 32, 2 heads (D = 16); B = 2, T = 32.
-    let naive = step(AttentionKind::Naive, 0.0, 2, 32);
-    let fused = step(AttentionKind::MemoryEfficient, 0.0, 2, 32);
+    let naive = step(Attention::Naive, 0.0, 2, 32);
+    let fused = step(Attention::MemoryEfficient, 0.0, 2, 32);
     assert_same_training_signal(&fused, &naive, "no dropout");
 }
 
@@ -99,10 +99,10 @@ fn memory_efficient_attention_gives_the_naive_loss_and_gradients() {
 fn with_dropout_both_kinds_drop_the_same_attention_probabilities() {
     // The fused op draws its mask at the indices dropout on the (B, H, T, T) probabilities
     // uses, from the same point of the stream, so the whole step is the same computation.
-    let naive = step(AttentionKind::Naive, 0.1, 2, 32);
-    let fused = step(AttentionKind::MemoryEfficient, 0.1, 2, 32);
+    let naive = step(Attention::Naive, 0.1, 2, 32);
+    let fused = step(Attention::MemoryEfficient, 0.1, 2, 32);
     assert_same_training_signal(&fused, &naive, "dropout 0.1");
-    let undropped = step(AttentionKind::MemoryEfficient, 0.0, 2, 32);
+    let undropped = step(Attention::MemoryEfficient, 0.0, 2, 32);
     assert!((fused.loss - undropped.loss).abs() > 1e-4);
 }
 
@@ -113,8 +113,8 @@ fn memory_efficient_attention_saves_fewer_activation_bytes() {
     // saves its (B, T, C) output and a (B, H, T) f32 statistic instead (1 KiB here), and q, k, v
     // either way. So per layer at least 256 KiB − 32 KiB − 1 KiB fewer, two layers.
     let (b, t) = (2, 128);
-    let naive = step(AttentionKind::Naive, 0.0, b, t);
-    let fused = step(AttentionKind::MemoryEfficient, 0.0, b, t);
+    let naive = step(Attention::Naive, 0.0, b, t);
+    let fused = step(Attention::MemoryEfficient, 0.0, b, t);
     let probs = (b * 2 * t * t * 4) as i64;
     let out = (b * t * 32 * 4) as i64;
     let lse = (b * 2 * t * 4) as i64;
@@ -137,17 +137,14 @@ fn attention_kinds_have_kebab_case_names_and_naive_is_the_default() {
     #[derive(serde::Deserialize)]
     struct Holder {
         #[serde(default)]
-        attention: AttentionKind,
+        attention: Attention,
     }
     let parse = |s: &str| toml::from_str::<Holder>(s).map(|h| h.attention);
-    assert_eq!(
-        parse("attention = \"naive\"").unwrap(),
-        AttentionKind::Naive
-    );
+    assert_eq!(parse("attention = \"naive\"").unwrap(), Attention::Naive);
     assert_eq!(
         parse("attention = \"memory-efficient\"").unwrap(),
-        AttentionKind::MemoryEfficient
+        Attention::MemoryEfficient
     );
-    assert_eq!(parse("").unwrap(), AttentionKind::Naive);
+    assert_eq!(parse("").unwrap(), Attention::Naive);
     assert!(parse("attention = \"flash\"").is_err());
 }

@@ -7,8 +7,8 @@
 
 use crate::cost::{Plan, Problem, activation, memory};
 use crate::hardware::{self, Hardware};
-use crate::search::{Pins, search};
-use crate::strategy::{Attention, Checkpoint, Offload, Strategy};
+use crate::search::search;
+use crate::strategy::{Attention, Checkpoint, Offload, Pins, Placement, Strategy};
 use crate::workload::{BatchSpec, Workload};
 use headroom_memory::{Category, format_bytes};
 use serde::Serialize;
@@ -20,16 +20,15 @@ pub fn explain(problem: &Problem, plan: &Plan) -> Vec<String> {
     let mut out = Vec::new();
 
     let replicated = Strategy {
-        zero_stage: 0,
-        offload_optimizer: Offload::None,
-        offload_params: Offload::None,
+        placement: Placement::default(),
         ..*s
     };
     let full_states = memory::model_state_bytes(problem, &replicated);
     let states = memory::model_state_bytes(problem, s);
     let n = problem.hardware.world_size();
-    if s.zero_stage > 0 || s.offload_optimizer != Offload::None {
-        let how = match (s.zero_stage, s.offload_optimizer, s.offload_params) {
+    let pl = s.placement;
+    if pl.zero_stage.number() > 0 || pl.offload_optimizer != Offload::None {
+        let how = match (pl.zero_stage, pl.offload_optimizer, pl.offload_params) {
             (z, Offload::None, _) => format!("ZeRO-{z} shards them over {n} GPUs"),
             (z, o, Offload::None) => format!("ZeRO-{z} with optimizer states offloaded to {o}"),
             (z, o, p) => format!("ZeRO-{z} with optimizer states on {o} and parameters on {p}"),
@@ -53,7 +52,7 @@ pub fn explain(problem: &Problem, plan: &Plan) -> Vec<String> {
     }
 
     let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
-    let e = memory::param_bytes(s.precision);
+    let e = s.precision.activation_bytes() as f64;
     let plain =
         activation::model_activations(&problem.spec, seq, b, e, Attention::Naive, Checkpoint::None);
     let act = plan.memory.by_category[Category::Activation];

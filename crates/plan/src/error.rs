@@ -53,12 +53,8 @@ pub enum PlanError {
     Batch(String),
 
     /// A strategy value (precision, optimizer, …) that is not known.
-    #[error("invalid value '{value}' for {field}; accepted: {accepted}")]
-    StrategyValue {
-        field: String,
-        value: String,
-        accepted: String,
-    },
+    #[error(transparent)]
+    Strategy(#[from] headroom_strategy::StrategyError),
 
     /// Pinned strategy parts that cannot be combined.
     #[error("incompatible strategy: {0}")]

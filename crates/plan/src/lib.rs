@@ -17,7 +17,7 @@ pub mod export;
 pub mod hardware;
 pub mod model;
 pub mod search;
-pub mod strategy;
+pub use headroom_strategy as strategy;
 pub mod workload;
 
 pub use error::{PlanError, Result};

@@ -7,21 +7,11 @@
 
 use crate::cost::{Plan, Problem, evaluate};
 use crate::error::{PlanError, Result};
-use crate::strategy::{Attention, Checkpoint, Offload, Optimizer, Precision, Strategy};
+use crate::strategy::{
+    Attention, Checkpoint, Offload, Optimizer, Pins, Placement, Precision, Strategy, ZeroStage,
+};
 use serde::Serialize;
 use std::cmp::Ordering;
-
-/// Parts of the strategy fixed by the user; `None` means "search".
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Pins {
-    pub precision: Option<Precision>,
-    pub optimizer: Option<Optimizer>,
-    pub zero_stage: Option<u8>,
-    pub offload_optimizer: Option<Offload>,
-    pub offload_params: Option<Offload>,
-    pub checkpoint: Option<Checkpoint>,
-    pub attention: Option<Attention>,
-}
 
 /// Checkpoint policies searched when not pinned.
 const CHECKPOINTS: [Checkpoint; 5] = [
@@ -73,7 +63,7 @@ pub fn enumerate(problem: &Problem, pins: &Pins) -> Result<Vec<Strategy>> {
             .collect(),
     };
     let optimizers = pins.optimizer.map_or(Optimizer::ALL.to_vec(), |o| vec![o]);
-    let stages = pins.zero_stage.map_or(vec![0, 1, 2, 3], |z| vec![z]);
+    let stages = pins.zero_stage.map_or(ZeroStage::ALL.to_vec(), |z| vec![z]);
     let offloads = |pin: Option<Offload>| pin.map_or(Offload::ALL.to_vec(), |o| vec![o]);
     let checkpoints = pins.checkpoint.map_or(CHECKPOINTS.to_vec(), |c| vec![c]);
     let attentions = pins.attention.map_or(Attention::ALL.to_vec(), |a| vec![a]);
@@ -102,7 +92,7 @@ pub fn enumerate(problem: &Problem, pins: &Pins) -> Result<Vec<Strategy>> {
                             } else {
                                 0
                             };
-                            if zero_stage != wanted {
+                            if zero_stage.number() != wanted {
                                 continue;
                             }
                         }
@@ -119,9 +109,11 @@ pub fn enumerate(problem: &Problem, pins: &Pins) -> Result<Vec<Strategy>> {
                                     let s = Strategy {
                                         precision,
                                         optimizer,
-                                        zero_stage,
-                                        offload_optimizer,
-                                        offload_params,
+                                        placement: Placement {
+                                            zero_stage,
+                                            offload_optimizer,
+                                            offload_params,
+                                        },
                                         checkpoint,
                                         attention,
                                         micro_batch,

@@ -9,7 +9,7 @@ fn count(name: &str) -> u64 {
 
 #[test]
 fn gpt2_family_matches_published_totals() {
-    // keras-hub presets gpt2_{base,medium,large,extra_large}_en "params" (estimation.md §2).
+    // keras-hub presets gpt2_{base,medium,large,extra_large}_en "params" (docs/sources.md §7).
     assert_eq!(count("gpt2"), 124_439_808);
     assert_eq!(count("gpt2-medium"), 354_823_168);
     assert_eq!(count("gpt2-large"), 774_030_080);
@@ -18,7 +18,7 @@ fn gpt2_family_matches_published_totals() {
 
 #[test]
 fn llama_2_matches_published_totals() {
-    // keras-hub llama2_7b_en and together-python pcount (estimation.md §2).
+    // keras-hub llama2_7b_en and together-python pcount (docs/sources.md §7).
     assert_eq!(count("llama-2-7b"), 6_738_415_616);
     assert_eq!(count("llama-2-13b"), 13_015_864_320);
 }
@@ -42,7 +42,7 @@ fn pythia_matches_the_pythia_paper() {
 
 #[test]
 fn gqa_llamas_match_hand_derivations() {
-    // Llama/Mistral closed form (estimation.md §2):
+    // Llama/Mistral closed form (docs/sources.md §7):
     //   L·(2h² + 2·h·kv·(h/heads) + 3·h·inter + 2h) + h + V·h·(1 if tied else 2).
     // llama-3-8b: h=4096, kv·hd=1024, inter=14336, L=32, V=128256:
     //   layer = 33,554,432 + 8,388,608 + 176,160,768 + 8,192 = 218,112,000

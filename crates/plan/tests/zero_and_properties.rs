@@ -6,8 +6,10 @@ use headroom_memory::Category;
 use headroom_plan::cost::{CostModel, Problem, activation, evaluate, memory};
 use headroom_plan::hardware;
 use headroom_plan::model::load_model;
-use headroom_plan::search::{Pins, enumerate, search};
-use headroom_plan::strategy::{Attention, Checkpoint, Offload, Optimizer, Precision, Strategy};
+use headroom_plan::search::{enumerate, search};
+use headroom_plan::strategy::{
+    Attention, Checkpoint, Offload, Optimizer, Pins, Placement, Precision, Strategy, ZeroStage,
+};
 use headroom_plan::workload::{BatchSpec, Workload};
 
 fn problem(model: &str, gpu: &str, per_node: u64, nodes: u64, seq: u64, batch: u64) -> Problem {
@@ -31,9 +33,10 @@ fn adam(zero_stage: u8) -> Strategy {
     Strategy {
         precision: Precision::Bf16Mixed,
         optimizer: Optimizer::AdamW,
-        zero_stage,
-        offload_optimizer: Offload::None,
-        offload_params: Offload::None,
+        placement: Placement {
+            zero_stage: ZeroStage::new(zero_stage).unwrap(),
+            ..Placement::default()
+        },
         checkpoint: Checkpoint::None,
         attention: Attention::MemoryEfficient,
         micro_batch: 1,
@@ -101,7 +104,7 @@ fn more_gpus_never_raise_per_device_model_states() {
             let mut strategies = enumerate(
                 &p,
                 &Pins {
-                    zero_stage: Some(0),
+                    zero_stage: Some(ZeroStage::new(0).unwrap()),
                     ..pins
                 },
             )
@@ -111,7 +114,7 @@ fn more_gpus_never_raise_per_device_model_states() {
                     enumerate(
                         &p,
                         &Pins {
-                            zero_stage: Some(z),
+                            zero_stage: Some(ZeroStage::new(z).unwrap()),
                             ..pins
                         },
                     )
@@ -192,12 +195,14 @@ fn fitting_plans_are_under_capacity_and_categories_sum_to_the_peak() {
 
 #[test]
 fn offload_moves_states_off_the_device() {
-    // ZeRO-Offload (techniques.md §4.3): with optimizer offload the device keeps only the 2Ψ of
+    // ZeRO-Offload (docs/sources.md §8): with optimizer offload the device keeps only the 2Ψ of
     // 16-bit parameters among the model states; master weights and Adam states go to the host.
     let p = problem("llama-2-7b", "A100-80GB", 1, 1, 512, 1);
     let s = Strategy {
-        zero_stage: 2,
-        offload_optimizer: Offload::Cpu,
+        placement: Placement {
+            offload_optimizer: Offload::Cpu,
+            ..adam(2).placement
+        },
         ..adam(2)
     };
     let m = evaluate(&p, &s).memory;
@@ -214,11 +219,12 @@ fn pinning_everything_evaluates_exactly_one_plan() {
     let pins = Pins {
         precision: Some(Precision::Bf16Mixed),
         optimizer: Some(Optimizer::AdamW),
-        zero_stage: Some(2),
+        zero_stage: Some(ZeroStage::new(2).unwrap()),
         offload_optimizer: Some(Offload::None),
         offload_params: Some(Offload::None),
         checkpoint: Some(Checkpoint::ALL_BLOCKS),
         attention: Some(Attention::MemoryEfficient),
+        ..Pins::default()
     };
     let w = Workload::new(&p.spec, 4096, BatchSpec::Samples(64), Some(2), None, 8).unwrap();
     let p = Problem { workload: w, ..p };

@@ -1,5 +1,5 @@
-//! Autocast: a scoped mixed-precision policy after PyTorch's (shared/reference/techniques.md
-//! §3.3). Inside `autocast(DType::BF16, …)` (or F16):
+//! Autocast: a scoped mixed-precision policy after PyTorch's (aten/src/ATen/autocast_mode.cpp;
+//! docs/sources.md §4). Inside `autocast(DType::BF16, …)` (or F16):
 //! - lower precision: `matmul` casts f32 operands to the autocast dtype;
 //! - fp32: softmax, log-softmax, layer norm, RMS norm and cross-entropy cast 16-bit inputs
 //!   (and norm weights) to f32 and return f32;

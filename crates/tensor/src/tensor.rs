@@ -2,8 +2,8 @@
 //! variable id. Cloning is cheap (the storage is shared); the bytes return to the allocator when
 //! the last view drops.
 //!
-//! Why only an id and no graph: the tape owns what backward needs (DESIGN.md), so a tensor kept
-//! after backward — a loss held for logging — retains nothing but its own bytes.
+//! Why only an id and no graph: the tape owns what backward needs (docs/sources.md §12), so a
+//! tensor kept after backward — a loss held for logging — retains nothing but its own bytes.
 //!
 //! Not for: ops (see `ops/`), which are further `impl Tensor` blocks, one file per family.
 

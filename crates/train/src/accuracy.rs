@@ -8,10 +8,10 @@
 use crate::analytical::analytical_memory;
 use crate::config::{RunConfig, TrainConfig};
 use crate::data::Corpus;
-use crate::policy::recompute_for;
 use crate::predict::predict;
 use crate::trainer::{TrainError, Trainer};
 use headroom_memory::{Category, CategoryBytes};
+use headroom_strategy::{Attention, Checkpoint, Precision};
 use serde::Serialize;
 
 /// The 32 configurations: two of every three of the 48 combinations of model (gpt-tiny,
@@ -19,8 +19,12 @@ use serde::Serialize;
 /// (none, all, every:2); the GPT alternates naive and memory-efficient attention.
 pub fn matrix() -> Vec<TrainConfig> {
     let mut out = Vec::new();
-    let precisions = ["fp32", "bf16-mixed", "fp16-mixed", "bf16"];
-    let policies = ["none", "all", "every:2"];
+    let precisions = Precision::ALL;
+    let policies = [
+        Checkpoint::None,
+        Checkpoint::ALL_BLOCKS,
+        Checkpoint::EveryNth(2),
+    ];
     // Group g (one model, precision and split) leaves out policy g mod 3, and on the GPT uses
     // memory-efficient attention when g is even: every policy meets both attention kinds.
     let mut group = 0usize;
@@ -28,9 +32,9 @@ pub fn matrix() -> Vec<TrainConfig> {
         for precision in precisions {
             for (micro, accumulation) in [(2, 1), (4, 2)] {
                 let attention = if model == "gpt-tiny" && group.is_multiple_of(2) {
-                    "memory-efficient"
+                    Attention::MemoryEfficient
                 } else {
-                    "naive"
+                    Attention::Naive
                 };
                 for (k, checkpoint) in policies.into_iter().enumerate() {
                     if k == group % 3 {
@@ -38,11 +42,11 @@ pub fn matrix() -> Vec<TrainConfig> {
                     }
                     out.push(TrainConfig {
                         model: Some(model.into()),
-                        precision: Some(precision.into()),
+                        precision: Some(*precision),
                         micro_batch: Some(micro),
                         accumulation: Some(accumulation),
-                        checkpoint: Some(checkpoint.into()),
-                        attention: Some(attention.into()),
+                        checkpoint: Some(checkpoint),
+                        attention: Some(attention),
                         seq_len: Some(32),
                         steps: Some(3),
                         eval_every: Some(0),
@@ -91,22 +95,15 @@ pub fn relative_error(predicted: u64, measured: u64) -> f64 {
 /// Runs `config` for real, dry-runs it and costs it analytically.
 pub fn evaluate(config: TrainConfig, corpus: &Corpus) -> Result<Accuracy, TrainError> {
     let run: RunConfig = config.resolve()?;
+    let s = &run.strategy;
     let label = format!(
         "{} {} {}×{} {} {}",
-        run.model, run.precision, run.micro_batch, run.accumulation, run.checkpoint, run.attention
+        run.model, s.precision, s.micro_batch, s.accumulation, s.checkpoint, s.attention
     );
     let mut trainer = Trainer::new(run.clone(), corpus)?;
-    let (recompute, _) = recompute_for(
-        run.checkpoint_policy(),
-        trainer.model_spec(),
-        trainer.precision().compute,
-        run.micro_batch,
-        trainer.seq_len(),
-    )?;
-    let dry = predict(&run, corpus, &recompute)?;
-    trainer.set_recompute(recompute);
+    let dry = predict(&run, corpus)?;
     let measured = trainer.train(&mut |_| {})?.clone();
-    let analytical = analytical_memory(&run)?.map(|a| {
+    let analytical = Some(analytical_memory(&run)?).map(|a| {
         let mut allocated = a.memory.by_category;
         allocated[Category::Other] = 0;
         let mut own = allocated;

@@ -6,16 +6,13 @@
 //!
 //! Not for: planning headroom's runs (the dry run is exact; see `auto`).
 
-use crate::auto::Candidate;
 use crate::config::RunConfig;
-use crate::policy::CheckpointPolicy;
 use crate::trainer::{TrainError, model_spec};
 use headroom_memory::ByteSize;
 use headroom_nn::models::ModelSpec as NnSpec;
 use headroom_plan::cost::{CostModel, MemoryPrediction, Problem, activation, memory};
 use headroom_plan::hardware::{self, HardwareOverrides};
 use headroom_plan::model::{Family, MlpKind, ModelSpec};
-use headroom_plan::strategy::{Checkpoint, Offload, Strategy};
 use headroom_plan::workload::{BatchSpec, Workload};
 
 /// The planner's description of a headroom model.
@@ -58,17 +55,6 @@ pub fn planner_spec(name: &str, spec: &NnSpec) -> ModelSpec {
     }
 }
 
-/// The planner's checkpoint policy for an engine policy, if it has one (it has no segment
-/// policies: `sqrt` and `budget:SIZE` recompute segments of several blocks).
-pub fn planner_checkpoint(policy: CheckpointPolicy) -> Option<Checkpoint> {
-    match policy {
-        CheckpointPolicy::None => Some(Checkpoint::None),
-        CheckpointPolicy::EveryNth(k) => Some(Checkpoint::EveryNth(k as u64)),
-        CheckpointPolicy::Selective => Some(Checkpoint::Selective),
-        CheckpointPolicy::Sqrt | CheckpointPolicy::Budget(_) => None,
-    }
-}
-
 /// The planner's figures for a run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Analytical {
@@ -78,17 +64,13 @@ pub struct Analytical {
     pub activation_bytes: u64,
 }
 
-/// The planner's prediction for `config` on one device of `config.device_memory` bytes, or
-/// `None` when the planner cannot express its checkpoint policy.
-pub fn analytical_memory(config: &RunConfig) -> Result<Option<Analytical>, TrainError> {
-    let candidate = Candidate::of(config);
-    let Some(checkpoint) = planner_checkpoint(candidate.checkpoint) else {
-        return Ok(None);
-    };
+/// The planner's prediction for `config` on one device of `config.device_memory` bytes.
+pub fn analytical_memory(config: &RunConfig) -> Result<Analytical, TrainError> {
+    let strategy = config.strategy;
     let nn = model_spec(config)?;
     let spec = planner_spec(&config.model, &nn);
     let seq_len = config.seq_len.unwrap_or_else(|| nn.default_seq_len()) as u64;
-    let (micro_batch, accumulation) = (config.micro_batch as u64, config.accumulation as u64);
+    let (micro_batch, accumulation) = (strategy.micro_batch, strategy.accumulation);
     let planner = |e: headroom_plan::PlanError| TrainError::Planner(e.to_string());
     let mut hw = hardware::preset("A100-80GB").map_err(planner)?;
     hw.apply(&HardwareOverrides {
@@ -113,27 +95,16 @@ pub fn analytical_memory(config: &RunConfig) -> Result<Option<Analytical>, Train
         &spec,
         seq_len as f64,
         micro_batch as f64,
-        memory::param_bytes(candidate.precision),
-        candidate.attention,
-        checkpoint,
+        strategy.precision.activation_bytes() as f64,
+        strategy.attention,
+        strategy.checkpoint,
     )
     .round() as u64;
     let problem = Problem::new(spec, hw, workload, CostModel::default());
-    let strategy = Strategy {
-        precision: candidate.precision,
-        optimizer: candidate.planner_optimizer(),
-        zero_stage: 0,
-        offload_optimizer: Offload::None,
-        offload_params: Offload::None,
-        checkpoint,
-        attention: candidate.attention,
-        micro_batch,
-        accumulation,
-    };
-    Ok(Some(Analytical {
+    Ok(Analytical {
         memory: memory::predict(&problem, &strategy),
         activation_bytes,
-    }))
+    })
 }
 
 #[cfg(test)]

@@ -10,10 +10,12 @@ pub mod config;
 pub mod data;
 pub mod policy;
 pub mod predict;
+pub mod prepare;
 pub mod recompute;
 pub mod report;
 pub mod scaler;
 pub mod trainer;
 
-pub use policy::{CheckpointPolicy, recompute_for};
+pub use headroom_strategy as strategy;
+pub use policy::recompute_for;
 pub use trainer::{TrainError, TrainEvent, Trainer, TrainerHooks, model_spec};

@@ -9,7 +9,7 @@ use crate::config::RunConfig;
 use crate::data::Corpus;
 use crate::trainer::{TrainError, TrainEvent, Trainer};
 use headroom_memory::{AllocatorConfig, CategoryBytes, Device};
-use headroom_nn::Recompute;
+use headroom_strategy::largest_fitting;
 use headroom_tensor::backend::work::{Work, count_work, work_so_far};
 use serde::Serialize;
 use std::time::Instant;
@@ -52,20 +52,18 @@ struct DryOutcome {
 fn dry_run(
     config: &RunConfig,
     corpus: &Corpus,
-    recompute: &Recompute,
     capacity: u64,
     on_event: &mut dyn FnMut(TrainEvent),
 ) -> Result<DryOutcome, TrainError> {
     let mut c = config.clone();
     c.steps = c.steps.clamp(1, DRY_STEPS);
-    c.accumulation = c.accumulation.min(DRY_ACCUMULATION);
+    c = c.with_split(c.micro_batch(), c.accumulation().min(DRY_ACCUMULATION));
     c.eval_every = 0;
-    c.checkpoint_dir = None;
+    c.save_dir = None;
     c.oom_recovery = false;
     let device = Device::shape_only(capacity, AllocatorConfig::default());
     let mut micro_work = None;
     let outcome = Trainer::on_device(c, corpus, device.clone()).and_then(|mut trainer| {
-        trainer.set_recompute(recompute.clone());
         let r = trainer.train(on_event).map(drop);
         micro_work = trainer.last_micro_batch_work();
         r
@@ -83,12 +81,8 @@ fn dry_run(
 }
 
 /// Whether a dry run with `config.device_memory` of capacity completes.
-fn fits_budget(
-    config: &RunConfig,
-    corpus: &Corpus,
-    recompute: &Recompute,
-) -> Result<bool, TrainError> {
-    Ok(dry_run(config, corpus, recompute, config.device_memory, &mut |_| {})?.completed)
+fn fits_budget(config: &RunConfig, corpus: &Corpus) -> Result<bool, TrainError> {
+    Ok(dry_run(config, corpus, config.device_memory, &mut |_| {})?.completed)
 }
 
 /// A dry run's prediction with the work of its last (steady-state) step and the bytes held
@@ -102,7 +96,7 @@ pub struct DryRun {
     pub steady_bytes_by_category: CategoryBytes,
 }
 
-/// Dry-runs `config` under `recompute`: peaks, fit within `config.device_memory`, the work of a
+/// Dry-runs `config` (recomputing what its checkpoint policy plans): peaks, fit within `config.device_memory`, the work of a
 /// steady-state step and the bytes held between steps.
 ///
 /// The first run has no capacity limit, so the allocator never reclaims: a run whose reserved
@@ -111,15 +105,11 @@ pub struct DryRun {
 /// figures are the prediction (the allocator freed cached blocks to fit, as the real run will).
 /// A plan that does not fit reports the unlimited run's figures: its reserved peak is a budget
 /// that certainly suffices.
-pub fn dry_run_counted(
-    config: &RunConfig,
-    corpus: &Corpus,
-    recompute: &Recompute,
-) -> Result<DryRun, TrainError> {
+pub fn dry_run_counted(config: &RunConfig, corpus: &Corpus) -> Result<DryRun, TrainError> {
     let started = Instant::now();
     let mut marks: Vec<(u64, Work)> = Vec::new();
     let (run, _) = count_work(|| {
-        dry_run(config, corpus, recompute, UNLIMITED, &mut |event| {
+        dry_run(config, corpus, UNLIMITED, &mut |event| {
             if let TrainEvent::Step { step, .. } = event
                 && let Some(w) = work_so_far()
             {
@@ -140,7 +130,7 @@ pub fn dry_run_counted(
     } else if peak_reserved <= budget {
         true
     } else {
-        let limited = dry_run(config, corpus, recompute, budget, &mut |_| {})?;
+        let limited = dry_run(config, corpus, budget, &mut |_| {})?;
         if limited.completed {
             stats = limited.device.stats();
         }
@@ -152,7 +142,7 @@ pub fn dry_run_counted(
         [] => Work::default(),
     };
     // The micro-batches the dry run left out repeat the last one it ran.
-    let skipped = config.accumulation.saturating_sub(DRY_ACCUMULATION);
+    let skipped = config.accumulation().saturating_sub(DRY_ACCUMULATION);
     if let Some(micro) = unlimited.micro_work {
         step_work = step_work + micro.times(skipped as f64);
     }
@@ -170,45 +160,28 @@ pub fn dry_run_counted(
     })
 }
 
-/// Dry-runs `config` under `recompute` and reports its peaks and whether it fits.
-pub fn predict(
-    config: &RunConfig,
-    corpus: &Corpus,
-    recompute: &Recompute,
-) -> Result<Prediction, TrainError> {
-    Ok(dry_run_counted(config, corpus, recompute)?.prediction)
+/// Dry-runs `config` and reports its peaks and whether it fits.
+pub fn predict(config: &RunConfig, corpus: &Corpus) -> Result<Prediction, TrainError> {
+    Ok(dry_run_counted(config, corpus)?.prediction)
 }
 
 /// The largest micro-batch (at most `max`) whose run fits the device budget, found by bisection
 /// over dry runs — no real out-of-memory errors and no partial steps, unlike trying real steps
-/// (Accelerate's `find_executable_batch_size`, Lightning's `BatchSizeFinder`). `recompute_for`
-/// gives the recomputation plan for a candidate micro-batch. `None` if even one sequence does not
-/// fit.
+/// (Accelerate's `find_executable_batch_size`, Lightning's `BatchSizeFinder`). Each candidate
+/// plans its own recomputation. `None` if even one sequence does not fit.
 pub fn largest_micro_batch(
     config: &RunConfig,
     corpus: &Corpus,
     max: usize,
-    recompute_for: &dyn Fn(usize) -> Result<Recompute, TrainError>,
 ) -> Result<Option<usize>, TrainError> {
-    let fits = |m: usize| -> Result<bool, TrainError> {
-        let mut c = config.clone();
-        c.micro_batch = m;
-        let recompute = recompute_for(m)?;
-        fits_budget(&c, corpus, &recompute)
-    };
-    if !fits(1)? {
-        return Ok(None);
-    }
-    // Grow by doubling, then bisect between the last fit and the first failure.
-    let (mut lo, mut hi) = (1usize, 2usize);
-    while hi <= max && fits(hi)? {
-        lo = hi;
-        hi *= 2;
-    }
-    let mut hi = hi.min(max + 1);
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if fits(mid)? { lo = mid } else { hi = mid }
-    }
-    Ok(Some(lo))
+    let candidates: Vec<usize> = (1..=max.max(1)).rev().collect();
+    let (found, _) = largest_fitting(
+        &candidates,
+        |&m| -> Result<_, TrainError> {
+            let split = config.with_split(m, config.accumulation());
+            Ok((m, fits_budget(&split, corpus)?))
+        },
+        |&(_, fits)| fits,
+    )?;
+    Ok(found.map(|(m, _)| m))
 }

@@ -1,5 +1,5 @@
 //! Dynamic loss scaling for fp16-mixed training, with PyTorch GradScaler's defaults and
-//! semantics (techniques.md §3.4): initial scale 2^16; after `growth_interval` (2000)
+//! semantics (docs/sources.md §3): initial scale 2^16; after `growth_interval` (2000)
 //! consecutive finite steps the scale doubles (only if the result is finite); on an inf/nan
 //! gradient the step is skipped and the scale halves. Under accumulation the scale stays fixed
 //! across micro-batches and is updated once per optimizer step. Gradients are unscaled before

@@ -2,12 +2,11 @@
 //! levers and the effective batch, and the plan it recommends really runs inside the budget.
 
 use headroom_memory::{AllocatorConfig, Device};
-use headroom_plan::strategy::{Attention, Precision};
-use headroom_train::auto::{Candidate, OwnPlan, Pins, SpeedModel, evaluate, plan};
-use headroom_train::config::{OptimizerChoice, RunConfig, TrainConfig};
+use headroom_train::auto::{OwnPlan, SpeedModel, evaluate, plan};
+use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
-use headroom_train::policy::{CheckpointPolicy, recompute_for};
-use headroom_train::{TrainEvent, Trainer, model_spec};
+use headroom_train::strategy::{Attention, Checkpoint, Optimizer, Pins, Precision, Strategy};
+use headroom_train::{TrainEvent, Trainer};
 
 fn config(model: &str, budget: &str) -> RunConfig {
     TrainConfig {
@@ -31,41 +30,41 @@ fn config(model: &str, budget: &str) -> RunConfig {
 /// residual MLP none, every:4, every:2, sqrt and all.
 fn exhaustive(c: &RunConfig, corpus: &Corpus, speed: &SpeedModel) -> Vec<OwnPlan> {
     let effective = c.effective_batch();
-    let (checkpoints, attentions): (Vec<CheckpointPolicy>, Vec<Attention>) = if c.model == "resmlp"
-    {
+    let (checkpoints, attentions): (Vec<Checkpoint>, Vec<Attention>) = if c.model == "resmlp" {
         (
             vec![
-                CheckpointPolicy::None,
-                CheckpointPolicy::EveryNth(4),
-                CheckpointPolicy::EveryNth(2),
-                CheckpointPolicy::Sqrt,
-                CheckpointPolicy::EveryNth(1),
+                Checkpoint::None,
+                Checkpoint::EveryNth(4),
+                Checkpoint::EveryNth(2),
+                Checkpoint::Sqrt,
+                Checkpoint::EveryNth(1),
             ],
             vec![Attention::Naive],
         )
     } else {
         (
             vec![
-                CheckpointPolicy::None,
-                CheckpointPolicy::Selective,
-                CheckpointPolicy::EveryNth(1),
+                Checkpoint::None,
+                Checkpoint::Selective,
+                Checkpoint::EveryNth(1),
             ],
             vec![Attention::Naive, Attention::MemoryEfficient],
         )
     };
     let mut out = Vec::new();
     for precision in [Precision::Fp32, Precision::Bf16Mixed, Precision::Bf16] {
-        for optimizer in [OptimizerChoice::Adamw, OptimizerChoice::AdamwBf16] {
+        for optimizer in [Optimizer::AdamW, Optimizer::AdamWBf16] {
             for &checkpoint in &checkpoints {
                 for &attention in &attentions {
                     for m in (1..=effective).filter(|m| effective.is_multiple_of(*m)) {
-                        let cand = Candidate {
+                        let cand = Strategy {
                             precision,
                             optimizer,
                             checkpoint,
                             attention,
-                            micro_batch: m,
-                            accumulation: effective / m,
+                            micro_batch: m as u64,
+                            accumulation: (effective / m) as u64,
+                            ..Strategy::default()
                         };
                         out.push(evaluate(c, corpus, &cand, speed).unwrap());
                     }
@@ -126,10 +125,10 @@ fn the_search_finds_the_exhaustive_optimum_and_keeps_the_effective_batch() {
             .filter(|p| Some(p.fidelity_tier) == tier)
             .map(|p| p.time.step_s)
             .fold(f64::INFINITY, f64::min);
-        let changes = |s: &Candidate| {
+        let changes = |s: &Strategy| {
             usize::from(s.precision != Precision::Fp32)
-                + usize::from(s.optimizer != OptimizerChoice::Adamw)
-                + usize::from(s.checkpoint != CheckpointPolicy::None)
+                + usize::from(s.optimizer != Optimizer::AdamW)
+                + usize::from(s.checkpoint != Checkpoint::None)
                 + usize::from(s.attention != Attention::Naive)
                 + usize::from(s.micro_batch != 8)
         };
@@ -169,13 +168,10 @@ fn the_search_finds_the_exhaustive_optimum_and_keeps_the_effective_batch() {
 fn pinned_levers_are_kept() {
     let corpus = Corpus::bundled();
     // As `headroom train --accumulation 4` configures it: micro-batch 8 × accumulation 4.
-    let c = RunConfig {
-        accumulation: 4,
-        ..config("resmlp", "16MiB")
-    };
+    let c = config("resmlp", "16MiB").with_split(8, 4);
     let pins = Pins {
         precision: Some(Precision::Bf16Mixed),
-        checkpoint: Some(CheckpointPolicy::Sqrt),
+        checkpoint: Some(Checkpoint::Sqrt),
         accumulation: Some(4),
         ..Default::default()
     };
@@ -183,7 +179,7 @@ fn pinned_levers_are_kept() {
     assert!(found.evaluated() > 0);
     for p in found.fitting.iter().chain(&found.rejected) {
         assert_eq!(p.strategy.precision, Precision::Bf16Mixed);
-        assert_eq!(p.strategy.checkpoint, CheckpointPolicy::Sqrt);
+        assert_eq!(p.strategy.checkpoint, Checkpoint::Sqrt);
         assert_eq!(p.strategy.accumulation, 4);
         // The effective batch is kept: 32 / 4.
         assert_eq!(p.strategy.micro_batch, 8);
@@ -194,20 +190,16 @@ fn pinned_levers_are_kept() {
 fn the_recommended_plan_runs_inside_the_budget_where_the_configured_one_does_not() {
     let corpus = Corpus::bundled();
     let c = config("gpt-tiny", "3MiB");
-    let configured = Candidate::of(&c);
+    let configured = c.strategy;
     let found = plan(&c, &corpus, &Pins::default()).unwrap();
     let best = found.recommended().expect("a plan fits 3 MiB").strategy;
     assert_ne!(best, configured, "the configured run is meant not to fit");
     let mut recovered = 0;
-    let run = |cand: &Candidate, recovered: &mut usize| {
-        let rc = cand.apply(&c);
-        let spec = model_spec(&rc).unwrap();
-        let dtype = headroom_train::trainer::PrecisionPlan::of(cand.precision).compute;
-        let (recompute, _) =
-            recompute_for(cand.checkpoint, &spec, dtype, cand.micro_batch, 32).unwrap();
+    let run = |cand: &Strategy, recovered: &mut usize| {
+        let rc = c.with_strategy(*cand);
         let device = Device::cpu(rc.device_memory, AllocatorConfig::default());
+        // The trainer plans the recomputation of the strategy's checkpoint policy itself.
         let mut t = Trainer::on_device(rc, &corpus, device).unwrap();
-        t.set_recompute(recompute);
         let r = t.train(&mut |e| {
             if let TrainEvent::OomRecovered { .. } = e {
                 *recovered += 1;
@@ -233,10 +225,7 @@ fn a_dry_run_counts_the_work_of_a_step() {
     // twice that (input and weight gradients), so 6·W per token; `all` re-runs each block's
     // forward once more: 2·16·2·128·512 per token.
     let corpus = Corpus::bundled();
-    let c = RunConfig {
-        micro_batch: 2,
-        ..config("resmlp", "256MiB")
-    };
+    let c = config("resmlp", "256MiB").with_split(2, 1);
     let tokens = 2.0 * 32.0;
     let weights = 16.0 * 2.0 * 128.0 * 512.0 + 128.0 * 256.0;
     let speed = SpeedModel {
@@ -256,21 +245,18 @@ fn a_dry_run_counts_the_work_of_a_step() {
     // Accumulating 4 micro-batches of 2 (the dry run runs 2 of them and extrapolates the rest)
     // does 4 times the work of one.
     for accumulation in [1, 4] {
-        let c = RunConfig {
-            accumulation,
-            ..c.clone()
-        };
+        let c = c.with_split(2, accumulation);
         let tokens = tokens * accumulation as f64;
         for (policy, recompute) in [
-            (CheckpointPolicy::None, 0.0),
+            (Checkpoint::None, 0.0),
             (
-                CheckpointPolicy::EveryNth(1),
+                Checkpoint::ALL_BLOCKS,
                 2.0 * 16.0 * 2.0 * 128.0 * 512.0 * tokens,
             ),
         ] {
-            let cand = Candidate {
+            let cand = Strategy {
                 checkpoint: policy,
-                ..Candidate::of(&c)
+                ..c.strategy
             };
             let t = evaluate(&c, &corpus, &cand, &speed).unwrap().time;
             let label = format!("{policy} × {accumulation}");

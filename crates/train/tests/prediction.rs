@@ -43,7 +43,7 @@ fn dry_runs_accumulating_two_micro_batches_predict_runs_accumulating_more() {
     for (model, precision) in [("gpt-tiny", "fp16-mixed"), ("resmlp", "fp32")] {
         let c = TrainConfig {
             model: Some(model.into()),
-            precision: Some(precision.into()),
+            precision: Some(precision.parse().unwrap()),
             micro_batch: Some(2),
             accumulation: Some(5),
             seq_len: Some(32),
@@ -87,15 +87,13 @@ fn the_largest_micro_batch_fits_and_one_more_does_not() {
     }
     .resolve()
     .unwrap();
-    let none = |_| Ok(headroom_nn::Recompute::none());
-    let m = headroom_train::predict::largest_micro_batch(&run, &corpus, 4096, &none)
+    let m = headroom_train::predict::largest_micro_batch(&run, &corpus, 4096)
         .unwrap()
         .unwrap();
     assert!(m >= 1);
     // Property, checked with independent real runs: m fits, m + 1 runs out of memory.
     let real = |micro: usize| {
-        let mut c = run.clone();
-        c.micro_batch = micro;
+        let mut c = run.with_split(micro, 1);
         c.oom_recovery = false;
         let mut t = Trainer::new(c, &corpus).unwrap();
         t.train(&mut |_| {}).map(|_| ())

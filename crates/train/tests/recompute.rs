@@ -7,8 +7,9 @@ use headroom_memory::Category;
 use headroom_train::Trainer;
 use headroom_train::config::TrainConfig;
 use headroom_train::data::Corpus;
-use headroom_train::policy::{CheckpointPolicy, recompute_for};
+use headroom_train::policy::recompute_for;
 use headroom_train::recompute::{Plan, dry_run};
+use headroom_train::strategy::Checkpoint;
 
 fn run(model: &str, policy: &str, steps: u64) -> (Vec<u64>, Vec<u32>, u64, Option<u64>) {
     let c = TrainConfig {
@@ -18,23 +19,16 @@ fn run(model: &str, policy: &str, steps: u64) -> (Vec<u64>, Vec<u32>, u64, Optio
         steps: Some(steps),
         eval_every: Some(0),
         eval_batches: Some(1),
-        checkpoint: Some(policy.into()),
+        checkpoint: Some(policy.parse().unwrap()),
         device_memory: Some("512MiB".parse().unwrap()),
         seed: Some(5),
         ..Default::default()
     }
     .resolve()
     .unwrap();
+    // The trainer plans its recomputation from the configured policy.
     let mut t = Trainer::new(c.clone(), &Corpus::bundled()).unwrap();
-    let (recompute, decision) = recompute_for(
-        c.checkpoint_policy(),
-        t.model_spec(),
-        t.precision().compute,
-        c.micro_batch,
-        t.seq_len(),
-    )
-    .unwrap();
-    t.set_recompute(recompute);
+    let decision = t.budget_decision().cloned();
     let report = t.train(&mut |_| {}).unwrap().clone();
     let losses = report.losses.iter().map(|l| l.to_bits()).collect();
     let weights = t
@@ -90,8 +84,7 @@ fn budget_plans_fit_and_never_recompute_more_than_sqrt() {
     let none_peak =
         dry_run::activation_peak(&spec, dtype, 4, 32, &headroom_nn::Recompute::none()).unwrap();
     for budget in [sqrt_peak, (sqrt_peak + none_peak) / 2, none_peak - 1] {
-        let (_, decision) =
-            recompute_for(CheckpointPolicy::Budget(budget), &spec, dtype, 4, 32).unwrap();
+        let (_, decision) = recompute_for(Checkpoint::Budget(budget), &spec, dtype, 4, 32).unwrap();
         let d = decision.unwrap();
         let (plan, cost, peak) = d.optimal;
         assert!(peak <= budget, "budget {budget}: dry-run peak {peak}");
@@ -107,8 +100,7 @@ fn budget_plans_fit_and_never_recompute_more_than_sqrt() {
             );
         }
     }
-    let (_, decision) =
-        recompute_for(CheckpointPolicy::Budget(none_peak), &spec, dtype, 4, 32).unwrap();
+    let (_, decision) = recompute_for(Checkpoint::Budget(none_peak), &spec, dtype, 4, 32).unwrap();
     assert_eq!(
         decision.unwrap().optimal.1.recompute,
         0,

@@ -11,7 +11,7 @@ use headroom_train::{TrainError, Trainer, TrainerHooks};
 fn config(precision: &str, steps: u64) -> TrainConfig {
     TrainConfig {
         model: Some("gpt-tiny".into()),
-        precision: Some(precision.into()),
+        precision: Some(precision.parse().unwrap()),
         micro_batch: Some(8),
         steps: Some(steps),
         eval_every: Some(0),
@@ -57,7 +57,7 @@ fn accumulation_gives_the_weights_of_the_whole_batch() {
     // near-zero gradients, which says nothing about accumulation).
     let mut whole = config("fp32", 1);
     whole.grad_clip = Some(0.0);
-    whole.optimizer = Some("sgd".into());
+    whole.optimizer = Some(headroom_train::strategy::Optimizer::Sgd);
     let mut split = whole.clone();
     split.micro_batch = Some(2);
     split.accumulation = Some(4);
@@ -142,7 +142,7 @@ fn resumed_run_is_bitwise_identical() {
     straight.train(&mut |_| {}).unwrap();
 
     let mut first = config("fp32", 3);
-    first.checkpoint_dir = Some(dir.path().to_path_buf());
+    first.save_dir = Some(dir.path().to_path_buf());
     trainer(first).train(&mut |_| {}).unwrap();
     let mut second = trainer(config("fp32", 6));
     second.resume(dir.path()).unwrap();

@@ -10,8 +10,10 @@ use headroom_plan::cost::{CostModel, Problem};
 use headroom_plan::export::{accelerate, deepspeed, headroom, write_atomic};
 use headroom_plan::hardware::{self, Hardware, HardwareOverrides};
 use headroom_plan::model::load_model;
-use headroom_plan::search::{Pins, search};
-use headroom_plan::strategy::{Attention, Checkpoint, Offload, Optimizer, Precision};
+use headroom_plan::search::search;
+use headroom_plan::strategy::{
+    Attention, Checkpoint, Offload, Optimizer, Pins, Precision, ZeroStage,
+};
 use headroom_plan::workload::{BatchSpec, Workload};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -136,8 +138,8 @@ pub struct PlanArgs {
     #[arg(long)]
     pub optimizer: Option<Optimizer>,
     /// Pin the ZeRO stage (0–3).
-    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=3))]
-    pub zero: Option<u8>,
+    #[arg(long)]
+    pub zero: Option<ZeroStage>,
     /// Pin the optimizer-state offload: none, cpu, nvme.
     #[arg(long)]
     pub offload_optimizer: Option<Offload>,
@@ -248,6 +250,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
         offload_params: args.offload_params,
         checkpoint: args.checkpoint,
         attention: args.attention,
+        ..Pins::default()
     };
     let problem = Problem::new(spec, hw, workload, cost);
     let started = Instant::now();

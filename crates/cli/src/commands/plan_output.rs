@@ -7,7 +7,8 @@ use headroom_memory::{Category, CategoryBytes, format_bytes};
 use headroom_plan::advice::{Shortfall, explain, shortfall};
 use headroom_plan::cost::{Plan, Problem};
 use headroom_plan::model::ParamInventory;
-use headroom_plan::search::{Pins, SearchOutcome};
+use headroom_plan::search::SearchOutcome;
+use headroom_plan::strategy::Pins;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -172,8 +173,11 @@ impl<'a> Report<'a> {
                     strategy: [
                         s.precision.to_string(),
                         s.optimizer.to_string(),
-                        s.zero_stage.to_string(),
-                        format!("{}/{}", s.offload_optimizer, s.offload_params),
+                        s.placement.zero_stage.to_string(),
+                        format!(
+                            "{}/{}",
+                            s.placement.offload_optimizer, s.placement.offload_params
+                        ),
                         s.checkpoint.to_string(),
                         s.attention.to_string(),
                         format!("{}×{}", s.micro_batch, s.accumulation),

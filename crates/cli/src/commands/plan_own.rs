@@ -13,11 +13,10 @@ use headroom_nn::models::ModelSpec;
 use headroom_plan::advice::Shortfall;
 use headroom_plan::export::write_atomic;
 use headroom_plan::hardware;
-use headroom_plan::strategy::{Checkpoint, Offload, Optimizer};
-use headroom_train::auto::{AutoPlan, OwnPlan, Pins, plan};
-use headroom_train::config::{OptimizerChoice, RunConfig, TrainConfig};
+use headroom_plan::strategy::{Offload, Pins, Strategy, StrategyError};
+use headroom_train::auto::{AutoPlan, OwnPlan, plan};
+use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
-use headroom_train::policy::CheckpointPolicy;
 use serde_json::{Value, json};
 
 /// Whether `--model` names one of headroom's own models rather than a Hugging Face config.
@@ -76,7 +75,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
                 "--emit {kind}: headroom's own models train with `headroom train`; accepted here: --emit headroom FILE"
             );
         }
-        write_atomic(path, &train_toml(&best.strategy.apply(&config))?)
+        write_atomic(path, &train_toml(&config.with_strategy(best.strategy))?)
             .with_context(|| format!("--emit {kind}"))?;
         if !args.json {
             println!("wrote headroom config to {}", path.display());
@@ -104,7 +103,7 @@ fn reject_planner_only_flags(args: &PlanArgs) -> Result<()> {
             "{flag} applies to the analytical planner (Hugging Face models); headroom's own models are planned by dry runs on one device"
         );
     }
-    if args.zero.is_some_and(|z| z != 0)
+    if args.zero.is_some_and(|z| z.number() != 0)
         || args.offload_optimizer.is_some_and(|o| o != Offload::None)
         || args.offload_params.is_some_and(|o| o != Offload::None)
     {
@@ -160,25 +159,25 @@ fn run_config(args: &PlanArgs, budget: u64) -> Result<RunConfig> {
 
 /// The levers pinned by flags, in the engine's terms.
 fn pins(args: &PlanArgs) -> Result<Pins> {
-    let optimizer = match args.optimizer {
-        None => None,
-        Some(o @ (Optimizer::AdamW8bit | Optimizer::Adafactor)) => bail!(
-            "--optimizer {o}: the planner models it, but headroom's engine does not run it; accepted: sgd, sgd-momentum, adamw, adamw-bf16, lamb"
-        ),
-        Some(o) => Some(OptimizerChoice::parse(o.name())?),
-    };
-    let checkpoint = args.checkpoint.map(|c| match c {
-        Checkpoint::None => CheckpointPolicy::None,
-        Checkpoint::EveryNth(k) => CheckpointPolicy::EveryNth(k as usize),
-        Checkpoint::Selective => CheckpointPolicy::Selective,
-    });
+    if let Some(o) = args.optimizer.filter(|o| !o.engine_runs()) {
+        let why = Strategy {
+            optimizer: o,
+            micro_batch: 1,
+            accumulation: 1,
+            ..Strategy::default()
+        }
+        .engine_incompatibility()
+        .unwrap_or_default();
+        return Err(StrategyError::Incompatible(why).into());
+    }
     Ok(Pins {
         precision: args.precision,
-        optimizer,
-        checkpoint,
+        optimizer: args.optimizer,
+        checkpoint: args.checkpoint,
         attention: args.attention,
-        micro_batch: args.micro_batch.map(|m| m as usize),
-        accumulation: args.accumulation.map(|a| a as usize),
+        micro_batch: args.micro_batch,
+        accumulation: args.accumulation,
+        ..Pins::default()
     })
 }
 
@@ -266,9 +265,12 @@ fn to_text(
                 fits: p.fits,
                 strategy: [
                     s.precision.to_string(),
-                    s.planner_optimizer().to_string(),
-                    "0".into(),
-                    "none/none".into(),
+                    s.optimizer.to_string(),
+                    s.placement.zero_stage.to_string(),
+                    format!(
+                        "{}/{}",
+                        s.placement.offload_optimizer, s.placement.offload_params
+                    ),
                     s.checkpoint.to_string(),
                     if outcome.has_attention {
                         s.attention.to_string()
@@ -317,12 +319,12 @@ fn train_toml(c: &RunConfig) -> Result<String> {
     let file = TrainConfig {
         model: Some(c.model.clone()),
         seq_len: c.seq_len,
-        precision: Some(c.precision.clone()),
-        optimizer: Some(c.optimizer.name().to_string()),
-        checkpoint: Some(c.checkpoint.clone()),
-        attention: Some(c.attention.clone()),
-        micro_batch: Some(c.micro_batch),
-        accumulation: Some(c.accumulation),
+        precision: Some(c.strategy.precision),
+        optimizer: Some(c.strategy.optimizer),
+        checkpoint: Some(c.strategy.checkpoint),
+        attention: Some(c.strategy.attention),
+        micro_batch: Some(c.micro_batch()),
+        accumulation: Some(c.accumulation()),
         device_memory: Some(headroom_memory::ByteSize(c.device_memory)),
         ..Default::default()
     };

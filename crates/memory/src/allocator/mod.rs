@@ -4,9 +4,10 @@
 //! cached block fits, and the retry ladder (garbage collection, release of oversize blocks,
 //! release of all cached segments) runs before an [`OutOfMemory`] error.
 //!
-//! Two improvements over PyTorch (shared/reference/allocator.md §9): the pool is searched again
-//! after every reclaim step, and in expandable mode a best-fit candidate that cannot be backed
-//! within the capacity does not end the search — the next candidate is tried.
+//! Two improvements over PyTorch (docs/sources.md §5): the pool is searched again after every
+//! reclaim step (PyTorch does not, pytorch/pytorch#189504), and in expandable mode a best-fit
+//! candidate that cannot be backed within the capacity does not end the search — the next
+//! candidate is tried.
 //!
 //! Not for: tensors (see `device` for the owning handle) or text reports (see `summary`).
 

@@ -11,6 +11,7 @@
 use crate::init::{Init, initialise};
 use crate::model::{Model, Recompute, run_blocks};
 use headroom_memory::{Category, Device};
+pub use headroom_strategy::Attention;
 use headroom_tensor::{DType, ParamBlock, Result, Tensor, TensorError, checkpoint};
 use serde::{Deserialize, Serialize};
 
@@ -30,7 +31,7 @@ pub struct GptConfig {
     pub tied: bool,
     /// How attention is computed (`naive` or `memory-efficient`).
     #[serde(default)]
-    pub attention: AttentionKind,
+    pub attention: Attention,
 }
 
 impl GptConfig {
@@ -67,19 +68,6 @@ impl GptConfig {
     }
 }
 
-/// How a block computes causal self-attention (a memory lever: DESIGN.md's "attention kind").
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AttentionKind {
-    /// `softmax(causal_mask(q kᵀ·scale)) v` as separate ops: the (B, H, T, T) probabilities
-    /// are saved for backward.
-    #[default]
-    Naive,
-    /// The fused tiled kernel (`Tensor::attention`, FlashAttention's algorithm): saves q, k,
-    /// v, the output and a (B, H, T) f32 row statistic, never a T×T tensor.
-    MemoryEfficient,
-}
-
 const BLOCK_WEIGHTS: [&str; 12] = [
     "ln1.w",
     "ln1.b",
@@ -103,7 +91,7 @@ struct BlockParams {
     dropout: f32,
     /// Recompute the attention core and the GELU (with its projection) in backward.
     selective: bool,
-    attention: AttentionKind,
+    attention: Attention,
 }
 
 /// Scores, causal mask, softmax, dropout and the weighted sum of values: (B, H, T, D) each.
@@ -138,7 +126,7 @@ impl BlockParams {
                 .permute(&[0, 2, 1, 3]) // (B, H, T, D)
         };
         let (q, k, v) = (split(0)?, split(1)?, split(2)?);
-        let y = if self.attention == AttentionKind::MemoryEfficient {
+        let y = if self.attention == Attention::MemoryEfficient {
             // Fused: saves q, k, v, y and a (B, H, T) statistic only, so there is nothing
             // T×T for selective recomputation to drop.
             let scale = 1.0 / (hd as f32).sqrt();
@@ -186,7 +174,7 @@ pub struct Gpt {
     config: GptConfig,
     blocks: Vec<ParamBlock>,
     device: Device,
-    attention: AttentionKind,
+    attention: Attention,
 }
 
 impl Gpt {
@@ -269,17 +257,17 @@ impl Gpt {
     }
 
     /// How the blocks compute attention (naive unless set).
-    pub fn attention(&self) -> AttentionKind {
+    pub fn attention(&self) -> Attention {
         self.attention
     }
 
     /// Switches how the blocks compute attention; the weights are unchanged.
-    pub fn set_attention(&mut self, kind: AttentionKind) {
+    pub fn set_attention(&mut self, kind: Attention) {
         self.attention = kind;
     }
 
     /// This model with attention computed as `kind`.
-    pub fn with_attention(mut self, kind: AttentionKind) -> Gpt {
+    pub fn with_attention(mut self, kind: Attention) -> Gpt {
         self.set_attention(kind);
         self
     }

@@ -3,7 +3,7 @@
 //!
 //! Not for: building strategies (the planner) or training.
 
-use super::gpt::{AttentionKind, Gpt, GptConfig};
+use super::gpt::{Attention, Gpt, GptConfig};
 use super::resmlp::{ResMlp, ResMlpConfig};
 use crate::model::Model;
 use headroom_memory::Device;
@@ -35,7 +35,7 @@ pub fn preset(name: &str) -> Option<ModelSpec> {
             ffn: 4 * width,
             dropout: 0.0,
             tied: true,
-            attention: AttentionKind::Naive,
+            attention: Attention::Naive,
         })
     };
     Some(match name {

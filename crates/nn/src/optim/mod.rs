@@ -1,6 +1,7 @@
-//! Optimizers over flat parameter buffers (DESIGN.md: parameters live in flat per-block buffers,
-//! so updates are fused loops over contiguous ranges). Each optimizer keeps its state on the
-//! device, tagged `optimizer_state`, allocated on the first step, in f32 or bf16.
+//! Optimizers over flat parameter buffers (parameters live in flat per-block buffers, as FSDP's
+//! flat parameters do, so updates are fused loops over contiguous ranges; docs/sources.md §12).
+//! Each optimizer keeps its state on the device, tagged `optimizer_state`, allocated on the
+//! first step, in f32 or bf16.
 //!
 //! Under mixed precision the buffers given to `step` are the fp32 master weights; the trainer
 //! casts them back to the 16-bit compute parameters afterwards.
@@ -23,29 +24,30 @@ use headroom_memory::{Category, Device, DeviceBuffer, OutOfMemory};
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
-/// Which update rule.
+/// Which update rule the engine applies (the vocabulary's `Optimizer` picks one, with its
+/// momentum and state format, through [`OptimizerConfig::for_strategy`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum OptimizerKind {
+pub enum UpdateRule {
     Sgd,
     AdamW,
     Lamb,
 }
 
-impl OptimizerKind {
+impl UpdateRule {
     /// State tensors per parameter.
     pub fn states_per_param(self, momentum: f32) -> usize {
         match self {
-            OptimizerKind::Sgd if momentum == 0.0 => 0,
-            OptimizerKind::Sgd => 1,
-            OptimizerKind::AdamW | OptimizerKind::Lamb => 2,
+            UpdateRule::Sgd if momentum == 0.0 => 0,
+            UpdateRule::Sgd => 1,
+            UpdateRule::AdamW | UpdateRule::Lamb => 2,
         }
     }
 
     fn state_names(self) -> &'static [&'static str] {
         match self {
-            OptimizerKind::Sgd => &["momentum_buffer"],
-            OptimizerKind::AdamW | OptimizerKind::Lamb => &["exp_avg", "exp_avg_sq"],
+            UpdateRule::Sgd => &["momentum_buffer"],
+            UpdateRule::AdamW | UpdateRule::Lamb => &["exp_avg", "exp_avg_sq"],
         }
     }
 }
@@ -53,7 +55,7 @@ impl OptimizerKind {
 /// Optimizer hyperparameters (PyTorch's defaults where they exist).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct OptimizerConfig {
-    pub kind: OptimizerKind,
+    pub kind: UpdateRule,
     pub weight_decay: f32,
     pub momentum: f32,
     pub nesterov: bool,
@@ -64,22 +66,47 @@ pub struct OptimizerConfig {
 }
 
 impl OptimizerConfig {
-    pub fn new(kind: OptimizerKind) -> Self {
+    pub fn new(kind: UpdateRule) -> Self {
         let (weight_decay, eps) = match kind {
-            OptimizerKind::Sgd => (0.0, 1e-8),
-            OptimizerKind::AdamW => (0.01, 1e-8),
-            OptimizerKind::Lamb => (0.01, 1e-6),
+            UpdateRule::Sgd => (0.0, 1e-8),
+            UpdateRule::AdamW => (0.01, 1e-8),
+            UpdateRule::Lamb => (0.01, 1e-6),
         };
         OptimizerConfig {
             kind,
             weight_decay,
-            momentum: if kind == OptimizerKind::Sgd { 0.9 } else { 0.0 },
+            momentum: if kind == UpdateRule::Sgd { 0.9 } else { 0.0 },
             nesterov: false,
             beta1: 0.9,
             beta2: 0.999,
             eps,
             state_dtype: StateDtype::F32,
         }
+    }
+
+    /// The engine's configuration of a vocabulary optimizer under `precision`: the update rule,
+    /// momentum (none for plain SGD) and the state format (bf16 for `adamw-bf16` and under pure
+    /// bf16). `None` for optimizers the engine does not run.
+    pub fn for_strategy(
+        optimizer: headroom_strategy::Optimizer,
+        precision: headroom_strategy::Precision,
+    ) -> Option<Self> {
+        use headroom_strategy::{NumberFormat, Optimizer as O};
+        let rule = match optimizer {
+            O::Sgd | O::SgdMomentum => UpdateRule::Sgd,
+            O::AdamW | O::AdamWBf16 => UpdateRule::AdamW,
+            O::Lamb => UpdateRule::Lamb,
+            O::AdamW8bit | O::Adafactor => return None,
+        };
+        let mut c = OptimizerConfig::new(rule);
+        if optimizer == O::Sgd {
+            c.momentum = 0.0;
+        }
+        c.state_dtype = match optimizer.state_format(precision) {
+            NumberFormat::Bf16 => StateDtype::Bf16,
+            NumberFormat::F32 | NumberFormat::F16 => StateDtype::F32,
+        };
+        Some(c)
     }
 }
 
@@ -273,7 +300,7 @@ fn update<S: StateElem>(
         grad_multiplier,
     };
     match c.kind {
-        OptimizerKind::Sgd => {
+        UpdateRule::Sgd => {
             let h = SgdStep {
                 lr,
                 momentum: c.momentum,
@@ -285,10 +312,10 @@ fn update<S: StateElem>(
             let buf = state.first_mut().map(typed_mut::<S>);
             sgd_update(group.params, group.grads, buf, h);
         }
-        OptimizerKind::AdamW | OptimizerKind::Lamb => {
+        UpdateRule::AdamW | UpdateRule::Lamb => {
             let (m, v) = state.split_at_mut(1);
             let (m, v) = (typed_mut::<S>(&mut m[0]), typed_mut::<S>(&mut v[0]));
-            if c.kind == OptimizerKind::AdamW {
+            if c.kind == UpdateRule::AdamW {
                 adamw_update(group.params, group.grads, m, v, adam);
             } else {
                 lamb_update(group.params, group.grads, m, v, group.tensors, adam);

@@ -35,7 +35,7 @@ fn sgd_momentum_matches_the_recurrence() {
     // step 1: buf = 0.5, w = 1 − 0.05 = 0.95; step 2: buf = 0.9·0.5 + 0.5 = 0.95, w = 0.95 − 0.095 = 0.855.
     let mut w = [1.0f32];
     run(
-        OptimizerConfig::new(OptimizerKind::Sgd),
+        OptimizerConfig::new(UpdateRule::Sgd),
         &mut w,
         &[0.5],
         2,
@@ -50,7 +50,7 @@ fn adamw_first_step_moves_each_weight_by_lr_against_the_gradient_sign() {
     // first multiplies w by (1 − lr·wd). w = 2, g = −3, lr = 0.01, wd = 0.01:
     // w = 2·(1 − 1e-4) + 0.01·3/(3 + 1e-8) = 1.9998 + 0.01 = 2.0098.
     let mut w = [2.0f32, -1.0];
-    let mut c = OptimizerConfig::new(OptimizerKind::AdamW);
+    let mut c = OptimizerConfig::new(UpdateRule::AdamW);
     c.weight_decay = 0.01;
     let opt = run(c, &mut w, &[-3.0, 0.25], 1, 0.01);
     assert!((w[0] - 2.0098).abs() < 1e-6, "{}", w[0]);
@@ -70,7 +70,7 @@ fn adamw_second_step_uses_bias_corrected_moments() {
     // g = 1 both steps, no decay: m2 = 0.1·0.9 + 0.1 = 0.19, m̂ = 0.19/0.19 = 1;
     // v2 = 0.001·0.999 + 0.001 = 0.001999, v̂ = 0.001999/0.001999 = 1: each step moves lr.
     let mut w = [0.0f32];
-    let mut c = OptimizerConfig::new(OptimizerKind::AdamW);
+    let mut c = OptimizerConfig::new(UpdateRule::AdamW);
     c.weight_decay = 0.0;
     run(c, &mut w, &[1.0], 2, 0.5);
     assert!((w[0] + 1.0).abs() < 1e-5, "{}", w[0]);
@@ -81,7 +81,7 @@ fn lamb_scales_the_adam_update_by_the_trust_ratio() {
     // w = (3, 4) (‖w‖ = 5), g = (1, 1), no decay: step 1 update u = g/(|g| + ε) ≈ (1, 1),
     // ‖u‖ = √2, trust = 5/√2, w ← w − lr·trust·u = (3, 4) − 0.1·5/√2·(1, 1).
     let mut w = [3.0f32, 4.0];
-    let mut c = OptimizerConfig::new(OptimizerKind::Lamb);
+    let mut c = OptimizerConfig::new(UpdateRule::Lamb);
     c.weight_decay = 0.0;
     run(c, &mut w, &[1.0, 1.0], 1, 0.1);
     let d = 0.1 * 5.0 / 2f32.sqrt();
@@ -97,13 +97,13 @@ fn bf16_state_halves_the_bytes_and_tracks_f32_closely() {
     let mut a: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.01).cos()).collect();
     let mut b = a.clone();
     let f32_opt = run(
-        OptimizerConfig::new(OptimizerKind::AdamW),
+        OptimizerConfig::new(UpdateRule::AdamW),
         &mut a,
         &grads,
         5,
         1e-3,
     );
-    let mut c = OptimizerConfig::new(OptimizerKind::AdamW);
+    let mut c = OptimizerConfig::new(UpdateRule::AdamW);
     c.state_dtype = StateDtype::Bf16;
     let bf16_opt = run(c, &mut b, &grads, 5, 1e-3);
     assert_eq!(
@@ -124,7 +124,7 @@ fn bf16_state_halves_the_bytes_and_tracks_f32_closely() {
 fn grad_multiplier_unscales_inside_the_update() {
     // SGD without momentum: w ← w − lr·(g·k). With g = 1024 and k = 1/1024 the step is lr.
     let mut w = [1.0f32];
-    let mut c = OptimizerConfig::new(OptimizerKind::Sgd);
+    let mut c = OptimizerConfig::new(UpdateRule::Sgd);
     c.momentum = 0.0;
     let mut opt = Optimizer::new(c, device());
     let whole: Range<usize> = 0..1;

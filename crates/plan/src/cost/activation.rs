@@ -1,6 +1,6 @@
 //! Activation memory of a transformer block and of the whole model for one micro-batch, after
 //! Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (arXiv
-//! 2205.05198, §4, Table 2; shared/reference/techniques.md §2.3), generalised to GQA, gated
+//! 2205.05198, §4, Table 2; docs/sources.md §9), generalised to GQA, gated
 //! MLPs, MoE, byte widths other than 2, models without dropout, and memory-efficient attention.
 //!
 //! Per block, with `e` bytes per activation element, micro-batch `b`, sequence `s`, hidden `h`,
@@ -102,20 +102,44 @@ pub fn outside_blocks(spec: &ModelSpec, s: f64, b: f64, e: f64) -> f64 {
     drop * s * b * h + 2.0 * e * s * b * h + 4.0 * s * b * v
 }
 
-/// Number of blocks a policy checkpoints among `n` (one in every `k`, rounded up).
+/// Number of blocks a policy recomputes among `n`: one in every `k` (rounded up) for `every:K`,
+/// all of them for `sqrt`. A budget is resolved first (see [`effective_policy`]).
 pub fn checkpointed_blocks(policy: Checkpoint, n: u64) -> u64 {
     match policy {
         Checkpoint::EveryNth(k) => n.div_ceil(k.max(1)),
-        Checkpoint::None | Checkpoint::Selective => 0,
+        Checkpoint::Sqrt => n,
+        Checkpoint::None | Checkpoint::Selective | Checkpoint::Budget(_) => 0,
     }
+}
+
+/// The policy the analytical model charges for `policy`: `budget:SIZE` becomes the policy with
+/// the least recomputation among none and every:K (K = n … 1) whose activations fit SIZE, or
+/// every block when none does; other policies are themselves.
+pub fn effective_policy(
+    spec: &ModelSpec,
+    s: f64,
+    b: f64,
+    e: f64,
+    attention: Attention,
+    policy: Checkpoint,
+) -> Checkpoint {
+    let Checkpoint::Budget(budget) = policy else {
+        return policy;
+    };
+    let n = spec.total_blocks();
+    std::iter::once(Checkpoint::None)
+        .chain((1..=n).rev().map(Checkpoint::EveryNth))
+        .find(|&c| model_activations(spec, s, b, e, attention, c) <= budget as f64)
+        .unwrap_or(Checkpoint::ALL_BLOCKS)
 }
 
 /// Activation bytes held at the start of backward, the peak of a step's activations.
 ///
 /// A checkpointed block keeps only its input; during its backward it is recomputed, so one
 /// block's activations exist again, minus the input it already holds (the input is the first
-/// tensor the block saves). Selective recomputation drops the core-attention terms of every
-/// block and recomputes them one block at a time.
+/// tensor the block saves). `sqrt` keeps the input of each of its ⌈√n⌉ segments and
+/// recomputes one segment at a time. Selective recomputation drops the core-attention terms of
+/// every block and recomputes them one block at a time.
 pub fn model_activations(
     spec: &ModelSpec,
     s: f64,
@@ -133,6 +157,16 @@ pub fn model_activations(
         Checkpoint::EveryNth(_) => {
             let c = checkpointed_blocks(policy, n) as f64;
             c * blk.input + (n as f64 - c) * blk.full() + (blk.full() - blk.input)
+        }
+        Checkpoint::Sqrt if n > 0 => {
+            let len = n.div_ceil((n as f64).sqrt().ceil() as u64);
+            let segments = n.div_ceil(len) as f64;
+            segments * blk.input + len as f64 * blk.full() - blk.input
+        }
+        Checkpoint::Sqrt => 0.0,
+        Checkpoint::Budget(_) => {
+            let resolved = effective_policy(spec, s, b, e, attention, policy);
+            return model_activations(spec, s, b, e, attention, resolved);
         }
     };
     blocks + outside

@@ -1,16 +1,18 @@
 //! Device, host and NVMe bytes of one strategy, per `Category`, at the step's peak.
 //!
-//! Model states follow the ZeRO paper's accounting (Rajbhandari et al. 2020, §3.1 and §5;
-//! techniques.md §4.1): with Ψ parameters, mixed-precision Adam keeps 2Ψ of 16-bit parameters,
-//! 2Ψ of 16-bit gradients and K = 12 bytes per parameter of fp32 master weights (4) and
-//! momentum + variance (8); stage 1 divides master + optimizer states by N_d, stage 2 also the
-//! gradients, stage 3 also the parameters. Other optimizers change K (techniques.md §5).
+//! Model states follow the ZeRO paper's accounting (Rajbhandari et al. 2020, arXiv:1910.02054,
+//! §3.1 and §5; docs/sources.md §1): with Ψ parameters, mixed-precision Adam keeps 2Ψ of
+//! 16-bit parameters, 2Ψ of 16-bit gradients and K = 12 bytes per parameter of fp32 master
+//! weights (4) and momentum + variance (8); stage 1 divides master + optimizer states by N_d,
+//! stage 2 also the gradients, stage 3 also the parameters. Other optimizers change K
+//! (docs/sources.md §10); the bytes per element come from the vocabulary's `Precision`.
 //!
 //! A step has two candidate peaks, and the larger one is reported:
 //! - forward/backward: model states + activations (held at the start of backward) + transient
 //!   workspace (logits gradient, naive-attention backward scores) + inputs + buffers;
 //! - optimizer step: model states + the optimizer's temporaries (PyTorch `foreach` AdamW holds
-//!   about one copy of the parameters being updated, TT-PR #389), no activations.
+//!   about one copy of the parameters being updated, torchtune PR #389; docs/sources.md §10),
+//!   no activations.
 //!
 //! `Other` holds the CUDA context (hardware field) plus the fragmentation reserve, a fraction of
 //! everything else allocated.
@@ -18,7 +20,7 @@
 //! Not for: step time (see `time`).
 
 use super::{Problem, activation};
-use crate::strategy::{Attention, Offload, Optimizer, Precision, Strategy};
+use crate::strategy::{Attention, Offload, Optimizer, Strategy};
 use headroom_memory::{Category, CategoryBytes};
 use serde::Serialize;
 
@@ -56,35 +58,21 @@ const PARAM_NVME_STAGING_ELEMENTS: f64 = 5.0 * 1e8;
 /// 1e8 elements (the `sub_group_size` the DeepSpeed export writes) in fp32.
 const OPT_NVME_SUB_GROUP: f64 = 1e8;
 
-/// Bytes per element of 16/32-bit parameters and gradients.
-pub fn param_bytes(p: Precision) -> f64 {
-    if p == Precision::Fp32 { 4.0 } else { 2.0 }
-}
-
-/// fp32 master weights exist only under mixed precision.
-pub fn master_bytes(p: Precision) -> f64 {
-    if matches!(p, Precision::Bf16Mixed | Precision::Fp16Mixed) {
-        4.0
-    } else {
-        0.0
-    }
-}
-
 /// Bytes of the full (unsharded) optimizer state.
 pub fn optimizer_state_bytes(problem: &Problem, s: &Strategy) -> f64 {
     let p = problem.facts.params as f64;
-    // States take the dtype of the weights the optimizer updates: fp32 master weights under
-    // mixed precision and fp32, bf16 under pure bf16.
-    let sd = if s.precision == Precision::Bf16 {
-        2.0
-    } else {
-        4.0
-    };
+    // Full-size states take the format of the weights the optimizer updates (fp32 master
+    // weights under mixed precision and fp32, bf16 under pure bf16), or bf16 for adamw-bf16.
+    let state_bytes = s.optimizer.state_format(s.precision).bytes() as f64;
     match s.optimizer {
-        Optimizer::Sgd => 0.0,
-        Optimizer::SgdMomentum => p * sd,
-        Optimizer::AdamW | Optimizer::Lamb => 2.0 * p * sd,
-        Optimizer::AdamWBf16 => 4.0 * p,
+        Optimizer::Sgd
+        | Optimizer::SgdMomentum
+        | Optimizer::AdamW
+        | Optimizer::AdamWBf16
+        | Optimizer::Lamb => {
+            let states = s.optimizer.states_per_param().unwrap_or(0) as f64;
+            states * p * state_bytes
+        }
         // uint8 m and v plus one fp32 absmax per block of 2048 per state (Dettmers et al. 2022).
         Optimizer::AdamW8bit => 2.0 * p + 2.0 * 4.0 * (p / 2048.0).ceil(),
         // Factored second moment in fp32 (Shazeer & Stern 2018), no first moment by default.
@@ -122,21 +110,24 @@ impl ModelStates {
         let n = problem.hardware.world_size() as f64;
         let p = f.params as f64;
         let (pb, gb, mb) = (
-            param_bytes(s.precision),
-            param_bytes(s.precision),
-            master_bytes(s.precision),
+            s.precision.param_bytes() as f64,
+            s.precision.grad_bytes() as f64,
+            s.precision.master_bytes() as f64,
         );
         let shard = |bytes: f64, sharded: bool| if sharded { (bytes / n).ceil() } else { bytes };
-        let opt_off = s.offload_optimizer != Offload::None;
-        let par_off = s.offload_params != Offload::None;
+        let opt_off = s.placement.offload_optimizer != Offload::None;
+        let par_off = s.placement.offload_params != Offload::None;
 
-        let param_local = shard(p * pb, s.zero_stage == 3);
-        let grad_local = shard(p * gb, s.zero_stage >= 2);
-        let master_local = shard(p * mb, s.zero_stage >= 1);
-        let opt_local = shard(optimizer_state_bytes(problem, s), s.zero_stage >= 1);
+        let param_local = shard(p * pb, s.placement.zero_stage.shards_parameters());
+        let grad_local = shard(p * gb, s.placement.zero_stage.shards_gradients());
+        let master_local = shard(p * mb, s.placement.zero_stage.shards_optimizer());
+        let opt_local = shard(
+            optimizer_state_bytes(problem, s),
+            s.placement.zero_stage.shards_optimizer(),
+        );
 
         // ZeRO-3/FSDP gathers whole units before use: the current and the prefetched one (FSDP's
-        // rate limiter allows two in-flight all-gathers, techniques.md §4.2), plus the unsharded
+        // rate limiter allows two in-flight all-gathers, docs/sources.md §11), plus the unsharded
         // gradient of the unit being reduce-scattered (DeepSpeed's 4·largest_layer: 2 B param +
         // 2 B grad). What is gathered can never exceed what other ranks hold.
         let remote = if par_off { p } else { p * (n - 1.0) / n };
@@ -144,7 +135,7 @@ impl ModelStates {
         // With optimizer offload the gradients leave the device, but each unit's gradient is
         // still produced there before it is copied out, whatever the number of GPUs.
         let grad_window = if opt_off { p } else { remote };
-        let (gathered_params, grad_unit) = if s.zero_stage == 3 {
+        let (gathered_params, grad_unit) = if s.placement.zero_stage.shards_parameters() {
             ((2.0 * unit).min(remote) * pb, unit.min(grad_window) * gb)
         } else {
             (0.0, 0.0)
@@ -155,10 +146,14 @@ impl ModelStates {
         if opt_off {
             // ZeRO-Offload: fp32 master copy, optimizer states and fp32 gradients on the host
             // (DeepSpeed memory docs: "4 bytes per gradient for nearly the entire set of weights").
-            let local = p / if s.zero_stage >= 1 { n } else { 1.0 };
+            let local = p / if s.placement.zero_stage.shards_optimizer() {
+                n
+            } else {
+                1.0
+            };
             let states = 4.0 * local + opt_local;
             host += 4.0 * local;
-            if s.offload_optimizer == Offload::Nvme {
+            if s.placement.offload_optimizer == Offload::Nvme {
                 nvme += states;
                 host += 4.0 * local.min(OPT_NVME_SUB_GROUP) * 4.0;
             } else {
@@ -167,7 +162,7 @@ impl ModelStates {
         }
         if par_off {
             let local = (p * pb / n).ceil();
-            if s.offload_params == Offload::Nvme {
+            if s.placement.offload_params == Offload::Nvme {
                 nvme += local;
                 host += PARAM_NVME_STAGING_ELEMENTS * pb;
             } else {
@@ -194,15 +189,18 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
     let n = hw.world_size();
     let p = problem.facts.params as f64;
     let states = ModelStates::of(problem, s);
-    let (pb, gb) = (param_bytes(s.precision), param_bytes(s.precision));
-    let e = param_bytes(s.precision);
+    let (pb, gb) = (
+        s.precision.param_bytes() as f64,
+        s.precision.grad_bytes() as f64,
+    );
+    let e = s.precision.activation_bytes() as f64;
     let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
-    let opt_off = s.offload_optimizer != Offload::None;
+    let opt_off = s.placement.offload_optimizer != Offload::None;
 
     // Communication buffers: DDP buckets; DeepSpeed reduce + all-gather buckets at stages 1–2,
     // reduce bucket at stage 3 (gathered parameters are counted as parameters).
     let bucket = (problem.cost.bucket_elements as f64).min(p);
-    let comm = match s.zero_stage {
+    let comm = match s.placement.zero_stage.number() {
         0 if n > 1 => 2.0 * DDP_BUCKET_BYTES,
         1 | 2 if n > 1 || opt_off => bucket * (gb + pb),
         3 if n > 1 || opt_off => bucket * gb,
@@ -222,12 +220,12 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
     let input = 3.0 * 8.0 * seq * b;
 
     // Optimizer-step temporaries on the device.
-    let local_params = p / if s.zero_stage >= 1 { n as f64 } else { 1.0 };
-    let sd = if s.precision == Precision::Bf16 {
-        2.0
+    let local_params = p / if s.placement.zero_stage.shards_optimizer() {
+        n as f64
     } else {
-        4.0
+        1.0
     };
+    let sd = s.precision.state_format().bytes() as f64;
     let temp_step = if opt_off {
         0.0
     } else {

@@ -141,19 +141,6 @@ pub fn evaluate(problem: &Problem, strategy: &Strategy) -> Plan {
         fits,
         memory,
         time,
-        fidelity_tier: fidelity_tier(strategy),
+        fidelity_tier: strategy.fidelity_tier(),
     }
-}
-
-/// 0 for the reference semantics (fp32 or mixed precision with AdamW); 1 for memory-saving
-/// numerics (pure bf16, bf16/8-bit AdamW states, Adafactor); 2 for a different optimizer family.
-pub fn fidelity_tier(s: &Strategy) -> u8 {
-    use crate::strategy::{Optimizer, Precision};
-    let p = u8::from(s.precision == Precision::Bf16);
-    let o = match s.optimizer {
-        Optimizer::AdamW => 0,
-        Optimizer::AdamWBf16 | Optimizer::AdamW8bit | Optimizer::Adafactor => 1,
-        Optimizer::Sgd | Optimizer::SgdMomentum | Optimizer::Lamb => 2,
-    };
-    p + o
 }

@@ -77,12 +77,19 @@ pub fn predict(problem: &Problem, s: &Strategy) -> TimePrediction {
     let attention_flops = 12.0 * seq * q * tokens * attn_layers;
     let model_flops = 6.0 * f.active_matmul_params * tokens + attention_flops;
     let blocks = spec.total_blocks();
-    let recompute_flops = match s.checkpoint {
-        Checkpoint::None => 0.0,
+    let policy = activation::effective_policy(
+        spec,
+        seq,
+        s.micro_batch as f64,
+        s.precision.activation_bytes() as f64,
+        s.attention,
+        s.checkpoint,
+    );
+    let recompute_flops = match policy {
+        Checkpoint::None | Checkpoint::Budget(_) => 0.0,
         Checkpoint::Selective => 4.0 * seq * q * tokens * attn_layers,
-        Checkpoint::EveryNth(_) => {
-            let share =
-                activation::checkpointed_blocks(s.checkpoint, blocks) as f64 / blocks as f64;
+        Checkpoint::EveryNth(_) | Checkpoint::Sqrt => {
+            let share = activation::checkpointed_blocks(policy, blocks) as f64 / blocks as f64;
             share * (2.0 * f.active_block_matmul_params * tokens + attention_flops / 3.0)
         }
     };
@@ -90,13 +97,13 @@ pub fn predict(problem: &Problem, s: &Strategy) -> TimePrediction {
     let compute_s = (model_flops + recompute_flops) / (n * peak * problem.cost.efficiency);
 
     let hbm = hw.gpu.memory_bandwidth_gbps * 1e9;
-    let e = memory::param_bytes(s.precision);
+    let e = s.precision.activation_bytes() as f64;
     let micro_batches = s.accumulation as f64;
     let attention_memory_s = match s.attention {
         Attention::Naive => {
             let a = spec.num_heads as f64;
             let per_layer = 12.0 * e * a * seq * seq * s.micro_batch as f64;
-            let recompute = match s.checkpoint {
+            let recompute = match policy {
                 Checkpoint::Selective => 4.0 * e * a * seq * seq * s.micro_batch as f64,
                 _ => 0.0,
             };
@@ -107,29 +114,37 @@ pub fn predict(problem: &Problem, s: &Strategy) -> TimePrediction {
 
     let p = f.params as f64;
     let (pb, gb) = (
-        memory::param_bytes(s.precision),
-        memory::param_bytes(s.precision),
+        s.precision.param_bytes() as f64,
+        s.precision.grad_bytes() as f64,
     );
-    let opt_off = s.offload_optimizer != Offload::None;
-    let local = p / if s.zero_stage >= 1 { n } else { 1.0 };
+    let opt_off = s.placement.offload_optimizer != Offload::None;
+    let local = p / if s.placement.zero_stage.shards_optimizer() {
+        n
+    } else {
+        1.0
+    };
     let optimizer_s = if opt_off {
         0.0
     } else {
-        let state =
-            memory::optimizer_state_bytes(problem, s) / if s.zero_stage >= 1 { n } else { 1.0 };
-        let bytes = 2.0 * (local * (pb + memory::master_bytes(s.precision)) + state) + local * gb;
+        let state = memory::optimizer_state_bytes(problem, s)
+            / if s.placement.zero_stage.shards_optimizer() {
+                n
+            } else {
+                1.0
+            };
+        let bytes = 2.0 * (local * (pb + s.precision.master_bytes() as f64) + state) + local * gb;
         bytes / hbm
     };
 
     let ring = if n > 1.0 { (n - 1.0) / n } else { 0.0 };
     let bw = hw.collective_bandwidth_gbps() * 1e9;
     let k = micro_batches;
-    let (overlapped, exposed) = match s.zero_stage {
+    let (overlapped, exposed) = match s.placement.zero_stage.number() {
         0 | 1 => (2.0 * p * gb, 0.0),
         2 => (k * p * gb, p * pb),
         _ => (k * 3.0 * p * pb, 0.0),
     };
-    let overlap_window = if s.zero_stage == 3 {
+    let overlap_window = if s.placement.zero_stage.shards_parameters() {
         compute_s
     } else {
         compute_s * 2.0 / 3.0
@@ -144,15 +159,15 @@ pub fn predict(problem: &Problem, s: &Strategy) -> TimePrediction {
     if opt_off {
         offload_s += (k * gb * local + pb * local) / pcie;
         offload_s += per_node * local / hw.cpu_optimizer_params_per_s;
-        if s.offload_optimizer == Offload::Nvme {
+        if s.placement.offload_optimizer == Offload::Nvme {
             let states = 4.0 * local + memory::optimizer_state_bytes(problem, s) / n;
             offload_s += 2.0 * per_node * states / nvme;
         }
     }
-    if s.offload_params != Offload::None {
+    if s.placement.offload_params != Offload::None {
         let fetch = 2.0 * k * pb * p / n;
         let mut t = fetch / pcie;
-        if s.offload_params == Offload::Nvme {
+        if s.placement.offload_params == Offload::Nvme {
             t = t.max(per_node * fetch / nvme);
         }
         offload_s += (t - compute_s).max(0.0);

@@ -1,5 +1,5 @@
 //! `accelerate estimate-memory` (src/accelerate/commands/estimate.py and utils, current code;
-//! estimation.md §1.5): the base model's size at float32 (parameters and buffers), its largest
+//! docs/sources.md §6): the base model's size at float32 (parameters and buffers), its largest
 //! layer (`get_max_layer_size` over `_no_split_modules` blocks and childless modules), each
 //! dtype row (float16 /2, int8 /4, int4 /8), "Training using Adam" as the largest of the
 //! `estimate_training_usage` components (float32 4× the fp32 size, float16 2×, int8/int4 N/A),

@@ -1,6 +1,6 @@
 //! DeepSpeed's `estimate_zero2_model_states_mem_needs_all_cold` and
 //! `estimate_zero3_model_states_mem_needs_all_cold` (deepspeed/runtime/zero/stage_1_and_2.py and
-//! stage3.py, current code; estimation.md §1.3), with their printed tables. Arithmetic follows
+//! stage3.py, current code; docs/sources.md §6), with their printed tables. Arithmetic follows
 //! the Python: floats, `int()` truncation, sizes divided by 2^30 and labelled "GB".
 //!
 //! The ZeRO-2 no-offload GPU formula is the one in the code since 2024 (PR #5099):

@@ -18,17 +18,18 @@ pub fn accelerate_config(problem: &Problem, plan: &Plan) -> Result<String> {
         Precision::Fp16Mixed => "fp16",
         Precision::Fp32 => "'no'",
     };
-    let fsdp_can = s.offload_optimizer == Offload::None
-        || (s.offload_optimizer == Offload::Cpu && s.offload_params == Offload::Cpu);
+    let fsdp_can = s.placement.offload_optimizer == Offload::None
+        || (s.placement.offload_optimizer == Offload::Cpu
+            && s.placement.offload_params == Offload::Cpu);
     let mut y = String::from("# Accelerate config written by `headroom plan --emit accelerate`\n");
     y += "compute_environment: LOCAL_MACHINE\ndebug: false\n";
-    if s.zero_stage == 0 && s.offload_optimizer == Offload::None {
+    if s.placement.zero_stage.number() == 0 && s.placement.offload_optimizer == Offload::None {
         y += &format!(
             "distributed_type: {}\n",
             if world > 1 { "MULTI_GPU" } else { "'NO'" }
         );
     } else if fsdp_can {
-        let strategy = match s.zero_stage {
+        let strategy = match s.placement.zero_stage.number() {
             3 => "FULL_SHARD",
             _ => "SHARD_GRAD_OP",
         };
@@ -44,7 +45,7 @@ pub fn accelerate_config(problem: &Problem, plan: &Plan) -> Result<String> {
             ("fsdp_forward_prefetch", "false".into()),
             (
                 "fsdp_offload_params",
-                (s.offload_params == Offload::Cpu).to_string(),
+                (s.placement.offload_params == Offload::Cpu).to_string(),
             ),
             ("fsdp_sharding_strategy", strategy.into()),
             ("fsdp_state_dict_type", "SHARDED_STATE_DICT".into()),
@@ -62,10 +63,16 @@ pub fn accelerate_config(problem: &Problem, plan: &Plan) -> Result<String> {
         y += "distributed_type: DEEPSPEED\ndeepspeed_config:\n";
         y += &format!("  gradient_accumulation_steps: {}\n", s.accumulation);
         y += "  gradient_clipping: 1.0\n";
-        y += &format!("  offload_optimizer_device: {}\n", s.offload_optimizer);
-        y += &format!("  offload_param_device: {}\n", s.offload_params);
-        y += &format!("  zero3_init_flag: {}\n", s.zero_stage == 3);
-        y += &format!("  zero_stage: {}\n", s.zero_stage);
+        y += &format!(
+            "  offload_optimizer_device: {}\n",
+            s.placement.offload_optimizer
+        );
+        y += &format!("  offload_param_device: {}\n", s.placement.offload_params);
+        y += &format!(
+            "  zero3_init_flag: {}\n",
+            s.placement.zero_stage.shards_parameters()
+        );
+        y += &format!("  zero_stage: {}\n", s.placement.zero_stage);
     }
     y += "downcast_bf16: 'no'\nmachine_rank: 0\nmain_training_function: main\n";
     y += &format!("mixed_precision: {mixed}\n");

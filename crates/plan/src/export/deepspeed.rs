@@ -1,5 +1,5 @@
 //! A DeepSpeed `ds_config.json` for a plan (keys of deepspeed/runtime/zero/config.py and
-//! offload_config.py; techniques.md §4.5). Bucket sizes are the ones the cost model charged.
+//! offload_config.py; docs/sources.md §8). Bucket sizes are the ones the cost model charged.
 //! Activation checkpointing and attention kind are model-side settings in Hugging Face
 //! (`gradient_checkpointing_enable()`, `attn_implementation`) and are not part of ds_config.
 
@@ -46,9 +46,9 @@ pub fn ds_config(problem: &Problem, plan: &Plan) -> Result<Value> {
     }
     let bucket = problem.cost.bucket_elements;
     let mut zero = json!({
-        "stage": s.zero_stage,
+        "stage": s.placement.zero_stage,
         "contiguous_gradients": true,
-        "overlap_comm": s.zero_stage == 3,
+        "overlap_comm": s.placement.zero_stage.shards_parameters(),
         "reduce_scatter": true,
         "reduce_bucket_size": bucket,
         "allgather_bucket_size": bucket,
@@ -60,14 +60,14 @@ pub fn ds_config(problem: &Problem, plan: &Plan) -> Result<Value> {
         }
         o
     };
-    if s.offload_optimizer != Offload::None {
-        zero["offload_optimizer"] = offload(s.offload_optimizer);
+    if s.placement.offload_optimizer != Offload::None {
+        zero["offload_optimizer"] = offload(s.placement.offload_optimizer);
         zero["sub_group_size"] = json!(100_000_000u64);
     }
-    if s.offload_params != Offload::None {
-        zero["offload_param"] = offload(s.offload_params);
+    if s.placement.offload_params != Offload::None {
+        zero["offload_param"] = offload(s.placement.offload_params);
     }
-    if s.zero_stage == 3 {
+    if s.placement.zero_stage.shards_parameters() {
         let h = problem.spec.hidden_size;
         // Hugging Face's "auto" values: prefetch 0.9·h², persistence threshold 10·h.
         zero["stage3_prefetch_bucket_size"] = json!((0.9 * (h * h) as f64) as u64);

@@ -18,9 +18,12 @@ pub fn headroom_toml(problem: &Problem, plan: &Plan) -> String {
     t += &format!("checkpoint = \"{}\"\n", s.checkpoint);
     t += &format!("attention = \"{}\"\n", s.attention);
     t += &format!("optimizer = \"{}\"\n", s.optimizer);
-    t += &format!("zero_stage = {}\n", s.zero_stage);
-    t += &format!("offload_optimizer = \"{}\"\n", s.offload_optimizer);
-    t += &format!("offload_params = \"{}\"\n", s.offload_params);
+    t += &format!("zero_stage = {}\n", s.placement.zero_stage);
+    t += &format!(
+        "offload_optimizer = \"{}\"\n",
+        s.placement.offload_optimizer
+    );
+    t += &format!("offload_params = \"{}\"\n", s.placement.offload_params);
     t += &format!("device_memory = {}\n", problem.hardware.gpu.memory_bytes);
     t
 }

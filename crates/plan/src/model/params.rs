@@ -3,7 +3,7 @@
 //! transformers implementation. Totals, DeepSpeed's "largest layer", Accelerate's layer sizes,
 //! per-block sizes (the FSDP/ZeRO-3 gather unit) and FLOP-relevant counts all derive from it.
 //!
-//! Conventions (shared/reference/estimation.md §2): decoder-only models are counted as
+//! Conventions (docs/sources.md §7): decoder-only models are counted as
 //! `*ForCausalLM`, BERT as `BertModel` with pooler, T5 as `T5ForConditionalGeneration` (equal to
 //! `T5Model` when embeddings are tied); a tied output projection is counted once. Mixtral experts
 //! follow the classic layout (`experts.{j}.w1/w2/w3` as separate `Linear`s).

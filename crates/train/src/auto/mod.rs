@@ -24,40 +24,21 @@ pub mod candidate;
 pub mod space;
 pub mod speed;
 
-pub use candidate::{Candidate, OwnPlan, evaluate};
+pub use candidate::{OwnPlan, evaluate};
 pub use space::calibration_shapes;
 pub use speed::{CalibrationShapes, SpeedModel, StepTime};
 
-use space::{combos, splits};
+use space::combos;
 
-use crate::config::{OptimizerChoice, RunConfig};
+use crate::config::RunConfig;
 use crate::data::Corpus;
-use crate::policy::CheckpointPolicy;
 use crate::trainer::{TrainError, model_spec};
 use headroom_memory::format_bytes;
-use headroom_plan::strategy::{Attention, Precision};
+use headroom_strategy::{Pins, Strategy, batch_splits, changed_levers, largest_fitting};
 use std::cmp::Ordering;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::time::Instant;
-
-/// Levers the user fixed; `None` means "choose".
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Pins {
-    pub precision: Option<Precision>,
-    pub optimizer: Option<OptimizerChoice>,
-    pub checkpoint: Option<CheckpointPolicy>,
-    pub attention: Option<Attention>,
-    pub micro_batch: Option<usize>,
-    pub accumulation: Option<usize>,
-}
-
-impl Pins {
-    /// Whether any lever is pinned.
-    pub fn any(&self) -> bool {
-        *self != Pins::default()
-    }
-}
 
 /// The outcome of a search.
 #[derive(Clone, Debug)]
@@ -168,12 +149,12 @@ pub fn plan(config: &RunConfig, corpus: &Corpus, pins: &Pins) -> Result<AutoPlan
     let spec = model_spec(config)?;
     let seq_len = config.seq_len.unwrap_or_else(|| spec.default_seq_len());
     let effective_batch = match (pins.micro_batch, pins.accumulation) {
-        (Some(m), Some(a)) => m.saturating_mul(a),
+        (Some(m), Some(a)) => (m as usize).saturating_mul(a as usize),
         _ => config.effective_batch(),
     };
-    let splits = splits(effective_batch, pins);
+    let splits = batch_splits(effective_batch as u64, pins.micro_batch, pins.accumulation);
     if splits.is_empty() {
-        let pinned = |v: Option<usize>| v.map_or("any".to_string(), |v| v.to_string());
+        let pinned = |v: Option<u64>| v.map_or("any".to_string(), |v| v.to_string());
         return Err(TrainError::Config(crate::config::ConfigError::Value {
             key: "micro_batch",
             value: format!(
@@ -186,7 +167,7 @@ pub fn plan(config: &RunConfig, corpus: &Corpus, pins: &Pins) -> Result<AutoPlan
             ),
         }));
     }
-    let speed = SpeedModel::measure(calibration_shapes(&spec, seq_len, splits[0].0))?;
+    let speed = SpeedModel::measure(calibration_shapes(&spec, seq_len, splits[0].0 as usize))?;
     let mut fitting = Vec::new();
     let mut rejected = Vec::new();
     for tier in combos(&spec, pins) {
@@ -194,12 +175,12 @@ pub fn plan(config: &RunConfig, corpus: &Corpus, pins: &Pins) -> Result<AutoPlan
             largest_fitting(
                 &splits,
                 |&(micro_batch, accumulation)| {
-                    let c = Candidate {
+                    let s = Strategy {
                         micro_batch,
                         accumulation,
                         ..*combo
                     };
-                    evaluate(config, corpus, &c, &speed)
+                    evaluate(config, corpus, &s, &speed)
                 },
                 |p| p.fits,
             )
@@ -214,7 +195,7 @@ pub fn plan(config: &RunConfig, corpus: &Corpus, pins: &Pins) -> Result<AutoPlan
         }
     }
     fitting.sort_by(rank);
-    prefer_configured(&mut fitting, &Candidate::of(config));
+    prefer_configured(&mut fitting, &config.strategy);
     Ok(AutoPlan {
         fitting,
         rejected,
@@ -233,61 +214,17 @@ pub const SAME_SPEED: f64 = 0.05;
 /// Among the plans of the best tier predicted within [`SAME_SPEED`] of the fastest, moves to the
 /// front the one that changes the fewest levers of the configured strategy (then the faster), so
 /// the choice does not flip between near-equal strategies from run to run.
-fn prefer_configured(fitting: &mut [OwnPlan], configured: &Candidate) {
+fn prefer_configured(fitting: &mut [OwnPlan], configured: &Strategy) {
     let Some(best) = fitting.first() else {
         return;
     };
     let (tier, limit) = (best.fidelity_tier, best.time.step_s * (1.0 + SAME_SPEED));
-    let changes = |c: &Candidate| {
-        usize::from(c.precision != configured.precision)
-            + usize::from(c.optimizer != configured.optimizer)
-            + usize::from(c.checkpoint != configured.checkpoint)
-            + usize::from(c.attention != configured.attention)
-            + usize::from(c.micro_batch != configured.micro_batch)
-    };
+    let changes = |s: &Strategy| changed_levers(s, configured);
     let pick = (0..fitting.len())
         .filter(|&i| fitting[i].fidelity_tier == tier && fitting[i].time.step_s <= limit)
         .min_by_key(|&i| (changes(&fitting[i].strategy), i))
         .unwrap_or(0);
     fitting[..=pick].rotate_right(1);
-}
-
-/// The first of `splits` (largest micro-batch first) that fits, by bisection: memory does not
-/// grow as the micro-batch shrinks, so the fitting splits are a suffix of the list. Returns the
-/// fitting plan (if any) and the plans that did not fit.
-fn largest_fitting<P>(
-    splits: &[(usize, usize)],
-    eval: impl Fn(&(usize, usize)) -> Result<P, TrainError>,
-    fits: impl Fn(&P) -> bool,
-) -> Result<(Option<P>, Vec<P>), TrainError> {
-    let mut misses = Vec::new();
-    let first = eval(&splits[0])?;
-    if fits(&first) {
-        return Ok((Some(first), misses));
-    }
-    misses.push(first);
-    let (mut lo, mut hi) = (0, splits.len() - 1); // lo does not fit; hi fits once tried
-    let mut best = None;
-    if hi > lo {
-        let last = eval(&splits[hi])?;
-        if !fits(&last) {
-            misses.push(last);
-            return Ok((None, misses));
-        }
-        best = Some(last);
-    }
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        let plan = eval(&splits[mid])?;
-        if fits(&plan) {
-            hi = mid;
-            best = Some(plan);
-        } else {
-            lo = mid;
-            misses.push(plan);
-        }
-    }
-    Ok((best, misses))
 }
 
 /// `f` over `items` on all cores, results in the items' order. Dry runs are independent (each
@@ -317,34 +254,4 @@ fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Ve
         .into_iter()
         .map(|r| r.expect("every item was mapped"))
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bisection_finds_the_first_fitting_split_of_every_monotone_list() {
-        for n in 1..=12usize {
-            let list: Vec<(usize, usize)> = (0..n).map(|i| (n - i, 1)).collect();
-            for threshold in 0..=n {
-                // Index i fits when i ≥ threshold (threshold n: nothing fits).
-                let tried = std::cell::RefCell::new(Vec::new());
-                let (found, misses) = largest_fitting(
-                    &list,
-                    |&(m, _)| {
-                        let i = n - m;
-                        tried.borrow_mut().push(i);
-                        Ok((i, i >= threshold))
-                    },
-                    |p| p.1,
-                )
-                .unwrap();
-                assert_eq!(found.map(|p| p.0), (threshold < n).then_some(threshold));
-                assert!(misses.iter().all(|p| !p.1));
-                let bound = 2 + (n as f64).log2().ceil() as usize;
-                assert!(tried.borrow().len() <= bound, "n {n}, t {threshold}");
-            }
-        }
-    }
 }

@@ -1,72 +1,44 @@
-//! The strategies `--auto` searches for headroom's engine: the micro-batch × accumulation splits
-//! of the effective batch, and precision × optimizer × checkpoint policy × attention grouped by
-//! the planner's fidelity tier — each narrowed to what the user pinned — plus the shapes the
-//! speed model is calibrated at.
+//! The strategies `--auto` searches for headroom's engine: precision × optimizer × checkpoint
+//! policy × attention grouped by fidelity tier — each narrowed to what the user pinned — plus
+//! the shapes the speed model is calibrated at.
 //!
 //! Not for: the search itself (see `auto`).
 
 use super::speed::CalibrationShapes;
-use super::{Candidate, Pins};
-use crate::config::OptimizerChoice;
-use crate::policy::CheckpointPolicy;
 use headroom_nn::models::ModelSpec;
-use headroom_plan::strategy::{Attention, Precision};
-
-/// Micro-batch × accumulation splits of `effective` allowed by the pins, largest micro-batch
-/// first.
-pub(crate) fn splits(effective: usize, pins: &Pins) -> Vec<(usize, usize)> {
-    let mut micro: Vec<usize> = Vec::new();
-    let mut d = 1;
-    while d * d <= effective {
-        if effective.is_multiple_of(d) {
-            micro.push(d);
-            if d * d != effective {
-                micro.push(effective / d);
-            }
-        }
-        d += 1;
-    }
-    micro.sort_unstable_by(|a, b| b.cmp(a));
-    micro
-        .into_iter()
-        .map(|m| (m, effective / m))
-        .filter(|&(m, _)| pins.micro_batch.is_none_or(|p| p == m))
-        .filter(|&(_, a)| pins.accumulation.is_none_or(|p| p == a))
-        .collect()
-}
+use headroom_strategy::{Attention, Checkpoint, Optimizer, Pins, Precision, Strategy};
 
 /// Precision × optimizer × checkpoint × attention, grouped by fidelity tier (best first). The
 /// micro-batch is filled in by the search.
-pub(crate) fn combos(spec: &ModelSpec, pins: &Pins) -> Vec<Vec<Candidate>> {
+pub(crate) fn combos(spec: &ModelSpec, pins: &Pins) -> Vec<Vec<Strategy>> {
     // fp16-mixed has bf16-mixed's memory and speed with loss scaling on top: only when pinned.
     let precisions = pins.precision.map_or(
         vec![Precision::Fp32, Precision::Bf16Mixed, Precision::Bf16],
         |p| vec![p],
     );
     // AdamW, or its bf16-state variant as a memory lever; other families only when pinned.
-    let optimizers = pins.optimizer.map_or(
-        vec![OptimizerChoice::Adamw, OptimizerChoice::AdamwBf16],
-        |o| vec![o],
-    );
-    let depth = spec.depth();
+    let optimizers = pins
+        .optimizer
+        .map_or(vec![Optimizer::AdamW, Optimizer::AdamWBf16], |o| vec![o]);
+    let depth = spec.depth() as u64;
     let gpt = matches!(spec, ModelSpec::Gpt(_));
-    let checkpoints: Vec<CheckpointPolicy> = match pins.checkpoint {
+    let checkpoints: Vec<Checkpoint> = match pins.checkpoint {
         Some(c) => vec![c],
         None => {
-            let mut v = vec![CheckpointPolicy::None];
+            let mut v = vec![Checkpoint::None];
             if gpt {
-                v.push(CheckpointPolicy::Selective);
+                v.push(Checkpoint::Selective);
             }
             v.extend(
                 [4, 2]
                     .into_iter()
                     .filter(|&k| k < depth)
-                    .map(CheckpointPolicy::EveryNth),
+                    .map(Checkpoint::EveryNth),
             );
             if depth >= 9 {
-                v.push(CheckpointPolicy::Sqrt);
+                v.push(Checkpoint::Sqrt);
             }
-            v.push(CheckpointPolicy::EveryNth(1));
+            v.push(Checkpoint::EveryNth(1));
             v
         }
     };
@@ -76,18 +48,19 @@ pub(crate) fn combos(spec: &ModelSpec, pins: &Pins) -> Vec<Vec<Candidate>> {
         (None, true) => vec![Attention::Naive, Attention::MemoryEfficient],
         (None, false) => vec![Attention::Naive],
     };
-    let mut tiers: Vec<Vec<Candidate>> = Vec::new();
+    let mut tiers: Vec<Vec<Strategy>> = Vec::new();
     for &precision in &precisions {
         for &optimizer in &optimizers {
             for &checkpoint in &checkpoints {
                 for &attention in &attentions {
-                    let c = Candidate {
+                    let c = Strategy {
                         precision,
                         optimizer,
                         checkpoint,
                         attention,
                         micro_batch: 1,
                         accumulation: 1,
+                        ..Strategy::default()
                     };
                     let tier = usize::from(c.fidelity_tier());
                     if tiers.len() <= tier {
@@ -168,23 +141,5 @@ mod tests {
         assert_eq!(wide.matmul, (64, 2048, 8192));
         // One head of 1024² × 128 is 9.4e8 FLOPs: one head.
         assert_eq!(wide.attention, Some((1, 1024, 128)));
-    }
-
-    #[test]
-    fn splits_keep_the_effective_batch_and_the_pins() {
-        let all = splits(12, &Pins::default());
-        assert_eq!(all, vec![(12, 1), (6, 2), (4, 3), (3, 4), (2, 6), (1, 12)]);
-        let pinned = Pins {
-            accumulation: Some(4),
-            ..Default::default()
-        };
-        assert_eq!(splits(12, &pinned), vec![(3, 4)]);
-        let impossible = Pins {
-            micro_batch: Some(5),
-            ..Default::default()
-        };
-        assert!(splits(12, &impossible).is_empty());
-        assert_eq!(splits(1, &Pins::default()), vec![(1, 1)]);
-        assert_eq!(splits(49, &Pins::default()), vec![(49, 1), (7, 7), (1, 49)]);
     }
 }

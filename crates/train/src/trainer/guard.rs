@@ -65,7 +65,7 @@ impl Trainer {
         rng: RngState,
         on_event: &mut dyn FnMut(TrainEvent),
     ) -> Result<(), TrainError> {
-        let micro = self.config.micro_batch;
+        let micro = self.config.micro_batch();
         if micro < 2 || !micro.is_multiple_of(2) {
             return Err(TrainError::OutOfMemory(oom));
         }
@@ -75,21 +75,22 @@ impl Trainer {
         self.backward_passes = 0;
         self.sampler.seek(position);
         headroom_tensor::rng::set_state(rng);
-        self.config.micro_batch = micro / 2;
-        self.config.accumulation *= 2;
+        self.config = self
+            .config
+            .with_split(micro / 2, self.config.accumulation() * 2);
         let message = format!(
             "step {} ran out of memory ({} requested); retrying with micro-batch {} × accumulation {} (same effective batch of {})",
             self.step,
             format_bytes(oom.requested),
-            self.config.micro_batch,
-            self.config.accumulation,
+            self.config.micro_batch(),
+            self.config.accumulation(),
             self.config.effective_batch()
         );
         self.report.warnings.push(message);
         on_event(TrainEvent::OomRecovered {
             step: self.step,
-            micro_batch: self.config.micro_batch,
-            accumulation: self.config.accumulation,
+            micro_batch: self.config.micro_batch(),
+            accumulation: self.config.accumulation(),
         });
         Ok(())
     }

@@ -14,20 +14,20 @@ mod schedule;
 mod step;
 
 pub use guard::LeakGuard;
-pub use precision::PrecisionPlan;
+pub use precision::compute_dtype;
 pub use schedule::learning_rate;
 
 use crate::checkpoint::CheckpointError;
-use crate::config::{ConfigError, OptimizerChoice, RunConfig};
+use crate::config::{ConfigError, RunConfig};
 use crate::data::{Corpus, CorpusError, TokenSampler};
+use crate::policy::{BudgetDecision, recompute_for};
 use crate::report::{CacheRelease, TrainReport, ValLoss};
 use crate::scaler::{LossScaler, ScalerConfig};
 use headroom_memory::{AllocatorConfig, Category, CategoryBytes, Device, OutOfMemory};
-use headroom_nn::models::gpt::AttentionKind;
 use headroom_nn::models::{ModelSpec, ModelSpecError, build_model};
-use headroom_nn::optim::{Optimizer, OptimizerConfig, OptimizerKind, StateDtype};
+use headroom_nn::optim::{Optimizer, OptimizerConfig};
 use headroom_nn::{Model, Recompute};
-use headroom_plan::strategy::Attention;
+use headroom_strategy::Precision;
 use headroom_tensor::backend::work::Work;
 use headroom_tensor::{DType, Gradients, Tensor, TensorError, no_grad};
 use std::time::Instant;
@@ -123,7 +123,7 @@ pub struct TrainerHooks {
 /// A training run in progress.
 pub struct Trainer {
     config: RunConfig,
-    precision: PrecisionPlan,
+    precision: Precision,
     device: Device,
     model: Box<dyn Model>,
     spec: ModelSpec,
@@ -135,6 +135,8 @@ pub struct Trainer {
     sampler: TokenSampler,
     seq_len: usize,
     recompute: Recompute,
+    /// How `budget:SIZE` was met, when that is the policy.
+    budget_decision: Option<BudgetDecision>,
     step: u64,
     backward_passes: u64,
     warned_accumulation: bool,
@@ -179,10 +181,7 @@ fn unchecked_model_spec(config: &RunConfig) -> Result<ModelSpec, TrainError> {
     Ok(match spec {
         ModelSpec::Gpt(mut c) => {
             c.dropout = config.dropout.unwrap_or(c.dropout);
-            c.attention = match config.attention_kind() {
-                Attention::Naive => AttentionKind::Naive,
-                Attention::MemoryEfficient => AttentionKind::MemoryEfficient,
-            };
+            c.attention = config.strategy.attention;
             ModelSpec::Gpt(c)
         }
         ModelSpec::Resmlp(mut c) => {
@@ -206,24 +205,31 @@ impl Trainer {
         corpus: &Corpus,
         device: Device,
     ) -> Result<Trainer, TrainError> {
-        let precision = PrecisionPlan::of(config.precision());
+        let precision = config.strategy.precision;
         let spec = model_spec(&config)?;
         let seq_len = config.seq_len.unwrap_or_else(|| spec.default_seq_len());
         let sampler = TokenSampler::new(corpus, seq_len, 0.1, config.seed)?;
+        let (recompute, budget_decision) = recompute_for(
+            config.strategy.checkpoint,
+            &spec,
+            compute_dtype(precision),
+            config.micro_batch(),
+            seq_len,
+        )?;
         headroom_tensor::rng::manual_seed(config.seed);
         device.lock().trace_mut().set_phase("init");
         let model = build_model(
             &config.model,
             &spec,
             &device,
-            precision.compute,
+            compute_dtype(precision),
             config.seed,
         )?;
         let mut grads = Gradients::new();
         for block in model.blocks() {
             block.bind_grads(&mut grads)?;
         }
-        let master = if precision.master_weights {
+        let master = if precision.master_weights() {
             let copies = model
                 .blocks()
                 .iter()
@@ -239,9 +245,9 @@ impl Trainer {
         } else {
             None
         };
-        let optimizer = Optimizer::new(optimizer_config(&config, &precision), device.clone());
+        let optimizer = Optimizer::new(optimizer_config(&config)?, device.clone());
         let scaler = precision
-            .loss_scaling
+            .loss_scaling()
             .then(|| LossScaler::new(ScalerConfig::default()));
         let dry = !device.is_backed();
         let report = TrainReport {
@@ -275,7 +281,8 @@ impl Trainer {
             scaler,
             sampler,
             seq_len,
-            recompute: Recompute::none(),
+            recompute,
+            budget_decision,
             step: 0,
             backward_passes: 0,
             warned_accumulation: false,
@@ -289,17 +296,33 @@ impl Trainer {
         })
     }
 
-    pub fn precision(&self) -> PrecisionPlan {
+    pub fn precision(&self) -> Precision {
         self.precision
+    }
+
+    /// The dtype of parameters, gradients and activations.
+    pub fn compute_dtype(&self) -> DType {
+        compute_dtype(self.precision)
     }
 
     pub fn set_hooks(&mut self, hooks: TrainerHooks) {
         self.hooks = hooks;
     }
 
-    /// What the model recomputes in backward instead of storing.
+    /// Replaces what the model recomputes in backward (the trainer plans it from the
+    /// configured checkpoint policy; experiments may set a plan of their own).
     pub fn set_recompute(&mut self, recompute: Recompute) {
         self.recompute = recompute;
+    }
+
+    /// What the model recomputes in backward instead of storing.
+    pub fn recompute(&self) -> &Recompute {
+        &self.recompute
+    }
+
+    /// How a `budget:SIZE` policy was met (the plans decided between), if that is the policy.
+    pub fn budget_decision(&self) -> Option<&BudgetDecision> {
+        self.budget_decision.as_ref()
     }
 
     pub fn device(&self) -> &Device {
@@ -328,10 +351,29 @@ impl Trainer {
         self.step
     }
 
-    /// Changes the micro-batch before training starts (e.g. to the largest that fits).
-    pub fn set_micro_batch(&mut self, micro_batch: usize) {
-        self.config.micro_batch = micro_batch;
-        self.report.config.micro_batch = micro_batch;
+    /// Changes the micro-batch before training starts (e.g. to the largest that fits) and plans
+    /// the recomputation again for it.
+    pub fn set_micro_batch(&mut self, micro_batch: usize) -> Result<(), TrainError> {
+        self.config = self
+            .config
+            .with_split(micro_batch, self.config.accumulation());
+        self.report.config = self.config.clone();
+        (self.recompute, self.budget_decision) = recompute_for(
+            self.config.strategy.checkpoint,
+            &self.spec,
+            compute_dtype(self.precision),
+            micro_batch,
+            self.seq_len,
+        )?;
+        Ok(())
+    }
+
+    /// Records in the report what preparing the run decided and predicted.
+    pub fn set_prepared(&mut self, prepared: &crate::prepare::PreparedRun) {
+        self.set_prediction(&prepared.prediction);
+        if let Some(choice) = &prepared.auto {
+            self.set_auto_choice(choice.clone());
+        }
     }
 
     /// Puts a dry run's prediction next to the measurements in the report.
@@ -422,10 +464,10 @@ impl Trainer {
                     });
                 }
             }
-            if let Some(dir) = self.config.checkpoint_dir.clone()
+            if let Some(dir) = self.config.save_dir.clone()
                 && (last
-                    || (self.config.checkpoint_every > 0
-                        && self.step.is_multiple_of(self.config.checkpoint_every)))
+                    || (self.config.save_every > 0
+                        && self.step.is_multiple_of(self.config.save_every)))
             {
                 let path = self.save_checkpoint(&dir)?;
                 on_event(TrainEvent::Checkpoint {
@@ -453,7 +495,7 @@ impl Trainer {
         self.device.lock().trace_mut().set_phase("validation");
         let batches = self
             .sampler
-            .validation_batches(self.config.micro_batch, self.config.eval_batches);
+            .validation_batches(self.config.micro_batch(), self.config.eval_batches);
         let mut sum = 0.0;
         for batch in &batches {
             let (x, y) = self.batch_tensors(batch)?;
@@ -518,24 +560,15 @@ impl Trainer {
     }
 }
 
-fn optimizer_config(config: &RunConfig, precision: &PrecisionPlan) -> OptimizerConfig {
-    let kind = match config.optimizer {
-        OptimizerChoice::Sgd | OptimizerChoice::SgdMomentum => OptimizerKind::Sgd,
-        OptimizerChoice::Adamw | OptimizerChoice::AdamwBf16 => OptimizerKind::AdamW,
-        OptimizerChoice::Lamb => OptimizerKind::Lamb,
-    };
-    let mut c = OptimizerConfig::new(kind);
-    if config.optimizer == OptimizerChoice::Sgd {
-        c.momentum = 0.0;
-    }
-    if config.optimizer == OptimizerChoice::AdamwBf16 {
-        c.state_dtype = StateDtype::Bf16;
-    }
-    if let Some(d) = precision.state_dtype {
-        c.state_dtype = d;
-    }
+fn optimizer_config(config: &RunConfig) -> Result<OptimizerConfig, TrainError> {
+    let s = &config.strategy;
+    let mut c = OptimizerConfig::for_strategy(s.optimizer, s.precision).ok_or_else(|| {
+        ConfigError::Strategy(headroom_strategy::StrategyError::Incompatible(
+            s.engine_incompatibility().unwrap_or_default(),
+        ))
+    })?;
     if let Some(wd) = config.weight_decay {
         c.weight_decay = wd;
     }
-    c
+    Ok(c)
 }

@@ -1,46 +1,23 @@
-//! Precision modes (techniques.md §3): which dtype parameters, gradients and activations use,
-//! whether fp32 master weights (tagged `master_weight`) back them, and whether the loss is
-//! scaled. 16-bit modes store activations in 16 bits while every kernel accumulates in f32
-//! (softmax, norms, reductions and the loss are computed in f32; Micikevicius et al. §3.3);
-//! the loss itself is computed on f32 logits.
+//! Precision modes realised on tensors (docs/sources.md §2, §3): the dtype parameters, gradients and
+//! activations use (the vocabulary's `Precision` says which, whether fp32 master weights —
+//! tagged `master_weight` — back them, and whether the loss is scaled). 16-bit modes store
+//! activations in 16 bits while every kernel accumulates in f32 (softmax, norms, reductions and
+//! the loss are computed in f32; Micikevicius et al. §3.3); the loss itself is computed on f32
+//! logits.
 //!
 //! Not for: the optimizer rules (see the nn crate).
 
 use headroom_memory::Category;
 use headroom_nn::grad::Grads;
-use headroom_nn::optim::StateDtype;
-use headroom_plan::strategy::Precision;
+use headroom_strategy::{NumberFormat, Precision};
 use headroom_tensor::{DType, Result, Tensor};
 
-/// How a precision mode is realised.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PrecisionPlan {
-    pub mode: Precision,
-    /// Dtype of parameters, gradients and activations.
-    pub compute: DType,
-    /// fp32 master weights the optimizer updates.
-    pub master_weights: bool,
-    /// Dynamic loss scaling (fp16 only).
-    pub loss_scaling: bool,
-    /// Optimizer-state dtype forced by the mode (pure bf16 keeps states in bf16).
-    pub state_dtype: Option<StateDtype>,
-}
-
-impl PrecisionPlan {
-    pub fn of(mode: Precision) -> PrecisionPlan {
-        let (compute, master_weights, loss_scaling, state_dtype) = match mode {
-            Precision::Fp32 => (DType::F32, false, false, None),
-            Precision::Bf16Mixed => (DType::BF16, true, false, None),
-            Precision::Fp16Mixed => (DType::F16, true, true, None),
-            Precision::Bf16 => (DType::BF16, false, false, Some(StateDtype::Bf16)),
-        };
-        PrecisionPlan {
-            mode,
-            compute,
-            master_weights,
-            loss_scaling,
-            state_dtype,
-        }
+/// The tensor dtype of parameters, gradients and activations under `precision`.
+pub fn compute_dtype(precision: Precision) -> DType {
+    match precision.compute() {
+        NumberFormat::F32 => DType::F32,
+        NumberFormat::Bf16 => DType::BF16,
+        NumberFormat::F16 => DType::F16,
     }
 }
 

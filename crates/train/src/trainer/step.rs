@@ -22,7 +22,7 @@ impl Trainer {
         &mut self,
         on_event: &mut dyn FnMut(TrainEvent),
     ) -> Result<f64, TrainError> {
-        let accumulation = self.config.accumulation;
+        let accumulation = self.config.accumulation();
         let scale = self.scaler.map_or(1.0, |s| s.scale());
         let mut loss_sum = 0.0f64;
         // The leak guard compares every step's peak: measure this one on its own.
@@ -52,10 +52,10 @@ impl Trainer {
             }
             let (x, y) = if self.dry {
                 // No values on a shape-only device: the same tensors, without drawing tokens.
-                self.sampler.skip_train(self.config.micro_batch);
-                self.dry_batch_tensors(self.config.micro_batch)?
+                self.sampler.skip_train(self.config.micro_batch());
+                self.dry_batch_tensors(self.config.micro_batch())?
             } else {
-                let batch = self.sampler.next_train(self.config.micro_batch);
+                let batch = self.sampler.next_train(self.config.micro_batch());
                 self.batch_tensors(&batch)?
             };
             let tape = Tape::new();
@@ -131,11 +131,12 @@ impl Trainer {
     /// Warns once when gradients have been accumulated over more backward passes than the
     /// configured accumulation, i.e. they were never cleared.
     fn check_accumulation(&mut self, on_event: &mut dyn FnMut(TrainEvent)) {
-        if self.backward_passes > self.config.accumulation as u64 && !self.warned_accumulation {
+        if self.backward_passes > self.config.accumulation() as u64 && !self.warned_accumulation {
             self.warned_accumulation = true;
             let message = format!(
                 "gradients have been accumulated over {} backward passes, more than the configured accumulation of {}: they are never cleared. Call zero_grad() after each optimizer step (ParamBlock::zero_grad), or raise --accumulation if accumulating was intended.",
-                self.backward_passes, self.config.accumulation
+                self.backward_passes,
+                self.config.accumulation()
             );
             self.report.warnings.push(message.clone());
             on_event(TrainEvent::Warning(message));

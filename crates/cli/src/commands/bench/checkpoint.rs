@@ -13,10 +13,11 @@ use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use headroom_memory::size::format_bytes;
 use headroom_memory::{AllocatorConfig, Category, Device};
 use headroom_nn::Recompute;
-use headroom_nn::models::gpt::AttentionKind;
+use headroom_nn::models::gpt::Attention;
 use headroom_nn::models::{ModelSpec, ResMlpConfig, build_model, preset};
+use headroom_plan::strategy::{Checkpoint, largest_fitting};
 use headroom_tensor::{DType, Gradients, Tape, Tensor};
-use headroom_train::policy::{CheckpointPolicy, recompute_for};
+use headroom_train::policy::recompute_for;
 use headroom_train::recompute::{Plan, dry_run};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -98,8 +99,8 @@ fn recompute_of(
     sqrt_peak: u64,
 ) -> anyhow::Result<Recompute> {
     let p = match policy {
-        "budget" => CheckpointPolicy::Budget(sqrt_peak),
-        other => other.parse().map_err(anyhow::Error::msg)?,
+        "budget" => Checkpoint::Budget(sqrt_peak),
+        other => other.parse()?,
     };
     Ok(recompute_for(p, spec, DType::F32, micro_batch, seq_len)?.0)
 }
@@ -302,7 +303,7 @@ fn step_bytes(spec: &ModelSpec, seq_len: usize, recompute: &Recompute) -> anyhow
 /// longest sequence (multiple of 64, up to 8192) whose step fits `budget`.
 fn longest_sequences(budget: u64) -> anyhow::Result<Vec<(String, String, usize)>> {
     let mut out = Vec::new();
-    for attention in [AttentionKind::Naive, AttentionKind::MemoryEfficient] {
+    for attention in [Attention::Naive, Attention::MemoryEfficient] {
         for policy in ["none", "all"] {
             let spec_at = |t: usize| {
                 let mut spec = preset("gpt-small").expect("preset exists").with_overrides(
@@ -316,21 +317,16 @@ fn longest_sequences(budget: u64) -> anyhow::Result<Vec<(String, String, usize)>
                 }
                 spec
             };
-            let fits = |t: usize| -> anyhow::Result<bool> {
+            let fits = |&t: &usize| -> anyhow::Result<(usize, bool)> {
                 let spec = spec_at(t);
                 let recompute = recompute_of(policy, &spec, 4, t, 0)?;
-                Ok(step_bytes(&spec, t, &recompute)? <= budget)
+                Ok((t, step_bytes(&spec, t, &recompute)? <= budget))
             };
-            let (mut lo, mut hi) = (0usize, 8192 / 64 + 1); // in units of 64 tokens: lo fits, hi does not
-            while hi - lo > 1 {
-                let mid = (lo + hi) / 2;
-                if fits(mid * 64)? { lo = mid } else { hi = mid }
-            }
-            let name = match attention {
-                AttentionKind::Naive => "naive",
-                AttentionKind::MemoryEfficient => "memory-efficient",
-            };
-            out.push((name.to_string(), policy.to_string(), lo * 64));
+            // Multiples of 64 tokens, longest first.
+            let lengths: Vec<usize> = (1..=8192 / 64).rev().map(|u| u * 64).collect();
+            let (longest, _) = largest_fitting(&lengths, fits, |&(_, f)| f)?;
+            let longest = longest.map_or(0, |(t, _)| t);
+            out.push((attention.to_string(), policy.to_string(), longest));
         }
     }
     Ok(out)

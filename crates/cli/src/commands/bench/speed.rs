@@ -10,12 +10,10 @@
 use clap::Args;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use headroom_nn::models::ModelSpec;
-use headroom_plan::strategy::{Attention, Precision};
-use headroom_train::auto::{Candidate, SpeedModel, calibration_shapes, evaluate};
+use headroom_plan::strategy::{Attention, Checkpoint, Precision, Strategy};
+use headroom_train::auto::{SpeedModel, calibration_shapes, evaluate};
 use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
-use headroom_train::policy::{CheckpointPolicy, recompute_for};
-use headroom_train::trainer::PrecisionPlan;
 use headroom_train::{Trainer, model_spec};
 use serde::Serialize;
 
@@ -83,16 +81,16 @@ pub fn run(args: SpeedBenchArgs) -> anyhow::Result<()> {
     };
     let mut candidates = Vec::new();
     for precision in Precision::ALL {
-        for checkpoint in [CheckpointPolicy::None, CheckpointPolicy::EveryNth(1)] {
+        for checkpoint in [Checkpoint::None, Checkpoint::ALL_BLOCKS] {
             for &attention in attentions {
                 for (micro_batch, accumulation) in [(args.batch, 1), (args.batch / 4, 4)] {
-                    candidates.push(Candidate {
+                    candidates.push(Strategy {
                         precision: *precision,
-                        optimizer: base.optimizer,
                         checkpoint,
                         attention,
-                        micro_batch,
+                        micro_batch: micro_batch as u64,
                         accumulation,
+                        ..base.strategy
                     });
                 }
             }
@@ -104,7 +102,7 @@ pub fn run(args: SpeedBenchArgs) -> anyhow::Result<()> {
             eprint!("\rstrategy {}/{}", i + 1, candidates.len());
         }
         let predicted = evaluate(&base, &corpus, c, &speed)?.time.tokens_per_s;
-        let measured = measure(&c.apply(&base), &corpus, c, seq_len)?;
+        let measured = measure(&base.with_strategy(*c), &corpus, seq_len)?;
         rows.push(SpeedRow {
             strategy: c.describe(matches!(spec, ModelSpec::Gpt(_))),
             predicted_tokens_per_s: predicted,
@@ -138,22 +136,13 @@ pub fn run(args: SpeedBenchArgs) -> anyhow::Result<()> {
 }
 
 /// Median tokens/s of the run's steps after the first.
-fn measure(
-    config: &RunConfig,
-    corpus: &Corpus,
-    c: &Candidate,
-    seq_len: usize,
-) -> anyhow::Result<f64> {
+fn measure(config: &RunConfig, corpus: &Corpus, seq_len: usize) -> anyhow::Result<f64> {
     let mut t = Trainer::new(config.clone(), corpus)?;
-    let dtype = PrecisionPlan::of(c.precision).compute;
-    let (recompute, _) =
-        recompute_for(c.checkpoint, t.model_spec(), dtype, c.micro_batch, seq_len)?;
-    t.set_recompute(recompute);
     let report = t.train(&mut |_| {})?;
     let mut times: Vec<f64> = report.step_times_s.iter().skip(1).copied().collect();
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
-    Ok((c.micro_batch * c.accumulation * seq_len) as f64 / median)
+    Ok((config.effective_batch() * seq_len) as f64 / median)
 }
 
 fn argmax(v: &[f64]) -> usize {

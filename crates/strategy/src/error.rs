@@ -1,0 +1,19 @@
+//! The one error a strategy value can raise: an unknown name (with the flag and the accepted
+//! names) or a combination that cannot run (with the reason and the fix).
+//!
+//! Not for: errors of the planner or the engine, which wrap this one.
+
+/// A strategy value or combination that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StrategyError {
+    /// A value that names nothing the vocabulary knows.
+    #[error("invalid value '{value}' for {flag}; accepted: {accepted}")]
+    Value {
+        flag: &'static str,
+        value: String,
+        accepted: String,
+    },
+    /// Values that cannot be combined, or that this engine does not run.
+    #[error("incompatible strategy: {0}")]
+    Incompatible(String),
+}

@@ -1,0 +1,114 @@
+//! Optimizers: every one the planner models or the engine runs, each knowing whether the engine
+//! runs it, the format of its states and how far its numerics depart from AdamW.
+//!
+//! Not for: the update rules themselves (the nn crate) or the bytes of quantised and factored
+//! states, which depend on the model's shapes (the planner's cost model).
+
+use crate::named::named_enum;
+use crate::precision::{NumberFormat, Precision};
+
+named_enum!(
+    #[derive(Default)]
+    /// The optimizer, which fixes the optimizer-state bytes per parameter.
+    Optimizer, "--optimizer", {
+        /// Plain SGD: no state.
+        Sgd = "sgd",
+        /// SGD with momentum 0.9: one state.
+        SgdMomentum = "sgd-momentum",
+        /// AdamW with states in the format of the weights it updates.
+        #[default]
+        AdamW = "adamw",
+        /// AdamW with bf16 momentum and variance.
+        AdamWBf16 = "adamw-bf16",
+        /// 8-bit AdamW (Dettmers et al. 2022): uint8 states + an fp32 absmax per 2048.
+        AdamW8bit = "adamw-8bit",
+        /// Adafactor without momentum (Shazeer & Stern 2018): factored second moment.
+        Adafactor = "adafactor",
+        /// LAMB (You et al. 2020): Adam's states with a per-tensor trust ratio.
+        Lamb = "lamb",
+    }
+);
+
+impl Optimizer {
+    /// Optimizers headroom's engine runs; the others are planned only.
+    pub const ENGINE: &'static [Optimizer] = &[
+        Optimizer::Sgd,
+        Optimizer::SgdMomentum,
+        Optimizer::AdamW,
+        Optimizer::AdamWBf16,
+        Optimizer::Lamb,
+    ];
+
+    /// Whether headroom's engine runs this optimizer.
+    pub fn engine_runs(self) -> bool {
+        Optimizer::ENGINE.contains(&self)
+    }
+
+    /// The engine's optimizers, comma-separated (for error messages).
+    pub fn engine_accepted() -> String {
+        let names: Vec<&str> = Optimizer::ENGINE.iter().map(|o| o.name()).collect();
+        names.join(", ")
+    }
+
+    /// Full-size state tensors per parameter; `None` for quantised or factored states, whose
+    /// size depends on block size or tensor shapes.
+    pub const fn states_per_param(self) -> Option<u64> {
+        match self {
+            Optimizer::Sgd => Some(0),
+            Optimizer::SgdMomentum => Some(1),
+            Optimizer::AdamW | Optimizer::AdamWBf16 | Optimizer::Lamb => Some(2),
+            Optimizer::AdamW8bit | Optimizer::Adafactor => None,
+        }
+    }
+
+    /// Format of full-size states under `precision` (bf16 for `adamw-bf16`, else the format of
+    /// the weights the optimizer updates).
+    pub const fn state_format(self, precision: Precision) -> NumberFormat {
+        match self {
+            Optimizer::AdamWBf16 => NumberFormat::Bf16,
+            _ => precision.state_format(),
+        }
+    }
+
+    /// Default peak learning rate of the engine (after warm-up).
+    pub const fn default_lr(self) -> f32 {
+        match self {
+            Optimizer::Sgd | Optimizer::SgdMomentum => 0.1,
+            Optimizer::Lamb => 1e-2,
+            _ => 3e-3,
+        }
+    }
+
+    /// 0: AdamW semantics; 1: memory-saving variants of Adam (bf16, 8-bit, factored states);
+    /// 2: a different optimizer family.
+    pub const fn fidelity_tier(self) -> u8 {
+        match self {
+            Optimizer::AdamW => 0,
+            Optimizer::AdamWBf16 | Optimizer::AdamW8bit | Optimizer::Adafactor => 1,
+            Optimizer::Sgd | Optimizer::SgdMomentum | Optimizer::Lamb => 2,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adam_keeps_two_states_in_the_updated_weights_format() {
+        assert_eq!(Optimizer::AdamW.states_per_param(), Some(2));
+        assert_eq!(
+            Optimizer::AdamW.state_format(Precision::Bf16Mixed),
+            NumberFormat::F32
+        );
+        assert_eq!(
+            Optimizer::AdamW.state_format(Precision::Bf16),
+            NumberFormat::Bf16
+        );
+        assert_eq!(
+            Optimizer::AdamWBf16.state_format(Precision::Fp32),
+            NumberFormat::Bf16
+        );
+        assert!(!Optimizer::Adafactor.engine_runs() && Optimizer::Lamb.engine_runs());
+    }
+}

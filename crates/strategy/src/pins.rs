@@ -1,0 +1,87 @@
+//! `Pins`: the levers a user fixed (a flag, a key of the config file); `None` means "choose".
+//! The search keeps every pinned lever and, among near-equal plans, prefers the one that
+//! changes the fewest levers of the configured strategy.
+//!
+//! Not for: the search itself (the planner's `search`).
+
+use crate::{Attention, Checkpoint, Offload, Optimizer, Precision, Strategy, ZeroStage};
+
+/// Levers fixed by the user; `None` means "search".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pins {
+    pub precision: Option<Precision>,
+    pub optimizer: Option<Optimizer>,
+    pub zero_stage: Option<ZeroStage>,
+    pub offload_optimizer: Option<Offload>,
+    pub offload_params: Option<Offload>,
+    pub checkpoint: Option<Checkpoint>,
+    pub attention: Option<Attention>,
+    pub micro_batch: Option<u64>,
+    pub accumulation: Option<u64>,
+}
+
+impl Pins {
+    /// Whether any lever is pinned.
+    pub fn any(&self) -> bool {
+        *self != Pins::default()
+    }
+
+    /// Whether `s` keeps every pinned lever.
+    pub fn allow(&self, s: &Strategy) -> bool {
+        fn keeps<T: PartialEq>(pin: Option<T>, v: T) -> bool {
+            pin.is_none_or(|p| p == v)
+        }
+        keeps(self.precision, s.precision)
+            && keeps(self.optimizer, s.optimizer)
+            && keeps(self.zero_stage, s.placement.zero_stage)
+            && keeps(self.offload_optimizer, s.placement.offload_optimizer)
+            && keeps(self.offload_params, s.placement.offload_params)
+            && keeps(self.checkpoint, s.checkpoint)
+            && keeps(self.attention, s.attention)
+            && keeps(self.micro_batch, s.micro_batch)
+            && keeps(self.accumulation, s.accumulation)
+    }
+}
+
+/// Levers in which `s` differs from `configured` (the accumulation follows the micro-batch for a
+/// fixed effective batch and is not counted).
+pub fn changed_levers(s: &Strategy, configured: &Strategy) -> usize {
+    usize::from(s.precision != configured.precision)
+        + usize::from(s.optimizer != configured.optimizer)
+        + usize::from(s.placement != configured.placement)
+        + usize::from(s.checkpoint != configured.checkpoint)
+        + usize::from(s.attention != configured.attention)
+        + usize::from(s.micro_batch != configured.micro_batch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_allow_only_strategies_that_keep_them() {
+        let pins = Pins {
+            precision: Some(Precision::Bf16Mixed),
+            micro_batch: Some(4),
+            ..Pins::default()
+        };
+        let s = Strategy {
+            precision: Precision::Bf16Mixed,
+            micro_batch: 4,
+            accumulation: 8,
+            ..Strategy::default()
+        };
+        assert!(pins.any() && pins.allow(&s));
+        assert!(!pins.allow(&Strategy {
+            micro_batch: 2,
+            ..s
+        }));
+        assert!(!Pins::default().any() && Pins::default().allow(&s));
+        let configured = Strategy {
+            micro_batch: 2,
+            accumulation: 16,
+            ..s
+        };
+        assert_eq!(changed_levers(&s, &configured), 1);
+    }
+}
