@@ -74,11 +74,15 @@ impl<'de> Deserialize<'de> for CategoryBytes {
 }
 
 /// Bytes per category at the peak of a training step, and at steady state (between steps).
+/// Predictions (the planner's analytical model, the engine's dry run) and measurements alike are
+/// expressed in it. Its JSON keys are `by_category` and `steady_by_category`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryBreakdown {
     /// Bytes per category at the moment of the step's peak; sums to `peak_bytes()`.
+    #[serde(rename = "by_category")]
     pub at_peak: CategoryBytes,
     /// Bytes per category held between steps (model states, persistent buffers).
+    #[serde(rename = "steady_by_category")]
     pub steady: CategoryBytes,
 }
 

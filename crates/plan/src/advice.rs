@@ -55,7 +55,7 @@ pub fn explain(problem: &Problem, plan: &Plan) -> Vec<String> {
     let e = s.precision.activation_bytes() as f64;
     let plain =
         activation::model_activations(&problem.spec, seq, b, e, Attention::Naive, Checkpoint::None);
-    let act = plan.memory.by_category[Category::Activation];
+    let act = plan.memory.breakdown.at_peak[Category::Activation];
     if s.checkpoint != Checkpoint::None || s.attention == Attention::MemoryEfficient {
         let recompute = 100.0 * plan.time.recompute_flops / plan.time.model_flops;
         let mut levers = Vec::new();
@@ -127,7 +127,8 @@ pub fn shortfall(problem: &Problem, pins: &Pins, closest: &Plan) -> Shortfall {
         .per_device_peak_bytes
         .saturating_sub(problem.usable_device_bytes());
     let mut suggestions = Vec::new();
-    let fits = |p: &Problem, pins: &Pins| search(p, pins).is_ok_and(|o| !o.fitting.is_empty());
+    let fits =
+        |p: &Problem, pins: &Pins| search(p, pins, None).is_ok_and(|o| !o.fitting.is_empty());
 
     // More GPUs of the same kind: fill the node up to 8, then add nodes.
     let hw = &problem.hardware;

@@ -5,6 +5,7 @@
 
 use crate::error::{PlanError, Result};
 use crate::model::ModelSpec;
+use crate::strategy::batch_splits;
 use serde::Serialize;
 
 /// How the user gave the batch.
@@ -116,17 +117,14 @@ impl Workload {
         self.global_batch * self.seq_len
     }
 
-    /// Every `(micro_batch, accumulation)` that splits the per-device batch, honouring pins.
+    /// Every `(micro_batch, accumulation)` that splits the per-device batch, honouring pins,
+    /// largest micro-batch first.
     pub fn splits(&self, world: u64) -> Vec<(u64, u64)> {
-        let per_device = self.global_batch / world;
-        (1..=per_device)
-            .filter(|b| per_device.is_multiple_of(*b))
-            .map(|b| (b, per_device / b))
-            .filter(|(b, k)| {
-                self.micro_batch.is_none_or(|m| m == *b)
-                    && self.accumulation.is_none_or(|a| a == *k)
-            })
-            .collect()
+        batch_splits(
+            self.global_batch / world,
+            self.micro_batch,
+            self.accumulation,
+        )
     }
 }
 
@@ -161,7 +159,7 @@ mod tests {
         let m = load_model("llama-2-7b").unwrap();
         let w = Workload::new(&m, 4096, BatchSpec::Tokens(4096 * 32), None, None, 4).unwrap();
         assert_eq!(w.global_batch, 32);
-        assert_eq!(w.splits(4), vec![(1, 8), (2, 4), (4, 2), (8, 1)]);
+        assert_eq!(w.splits(4), vec![(8, 1), (4, 2), (2, 4), (1, 8)]);
         let w = Workload::new(&m, 4096, BatchSpec::Samples(32), Some(2), None, 4).unwrap();
         assert_eq!(w.splits(4), vec![(2, 4)]);
     }

@@ -6,7 +6,7 @@ use headroom_memory::Category;
 use headroom_plan::cost::{CostModel, Problem, activation, evaluate, memory};
 use headroom_plan::hardware;
 use headroom_plan::model::load_model;
-use headroom_plan::search::{enumerate, search};
+use headroom_plan::search::{search, strategies};
 use headroom_plan::strategy::{
     Attention, Checkpoint, Offload, Optimizer, Pins, Placement, Precision, Strategy, ZeroStage,
 };
@@ -101,7 +101,7 @@ fn more_gpus_never_raise_per_device_model_states() {
                 attention: Some(Attention::Naive),
                 ..Pins::default()
             };
-            let mut strategies = enumerate(
+            let mut all = strategies(
                 &p,
                 &Pins {
                     zero_stage: Some(ZeroStage::new(0).unwrap()),
@@ -110,8 +110,8 @@ fn more_gpus_never_raise_per_device_model_states() {
             )
             .unwrap();
             for z in 1..=3 {
-                strategies.extend(
-                    enumerate(
+                all.extend(
+                    strategies(
                         &p,
                         &Pins {
                             zero_stage: Some(ZeroStage::new(z).unwrap()),
@@ -121,19 +121,15 @@ fn more_gpus_never_raise_per_device_model_states() {
                     .unwrap(),
                 );
             }
-            strategies.retain(|s| s.micro_batch == 1);
-            let states: Vec<u64> = strategies
+            all.retain(|s| s.micro_batch == 1);
+            let states: Vec<u64> = all
                 .iter()
                 .map(|s| memory::model_state_bytes(&p, s))
                 .collect();
             if let Some(prev) = &last {
                 assert_eq!(prev.len(), states.len());
                 for (i, (a, b)) in prev.iter().zip(&states).enumerate() {
-                    assert!(
-                        b <= a,
-                        "{model} {:?}: {a} → {b} with {nodes} GPUs",
-                        strategies[i]
-                    );
+                    assert!(b <= a, "{model} {:?}: {a} → {b} with {nodes} GPUs", all[i]);
                 }
             }
             last = Some(states);
@@ -180,10 +176,14 @@ fn fitting_plans_are_under_capacity_and_categories_sum_to_the_peak() {
         ("mistral-7b", "RTX-4090", 1, 2048, 4),
     ] {
         let p = problem(model, gpu, per_node, 1, seq, batch);
-        for s in enumerate(&p, &Pins::default()).unwrap() {
+        for s in strategies(&p, &Pins::default()).unwrap() {
             let plan = evaluate(&p, &s);
             let m = &plan.memory;
-            assert_eq!(m.by_category.total(), m.per_device_peak_bytes, "{s:?}");
+            assert_eq!(
+                m.breakdown.at_peak.total(),
+                m.per_device_peak_bytes,
+                "{s:?}"
+            );
             if plan.fits {
                 assert!(m.per_device_peak_bytes <= p.hardware.gpu.memory_bytes);
                 assert!(m.per_device_peak_bytes <= m.usable_bytes);
@@ -206,9 +206,9 @@ fn offload_moves_states_off_the_device() {
         ..adam(2)
     };
     let m = evaluate(&p, &s).memory;
-    assert_eq!(m.by_category[Category::MasterWeight], 0);
-    assert_eq!(m.by_category[Category::OptimizerState], 0);
-    assert_eq!(m.by_category[Category::Parameter], 2 * 6_738_415_616);
+    assert_eq!(m.breakdown.at_peak[Category::MasterWeight], 0);
+    assert_eq!(m.breakdown.at_peak[Category::OptimizerState], 0);
+    assert_eq!(m.breakdown.at_peak[Category::Parameter], 2 * 6_738_415_616);
     // Host: fp32 master 4Ψ + Adam 8Ψ + fp32 gradients 4Ψ = 16Ψ.
     assert_eq!(m.host_bytes_per_node, 16 * 6_738_415_616);
 }
@@ -228,14 +228,14 @@ fn pinning_everything_evaluates_exactly_one_plan() {
     };
     let w = Workload::new(&p.spec, 4096, BatchSpec::Samples(64), Some(2), None, 8).unwrap();
     let p = Problem { workload: w, ..p };
-    let out = search(&p, &pins).unwrap();
+    let out = search(&p, &pins, None).unwrap();
     assert_eq!(out.evaluated, 1);
 }
 
 #[test]
 fn gpus_without_bf16_never_get_bf16_plans() {
     let p = problem("gpt2", "V100-16GB", 1, 1, 512, 8);
-    let out = search(&p, &Pins::default()).unwrap();
+    let out = search(&p, &Pins::default(), None).unwrap();
     assert!(!out.fitting.is_empty());
     assert!(out.fitting.iter().all(|pl| !matches!(
         pl.strategy.precision,
@@ -247,6 +247,7 @@ fn gpus_without_bf16_never_get_bf16_plans() {
             precision: Some(Precision::Bf16Mixed),
             ..Pins::default()
         },
+        None,
     )
     .unwrap_err();
     assert!(e.to_string().contains("V100-16GB"), "{e}");

@@ -104,7 +104,7 @@ pub fn evaluate(config: TrainConfig, corpus: &Corpus) -> Result<Accuracy, TrainE
     let dry = predict(&run, corpus)?;
     let measured = trainer.train(&mut |_| {})?.clone();
     let analytical = Some(analytical_memory(&run)?).map(|a| {
-        let mut allocated = a.memory.by_category;
+        let mut allocated = a.memory.breakdown.at_peak;
         allocated[Category::Other] = 0;
         let mut own = allocated;
         own[Category::Activation] = a.activation_bytes;

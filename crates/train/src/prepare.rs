@@ -71,7 +71,7 @@ pub fn prepare(
             predicted_tokens_per_s: best.time.tokens_per_s,
         });
         config = config.with_strategy(best.strategy);
-        prediction = Some(best.prediction.clone());
+        prediction = plan.recommended_prediction.clone();
     }
     let mut found_micro_batch = None;
     if let Some(max) = options.find_batch_size {

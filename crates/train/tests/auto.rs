@@ -2,7 +2,8 @@
 //! levers and the effective batch, and the plan it recommends really runs inside the budget.
 
 use headroom_memory::{AllocatorConfig, Device};
-use headroom_train::auto::{OwnPlan, SpeedModel, evaluate, plan};
+use headroom_plan::cost::Plan;
+use headroom_train::auto::{SpeedModel, evaluate, plan};
 use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
 use headroom_train::strategy::{Attention, Checkpoint, Optimizer, Pins, Precision, Strategy};
@@ -28,7 +29,7 @@ fn config(model: &str, budget: &str) -> RunConfig {
 /// Every strategy of the engine for `c`'s effective batch, dry-run one by one: on gpt-tiny
 /// (2 blocks) checkpoint none, selective and all with both attention kinds; on the 16-block
 /// residual MLP none, every:4, every:2, sqrt and all.
-fn exhaustive(c: &RunConfig, corpus: &Corpus, speed: &SpeedModel) -> Vec<OwnPlan> {
+fn exhaustive(c: &RunConfig, corpus: &Corpus, speed: &SpeedModel) -> Vec<Plan> {
     let effective = c.effective_batch();
     let (checkpoints, attentions): (Vec<Checkpoint>, Vec<Attention>) = if c.model == "resmlp" {
         (
@@ -66,7 +67,7 @@ fn exhaustive(c: &RunConfig, corpus: &Corpus, speed: &SpeedModel) -> Vec<OwnPlan
                             accumulation: (effective / m) as u64,
                             ..Strategy::default()
                         };
-                        out.push(evaluate(c, corpus, &cand, speed).unwrap());
+                        out.push(evaluate(c, corpus, &cand, speed).unwrap().0);
                     }
                 }
             }
@@ -89,7 +90,7 @@ fn the_search_finds_the_exhaustive_optimum_and_keeps_the_effective_batch() {
     for (model, budget) in cases {
         let c = config(model, budget);
         let found = plan(&c, &corpus, &Pins::default()).unwrap();
-        for p in found.fitting.iter().chain(&found.rejected) {
+        for p in found.search.fitting.iter().chain(&found.search.rejected) {
             assert_eq!(
                 p.strategy.micro_batch * p.strategy.accumulation,
                 8,
@@ -118,7 +119,7 @@ fn the_search_finds_the_exhaustive_optimum_and_keeps_the_effective_batch() {
         // every plan predicted within 5 % of the fastest is as fast, and among those the fewest
         // levers changed from the configuration (fp32, adamw, none, naive, 8 × 1) wins, then the
         // faster, the lower peak, the larger micro-batch.
-        let fitting: Vec<&OwnPlan> = all.iter().filter(|p| p.fits).collect();
+        let fitting: Vec<&Plan> = all.iter().filter(|p| p.fits).collect();
         let tier = fitting.iter().map(|p| p.fidelity_tier).min();
         let fastest = fitting
             .iter()
@@ -177,7 +178,7 @@ fn pinned_levers_are_kept() {
     };
     let found = plan(&c, &corpus, &pins).unwrap();
     assert!(found.evaluated() > 0);
-    for p in found.fitting.iter().chain(&found.rejected) {
+    for p in found.search.fitting.iter().chain(&found.search.rejected) {
         assert_eq!(p.strategy.precision, Precision::Bf16Mixed);
         assert_eq!(p.strategy.checkpoint, Checkpoint::Sqrt);
         assert_eq!(p.strategy.accumulation, 4);
@@ -258,7 +259,7 @@ fn a_dry_run_counts_the_work_of_a_step() {
                 checkpoint: policy,
                 ..c.strategy
             };
-            let t = evaluate(&c, &corpus, &cand, &speed).unwrap().time;
+            let t = evaluate(&c, &corpus, &cand, &speed).unwrap().0.time;
             let label = format!("{policy} × {accumulation}");
             assert_eq!(t.model_flops, 6.0 * weights * tokens, "{label}");
             assert_eq!(t.recompute_flops, recompute, "{label}");
@@ -280,8 +281,8 @@ fn plans_that_fit_by_reclaiming_report_the_peak_under_the_budget() {
     .resolve()
     .unwrap();
     let found = plan(&c, &corpus, &Pins::default()).unwrap();
-    assert!(!found.fitting.is_empty());
-    for p in &found.fitting {
+    assert!(!found.search.fitting.is_empty());
+    for p in &found.search.fitting {
         assert!(
             p.memory.per_device_peak_bytes <= c.device_memory,
             "{}: {}",

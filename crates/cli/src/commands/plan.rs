@@ -254,7 +254,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
     };
     let problem = Problem::new(spec, hw, workload, cost);
     let started = Instant::now();
-    let outcome = search(&problem, &pins)?;
+    let outcome = search(&problem, &pins, None)?;
     let elapsed = started.elapsed();
     let report = plan_output::Report::new(&problem, &pins, &outcome, elapsed, args.top);
     if args.json {

@@ -31,11 +31,7 @@ impl<'a> Report<'a> {
         elapsed: Duration,
         top: usize,
     ) -> Report<'a> {
-        let shown: Vec<&Plan> = if outcome.fitting.is_empty() {
-            outcome.closest.iter().collect()
-        } else {
-            outcome.fitting.iter().take(top.max(1)).collect()
-        };
+        let shown = shown_plans(outcome, top);
         let reasons = outcome
             .recommended()
             .map(|p| explain(problem, p))
@@ -163,34 +159,50 @@ impl<'a> Report<'a> {
     }
 
     fn table(&self) -> String {
-        let rows: Vec<PlanRow> = self
-            .shown
-            .iter()
-            .map(|plan| {
-                let s = &plan.strategy;
-                PlanRow {
-                    fits: plan.fits,
-                    strategy: [
-                        s.precision.to_string(),
-                        s.optimizer.to_string(),
-                        s.placement.zero_stage.to_string(),
-                        format!(
-                            "{}/{}",
-                            s.placement.offload_optimizer, s.placement.offload_params
-                        ),
-                        s.checkpoint.to_string(),
-                        s.attention.to_string(),
-                        format!("{}×{}", s.micro_batch, s.accumulation),
-                    ],
-                    by_category: plan.memory.by_category,
-                    peak: plan.memory.per_device_peak_bytes,
-                    step_s: plan.time.step_s,
-                    tokens_per_s: plan.time.tokens_per_s,
-                }
-            })
-            .collect();
-        plans_table(&rows, "GPU")
+        plans_table(&plan_rows(&self.shown, true), "GPU")
     }
+}
+
+/// The plans a report shows: the best `top` that fit, or the closest miss when none does.
+pub fn shown_plans(outcome: &SearchOutcome, top: usize) -> Vec<&Plan> {
+    if outcome.fitting.is_empty() {
+        outcome.closest.iter().collect()
+    } else {
+        outcome.fitting.iter().take(top.max(1)).collect()
+    }
+}
+
+/// One row per plan; `has_attention` false shows "-" for a model without attention.
+pub fn plan_rows(plans: &[&Plan], has_attention: bool) -> Vec<PlanRow> {
+    plans
+        .iter()
+        .map(|plan| {
+            let s = &plan.strategy;
+            PlanRow {
+                fits: plan.fits,
+                strategy: [
+                    s.precision.to_string(),
+                    s.optimizer.to_string(),
+                    s.placement.zero_stage.to_string(),
+                    format!(
+                        "{}/{}",
+                        s.placement.offload_optimizer, s.placement.offload_params
+                    ),
+                    s.checkpoint.to_string(),
+                    if has_attention {
+                        s.attention.to_string()
+                    } else {
+                        "-".to_string()
+                    },
+                    format!("{}×{}", s.micro_batch, s.accumulation),
+                ],
+                by_category: plan.memory.breakdown.at_peak,
+                peak: plan.memory.per_device_peak_bytes,
+                step_s: plan.time.step_s,
+                tokens_per_s: plan.time.tokens_per_s,
+            }
+        })
+        .collect()
 }
 
 /// One row of a table of plans.

@@ -6,15 +6,16 @@
 //! Not for: Hugging Face models (the analytical planner in `plan`).
 
 use super::plan::PlanArgs;
-use super::plan_output::{PlanRow, group_digits, plans_table};
+use super::plan_output::{group_digits, plan_rows, plans_table, shown_plans};
 use anyhow::{Context, Result, bail};
 use headroom_memory::format_bytes;
 use headroom_nn::models::ModelSpec;
 use headroom_plan::advice::Shortfall;
+use headroom_plan::cost::Plan;
 use headroom_plan::export::write_atomic;
 use headroom_plan::hardware;
 use headroom_plan::strategy::{Offload, Pins, Strategy, StrategyError};
-use headroom_train::auto::{AutoPlan, OwnPlan, plan};
+use headroom_train::auto::{AutoPlan, plan};
 use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
 use serde_json::{Value, json};
@@ -32,10 +33,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     let corpus = Corpus::bundled();
     let outcome = plan(&config, &corpus, &pins)?;
     let spec = headroom_train::model_spec(&config)?;
-    let shown: Vec<&OwnPlan> = match outcome.closest() {
-        Some(c) => vec![c],
-        None => outcome.fitting.iter().take(args.top.max(1)).collect(),
-    };
+    let shown = shown_plans(&outcome.search, args.top);
     let advice: Vec<String> = outcome
         .reason(budget)
         .lines()
@@ -185,7 +183,7 @@ fn to_json(
     config: &RunConfig,
     spec: &ModelSpec,
     outcome: &AutoPlan,
-    shown: &[&OwnPlan],
+    shown: &[&Plan],
     gpu: Option<&str>,
     advice: &[String],
 ) -> Value {
@@ -217,7 +215,7 @@ fn to_json(
         },
         "search": {
             "evaluated": outcome.evaluated(),
-            "fitting": outcome.fitting.len(),
+            "fitting": outcome.search.fitting.len(),
             "seconds": outcome.seconds,
         },
         "plans": shown,
@@ -230,7 +228,7 @@ fn to_text(
     config: &RunConfig,
     spec: &ModelSpec,
     outcome: &AutoPlan,
-    shown: &[&OwnPlan],
+    shown: &[&Plan],
     advice: &[String],
     shortfall: &Option<Shortfall>,
 ) -> String {
@@ -255,37 +253,9 @@ fn to_text(
         "Searched  {} dry runs in {:.2} s (speed model measured on this machine); {} fit\n\n",
         outcome.evaluated(),
         outcome.seconds,
-        outcome.fitting.len()
+        outcome.search.fitting.len()
     );
-    let rows: Vec<PlanRow> = shown
-        .iter()
-        .map(|p| {
-            let s = &p.strategy;
-            PlanRow {
-                fits: p.fits,
-                strategy: [
-                    s.precision.to_string(),
-                    s.optimizer.to_string(),
-                    s.placement.zero_stage.to_string(),
-                    format!(
-                        "{}/{}",
-                        s.placement.offload_optimizer, s.placement.offload_params
-                    ),
-                    s.checkpoint.to_string(),
-                    if outcome.has_attention {
-                        s.attention.to_string()
-                    } else {
-                        "-".to_string()
-                    },
-                    format!("{}×{}", s.micro_batch, s.accumulation),
-                ],
-                by_category: p.memory.by_category,
-                peak: p.memory.per_device_peak_bytes,
-                step_s: p.time.step_s,
-                tokens_per_s: p.time.tokens_per_s,
-            }
-        })
-        .collect();
+    let rows = plan_rows(shown, outcome.has_attention);
     out += &plans_table(&rows, "device");
     out += "\n";
     match (outcome.recommended(), shortfall) {

@@ -21,7 +21,7 @@
 
 use super::{Problem, activation};
 use crate::strategy::{Attention, Offload, Optimizer, Strategy};
-use headroom_memory::{Category, CategoryBytes};
+use headroom_memory::{Category, CategoryBytes, MemoryBreakdown};
 use serde::Serialize;
 
 /// Which part of the step sets the peak.
@@ -35,12 +35,12 @@ pub enum Phase {
 /// Predicted memory of one strategy.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct MemoryPrediction {
-    /// Bytes per device at the peak; equals the sum of `by_category`.
+    /// Bytes per device at the peak; equals the sum of the breakdown at the peak.
     pub per_device_peak_bytes: u64,
-    /// Bytes per category per device at the peak.
-    pub by_category: CategoryBytes,
-    /// Bytes per category per device between steps (model states, buffers, context).
-    pub steady_by_category: CategoryBytes,
+    /// Bytes per category per device at the peak and between steps (model states, buffers,
+    /// context).
+    #[serde(flatten)]
+    pub breakdown: MemoryBreakdown,
     pub peak_phase: Phase,
     pub capacity_bytes: u64,
     pub usable_bytes: u64,
@@ -287,8 +287,10 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
     };
     MemoryPrediction {
         per_device_peak_bytes: by_category.total(),
-        by_category,
-        steady_by_category: steady,
+        breakdown: MemoryBreakdown {
+            at_peak: by_category,
+            steady,
+        },
         peak_phase,
         capacity_bytes: hw.gpu.memory_bytes,
         usable_bytes: problem.usable_device_bytes(),

@@ -5,6 +5,7 @@
 //! Not for: choosing among strategies (see `search`).
 
 pub mod activation;
+mod evaluator;
 pub mod memory;
 pub mod time;
 
@@ -15,7 +16,7 @@ use crate::workload::Workload;
 use serde::Serialize;
 
 pub use memory::MemoryPrediction;
-pub use time::TimePrediction;
+pub use time::StepTime;
 
 /// Tunable assumptions of the cost model.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -121,7 +122,7 @@ pub struct Plan {
     /// Peak ≤ usable device memory, and host RAM and NVMe needs within their capacities.
     pub fits: bool,
     pub memory: MemoryPrediction,
-    pub time: TimePrediction,
+    pub time: StepTime,
     /// How far the plan departs from mixed-precision AdamW semantics (0 = not at all); plans
     /// rank by tier first, then by throughput.
     pub fidelity_tier: u8,

@@ -30,17 +30,25 @@ use super::{Problem, activation, memory};
 use crate::strategy::{Attention, Checkpoint, Offload, Precision, Strategy};
 use serde::Serialize;
 
-/// Predicted time of one optimizer step (all devices in parallel).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct TimePrediction {
+/// Time of one optimizer step (all devices in parallel), as either evaluator predicts it: the
+/// analytical model for any GPU here, the engine's measured speed model for a dry run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct StepTime {
     pub step_s: f64,
     pub tokens_per_s: f64,
     /// Model FLOPs per step, all devices.
     pub model_flops: f64,
     /// Extra FLOPs of activation recomputation per step, all devices.
     pub recompute_flops: f64,
+    /// Matmul and attention time.
     pub compute_s: f64,
-    pub attention_memory_s: f64,
+    /// Memory-bound work: naive attention's s² traffic (analytical model); element-wise, norm,
+    /// reduction and copy kernels (engine).
+    pub memory_bound_s: f64,
+    /// Fixed cost of every kernel call (engine; 0 in the analytical model).
+    pub kernel_overhead_s: f64,
+    /// The optimizer step's memory traffic (analytical model; the engine counts it as
+    /// memory-bound work).
     pub optimizer_s: f64,
     /// Communication not hidden behind compute.
     pub exposed_communication_s: f64,
@@ -64,7 +72,7 @@ pub fn peak_flops(problem: &Problem, p: Precision) -> f64 {
 }
 
 /// Predicts the step time of `s` on `problem`.
-pub fn predict(problem: &Problem, s: &Strategy) -> TimePrediction {
+pub fn predict(problem: &Problem, s: &Strategy) -> StepTime {
     let spec = &problem.spec;
     let f = &problem.facts;
     let hw = &problem.hardware;
@@ -99,7 +107,7 @@ pub fn predict(problem: &Problem, s: &Strategy) -> TimePrediction {
     let hbm = hw.gpu.memory_bandwidth_gbps * 1e9;
     let e = s.precision.activation_bytes() as f64;
     let micro_batches = s.accumulation as f64;
-    let attention_memory_s = match s.attention {
+    let memory_bound_s = match s.attention {
         Attention::Naive => {
             let a = spec.num_heads as f64;
             let per_layer = 12.0 * e * a * seq * seq * s.micro_batch as f64;
@@ -173,14 +181,15 @@ pub fn predict(problem: &Problem, s: &Strategy) -> TimePrediction {
         offload_s += (t - compute_s).max(0.0);
     }
 
-    let step_s = compute_s + attention_memory_s + optimizer_s + exposed_communication_s + offload_s;
-    TimePrediction {
+    let step_s = compute_s + memory_bound_s + optimizer_s + exposed_communication_s + offload_s;
+    StepTime {
         step_s,
         tokens_per_s: tokens / step_s,
         model_flops,
         recompute_flops,
         compute_s,
-        attention_memory_s,
+        memory_bound_s,
+        kernel_overhead_s: 0.0,
         optimizer_s,
         exposed_communication_s,
         offload_s,

@@ -2,15 +2,16 @@
 //! policy × attention grouped by fidelity tier — each narrowed to what the user pinned — plus
 //! the shapes the speed model is calibrated at.
 //!
-//! Not for: the search itself (see `auto`).
+//! Not for: the search itself (the planner's `search`, shared with the analytical model).
 
 use super::speed::CalibrationShapes;
 use headroom_nn::models::ModelSpec;
-use headroom_strategy::{Attention, Checkpoint, Optimizer, Pins, Precision, Strategy};
+use headroom_plan::search::Space;
+use headroom_strategy::{Attention, Checkpoint, Optimizer, Pins, Placement, Precision};
 
-/// Precision × optimizer × checkpoint × attention, grouped by fidelity tier (best first). The
-/// micro-batch is filled in by the search.
-pub(crate) fn combos(spec: &ModelSpec, pins: &Pins) -> Vec<Vec<Strategy>> {
+/// The values `--auto` tries on each axis for `spec` (pinned values replace them; the search
+/// applies the pins and groups by fidelity tier). `splits` are filled in by the caller.
+pub(crate) fn engine_space(spec: &ModelSpec, pins: &Pins) -> Space {
     // fp16-mixed has bf16-mixed's memory and speed with loss scaling on top: only when pinned.
     let precisions = pins.precision.map_or(
         vec![Precision::Fp32, Precision::Bf16Mixed, Precision::Bf16],
@@ -38,7 +39,7 @@ pub(crate) fn combos(spec: &ModelSpec, pins: &Pins) -> Vec<Vec<Strategy>> {
             if depth >= 9 {
                 v.push(Checkpoint::Sqrt);
             }
-            v.push(Checkpoint::EveryNth(1));
+            v.push(Checkpoint::ALL_BLOCKS);
             v
         }
     };
@@ -48,31 +49,15 @@ pub(crate) fn combos(spec: &ModelSpec, pins: &Pins) -> Vec<Vec<Strategy>> {
         (None, true) => vec![Attention::Naive, Attention::MemoryEfficient],
         (None, false) => vec![Attention::Naive],
     };
-    let mut tiers: Vec<Vec<Strategy>> = Vec::new();
-    for &precision in &precisions {
-        for &optimizer in &optimizers {
-            for &checkpoint in &checkpoints {
-                for &attention in &attentions {
-                    let c = Strategy {
-                        precision,
-                        optimizer,
-                        checkpoint,
-                        attention,
-                        micro_batch: 1,
-                        accumulation: 1,
-                        ..Strategy::default()
-                    };
-                    let tier = usize::from(c.fidelity_tier());
-                    if tiers.len() <= tier {
-                        tiers.resize(tier + 1, Vec::new());
-                    }
-                    tiers[tier].push(c);
-                }
-            }
-        }
+    // The single-device engine keeps every state on its device.
+    Space {
+        precisions,
+        optimizers,
+        placements: vec![Placement::default()],
+        checkpoints,
+        attentions,
+        splits: Vec::new(),
     }
-    tiers.retain(|t| !t.is_empty());
-    tiers
 }
 
 /// The model's largest matmul at the largest micro-batch and its attention head shape.

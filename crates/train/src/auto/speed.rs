@@ -20,6 +20,7 @@
 //! Not for: memory (the dry run measures that) or GPU time (the planner's analytical model).
 
 use headroom_memory::{AllocatorConfig, Category, Device};
+pub use headroom_plan::cost::StepTime;
 use headroom_tensor::backend::work::{PerWidth, Work, count_work};
 use headroom_tensor::{DType, Gradients, Result, Tape, Tensor};
 use serde::Serialize;
@@ -50,29 +51,6 @@ pub struct SpeedModel {
     pub attention_flops_per_s: f64,
     pub elementwise_bytes_per_s: Rates,
     pub kernel_overhead_s: f64,
-}
-
-/// Predicted time of one optimizer step.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct StepTime {
-    pub step_s: f64,
-    pub tokens_per_s: f64,
-    /// Matmul and attention FLOPs of the step without recomputation.
-    pub model_flops: f64,
-    /// FLOPs of re-run checkpointed forwards.
-    pub recompute_flops: f64,
-    /// Matmul and attention time.
-    pub compute_s: f64,
-    /// Element-wise, reduction, norm and copy kernels (memory bound).
-    pub memory_bound_s: f64,
-    /// Fixed cost of every kernel call.
-    pub kernel_overhead_s: f64,
-    /// Single-device engine: nothing is communicated or offloaded.
-    pub exposed_communication_s: f64,
-    pub offload_s: f64,
-    pub communication_bytes_per_device: f64,
-    /// Model FLOPs per second over the measured f32 matmul rate.
-    pub mfu: f64,
 }
 
 /// The shapes the rates are measured at.
@@ -175,6 +153,7 @@ impl SpeedModel {
             compute_s,
             memory_bound_s,
             kernel_overhead_s,
+            optimizer_s: 0.0,
             exposed_communication_s: 0.0,
             offload_s: 0.0,
             communication_bytes_per_device: 0.0,

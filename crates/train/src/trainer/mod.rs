@@ -66,6 +66,12 @@ impl From<TensorError> for TrainError {
     }
 }
 
+impl From<headroom_strategy::StrategyError> for TrainError {
+    fn from(e: headroom_strategy::StrategyError) -> Self {
+        TrainError::Config(ConfigError::Strategy(e))
+    }
+}
+
 impl From<OutOfMemory> for TrainError {
     fn from(e: OutOfMemory) -> Self {
         TrainError::OutOfMemory(e)

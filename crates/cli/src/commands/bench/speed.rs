@@ -101,7 +101,7 @@ pub fn run(args: SpeedBenchArgs) -> anyhow::Result<()> {
         if !args.json {
             eprint!("\rstrategy {}/{}", i + 1, candidates.len());
         }
-        let predicted = evaluate(&base, &corpus, c, &speed)?.time.tokens_per_s;
+        let predicted = evaluate(&base, &corpus, c, &speed)?.0.time.tokens_per_s;
         let measured = measure(&base.with_strategy(*c), &corpus, seq_len)?;
         rows.push(SpeedRow {
             strategy: c.describe(matches!(spec, ModelSpec::Gpt(_))),

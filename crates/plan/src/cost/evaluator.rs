@@ -1,0 +1,102 @@
+//! The analytical cost model as an evaluator of the search: which values are worth trying on
+//! this hardware (bf16 only where the GPU has it; fp16-mixed only where it lacks bf16; on one
+//! GPU, ZeRO stages only where offload needs them), and every strategy costed in microseconds,
+//! so the search evaluates all of them.
+//!
+//! Not for: the search itself (see `search`).
+
+use super::{Plan, Problem, evaluate};
+use crate::error::PlanError;
+use crate::search::{Evaluator, Space};
+use crate::strategy::{
+    Attention, Checkpoint, Offload, Optimizer, Pins, Placement, Precision, Strategy, ZeroStage,
+};
+
+/// Checkpoint policies tried when not pinned.
+const CHECKPOINTS: [Checkpoint; 5] = [
+    Checkpoint::None,
+    Checkpoint::Selective,
+    Checkpoint::EveryNth(4),
+    Checkpoint::EveryNth(2),
+    Checkpoint::ALL_BLOCKS,
+];
+
+impl Evaluator for Problem {
+    type Error = PlanError;
+
+    fn space(&self, pins: &Pins) -> Result<Space, PlanError> {
+        let hw = &self.hardware;
+        let world = hw.world_size();
+        let has_bf16 = hw.gpu.bf16_tflops > 0.0;
+        if let Some(p) = pins.precision.filter(|p| p.needs_bf16())
+            && !has_bf16
+        {
+            return Err(PlanError::Incompatible(format!(
+                "--precision {p} needs bf16 support, which {} lacks; accepted: fp16-mixed, fp32",
+                hw.gpu.name
+            )));
+        }
+        let precisions = Precision::ALL
+            .iter()
+            .copied()
+            .filter(|p| has_bf16 || !p.needs_bf16())
+            // fp16-mixed only where bf16 is missing: same memory and speed, less robust.
+            .filter(|p| !has_bf16 || *p != Precision::Fp16Mixed || pins.precision.is_some())
+            .collect();
+        let mut placements = Vec::new();
+        for zero_stage in ZeroStage::ALL {
+            for offload_optimizer in Offload::ALL.iter().copied() {
+                for offload_params in Offload::ALL.iter().copied() {
+                    // One GPU: ZeRO stages without offload all equal stage 0; keep stage 0
+                    // plain, stage 2 for optimizer offload, stage 3 for parameter offload,
+                    // unless the user pinned the stage.
+                    let wanted = if offload_params.is_offloaded() {
+                        3
+                    } else if offload_optimizer.is_offloaded() {
+                        2
+                    } else {
+                        0
+                    };
+                    if world == 1 && pins.zero_stage.is_none() && zero_stage.number() != wanted {
+                        continue;
+                    }
+                    placements.push(Placement {
+                        zero_stage,
+                        offload_optimizer,
+                        offload_params,
+                    });
+                }
+            }
+        }
+        let splits = self.workload.splits(world);
+        if splits.is_empty() {
+            return Err(PlanError::Batch(
+                "no micro-batch × accumulation split matches the pinned values".into(),
+            ));
+        }
+        Ok(Space {
+            precisions,
+            optimizers: Optimizer::ALL.to_vec(),
+            placements,
+            checkpoints: pins.checkpoint.map_or(CHECKPOINTS.to_vec(), |c| vec![c]),
+            attentions: Attention::ALL.to_vec(),
+            splits,
+        })
+    }
+
+    fn evaluate(&self, strategy: &Strategy) -> Result<Plan, PlanError> {
+        Ok(evaluate(self, strategy))
+    }
+
+    fn exhaustive(&self) -> bool {
+        true
+    }
+
+    /// Selective recomputation only drops the s² scores naive attention keeps: with
+    /// memory-efficient attention it saves nothing, so it is tried only when pinned.
+    fn worth_trying(&self, s: &Strategy, pins: &Pins) -> bool {
+        !(s.checkpoint == Checkpoint::Selective
+            && s.attention == Attention::MemoryEfficient
+            && pins.checkpoint.is_none())
+    }
+}
