@@ -68,7 +68,8 @@ fn json_report_has_every_member_and_the_peak_breakdown_sums() {
     let mut sum = 0;
     for c in categories {
         assert!(v["peak_bytes_by_category"][c].is_u64(), "{c}");
-        sum += v["bytes_at_peak_by_category"][c].as_u64().unwrap();
+        sum += v["breakdown"]["by_category"][c].as_u64().unwrap();
+        assert!(v["breakdown"]["steady_by_category"][c].is_u64(), "{c}");
     }
     assert_eq!(
         sum,
@@ -82,7 +83,7 @@ fn json_report_has_every_member_and_the_peak_breakdown_sums() {
         (predicted - sum as f64).abs() <= 0.01 * sum as f64,
         "predicted {predicted} vs measured {sum}"
     );
-    assert!(v["predicted_bytes_by_category"]["activation"].is_u64());
+    assert!(v["predicted_breakdown"]["by_category"]["activation"].is_u64());
     assert_eq!(v["config"]["model"], "gpt-tiny");
     assert_eq!(v["config"]["micro_batch"], 4);
     // fp32: no master weights; AdamW: two states per parameter, so optimizer bytes ≈ 2 × params.
@@ -233,5 +234,5 @@ fn resume_continues_from_the_checkpoint_and_timeline_is_drawn() {
     );
     let out = run(&tiny(&["--steps", "4", "--resume", "nowhere"]), dir.path());
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no checkpoint at"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no saved run at"));
 }

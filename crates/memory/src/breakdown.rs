@@ -1,7 +1,10 @@
 //! `MemoryBreakdown`: bytes per Category at the step's peak and at steady state. The planner
 //! produces one as a prediction, a run produces one as a measurement, and the two subtract.
+//! `MemoryPeaks` adds the allocated and reserved peaks and each category's own peak: what a
+//! dry run predicts and a run measures of a device.
 
 use crate::category::Category;
+use crate::stats::DeviceStats;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ops::{Index, IndexMut};
@@ -95,6 +98,33 @@ impl MemoryBreakdown {
     /// Total bytes at steady state.
     pub fn steady_bytes(&self) -> u64 {
         self.steady.total()
+    }
+}
+
+/// A device's memory over a run: the allocated and reserved peaks, the breakdown at the
+/// allocated peak and between steps, and each category's own peak.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryPeaks {
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// At the allocated peak (sums to `peak_allocated_bytes`) and now (between steps).
+    pub breakdown: MemoryBreakdown,
+    /// Each category's own peak.
+    pub peak_bytes_by_category: CategoryBytes,
+}
+
+impl MemoryPeaks {
+    /// The figures of a device's statistics, taken between steps.
+    pub fn of(stats: &DeviceStats) -> MemoryPeaks {
+        MemoryPeaks {
+            peak_allocated_bytes: stats.allocated_bytes.all.peak as u64,
+            peak_reserved_bytes: stats.reserved_bytes.all.peak as u64,
+            breakdown: MemoryBreakdown {
+                at_peak: stats.category_bytes_at_peak,
+                steady: stats.current_category_bytes(),
+            },
+            peak_bytes_by_category: stats.peak_category_bytes(),
+        }
     }
 }
 

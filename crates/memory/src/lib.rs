@@ -26,7 +26,7 @@ pub mod timeline;
 pub mod trace;
 
 pub use allocator::{Allocation, CachingAllocator, InvalidFree};
-pub use breakdown::{CategoryBytes, MemoryBreakdown};
+pub use breakdown::{CategoryBytes, MemoryBreakdown, MemoryPeaks};
 pub use category::Category;
 pub use config::AllocatorConfig;
 pub use device::{Device, DeviceBuffer};

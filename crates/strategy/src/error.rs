@@ -17,3 +17,15 @@ pub enum StrategyError {
     #[error("incompatible strategy: {0}")]
     Incompatible(String),
 }
+
+/// Parses a strategy value given as a command-line flag. The argument parser already names the
+/// flag and the value, so the error says only what is accepted.
+pub fn parse_flag<T>(text: &str) -> Result<T, String>
+where
+    T: std::str::FromStr<Err = StrategyError>,
+{
+    text.parse().map_err(|e| match e {
+        StrategyError::Value { accepted, .. } => format!("accepted: {accepted}"),
+        other => other.to_string(),
+    })
+}

@@ -24,7 +24,7 @@ mod strategy;
 
 pub use attention::Attention;
 pub use checkpoint::Checkpoint;
-pub use error::StrategyError;
+pub use error::{StrategyError, parse_flag};
 pub use optimizer::Optimizer;
 pub use pins::{Pins, changed_levers};
 pub use placement::{Offload, Placement, ZeroStage};

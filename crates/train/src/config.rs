@@ -10,6 +10,7 @@
 use headroom_memory::size::ByteSize;
 use headroom_strategy::{
     Attention, Checkpoint, Offload, Optimizer, Pins, Placement, Precision, Strategy, ZeroStage,
+    parse_flag,
 };
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -38,7 +39,7 @@ pub struct TrainConfig {
     #[arg(long)]
     pub dropout: Option<f32>,
     /// fp32 | bf16-mixed | fp16-mixed | bf16.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_flag::<Precision>)]
     pub precision: Option<Precision>,
     /// Sequences per forward/backward pass.
     #[arg(long)]
@@ -47,7 +48,7 @@ pub struct TrainConfig {
     #[arg(long)]
     pub accumulation: Option<usize>,
     /// sgd | sgd-momentum | adamw | adamw-bf16 | lamb.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_flag::<Optimizer>)]
     pub optimizer: Option<Optimizer>,
     /// Peak learning rate (after warm-up; cosine decay to a tenth).
     #[arg(long)]
@@ -86,10 +87,10 @@ pub struct TrainConfig {
     pub data: Option<PathBuf>,
     /// Activation checkpointing: none, all, every:K, sqrt, budget:SIZE (least recomputation whose
     /// activation peak fits SIZE), selective.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_flag::<Checkpoint>)]
     pub checkpoint: Option<Checkpoint>,
     /// Attention implementation: naive, memory-efficient.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_flag::<Attention>)]
     pub attention: Option<Attention>,
     /// Save the run (weights, optimizer state, data position) under this directory.
     #[arg(long, value_name = "DIR", visible_alias = "checkpoint-dir")]

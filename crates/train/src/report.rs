@@ -6,7 +6,7 @@
 //! Not for: measuring (the trainer fills it from the device's statistics).
 
 use crate::config::RunConfig;
-use headroom_memory::{CategoryBytes, DeviceStats};
+use headroom_memory::{DeviceStats, MemoryBreakdown, MemoryPeaks};
 use serde::Serialize;
 
 /// One validation pass.
@@ -44,12 +44,10 @@ pub struct TrainReport {
     pub val_losses: Vec<ValLoss>,
     pub step_times_s: Vec<f64>,
     pub tokens_per_s: f64,
-    /// Each category's own peak over the run.
-    pub peak_bytes_by_category: CategoryBytes,
-    /// Breakdown at the moment of the overall allocated peak; sums to `peak_allocated_bytes`.
-    pub bytes_at_peak_by_category: CategoryBytes,
-    pub peak_allocated_bytes: u64,
-    pub peak_reserved_bytes: u64,
+    /// Allocated and reserved peaks, the breakdown at the allocated peak and at the end of the
+    /// run, each category's own peak.
+    #[serde(flatten)]
+    pub memory: MemoryPeaks,
     pub device_memory_bytes: u64,
     /// Optimizer steps skipped by the loss scaler (fp16-mixed).
     pub skipped_steps: u64,
@@ -59,8 +57,8 @@ pub struct TrainReport {
     pub config: RunConfig,
     /// The dry run's peak allocated bytes, next to `peak_allocated_bytes`.
     pub predicted_peak_bytes: Option<u64>,
-    /// The dry run's breakdown at its peak, next to `bytes_at_peak_by_category`.
-    pub predicted_bytes_by_category: Option<CategoryBytes>,
+    /// The dry run's breakdown, next to `breakdown`.
+    pub predicted_breakdown: Option<MemoryBreakdown>,
     /// Set when `--auto` chose the strategy.
     pub auto: Option<AutoChoice>,
 }
@@ -68,9 +66,6 @@ pub struct TrainReport {
 impl TrainReport {
     /// Fills the memory members from the device's statistics.
     pub fn set_memory(&mut self, stats: &DeviceStats) {
-        self.peak_bytes_by_category = stats.peak_category_bytes();
-        self.bytes_at_peak_by_category = stats.category_bytes_at_peak;
-        self.peak_allocated_bytes = stats.allocated_bytes.all.peak as u64;
-        self.peak_reserved_bytes = stats.reserved_bytes.all.peak as u64;
+        self.memory = MemoryPeaks::of(stats);
     }
 }

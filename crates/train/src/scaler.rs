@@ -29,7 +29,7 @@ impl Default for ScalerConfig {
     }
 }
 
-/// The scaler's state; saved in checkpoints.
+/// The scaler's state; part of a saved run.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LossScaler {
     pub config: ScalerConfig,

@@ -4,9 +4,9 @@
 
 use headroom_memory::Category;
 use headroom_train::Trainer;
-use headroom_train::accuracy::{evaluate, matrix, relative_error};
 use headroom_train::config::TrainConfig;
 use headroom_train::data::Corpus;
+use headroom_train::predict::error::{evaluate, matrix, relative_error};
 
 #[test]
 fn dry_run_peaks_equal_measured_peaks_across_the_matrix() {

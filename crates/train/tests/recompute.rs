@@ -7,7 +7,7 @@ use headroom_memory::Category;
 use headroom_train::Trainer;
 use headroom_train::config::TrainConfig;
 use headroom_train::data::Corpus;
-use headroom_train::policy::recompute_for;
+use headroom_train::recompute::policy::recompute_for;
 use headroom_train::recompute::{Plan, dry_run};
 use headroom_train::strategy::Checkpoint;
 
@@ -41,7 +41,7 @@ fn run(model: &str, policy: &str, steps: u64) -> (Vec<u64>, Vec<u32>, u64, Optio
     (
         losses,
         weights,
-        report.peak_bytes_by_category[Category::Activation],
+        report.memory.peak_bytes_by_category[Category::Activation],
         decision.map(|d| d.optimal.2),
     )
 }

@@ -89,8 +89,8 @@ fn mixed_precision_halves_activations_and_adds_master_weights() {
     let r32 = fp32.train(&mut |_| {}).unwrap().clone();
     let r16 = bf16.train(&mut |_| {}).unwrap().clone();
     let (a32, a16) = (
-        r32.peak_bytes_by_category[Category::Activation],
-        r16.peak_bytes_by_category[Category::Activation],
+        r32.memory.peak_bytes_by_category[Category::Activation],
+        r16.memory.peak_bytes_by_category[Category::Activation],
     );
     let ratio = a16 as f64 / a32 as f64;
     // Activations are stored in 16 bits; the f32 pieces left are the logits cast for the loss,
@@ -99,10 +99,10 @@ fn mixed_precision_halves_activations_and_adds_master_weights() {
         (0.45..0.6).contains(&ratio),
         "bf16-mixed / fp32 activation bytes = {ratio:.3} ({a16} / {a32})"
     );
-    assert_eq!(r32.peak_bytes_by_category[Category::MasterWeight], 0);
+    assert_eq!(r32.memory.peak_bytes_by_category[Category::MasterWeight], 0);
     // Master weights: one fp32 copy of every parameter (each block rounded to 512 bytes).
     let params = r16.parameters;
-    let master = r16.peak_bytes_by_category[Category::MasterWeight];
+    let master = r16.memory.peak_bytes_by_category[Category::MasterWeight];
     // Six blocks (embed, 4 layers, head), each rounded up to 512 bytes.
     assert!(
         master >= 4 * params && master < 4 * params + 512 * 6,
@@ -111,7 +111,10 @@ fn mixed_precision_halves_activations_and_adds_master_weights() {
     // Pure bf16 keeps no master copy.
     let mut pure = trainer(config("bf16", 1));
     assert_eq!(
-        pure.train(&mut |_| {}).unwrap().peak_bytes_by_category[Category::MasterWeight],
+        pure.train(&mut |_| {})
+            .unwrap()
+            .memory
+            .peak_bytes_by_category[Category::MasterWeight],
         0
     );
 }
@@ -207,7 +210,7 @@ fn empty_cache_after_validation_reports_reserved_bytes_before_and_after() {
         // Validation freed its activations, so unsplit cached segments exist and are released;
         // what stays reserved is what the model states and split segments still hold.
         assert!(r.reserved_after < r.reserved_before, "{r:?}");
-        assert!(r.reserved_after >= report.peak_bytes_by_category[Category::Parameter]);
+        assert!(r.reserved_after >= report.memory.peak_bytes_by_category[Category::Parameter]);
     }
 }
 
@@ -223,7 +226,9 @@ fn a_budget_30_percent_short_recovers_with_the_same_effective_batch_and_loss() {
     );
     // The same run in 70 % of the bytes it reserved at its peak.
     let mut short = config("fp32", 4);
-    short.device_memory = Some(headroom_memory::ByteSize(r.peak_reserved_bytes * 7 / 10));
+    short.device_memory = Some(headroom_memory::ByteSize(
+        r.memory.peak_reserved_bytes * 7 / 10,
+    ));
     let mut t = trainer(short);
     let mut recoveries = Vec::new();
     let s = t
@@ -251,7 +256,7 @@ fn a_budget_30_percent_short_recovers_with_the_same_effective_batch_and_loss() {
         ((a - b) / a).abs() < 1e-5,
         "final loss {b} vs {a} without OOM"
     );
-    assert!(s.peak_reserved_bytes <= r.peak_reserved_bytes * 7 / 10);
+    assert!(s.memory.peak_reserved_bytes <= r.memory.peak_reserved_bytes * 7 / 10);
 }
 
 #[test]

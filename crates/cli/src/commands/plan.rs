@@ -12,7 +12,7 @@ use headroom_plan::hardware::{self, Hardware, HardwareOverrides};
 use headroom_plan::model::load_model;
 use headroom_plan::search::search;
 use headroom_plan::strategy::{
-    Attention, Checkpoint, Offload, Optimizer, Pins, Precision, ZeroStage,
+    Attention, Checkpoint, Offload, Optimizer, Pins, Precision, ZeroStage, parse_flag,
 };
 use headroom_plan::workload::{BatchSpec, Workload};
 use std::path::{Path, PathBuf};
@@ -132,25 +132,25 @@ pub struct PlanArgs {
     #[arg(long)]
     pub accumulation: Option<u64>,
     /// Pin the precision: fp32, bf16-mixed, fp16-mixed, bf16.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_flag::<Precision>)]
     pub precision: Option<Precision>,
     /// Pin the optimizer: sgd, sgd-momentum, adamw, adamw-bf16, adamw-8bit, adafactor, lamb.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_flag::<Optimizer>)]
     pub optimizer: Option<Optimizer>,
     /// Pin the ZeRO stage (0–3).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_flag::<ZeroStage>)]
     pub zero: Option<ZeroStage>,
     /// Pin the optimizer-state offload: none, cpu, nvme.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_flag::<Offload>)]
     pub offload_optimizer: Option<Offload>,
     /// Pin the parameter offload: none, cpu, nvme.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_flag::<Offload>)]
     pub offload_params: Option<Offload>,
-    /// Pin activation checkpointing: none, all, every:K, selective.
-    #[arg(long)]
+    /// Pin activation checkpointing: none, all, every:K, sqrt, budget:SIZE, selective.
+    #[arg(long, value_parser = parse_flag::<Checkpoint>)]
     pub checkpoint: Option<Checkpoint>,
     /// Pin the attention kind: naive, memory-efficient.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_flag::<Attention>)]
     pub attention: Option<Attention>,
     /// Achievable fraction of the dense peak (default 0.45).
     #[arg(long)]

@@ -13,8 +13,8 @@ use headroom_memory::timeline::timeline;
 use headroom_memory::{AllocatorConfig, Device, Snapshot};
 use headroom_train::config::TrainConfig;
 use headroom_train::data::Corpus;
-use headroom_train::policy::BudgetDecision;
 use headroom_train::prepare::{PrepareError, PrepareOptions, prepare};
+use headroom_train::recompute::policy::BudgetDecision;
 use headroom_train::{TrainError, TrainEvent, Trainer};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
@@ -107,8 +107,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let prediction = &prepared.prediction;
     eprintln!(
         "dry run: predicted peak {} allocated, {} reserved of the {} budget ({}; {:.0} ms)",
-        format_bytes(prediction.peak_allocated_bytes),
-        format_bytes(prediction.peak_reserved_bytes),
+        format_bytes(prediction.memory.peak_allocated_bytes),
+        format_bytes(prediction.memory.peak_reserved_bytes),
         format_bytes(config.device_memory),
         if prediction.fits {
             "fits"
@@ -265,8 +265,8 @@ impl Progress {
             TrainEvent::OomRecovered { step, micro_batch, accumulation } => self.line(format!(
                 "step {step}: out of memory; retrying with micro-batch {micro_batch} × accumulation {accumulation}"
             )),
-            TrainEvent::Checkpoint { step, path } => {
-                self.line(format!("step {step}: checkpoint written to {path}"))
+            TrainEvent::Saved { step, path } => {
+                self.line(format!("step {step}: saved to {path}"))
             }
         }
     }

@@ -36,19 +36,20 @@ pub fn print_report(report: &TrainReport, device: &Device, timeline: Option<&Pat
     // The dry run's breakdown at its peak, next to the measured one.
     let predicted = |c: Category| {
         report
-            .predicted_bytes_by_category
-            .map_or("-".to_string(), |p| format_bytes(p[c]))
+            .predicted_breakdown
+            .map_or("-".to_string(), |p| format_bytes(p.at_peak[c]))
     };
     for c in Category::ALL {
-        let at = report.bytes_at_peak_by_category[c];
-        let own = report.peak_bytes_by_category[c];
+        let at = report.memory.breakdown.at_peak[c];
+        let own = report.memory.peak_bytes_by_category[c];
         if at == 0 && own == 0 {
             continue;
         }
         table.add_row(vec![
             Cell::new(c.name()),
             Cell::new(format_bytes(at)).set_alignment(CellAlignment::Right),
-            Cell::new(percent(at, report.peak_allocated_bytes)).set_alignment(CellAlignment::Right),
+            Cell::new(percent(at, report.memory.peak_allocated_bytes))
+                .set_alignment(CellAlignment::Right),
             Cell::new(format_bytes(own)).set_alignment(CellAlignment::Right),
             Cell::new(percent(own, budget)).set_alignment(CellAlignment::Right),
             Cell::new(predicted(c)).set_alignment(CellAlignment::Right),
@@ -56,10 +57,12 @@ pub fn print_report(report: &TrainReport, device: &Device, timeline: Option<&Pat
     }
     table.add_row(vec![
         Cell::new("total allocated"),
-        Cell::new(format_bytes(report.peak_allocated_bytes)).set_alignment(CellAlignment::Right),
+        Cell::new(format_bytes(report.memory.peak_allocated_bytes))
+            .set_alignment(CellAlignment::Right),
         Cell::new("100.0 %").set_alignment(CellAlignment::Right),
         Cell::new(""),
-        Cell::new(percent(report.peak_allocated_bytes, budget)).set_alignment(CellAlignment::Right),
+        Cell::new(percent(report.memory.peak_allocated_bytes, budget))
+            .set_alignment(CellAlignment::Right),
         Cell::new(
             report
                 .predicted_peak_bytes
@@ -74,11 +77,11 @@ pub fn print_report(report: &TrainReport, device: &Device, timeline: Option<&Pat
     println!("{table}");
     println!(
         "Peak allocated {} and peak reserved {} of the {} budget ({} and {}).",
-        format_bytes(report.peak_allocated_bytes),
-        format_bytes(report.peak_reserved_bytes),
+        format_bytes(report.memory.peak_allocated_bytes),
+        format_bytes(report.memory.peak_reserved_bytes),
         format_bytes(budget),
-        percent(report.peak_allocated_bytes, budget),
-        percent(report.peak_reserved_bytes, budget),
+        percent(report.memory.peak_allocated_bytes, budget),
+        percent(report.memory.peak_reserved_bytes, budget),
     );
     for r in &report.cache_releases {
         println!(

@@ -2,14 +2,14 @@
 //! precision with fp32 master weights and dynamic loss scaling, gradient clipping by global norm,
 //! the optimizer step on flat buffers, gradients cleared after each step (and a guard that warns
 //! once when gradients pile up over more backward passes than configured), validation without a
-//! tape, optional `empty_cache` after validation, checkpoints and the run report. Logging keeps
+//! tape, optional `empty_cache` after validation, saves and the run report. Logging keeps
 //! scalars only.
 //!
 //! Not for: choosing a strategy (the planner) or drawing reports (the CLI).
 
-mod checkpointing;
 mod guard;
 mod precision;
+mod save;
 mod schedule;
 mod step;
 
@@ -17,13 +17,13 @@ pub use guard::LeakGuard;
 pub use precision::compute_dtype;
 pub use schedule::learning_rate;
 
-use crate::checkpoint::CheckpointError;
 use crate::config::{ConfigError, RunConfig};
 use crate::data::{Corpus, CorpusError, TokenSampler};
-use crate::policy::{BudgetDecision, recompute_for};
+use crate::recompute::policy::{BudgetDecision, recompute_for};
 use crate::report::{CacheRelease, TrainReport, ValLoss};
+use crate::save::SaveError;
 use crate::scaler::{LossScaler, ScalerConfig};
-use headroom_memory::{AllocatorConfig, Category, CategoryBytes, Device, OutOfMemory};
+use headroom_memory::{AllocatorConfig, Category, Device, MemoryPeaks, OutOfMemory};
 use headroom_nn::models::{ModelSpec, ModelSpecError, build_model};
 use headroom_nn::optim::{Optimizer, OptimizerConfig};
 use headroom_nn::{Model, Recompute};
@@ -46,9 +46,9 @@ pub enum TrainError {
     #[error("engine error: {0}")]
     Engine(TensorError),
     #[error(transparent)]
-    Checkpoint(#[from] CheckpointError),
+    Save(#[from] SaveError),
     #[error(transparent)]
-    Policy(#[from] crate::policy::PolicyError),
+    Policy(#[from] crate::recompute::policy::PolicyError),
     #[error("planner: {0}")]
     Planner(String),
     #[error(
@@ -100,7 +100,8 @@ pub enum TrainEvent {
         reserved_after: u64,
     },
     Warning(String),
-    Checkpoint {
+    /// The run was saved (`--save-dir`).
+    Saved {
         step: u64,
         path: String,
     },
@@ -261,10 +262,7 @@ impl Trainer {
             val_losses: Vec::new(),
             step_times_s: Vec::new(),
             tokens_per_s: 0.0,
-            peak_bytes_by_category: CategoryBytes::ZERO,
-            bytes_at_peak_by_category: CategoryBytes::ZERO,
-            peak_allocated_bytes: 0,
-            peak_reserved_bytes: 0,
+            memory: MemoryPeaks::default(),
             device_memory_bytes: config.device_memory,
             skipped_steps: 0,
             cache_releases: Vec::new(),
@@ -272,7 +270,7 @@ impl Trainer {
             parameters: model.num_params() as u64,
             config: config.clone(),
             predicted_peak_bytes: None,
-            predicted_bytes_by_category: None,
+            predicted_breakdown: None,
             auto: None,
         };
         Ok(Trainer {
@@ -375,7 +373,7 @@ impl Trainer {
     }
 
     /// Records in the report what preparing the run decided and predicted.
-    pub fn set_prepared(&mut self, prepared: &crate::prepare::PreparedRun) {
+    pub fn set_prepared(&mut self, prepared: &crate::predict::prepare::PreparedRun) {
         self.set_prediction(&prepared.prediction);
         if let Some(choice) = &prepared.auto {
             self.set_auto_choice(choice.clone());
@@ -384,8 +382,8 @@ impl Trainer {
 
     /// Puts a dry run's prediction next to the measurements in the report.
     pub fn set_prediction(&mut self, p: &crate::predict::Prediction) {
-        self.report.predicted_peak_bytes = Some(p.peak_allocated_bytes);
-        self.report.predicted_bytes_by_category = Some(p.bytes_at_peak_by_category);
+        self.report.predicted_peak_bytes = Some(p.memory.peak_allocated_bytes);
+        self.report.predicted_breakdown = Some(p.memory.breakdown);
     }
 
     /// Records in the report what `--auto` chose.
@@ -408,7 +406,7 @@ impl Trainer {
     }
 
     /// Runs until `config.steps` optimizer steps are done, validating every `eval_every` steps
-    /// and at the end, checkpointing every `checkpoint_every` steps; returns the report.
+    /// and at the end, saving every `save_every` steps; returns the report.
     pub fn train(
         &mut self,
         on_event: &mut dyn FnMut(TrainEvent),
@@ -475,8 +473,8 @@ impl Trainer {
                     || (self.config.save_every > 0
                         && self.step.is_multiple_of(self.config.save_every)))
             {
-                let path = self.save_checkpoint(&dir)?;
-                on_event(TrainEvent::Checkpoint {
+                let path = self.save(&dir)?;
+                on_event(TrainEvent::Saved {
                     step: self.step,
                     path: path.display().to_string(),
                 });

@@ -17,7 +17,7 @@ use headroom_nn::models::gpt::Attention;
 use headroom_nn::models::{ModelSpec, ResMlpConfig, build_model, preset};
 use headroom_plan::strategy::{Checkpoint, largest_fitting};
 use headroom_tensor::{DType, Gradients, Tape, Tensor};
-use headroom_train::policy::recompute_for;
+use headroom_train::recompute::policy::recompute_for;
 use headroom_train::recompute::{Plan, dry_run};
 use serde::Serialize;
 use std::path::PathBuf;

@@ -8,10 +8,10 @@
 
 use clap::Args;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
-use headroom_memory::Category;
 use headroom_memory::size::format_bytes;
-use headroom_train::accuracy::{Accuracy, evaluate, matrix, relative_error};
+use headroom_memory::{Category, MemoryPeaks};
 use headroom_train::data::Corpus;
+use headroom_train::predict::error::{PredictionError, evaluate, matrix, relative_error};
 use serde::Serialize;
 
 #[derive(Debug, Args)]
@@ -33,11 +33,11 @@ pub struct ErrorSummary {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PredictBench {
-    pub rows: Vec<Accuracy>,
+    pub rows: Vec<PredictionError>,
     pub summary: Vec<ErrorSummary>,
 }
 
-type Figure = fn(&headroom_train::accuracy::Peaks) -> u64;
+type Figure = fn(&MemoryPeaks) -> u64;
 
 const FIGURES: [(&str, Figure); 3] = [
     ("allocated peak", |p| p.peak_allocated_bytes),
@@ -66,13 +66,13 @@ pub fn run(args: PredictBenchArgs) -> anyhow::Result<()> {
         for predictor in ["dry run", "analytical"] {
             let errors: Vec<f64> = rows
                 .iter()
-                .filter_map(|r| {
+                .map(|r| {
                     let p = if predictor == "dry run" {
-                        Some(&r.dry_run)
+                        &r.dry_run
                     } else {
-                        r.analytical.as_ref()
+                        &r.analytical
                     };
-                    p.map(|p| relative_error(get(p), get(&r.measured)).abs())
+                    relative_error(get(p), get(&r.measured)).abs()
                 })
                 .collect();
             if errors.is_empty() {
@@ -121,11 +121,7 @@ fn print_tables(bench: &PredictBench) {
             let m = get(&r.measured);
             row.push(format_bytes(m));
             row.push(percent(relative_error(get(&r.dry_run), m)));
-            row.push(
-                r.analytical
-                    .as_ref()
-                    .map_or("-".into(), |a| percent(relative_error(get(a), m))),
-            );
+            row.push(percent(relative_error(get(&r.analytical), m)));
         }
         t.add_row(row);
     }

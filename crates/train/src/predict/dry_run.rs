@@ -8,7 +8,7 @@
 use crate::config::RunConfig;
 use crate::data::Corpus;
 use crate::trainer::{TrainError, TrainEvent, Trainer};
-use headroom_memory::{AllocatorConfig, CategoryBytes, Device};
+use headroom_memory::{AllocatorConfig, Device, MemoryPeaks};
 use headroom_strategy::largest_fitting;
 use headroom_tensor::backend::work::{Work, count_work, work_so_far};
 use serde::Serialize;
@@ -27,12 +27,9 @@ const UNLIMITED: u64 = 1 << 46;
 /// The dry run's figures.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Prediction {
-    pub peak_allocated_bytes: u64,
-    pub peak_reserved_bytes: u64,
-    /// Breakdown at the moment of the allocated peak; sums to `peak_allocated_bytes`.
-    pub bytes_at_peak_by_category: CategoryBytes,
-    /// Each category's own peak.
-    pub peak_bytes_by_category: CategoryBytes,
+    /// Peaks, the breakdown at the allocated peak and between steps, each category's peak.
+    #[serde(flatten)]
+    pub memory: MemoryPeaks,
     /// Whether the run fits its device budget (a dry run with that capacity completed).
     pub fits: bool,
     pub seconds: f64,
@@ -85,19 +82,16 @@ fn fits_budget(config: &RunConfig, corpus: &Corpus) -> Result<bool, TrainError> 
     Ok(dry_run(config, corpus, config.device_memory, &mut |_| {})?.completed)
 }
 
-/// A dry run's prediction with the work of its last (steady-state) step and the bytes held
-/// between steps.
+/// A dry run's prediction with the work of its last (steady-state) step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DryRun {
     pub prediction: Prediction,
     /// Kernels' work of one steady-state optimizer step (all its micro-batches).
     pub step_work: Work,
-    /// Bytes per category held after the last step (model states, optimizer state, caches).
-    pub steady_bytes_by_category: CategoryBytes,
 }
 
-/// Dry-runs `config` (recomputing what its checkpoint policy plans): peaks, fit within `config.device_memory`, the work of a
-/// steady-state step and the bytes held between steps.
+/// Dry-runs `config` (recomputing what its checkpoint policy plans): peaks, fit within
+/// `config.device_memory`, the work of a steady-state step and the bytes held between steps.
 ///
 /// The first run has no capacity limit, so the allocator never reclaims: a run whose reserved
 /// peak fits takes the same path under the budget, and one whose allocated peak exceeds it
@@ -148,15 +142,11 @@ pub fn dry_run_counted(config: &RunConfig, corpus: &Corpus) -> Result<DryRun, Tr
     }
     Ok(DryRun {
         prediction: Prediction {
-            peak_allocated_bytes: stats.allocated_bytes.all.peak as u64,
-            peak_reserved_bytes: stats.reserved_bytes.all.peak as u64,
-            bytes_at_peak_by_category: stats.category_bytes_at_peak,
-            peak_bytes_by_category: stats.peak_category_bytes(),
+            memory: MemoryPeaks::of(&stats),
             fits,
             seconds: started.elapsed().as_secs_f64(),
         },
         step_work,
-        steady_bytes_by_category: stats.current_category_bytes(),
     })
 }
 

@@ -5,12 +5,12 @@
 //!
 //! Not for: choosing strategies (see `auto`).
 
-use crate::analytical::analytical_memory;
 use crate::config::{RunConfig, TrainConfig};
 use crate::data::Corpus;
+use crate::predict::analytical::analytical_memory;
 use crate::predict::predict;
 use crate::trainer::{TrainError, Trainer};
-use headroom_memory::{Category, CategoryBytes};
+use headroom_memory::{Category, MemoryBreakdown, MemoryPeaks};
 use headroom_strategy::{Attention, Checkpoint, Precision};
 use serde::Serialize;
 
@@ -63,28 +63,17 @@ pub fn matrix() -> Vec<TrainConfig> {
     out
 }
 
-/// Peak figures of one source (measured, dry run or analytical).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Peaks {
-    pub peak_allocated_bytes: u64,
-    /// Reserved peak; for the analytical model, its peak with the fragmentation reserve.
-    pub peak_reserved_bytes: u64,
-    /// Bytes per category at the allocated peak.
-    pub bytes_at_peak_by_category: CategoryBytes,
-    /// Each category's own peak (the analytical model: its bytes at the peak, and for
-    /// activations the bytes held at the start of backward).
-    pub peak_bytes_by_category: CategoryBytes,
-}
-
 /// One configuration's three sets of figures.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Accuracy {
+pub struct PredictionError {
     /// `gpt-tiny fp32 2×1 none naive`.
     pub label: String,
-    pub measured: Peaks,
-    pub dry_run: Peaks,
-    /// `None` when the planner cannot express the checkpoint policy.
-    pub analytical: Option<Peaks>,
+    pub measured: MemoryPeaks,
+    pub dry_run: MemoryPeaks,
+    /// The analytical model's figures: its allocated bytes at the peak (no fragmentation
+    /// reserve), its peak with the reserve as the reserved peak, and as the activations' own
+    /// peak the bytes held at the start of backward.
+    pub analytical: MemoryPeaks,
 }
 
 /// Relative error of `predicted` against `measured`.
@@ -93,7 +82,7 @@ pub fn relative_error(predicted: u64, measured: u64) -> f64 {
 }
 
 /// Runs `config` for real, dry-runs it and costs it analytically.
-pub fn evaluate(config: TrainConfig, corpus: &Corpus) -> Result<Accuracy, TrainError> {
+pub fn evaluate(config: TrainConfig, corpus: &Corpus) -> Result<PredictionError, TrainError> {
     let run: RunConfig = config.resolve()?;
     let s = &run.strategy;
     let label = format!(
@@ -103,32 +92,23 @@ pub fn evaluate(config: TrainConfig, corpus: &Corpus) -> Result<Accuracy, TrainE
     let mut trainer = Trainer::new(run.clone(), corpus)?;
     let dry = predict(&run, corpus)?;
     let measured = trainer.train(&mut |_| {})?.clone();
-    let analytical = Some(analytical_memory(&run)?).map(|a| {
-        let mut allocated = a.memory.breakdown.at_peak;
-        allocated[Category::Other] = 0;
-        let mut own = allocated;
-        own[Category::Activation] = a.activation_bytes;
-        Peaks {
+    let a = analytical_memory(&run)?;
+    let mut allocated = a.memory.breakdown.at_peak;
+    allocated[Category::Other] = 0;
+    let mut own = allocated;
+    own[Category::Activation] = a.activation_bytes;
+    Ok(PredictionError {
+        label,
+        measured: measured.memory,
+        dry_run: dry.memory,
+        analytical: MemoryPeaks {
             peak_allocated_bytes: allocated.total(),
             peak_reserved_bytes: a.memory.per_device_peak_bytes,
-            bytes_at_peak_by_category: allocated,
+            breakdown: MemoryBreakdown {
+                at_peak: allocated,
+                steady: a.memory.breakdown.steady,
+            },
             peak_bytes_by_category: own,
-        }
-    });
-    Ok(Accuracy {
-        label,
-        measured: Peaks {
-            peak_allocated_bytes: measured.peak_allocated_bytes,
-            peak_reserved_bytes: measured.peak_reserved_bytes,
-            bytes_at_peak_by_category: measured.bytes_at_peak_by_category,
-            peak_bytes_by_category: measured.peak_bytes_by_category,
         },
-        dry_run: Peaks {
-            peak_allocated_bytes: dry.peak_allocated_bytes,
-            peak_reserved_bytes: dry.peak_reserved_bytes,
-            bytes_at_peak_by_category: dry.bytes_at_peak_by_category,
-            peak_bytes_by_category: dry.peak_bytes_by_category,
-        },
-        analytical,
     })
 }

@@ -108,10 +108,11 @@ pub fn evaluate(
     let seq_len = run.seq_len.unwrap_or_else(|| spec.default_seq_len());
     let dry = dry_run_counted(&run, corpus)?;
     let p = dry.prediction;
-    let mut at_peak = p.bytes_at_peak_by_category;
+    let m = &p.memory;
+    let mut at_peak = m.breakdown.at_peak;
     // What the allocator reserved beyond the live tensors (cached and split blocks) is the
     // planner's `Other`, so the categories sum to the peak reserved.
-    at_peak[Category::Other] += p.peak_reserved_bytes.saturating_sub(p.peak_allocated_bytes);
+    at_peak[Category::Other] += m.peak_reserved_bytes.saturating_sub(m.peak_allocated_bytes);
     let tokens = (run.effective_batch() * seq_len) as f64;
     let plan = Plan {
         strategy: *strategy,
@@ -120,9 +121,9 @@ pub fn evaluate(
             per_device_peak_bytes: at_peak.total(),
             breakdown: MemoryBreakdown {
                 at_peak,
-                steady: dry.steady_bytes_by_category,
+                steady: m.breakdown.steady,
             },
-            peak_phase: if p.bytes_at_peak_by_category[Category::Activation] > 0 {
+            peak_phase: if m.breakdown.at_peak[Category::Activation] > 0 {
                 Phase::ForwardBackward
             } else {
                 Phase::OptimizerStep

@@ -1,10 +1,11 @@
-//! Checkpoints: model and optimizer tensors in safetensors files plus a JSON manifest (step,
-//! loss scaler, RNG state, data position, configuration). A checkpoint is written into a
+//! Saved runs: model and optimizer tensors in safetensors files plus a JSON manifest (step,
+//! loss scaler, RNG state, data position, configuration). A save is written into a
 //! temporary directory, every file fsynced, then renamed into place and recorded in `latest`
-//! (itself replaced atomically), so a crash never leaves a half-written checkpoint where a
+//! (itself replaced atomically), so a crash never leaves a half-written save where a
 //! resume would read it.
 //!
-//! Not for: deciding what goes into a checkpoint (the trainer collects its tensors).
+//! Not for: deciding what goes into a save (the trainer collects its tensors).
+//! ("Checkpoint" in headroom means activation checkpointing; these are saves.)
 
 use crate::data::DataPosition;
 use crate::scaler::LossScaler;
@@ -70,7 +71,7 @@ pub struct Manifest {
     pub format_version: u32,
     /// Optimizer steps completed.
     pub step: u64,
-    /// Safetensors files of this checkpoint, by group (`model`, `optimizer`).
+    /// Safetensors files of this save, by group (`model`, `optimizer`).
     pub files: BTreeMap<String, String>,
     pub scaler: Option<LossScaler>,
     pub data_position: DataPosition,
@@ -82,43 +83,43 @@ pub struct Manifest {
     pub config: serde_json::Value,
 }
 
-/// A checkpoint that cannot be written or read; names the file and the fix.
+/// A save that cannot be written or read; names the file and the fix.
 #[derive(Debug, thiserror::Error)]
-pub enum CheckpointError {
-    #[error("cannot write checkpoint {path}: {source}")]
+pub enum SaveError {
+    #[error("cannot write saved run {path}: {source}")]
     Write {
         path: PathBuf,
         source: std::io::Error,
     },
     #[error(
-        "no checkpoint at {path}: {reason}; pass the directory given to --checkpoint-dir (or one of its step-NNNNNN folders) to --resume"
+        "no saved run at {path}: {reason}; pass the directory given to --save-dir (or one of its step-NNNNNN folders) to --resume"
     )]
     Missing { path: PathBuf, reason: String },
-    #[error("corrupt checkpoint {path}: {reason}; resume from an earlier step-NNNNNN folder")]
+    #[error("corrupt saved run {path}: {reason}; resume from an earlier step-NNNNNN folder")]
     Corrupt { path: PathBuf, reason: String },
     #[error(
-        "checkpoint {path} has format version {found}, this headroom reads version {FORMAT_VERSION}"
+        "saved run {path} has format version {found}, this headroom reads version {FORMAT_VERSION}"
     )]
     Version { path: PathBuf, found: u32 },
 }
 
-/// Tensors of one checkpoint, by group then by name.
+/// Tensors of one save, by group then by name.
 pub type TensorGroups = BTreeMap<String, BTreeMap<String, StoredTensor>>;
 
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
-    move |source| CheckpointError::Write {
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SaveError + '_ {
+    move |source| SaveError::Write {
         path: path.to_path_buf(),
         source,
     }
 }
 
-/// Writes a checkpoint under `root/step-NNNNNN` and points `root/latest` at it. Returns the
-/// checkpoint's directory.
-pub fn save(
+/// Writes a save under `root/step-NNNNNN` and points `root/latest` at it. Returns the save's
+/// directory.
+pub fn write(
     root: &Path,
     manifest: &Manifest,
     groups: &TensorGroups,
-) -> Result<PathBuf, CheckpointError> {
+) -> Result<PathBuf, SaveError> {
     std::fs::create_dir_all(root).map_err(io_err(root))?;
     let name = format!("step-{:06}", manifest.step);
     let final_dir = root.join(&name);
@@ -135,14 +136,14 @@ pub fn save(
             .map(|(n, t)| {
                 TensorView::new(t.dtype.safetensors(), t.shape.clone(), &t.data)
                     .map(|v| (n.clone(), v))
-                    .map_err(|e| CheckpointError::Corrupt {
+                    .map_err(|e| SaveError::Corrupt {
                         path: tmp_dir.join(&file),
                         reason: format!("tensor {n}: {e}"),
                     })
             })
             .collect::<Result<_, _>>()?;
         let bytes =
-            safetensors::tensor::serialize(views, None).map_err(|e| CheckpointError::Corrupt {
+            safetensors::tensor::serialize(views, None).map_err(|e| SaveError::Corrupt {
                 path: tmp_dir.join(&file),
                 reason: e.to_string(),
             })?;
@@ -162,9 +163,9 @@ pub fn save(
     Ok(final_dir)
 }
 
-/// Reads the checkpoint at `path`: a checkpoint directory, or a root whose `latest` names one.
-pub fn load(path: &Path) -> Result<(Manifest, TensorGroups), CheckpointError> {
-    let missing = |reason: String| CheckpointError::Missing {
+/// Reads the save at `path`: a save directory, or a root whose `latest` names one.
+pub fn read(path: &Path) -> Result<(Manifest, TensorGroups), SaveError> {
+    let missing = |reason: String| SaveError::Missing {
         path: path.to_path_buf(),
         reason,
     };
@@ -181,14 +182,14 @@ pub fn load(path: &Path) -> Result<(Manifest, TensorGroups), CheckpointError> {
     let manifest_path = dir.join("manifest.json");
     let text = std::fs::read(&manifest_path)
         .map_err(|e| missing(format!("{}: {e}", manifest_path.display())))?;
-    let corrupt = |p: &Path, reason: String| CheckpointError::Corrupt {
+    let corrupt = |p: &Path, reason: String| SaveError::Corrupt {
         path: p.to_path_buf(),
         reason,
     };
     let manifest: Manifest =
         serde_json::from_slice(&text).map_err(|e| corrupt(&manifest_path, e.to_string()))?;
     if manifest.format_version != FORMAT_VERSION {
-        return Err(CheckpointError::Version {
+        return Err(SaveError::Version {
             path: manifest_path,
             found: manifest.format_version,
         });
@@ -262,17 +263,17 @@ mod tests {
     fn round_trips_and_latest_points_at_the_newest() {
         let dir = tempfile::tempdir().unwrap();
         let (mut m, g) = sample();
-        save(dir.path(), &m, &g).unwrap();
+        write(dir.path(), &m, &g).unwrap();
         m.step = 43;
-        let written = save(dir.path(), &m, &g).unwrap();
+        let written = write(dir.path(), &m, &g).unwrap();
         assert_eq!(written, dir.path().join("step-000043"));
-        let (back, groups) = load(dir.path()).unwrap();
+        let (back, groups) = read(dir.path()).unwrap();
         assert_eq!(back.step, 43);
         assert_eq!(back.losses, vec![5.5, 4.25]);
         assert_eq!(back.files["model"], "model.safetensors");
         assert_eq!(groups, g);
         // An older step can be named directly.
-        assert_eq!(load(&dir.path().join("step-000042")).unwrap().0.step, 42);
+        assert_eq!(read(&dir.path().join("step-000042")).unwrap().0.step, 42);
         // No temporary directories are left behind.
         let leftovers = std::fs::read_dir(dir.path())
             .unwrap()
@@ -288,25 +289,25 @@ mod tests {
     }
 
     #[test]
-    fn corrupt_or_missing_checkpoints_are_clear_errors() {
+    fn corrupt_or_missing_saves_are_clear_errors() {
         let dir = tempfile::tempdir().unwrap();
-        let e = load(&dir.path().join("nope")).unwrap_err().to_string();
+        let e = read(&dir.path().join("nope")).unwrap_err().to_string();
         assert!(e.contains("--resume"), "{e}");
         let (m, g) = sample();
-        let at = save(dir.path(), &m, &g).unwrap();
+        let at = write(dir.path(), &m, &g).unwrap();
         // Truncate the tensor file: the safetensors header no longer matches the data.
         let file = at.join("model.safetensors");
         let bytes = std::fs::read(&file).unwrap();
         std::fs::write(&file, &bytes[..bytes.len() - 3]).unwrap();
-        let e = load(dir.path()).unwrap_err().to_string();
+        let e = read(dir.path()).unwrap_err().to_string();
         assert!(
-            e.contains("corrupt checkpoint") && e.contains("model.safetensors"),
+            e.contains("corrupt saved run") && e.contains("model.safetensors"),
             "{e}"
         );
         std::fs::write(at.join("manifest.json"), b"{ not json").unwrap();
-        let e = load(dir.path()).unwrap_err().to_string();
+        let e = read(dir.path()).unwrap_err().to_string();
         assert!(
-            e.contains("corrupt checkpoint") && e.contains("manifest.json"),
+            e.contains("corrupt saved run") && e.contains("manifest.json"),
             "{e}"
         );
     }

@@ -1,12 +1,12 @@
 //! Saving and resuming a run: parameters (compute dtype), fp32 master weights, optimizer state,
-//! loss scaler, RNG cursor, data position and losses, through the atomic checkpoint format of
-//! `crate::checkpoint`. A resumed run continues bit-exactly.
+//! loss scaler, RNG cursor, data position and losses, through the atomic format of
+//! `crate::save`. A resumed run continues bit-exactly.
 //!
-//! Not for: the file format (see `crate::checkpoint`).
+//! Not for: the file format (see `crate::save`).
 
 use super::{TrainError, Trainer};
-use crate::checkpoint::{
-    self, CheckpointError, FORMAT_VERSION, Manifest, StoredDtype, StoredTensor, TensorGroups,
+use crate::save::{
+    self, FORMAT_VERSION, Manifest, SaveError, StoredDtype, StoredTensor, TensorGroups,
 };
 use headroom_nn::optim::StateDtype;
 use headroom_tensor::{DType, Tensor};
@@ -59,8 +59,8 @@ fn stored(t: &Tensor) -> Result<StoredTensor, TrainError> {
 }
 
 impl Trainer {
-    /// Writes a checkpoint of the current step under `root`; returns its directory.
-    pub fn save_checkpoint(&self, root: &Path) -> Result<PathBuf, TrainError> {
+    /// Saves the run at the current step under `root`; returns the save's directory.
+    pub fn save(&self, root: &Path) -> Result<PathBuf, TrainError> {
         let mut groups = TensorGroups::new();
         let mut model = BTreeMap::new();
         for block in self.model.blocks() {
@@ -112,15 +112,15 @@ impl Trainer {
             losses: self.report.losses.clone(),
             config: serde_json::to_value(&self.config).expect("config serialises"),
         };
-        Ok(checkpoint::save(root, &manifest, &groups)?)
+        Ok(save::write(root, &manifest, &groups)?)
     }
 
-    /// Restores the state saved by [`Trainer::save_checkpoint`] into this freshly built trainer
+    /// Restores the state saved by [`Trainer::save`] into this freshly built trainer
     /// (same model, precision and optimizer).
     pub fn resume(&mut self, path: &Path) -> Result<(), TrainError> {
-        let (manifest, groups) = checkpoint::load(path)?;
+        let (manifest, groups) = save::read(path)?;
         let corrupt = |reason: String| {
-            TrainError::Checkpoint(CheckpointError::Corrupt {
+            TrainError::Save(SaveError::Corrupt {
                 path: path.to_path_buf(),
                 reason,
             })

@@ -5,9 +5,9 @@
 //!
 //! Not for: running (see `trainer`) or printing (the binary does that).
 
-use crate::auto::{self, AutoPlan};
 use crate::config::RunConfig;
 use crate::data::Corpus;
+use crate::predict::auto::{self, AutoPlan};
 use crate::predict::{Prediction, largest_micro_batch, predict};
 use crate::report::AutoChoice;
 use crate::trainer::TrainError;
