@@ -64,7 +64,7 @@ pub const SAME_SPEED: f64 = 0.05;
 /// Result of a search.
 #[derive(Clone, Debug, Serialize)]
 pub struct SearchOutcome {
-    /// Strategies evaluated.
+    /// Strategies evaluated (every call of the evaluator).
     pub evaluated: usize,
     /// Plans that fit, best first.
     pub fitting: Vec<Plan>,
@@ -214,12 +214,17 @@ pub fn search<E: Evaluator>(
 ) -> Result<SearchOutcome, E::Error> {
     let space = evaluator.space(pins)?;
     let combos = combinations(evaluator, &space, pins)?;
+    let evaluations = AtomicUsize::new(0);
+    let evaluate = |s: &Strategy| {
+        evaluations.fetch_add(1, AtomicOrdering::Relaxed);
+        evaluator.evaluate(s)
+    };
     let mut fitting = Vec::new();
     let mut rejected = Vec::new();
     if evaluator.exhaustive() {
         for combo in &combos {
             for split in &space.splits {
-                let plan = evaluator.evaluate(&with_split(combo, split))?;
+                let plan = evaluate(&with_split(combo, split))?;
                 if plan.fits {
                     fitting.push(plan);
                 } else {
@@ -232,7 +237,7 @@ pub fn search<E: Evaluator>(
             let outcomes = parallel_map(&tier, |combo| {
                 largest_fitting(
                     &space.splits,
-                    |split| evaluator.evaluate(&with_split(combo, split)),
+                    |split| evaluate(&with_split(combo, split)),
                     |p| p.fits,
                 )
             });
@@ -259,7 +264,7 @@ pub fn search<E: Evaluator>(
         None
     };
     Ok(SearchOutcome {
-        evaluated: fitting.len() + rejected.len(),
+        evaluated: evaluations.into_inner(),
         fitting,
         rejected,
         closest,

@@ -64,6 +64,26 @@ pub struct TrainReport {
 }
 
 impl TrainReport {
+    /// An empty report of a run of `config` on a model of `parameters`.
+    pub fn new(config: &RunConfig, parameters: u64) -> TrainReport {
+        TrainReport {
+            losses: Vec::new(),
+            val_losses: Vec::new(),
+            step_times_s: Vec::new(),
+            tokens_per_s: 0.0,
+            memory: MemoryPeaks::default(),
+            device_memory_bytes: config.device_memory,
+            skipped_steps: 0,
+            cache_releases: Vec::new(),
+            warnings: Vec::new(),
+            parameters,
+            config: config.clone(),
+            predicted_peak_bytes: None,
+            predicted_breakdown: None,
+            auto: None,
+        }
+    }
+
     /// Fills the memory members from the device's statistics.
     pub fn set_memory(&mut self, stats: &DeviceStats) {
         self.memory = MemoryPeaks::of(stats);

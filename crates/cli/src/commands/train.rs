@@ -13,8 +13,10 @@ use headroom_memory::timeline::timeline;
 use headroom_memory::{AllocatorConfig, Device, Snapshot};
 use headroom_train::config::TrainConfig;
 use headroom_train::data::Corpus;
+use headroom_train::predict::Prediction;
 use headroom_train::prepare::{PrepareError, PrepareOptions, prepare};
 use headroom_train::recompute::policy::BudgetDecision;
+use headroom_train::report::TrainReport;
 use headroom_train::{TrainError, TrainEvent, Trainer};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
@@ -104,19 +106,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     if let Some(d) = trainer.budget_decision() {
         print_budget_decision(d, trainer.model().depth());
     }
-    let prediction = &prepared.prediction;
-    eprintln!(
-        "dry run: predicted peak {} allocated, {} reserved of the {} budget ({}; {:.0} ms)",
-        format_bytes(prediction.memory.peak_allocated_bytes),
-        format_bytes(prediction.memory.peak_reserved_bytes),
-        format_bytes(config.device_memory),
-        if prediction.fits {
-            "fits"
-        } else {
-            "does not fit: expect out-of-memory recovery"
-        },
-        prediction.seconds * 1e3
-    );
+    print_prediction(&prepared.prediction, config.device_memory);
     trainer.set_prepared(&prepared);
     eprintln!(
         "headroom train: {} ({} parameters), {} on {}, micro-batch {} × accumulation {} × {} tokens, {} steps, device budget {}",
@@ -136,6 +126,35 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     progress.finish();
     let report = result.map_err(explain)?.clone();
 
+    write_outputs(&args, &report, &device, &trainer)?;
+    Ok(())
+}
+
+/// The dry run's prediction for the run about to start.
+fn print_prediction(prediction: &Prediction, budget: u64) {
+    eprintln!(
+        "dry run: predicted peak {} allocated, {} reserved of the {} budget ({}; {:.0} ms)",
+        format_bytes(prediction.memory.peak_allocated_bytes),
+        format_bytes(prediction.memory.peak_reserved_bytes),
+        format_bytes(budget),
+        if prediction.fits {
+            "fits"
+        } else {
+            "does not fit: expect out-of-memory recovery"
+        },
+        prediction.seconds * 1e3
+    );
+}
+
+/// The timeline picture, the snapshot and the JSON report (files first, so a closed stdout
+/// cannot lose them), then the text report.
+fn write_outputs(
+    args: &TrainArgs,
+    report: &TrainReport,
+    device: &Device,
+    trainer: &Trainer,
+) -> anyhow::Result<()> {
+    let config = trainer.config();
     let timeline_path = (!args.no_timeline).then_some(&args.timeline);
     if let Some(path) = timeline_path {
         let series = timeline(device.lock().trace().entries(), 2000);
@@ -151,13 +170,12 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             .write_pickle(path)
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    // Files first, so a closed stdout cannot lose them.
     if let Some(path) = &args.json_report {
-        let json = serde_json::to_vec_pretty(&report)?;
+        let json = serde_json::to_vec_pretty(report)?;
         write_atomic(path, &json).with_context(|| format!("cannot write {}", path.display()))?;
         eprintln!("JSON report written to {}", path.display());
     }
-    print_report(&report, &device, timeline_path.map(|p| p.as_path()));
+    print_report(report, device, timeline_path.map(|p| p.as_path()));
     Ok(())
 }
 

@@ -201,27 +201,7 @@ mod tests {
         // headroom's residual MLP: per block the norm input x, the fc1 input LN(x), the fc1
         // output and the GELU output, e·sb·(2h + 2f); outside the blocks the final-norm and
         // head inputs 2·e·sbh and the fp32 logits 4·sbv. No attention terms.
-        let spec = ModelSpec {
-            name: "resmlp".into(),
-            family: crate::model::Family::ResMlp,
-            vocab_size: 256,
-            hidden_size: 128,
-            num_layers: 16,
-            num_decoder_layers: 0,
-            num_heads: 0,
-            num_kv_heads: 0,
-            head_dim: 0,
-            intermediate_size: 512,
-            mlp: MlpKind::Plain,
-            num_experts: 1,
-            experts_per_token: 1,
-            max_learned_positions: None,
-            tie_word_embeddings: false,
-            dropout: false,
-            bias: true,
-            relative_attention_buckets: 0,
-            type_vocab_size: 0,
-        };
+        let spec = ModelSpec::dense("resmlp", crate::model::Family::ResMlp, 256, 128, 16, 512);
         let (s, b, e) = (32.0, 8.0, 4.0);
         let blk = block(&spec, s, b, e, Attention::Naive);
         assert_eq!(blk.full(), e * s * b * (2.0 * 128.0 + 2.0 * 512.0));
@@ -244,5 +224,51 @@ mod tests {
             4.0 * s * h + 2.0 * s * 14336.0 + 2.0 * a * s * s + 2.0 * s * h + 8.0 * s * f;
         let blk = block(&m, s, 1.0, 2.0, Attention::Naive);
         assert!((blk.full() - expected).abs() < 1e-3);
+    }
+
+    #[test]
+    fn sqrt_keeps_segment_inputs_and_one_segment() {
+        // The residual MLP at s = 32, b = 8, fp32: per block e·sb·(2h + 2f) = 4·256·1280, its
+        // input e·sbh = 4·256·128. 16 blocks: ⌈√16⌉ = 4 segments of 4 blocks; backward holds
+        // the 4 segment inputs and one segment re-run, less the input it already holds.
+        let spec = ModelSpec::dense("resmlp", crate::model::Family::ResMlp, 256, 128, 16, 512);
+        let (s, b, e) = (32.0, 8.0, 4.0);
+        let full = e * s * b * (2.0 * 128.0 + 2.0 * 512.0);
+        let input = e * s * b * 128.0;
+        let outside = outside_blocks(&spec, s, b, e);
+        let sqrt = model_activations(&spec, s, b, e, Attention::Naive, Checkpoint::Sqrt);
+        assert_eq!(sqrt, 4.0 * input + 4.0 * full - input + outside);
+        assert_eq!(checkpointed_blocks(Checkpoint::Sqrt, 16), 16);
+    }
+
+    #[test]
+    fn a_budget_buys_the_least_recomputation_that_fits_it() {
+        let spec = ModelSpec::dense("resmlp", crate::model::Family::ResMlp, 256, 128, 16, 512);
+        let (s, b, e) = (32.0, 8.0, 4.0);
+        let act = |c| model_activations(&spec, s, b, e, Attention::Naive, c);
+        let resolve = |budget: f64| {
+            effective_policy(
+                &spec,
+                s,
+                b,
+                e,
+                Attention::Naive,
+                Checkpoint::Budget(budget as u64),
+            )
+        };
+        // Enough for everything: nothing recomputed.
+        assert_eq!(resolve(act(Checkpoint::None)), Checkpoint::None);
+        // Exactly every:2's activations: every:K for K > 2 recomputes less but needs more, so
+        // every:2 is the answer (every:3 keeps 10 of 16 blocks whole, every:2 only 8).
+        assert!(act(Checkpoint::EveryNth(3)) > act(Checkpoint::EveryNth(2)));
+        assert_eq!(
+            resolve(act(Checkpoint::EveryNth(2))),
+            Checkpoint::EveryNth(2)
+        );
+        // Too little for anything: every block, the least memory this family has.
+        assert_eq!(resolve(0.0), Checkpoint::ALL_BLOCKS);
+        // The budget policy is charged what its resolution is charged.
+        let budget = Checkpoint::Budget(act(Checkpoint::EveryNth(2)) as u64);
+        assert_eq!(act(budget), act(Checkpoint::EveryNth(2)));
     }
 }

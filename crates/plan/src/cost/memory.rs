@@ -182,78 +182,86 @@ impl ModelStates {
     }
 }
 
-/// Predicts the memory of `s` on `problem`.
-pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
-    let spec = &problem.spec;
-    let hw = &problem.hardware;
-    let n = hw.world_size();
+/// Communication buffers: DDP buckets; DeepSpeed reduce + all-gather buckets at stages 1–2,
+/// reduce bucket at stage 3 (gathered parameters are counted as parameters).
+fn communication_bytes(problem: &Problem, s: &Strategy) -> f64 {
+    let n = problem.hardware.world_size();
     let p = problem.facts.params as f64;
-    let states = ModelStates::of(problem, s);
     let (pb, gb) = (
         s.precision.param_bytes() as f64,
         s.precision.grad_bytes() as f64,
     );
-    let e = s.precision.activation_bytes() as f64;
-    let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
     let opt_off = s.placement.offload_optimizer != Offload::None;
-
-    // Communication buffers: DDP buckets; DeepSpeed reduce + all-gather buckets at stages 1–2,
-    // reduce bucket at stage 3 (gathered parameters are counted as parameters).
     let bucket = (problem.cost.bucket_elements as f64).min(p);
-    let comm = match s.placement.zero_stage.number() {
+    match s.placement.zero_stage.number() {
         0 if n > 1 => 2.0 * DDP_BUCKET_BYTES,
         1 | 2 if n > 1 || opt_off => bucket * (gb + pb),
         3 if n > 1 || opt_off => bucket * gb,
         _ => 0.0,
-    };
+    }
+}
 
-    let activations = activation::model_activations(spec, seq, b, e, s.attention, s.checkpoint);
-    // Transient workspace in backward, not live at the same time: the fp32 gradient of the
-    // logits (4·sbv), then per layer the naive attention's score gradients (2·e·as²b).
+/// Transient workspace in backward, not live at the same time: the fp32 gradient of the logits
+/// (4·sbv), then per layer the naive attention's score gradients (2·e·as²b).
+fn backward_workspace_bytes(problem: &Problem, s: &Strategy) -> f64 {
+    let spec = &problem.spec;
+    let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
+    let e = s.precision.activation_bytes() as f64;
     let logits_grad = 4.0 * seq * b * spec.vocab_size as f64;
     let attn_bwd = match s.attention {
         Attention::Naive => 2.0 * e * spec.num_heads as f64 * seq * seq * b,
         Attention::MemoryEfficient => 0.0,
     };
-    let temp_fb = logits_grad.max(attn_bwd);
-    // input_ids, attention_mask and labels as int64.
-    let input = 3.0 * 8.0 * seq * b;
+    logits_grad.max(attn_bwd)
+}
 
-    // Optimizer-step temporaries on the device.
+/// Optimizer-step temporaries on the device.
+fn optimizer_step_bytes(problem: &Problem, s: &Strategy) -> f64 {
+    if s.placement.offload_optimizer != Offload::None {
+        return 0.0;
+    }
+    let n = problem.hardware.world_size() as f64;
+    let p = problem.facts.params as f64;
     let local_params = p / if s.placement.zero_stage.shards_optimizer() {
-        n as f64
+        n
     } else {
         1.0
     };
     let sd = s.precision.state_format().bytes() as f64;
-    let temp_step = if opt_off {
-        0.0
-    } else {
-        match s.optimizer {
-            Optimizer::AdamW | Optimizer::AdamWBf16 | Optimizer::Lamb | Optimizer::SgdMomentum => {
-                local_params * sd
-            }
-            // HF Adafactor works tensor by tensor: an fp32 update and squared gradient.
-            Optimizer::Adafactor => 2.0 * 4.0 * problem.facts.largest_layer_params as f64,
-            Optimizer::AdamW8bit | Optimizer::Sgd => 0.0,
+    match s.optimizer {
+        Optimizer::AdamW | Optimizer::AdamWBf16 | Optimizer::Lamb | Optimizer::SgdMomentum => {
+            local_params * sd
         }
-    };
+        // HF Adafactor works tensor by tensor: an fp32 update and squared gradient.
+        Optimizer::Adafactor => 2.0 * 4.0 * problem.facts.largest_layer_params as f64,
+        Optimizer::AdamW8bit | Optimizer::Sgd => 0.0,
+    }
+}
+
+/// Predicts the memory of `s` on `problem`.
+pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
+    let spec = &problem.spec;
+    let hw = &problem.hardware;
+    let states = ModelStates::of(problem, s);
+    let e = s.precision.activation_bytes() as f64;
+    let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
+    let comm = communication_bytes(problem, s);
+    let activations = activation::model_activations(spec, seq, b, e, s.attention, s.checkpoint);
+    // input_ids, attention_mask and labels as int64.
+    let input = 3.0 * 8.0 * seq * b;
 
     let frag = problem.cost.fragmentation;
     let ctx = hw.cuda_context_bytes as f64;
-    let with_other = |mut c: CategoryBytes| {
+    let with_other = |parts: &[(Category, f64)]| -> CategoryBytes {
+        let mut c: CategoryBytes = parts
+            .iter()
+            .map(|(c, v)| (*c, v.max(0.0).round() as u64))
+            .collect();
         let allocated = c.total() as f64;
         c[Category::Other] = (ctx + frag * allocated).round() as u64;
         c
     };
-    let build = |parts: &[(Category, f64)]| -> CategoryBytes {
-        parts
-            .iter()
-            .map(|(c, v)| (*c, v.max(0.0).round() as u64))
-            .collect()
-    };
-
-    let fb = with_other(build(&[
+    let fb = with_other(&[
         (
             Category::Parameter,
             states.param_device + states.gathered_params,
@@ -262,24 +270,24 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
         (Category::MasterWeight, states.master_device),
         (Category::OptimizerState, states.opt_device),
         (Category::Activation, activations),
-        (Category::Temporary, temp_fb),
+        (Category::Temporary, backward_workspace_bytes(problem, s)),
         (Category::Input, input),
         (Category::Communication, comm),
-    ]));
-    let step = with_other(build(&[
+    ]);
+    let step = with_other(&[
         (Category::Parameter, states.param_device),
         (Category::Gradient, states.grad_device),
         (Category::MasterWeight, states.master_device),
         (Category::OptimizerState, states.opt_device),
-        (Category::Temporary, temp_step),
+        (Category::Temporary, optimizer_step_bytes(problem, s)),
         (Category::Communication, comm),
-    ]));
-    let steady = with_other(build(&[
+    ]);
+    let steady = with_other(&[
         (Category::Parameter, states.param_device),
         (Category::MasterWeight, states.master_device),
         (Category::OptimizerState, states.opt_device),
         (Category::Communication, comm),
-    ]));
+    ]);
     let (by_category, peak_phase) = if step.total() > fb.total() {
         (step, Phase::OptimizerStep)
     } else {

@@ -73,80 +73,23 @@ pub fn peak_flops(problem: &Problem, p: Precision) -> f64 {
 
 /// Predicts the step time of `s` on `problem`.
 pub fn predict(problem: &Problem, s: &Strategy) -> StepTime {
-    let spec = &problem.spec;
     let f = &problem.facts;
-    let hw = &problem.hardware;
-    let n = hw.world_size() as f64;
-    let seq = problem.workload.seq_len as f64;
+    let n = problem.hardware.world_size() as f64;
     let tokens = problem.workload.tokens_per_step() as f64;
-    let q = spec.q_dim() as f64;
-    let attn_layers = f.attention_layers as f64;
-
-    let attention_flops = 12.0 * seq * q * tokens * attn_layers;
-    let model_flops = 6.0 * f.active_matmul_params * tokens + attention_flops;
-    let blocks = spec.total_blocks();
-    let policy = activation::effective_policy(
-        spec,
-        seq,
-        s.micro_batch as f64,
-        s.precision.activation_bytes() as f64,
-        s.attention,
-        s.checkpoint,
-    );
-    let recompute_flops = match policy {
-        Checkpoint::None | Checkpoint::Budget(_) => 0.0,
-        Checkpoint::Selective => 4.0 * seq * q * tokens * attn_layers,
-        Checkpoint::EveryNth(_) | Checkpoint::Sqrt => {
-            let share = activation::checkpointed_blocks(policy, blocks) as f64 / blocks as f64;
-            share * (2.0 * f.active_block_matmul_params * tokens + attention_flops / 3.0)
-        }
-    };
+    let (model_flops, recompute_flops) = flops(problem, s);
     let peak = peak_flops(problem, s.precision);
     let compute_s = (model_flops + recompute_flops) / (n * peak * problem.cost.efficiency);
-
-    let hbm = hw.gpu.memory_bandwidth_gbps * 1e9;
-    let e = s.precision.activation_bytes() as f64;
-    let micro_batches = s.accumulation as f64;
-    let memory_bound_s = match s.attention {
-        Attention::Naive => {
-            let a = spec.num_heads as f64;
-            let per_layer = 12.0 * e * a * seq * seq * s.micro_batch as f64;
-            let recompute = match policy {
-                Checkpoint::Selective => 4.0 * e * a * seq * seq * s.micro_batch as f64,
-                _ => 0.0,
-            };
-            (per_layer + recompute) * attn_layers * micro_batches / hbm
-        }
-        Attention::MemoryEfficient => 0.0,
-    };
+    let memory_bound_s = attention_traffic_s(problem, s);
+    let optimizer_s = optimizer_step_s(problem, s);
 
     let p = f.params as f64;
     let (pb, gb) = (
         s.precision.param_bytes() as f64,
         s.precision.grad_bytes() as f64,
     );
-    let opt_off = s.placement.offload_optimizer != Offload::None;
-    let local = p / if s.placement.zero_stage.shards_optimizer() {
-        n
-    } else {
-        1.0
-    };
-    let optimizer_s = if opt_off {
-        0.0
-    } else {
-        let state = memory::optimizer_state_bytes(problem, s)
-            / if s.placement.zero_stage.shards_optimizer() {
-                n
-            } else {
-                1.0
-            };
-        let bytes = 2.0 * (local * (pb + s.precision.master_bytes() as f64) + state) + local * gb;
-        bytes / hbm
-    };
-
     let ring = if n > 1.0 { (n - 1.0) / n } else { 0.0 };
-    let bw = hw.collective_bandwidth_gbps() * 1e9;
-    let k = micro_batches;
+    let bw = problem.hardware.collective_bandwidth_gbps() * 1e9;
+    let k = s.accumulation as f64;
     let (overlapped, exposed) = match s.placement.zero_stage.number() {
         0 | 1 => (2.0 * p * gb, 0.0),
         2 => (k * p * gb, p * pb),
@@ -159,27 +102,7 @@ pub fn predict(problem: &Problem, s: &Strategy) -> StepTime {
     };
     let exposed_communication_s =
         (overlapped * ring / bw - overlap_window).max(0.0) + exposed * ring / bw;
-
-    let pcie = hw.pcie_bandwidth_gbps * 1e9;
-    let nvme = hw.nvme_bandwidth_gbps * 1e9;
-    let per_node = hw.gpus_per_node as f64;
-    let mut offload_s = 0.0;
-    if opt_off {
-        offload_s += (k * gb * local + pb * local) / pcie;
-        offload_s += per_node * local / hw.cpu_optimizer_params_per_s;
-        if s.placement.offload_optimizer == Offload::Nvme {
-            let states = 4.0 * local + memory::optimizer_state_bytes(problem, s) / n;
-            offload_s += 2.0 * per_node * states / nvme;
-        }
-    }
-    if s.placement.offload_params != Offload::None {
-        let fetch = 2.0 * k * pb * p / n;
-        let mut t = fetch / pcie;
-        if s.placement.offload_params == Offload::Nvme {
-            t = t.max(per_node * fetch / nvme);
-        }
-        offload_s += (t - compute_s).max(0.0);
-    }
+    let offload_s = offload_s(problem, s, compute_s);
 
     let step_s = compute_s + memory_bound_s + optimizer_s + exposed_communication_s + offload_s;
     StepTime {
@@ -196,4 +119,119 @@ pub fn predict(problem: &Problem, s: &Strategy) -> StepTime {
         communication_bytes_per_device: (overlapped + exposed) * ring,
         mfu: model_flops / (step_s * n * peak),
     }
+}
+
+/// Model FLOPs of a step and the extra FLOPs of recomputation (all devices).
+fn flops(problem: &Problem, s: &Strategy) -> (f64, f64) {
+    let spec = &problem.spec;
+    let f = &problem.facts;
+    let seq = problem.workload.seq_len as f64;
+    let tokens = problem.workload.tokens_per_step() as f64;
+    let q = spec.q_dim() as f64;
+    let attn_layers = f.attention_layers as f64;
+    let attention_flops = 12.0 * seq * q * tokens * attn_layers;
+    let model_flops = 6.0 * f.active_matmul_params * tokens + attention_flops;
+    let blocks = spec.total_blocks();
+    let recompute_flops = match effective_policy(problem, s) {
+        Checkpoint::None | Checkpoint::Budget(_) => 0.0,
+        Checkpoint::Selective => 4.0 * seq * q * tokens * attn_layers,
+        policy @ (Checkpoint::EveryNth(_) | Checkpoint::Sqrt) => {
+            let share = activation::checkpointed_blocks(policy, blocks) as f64 / blocks as f64;
+            share * (2.0 * f.active_block_matmul_params * tokens + attention_flops / 3.0)
+        }
+    };
+    (model_flops, recompute_flops)
+}
+
+/// The checkpoint policy the model charges (`budget:SIZE` resolved).
+fn effective_policy(problem: &Problem, s: &Strategy) -> Checkpoint {
+    activation::effective_policy(
+        &problem.spec,
+        problem.workload.seq_len as f64,
+        s.micro_batch as f64,
+        s.precision.activation_bytes() as f64,
+        s.attention,
+        s.checkpoint,
+    )
+}
+
+/// Naive attention's s² traffic through device memory (re-read under selective recompute).
+fn attention_traffic_s(problem: &Problem, s: &Strategy) -> f64 {
+    if s.attention == Attention::MemoryEfficient {
+        return 0.0;
+    }
+    let hbm = problem.hardware.gpu.memory_bandwidth_gbps * 1e9;
+    let e = s.precision.activation_bytes() as f64;
+    let seq = problem.workload.seq_len as f64;
+    let a = problem.spec.num_heads as f64;
+    let per_layer = 12.0 * e * a * seq * seq * s.micro_batch as f64;
+    let recompute = match effective_policy(problem, s) {
+        Checkpoint::Selective => 4.0 * e * a * seq * seq * s.micro_batch as f64,
+        _ => 0.0,
+    };
+    (per_layer + recompute) * problem.facts.attention_layers as f64 * s.accumulation as f64 / hbm
+}
+
+/// Parameters each device's optimizer updates (its shard under ZeRO ≥ 1).
+fn local_params(problem: &Problem, s: &Strategy) -> f64 {
+    let p = problem.facts.params as f64;
+    if s.placement.zero_stage.shards_optimizer() {
+        p / problem.hardware.world_size() as f64
+    } else {
+        p
+    }
+}
+
+/// The device-side optimizer step's memory traffic (none when the step runs on the host).
+fn optimizer_step_s(problem: &Problem, s: &Strategy) -> f64 {
+    if s.placement.offload_optimizer != Offload::None {
+        return 0.0;
+    }
+    let local = local_params(problem, s);
+    let shards = if s.placement.zero_stage.shards_optimizer() {
+        problem.hardware.world_size() as f64
+    } else {
+        1.0
+    };
+    let state = memory::optimizer_state_bytes(problem, s) / shards;
+    let (pb, gb) = (
+        s.precision.param_bytes() as f64,
+        s.precision.grad_bytes() as f64,
+    );
+    let bytes = 2.0 * (local * (pb + s.precision.master_bytes() as f64) + state) + local * gb;
+    bytes / (problem.hardware.gpu.memory_bandwidth_gbps * 1e9)
+}
+
+/// Offload traffic and host optimizer time not hidden behind `compute_s`.
+fn offload_s(problem: &Problem, s: &Strategy, compute_s: f64) -> f64 {
+    let hw = &problem.hardware;
+    let n = hw.world_size() as f64;
+    let p = problem.facts.params as f64;
+    let k = s.accumulation as f64;
+    let (pb, gb) = (
+        s.precision.param_bytes() as f64,
+        s.precision.grad_bytes() as f64,
+    );
+    let local = local_params(problem, s);
+    let pcie = hw.pcie_bandwidth_gbps * 1e9;
+    let nvme = hw.nvme_bandwidth_gbps * 1e9;
+    let per_node = hw.gpus_per_node as f64;
+    let mut offload_s = 0.0;
+    if s.placement.offload_optimizer != Offload::None {
+        offload_s += (k * gb * local + pb * local) / pcie;
+        offload_s += per_node * local / hw.cpu_optimizer_params_per_s;
+        if s.placement.offload_optimizer == Offload::Nvme {
+            let states = 4.0 * local + memory::optimizer_state_bytes(problem, s) / n;
+            offload_s += 2.0 * per_node * states / nvme;
+        }
+    }
+    if s.placement.offload_params != Offload::None {
+        let fetch = 2.0 * k * pb * p / n;
+        let mut t = fetch / pcie;
+        if s.placement.offload_params == Offload::Nvme {
+            t = t.max(per_node * fetch / nvme);
+        }
+        offload_s += (t - compute_s).max(0.0);
+    }
+    offload_s
 }

@@ -108,6 +108,40 @@ pub struct ModelSpec {
 }
 
 impl ModelSpec {
+    /// A dense model without attention (headroom's residual MLP family's shape: blocks of a norm
+    /// and a plain biased MLP), untied, without dropout; set the attention fields of an
+    /// attention family on top.
+    pub fn dense(
+        name: &str,
+        family: Family,
+        vocab: u64,
+        hidden: u64,
+        layers: u64,
+        intermediate: u64,
+    ) -> ModelSpec {
+        ModelSpec {
+            name: name.to_string(),
+            family,
+            vocab_size: vocab,
+            hidden_size: hidden,
+            num_layers: layers,
+            num_decoder_layers: 0,
+            num_heads: 0,
+            num_kv_heads: 0,
+            head_dim: 0,
+            intermediate_size: intermediate,
+            mlp: MlpKind::Plain,
+            num_experts: 1,
+            experts_per_token: 1,
+            max_learned_positions: None,
+            tie_word_embeddings: false,
+            dropout: false,
+            bias: true,
+            relative_attention_buckets: 0,
+            type_vocab_size: 0,
+        }
+    }
+
     /// Width of the attention's query/output projection (`heads × head_dim`).
     pub fn q_dim(&self) -> u64 {
         self.num_heads * self.head_dim

@@ -12,31 +12,20 @@ use headroom_memory::ByteSize;
 use headroom_nn::models::ModelSpec as NnSpec;
 use headroom_plan::cost::{CostModel, MemoryPrediction, Problem, activation, memory};
 use headroom_plan::hardware::{self, HardwareOverrides};
-use headroom_plan::model::{Family, MlpKind, ModelSpec};
+use headroom_plan::model::{Family, ModelSpec};
 use headroom_plan::workload::{BatchSpec, Workload};
 
 /// The planner's description of a headroom model.
 pub fn planner_spec(name: &str, spec: &NnSpec) -> ModelSpec {
-    let base = |family, vocab, hidden, layers, inter| ModelSpec {
-        name: name.to_string(),
-        family,
-        vocab_size: vocab as u64,
-        hidden_size: hidden as u64,
-        num_layers: layers as u64,
-        num_decoder_layers: 0,
-        num_heads: 0,
-        num_kv_heads: 0,
-        head_dim: 0,
-        intermediate_size: inter as u64,
-        mlp: MlpKind::Plain,
-        num_experts: 1,
-        experts_per_token: 1,
-        max_learned_positions: None,
-        tie_word_embeddings: false,
-        dropout: false,
-        bias: true,
-        relative_attention_buckets: 0,
-        type_vocab_size: 0,
+    let base = |family, vocab: usize, hidden: usize, layers: usize, inter: usize| {
+        ModelSpec::dense(
+            name,
+            family,
+            vocab as u64,
+            hidden as u64,
+            layers as u64,
+            inter as u64,
+        )
     };
     match spec {
         NnSpec::Gpt(c) => ModelSpec {

@@ -7,125 +7,35 @@
 //!
 //! Not for: choosing a strategy (the planner) or drawing reports (the CLI).
 
+mod build;
+mod events;
 mod guard;
 mod precision;
 mod save;
 mod schedule;
 mod step;
 
+pub use build::model_spec;
+pub use events::{TrainError, TrainEvent, TrainerHooks};
 pub use guard::LeakGuard;
 pub use precision::compute_dtype;
 pub use schedule::learning_rate;
 
-use crate::config::{ConfigError, RunConfig};
-use crate::data::{Corpus, CorpusError, TokenSampler};
+use build::{master_weights, optimizer_config};
+
+use crate::config::RunConfig;
+use crate::data::{Corpus, TokenSampler};
 use crate::recompute::policy::{BudgetDecision, recompute_for};
 use crate::report::{CacheRelease, TrainReport, ValLoss};
-use crate::save::SaveError;
 use crate::scaler::{LossScaler, ScalerConfig};
-use headroom_memory::{AllocatorConfig, Category, Device, MemoryPeaks, OutOfMemory};
-use headroom_nn::models::{ModelSpec, ModelSpecError, build_model};
-use headroom_nn::optim::{Optimizer, OptimizerConfig};
+use headroom_memory::{AllocatorConfig, Category, Device};
+use headroom_nn::models::{ModelSpec, build_model};
+use headroom_nn::optim::Optimizer;
 use headroom_nn::{Model, Recompute};
 use headroom_strategy::Precision;
 use headroom_tensor::backend::work::Work;
-use headroom_tensor::{DType, Gradients, Tensor, TensorError, no_grad};
+use headroom_tensor::{DType, Gradients, Tensor, no_grad};
 use std::time::Instant;
-
-/// Why a run stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum TrainError {
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error(transparent)]
-    Corpus(#[from] CorpusError),
-    #[error(transparent)]
-    Model(#[from] ModelSpecError),
-    #[error("{0}")]
-    OutOfMemory(OutOfMemory),
-    #[error("engine error: {0}")]
-    Engine(TensorError),
-    #[error(transparent)]
-    Save(#[from] SaveError),
-    #[error(transparent)]
-    Policy(#[from] crate::recompute::policy::PolicyError),
-    #[error("planner: {0}")]
-    Planner(String),
-    #[error(
-        "training diverged: the loss is {loss} at step {step}; lower --lr, or use fp32 or bf16-mixed"
-    )]
-    Diverged { step: u64, loss: f64 },
-}
-
-impl From<TensorError> for TrainError {
-    fn from(e: TensorError) -> Self {
-        match e {
-            TensorError::OutOfMemory(oom) => TrainError::OutOfMemory(oom),
-            other => TrainError::Engine(other),
-        }
-    }
-}
-
-impl From<headroom_strategy::StrategyError> for TrainError {
-    fn from(e: headroom_strategy::StrategyError) -> Self {
-        TrainError::Config(ConfigError::Strategy(e))
-    }
-}
-
-impl From<OutOfMemory> for TrainError {
-    fn from(e: OutOfMemory) -> Self {
-        TrainError::OutOfMemory(e)
-    }
-}
-
-/// Progress the trainer reports as it goes.
-#[derive(Debug, Clone, PartialEq)]
-pub enum TrainEvent {
-    Step {
-        step: u64,
-        total: u64,
-        loss: f64,
-        tokens_per_s: f64,
-        allocated: u64,
-        reserved: u64,
-        capacity: u64,
-    },
-    Validation {
-        step: u64,
-        loss: f64,
-    },
-    CacheEmptied {
-        step: u64,
-        reserved_before: u64,
-        reserved_after: u64,
-    },
-    Warning(String),
-    /// The run was saved (`--save-dir`).
-    Saved {
-        step: u64,
-        path: String,
-    },
-    /// A step ran out of memory and is retried with half the micro-batch.
-    OomRecovered {
-        step: u64,
-        micro_batch: usize,
-        accumulation: usize,
-    },
-}
-
-/// Test and demonstration hooks that reproduce classic mistakes on purpose.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TrainerHooks {
-    /// Never clear gradients after a step (the forgotten `zero_grad`).
-    pub skip_zero_grad: bool,
-    /// Force a non-finite gradient at these optimizer steps (0-based), to exercise loss scaling.
-    pub force_overflow_at: Option<u64>,
-    /// Keep every micro-batch's loss tensor (a leak the guard must catch).
-    pub keep_losses: bool,
-    /// Rebuild a history buffer one row longer at every step and free it at the step's end:
-    /// nothing grows between steps, but the step's peak does (the guard must catch it).
-    pub grow_step_buffer: bool,
-}
 
 /// A training run in progress.
 pub struct Trainer {
@@ -170,34 +80,6 @@ impl std::fmt::Debug for Trainer {
     }
 }
 
-/// The model `config` trains: its preset or file with the shape overrides, dropout and
-/// attention kind applied, checked (a bad shape names the field).
-pub fn model_spec(config: &RunConfig) -> Result<ModelSpec, TrainError> {
-    let spec = unchecked_model_spec(config)?;
-    spec.validate()?;
-    Ok(spec)
-}
-
-fn unchecked_model_spec(config: &RunConfig) -> Result<ModelSpec, TrainError> {
-    let spec = ModelSpec::resolve(&config.model)?.with_overrides(
-        config.layers,
-        config.width,
-        config.heads,
-        config.seq_len,
-    );
-    Ok(match spec {
-        ModelSpec::Gpt(mut c) => {
-            c.dropout = config.dropout.unwrap_or(c.dropout);
-            c.attention = config.strategy.attention;
-            ModelSpec::Gpt(c)
-        }
-        ModelSpec::Resmlp(mut c) => {
-            c.dropout = config.dropout.unwrap_or(c.dropout);
-            ModelSpec::Resmlp(c)
-        }
-    })
-}
-
 impl Trainer {
     /// Builds the model, optimizer and data for `config` on a fresh CPU device of
     /// `config.device_memory` bytes.
@@ -237,18 +119,7 @@ impl Trainer {
             block.bind_grads(&mut grads)?;
         }
         let master = if precision.master_weights() {
-            let copies = model
-                .blocks()
-                .iter()
-                .map(|b| {
-                    precision::f32_copy(
-                        b.flat(),
-                        Category::MasterWeight,
-                        &format!("{}.master", b.name()),
-                    )
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            Some(copies)
+            Some(master_weights(model.as_ref())?)
         } else {
             None
         };
@@ -257,22 +128,7 @@ impl Trainer {
             .loss_scaling()
             .then(|| LossScaler::new(ScalerConfig::default()));
         let dry = !device.is_backed();
-        let report = TrainReport {
-            losses: Vec::new(),
-            val_losses: Vec::new(),
-            step_times_s: Vec::new(),
-            tokens_per_s: 0.0,
-            memory: MemoryPeaks::default(),
-            device_memory_bytes: config.device_memory,
-            skipped_steps: 0,
-            cache_releases: Vec::new(),
-            warnings: Vec::new(),
-            parameters: model.num_params() as u64,
-            config: config.clone(),
-            predicted_peak_bytes: None,
-            predicted_breakdown: None,
-            auto: None,
-        };
+        let report = TrainReport::new(&config, model.num_params() as u64);
         Ok(Trainer {
             config,
             precision,
@@ -443,42 +299,7 @@ impl Trainer {
                 capacity: a.capacity(),
             });
             drop(a);
-            let last = self.step == self.config.steps;
-            if (self.config.eval_every > 0 && self.step.is_multiple_of(self.config.eval_every))
-                || last
-            {
-                let v = self.validate()?;
-                on_event(TrainEvent::Validation {
-                    step: self.step,
-                    loss: v,
-                });
-                if self.config.empty_cache_after_eval {
-                    let before = self.device.lock().reserved();
-                    self.device.empty_cache();
-                    let after = self.device.lock().reserved();
-                    self.report.cache_releases.push(CacheRelease {
-                        step: self.step,
-                        reserved_before: before,
-                        reserved_after: after,
-                    });
-                    on_event(TrainEvent::CacheEmptied {
-                        step: self.step,
-                        reserved_before: before,
-                        reserved_after: after,
-                    });
-                }
-            }
-            if let Some(dir) = self.config.save_dir.clone()
-                && (last
-                    || (self.config.save_every > 0
-                        && self.step.is_multiple_of(self.config.save_every)))
-            {
-                let path = self.save(&dir)?;
-                on_event(TrainEvent::Saved {
-                    step: self.step,
-                    path: path.display().to_string(),
-                });
-            }
+            self.after_step(on_event)?;
         }
         let total_time = self.report.step_times_s.iter().sum::<f64>();
         let total_tokens =
@@ -492,6 +313,45 @@ impl Trainer {
         let stats = self.device.stats();
         self.report.set_memory(&stats);
         Ok(&self.report)
+    }
+
+    /// After an optimizer step: validation (and `empty_cache`) when due, a save when due.
+    fn after_step(&mut self, on_event: &mut dyn FnMut(TrainEvent)) -> Result<(), TrainError> {
+        let last = self.step == self.config.steps;
+        if (self.config.eval_every > 0 && self.step.is_multiple_of(self.config.eval_every)) || last
+        {
+            let v = self.validate()?;
+            on_event(TrainEvent::Validation {
+                step: self.step,
+                loss: v,
+            });
+            if self.config.empty_cache_after_eval {
+                let before = self.device.lock().reserved();
+                self.device.empty_cache();
+                let after = self.device.lock().reserved();
+                self.report.cache_releases.push(CacheRelease {
+                    step: self.step,
+                    reserved_before: before,
+                    reserved_after: after,
+                });
+                on_event(TrainEvent::CacheEmptied {
+                    step: self.step,
+                    reserved_before: before,
+                    reserved_after: after,
+                });
+            }
+        }
+        let every = self.config.save_every;
+        if let Some(dir) = self.config.save_dir.clone()
+            && (last || (every > 0 && self.step.is_multiple_of(every)))
+        {
+            let path = self.save(&dir)?;
+            on_event(TrainEvent::Saved {
+                step: self.step,
+                path: path.display().to_string(),
+            });
+        }
+        Ok(())
     }
 
     /// Mean loss over the validation batches, computed without a tape.
@@ -562,17 +422,4 @@ impl Trainer {
         )?;
         Ok((x, y))
     }
-}
-
-fn optimizer_config(config: &RunConfig) -> Result<OptimizerConfig, TrainError> {
-    let s = &config.strategy;
-    let mut c = OptimizerConfig::for_strategy(s.optimizer, s.precision).ok_or_else(|| {
-        ConfigError::Strategy(headroom_strategy::StrategyError::Incompatible(
-            s.engine_incompatibility().unwrap_or_default(),
-        ))
-    })?;
-    if let Some(wd) = config.weight_decay {
-        c.weight_decay = wd;
-    }
-    Ok(c)
 }

@@ -1,0 +1,299 @@
+//! The keys of a run as the TOML file and the flags give them (`TrainConfig`: each optional,
+//! flags over file), and their resolution against the embedded defaults into a `RunConfig`.
+//! clap derives `headroom train`'s flags from this struct, so a key is written once.
+//!
+//! Not for: the resolved configuration (see `run`).
+
+use super::run::{DEFAULT_DEVICE_MEMORY, DEFAULT_MODEL, MAX_EFFECTIVE_BATCH, RunConfig};
+use super::{ConfigError, describe_toml_error};
+use headroom_memory::size::ByteSize;
+use headroom_strategy::{
+    Attention, Checkpoint, Offload, Optimizer, Pins, Placement, Precision, Strategy, StrategyError,
+    ZeroStage, parse_flag,
+};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Every key of the TOML file and every run flag of `headroom train`; each is optional, and
+/// flags override the file.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, clap::Args)]
+#[serde(deny_unknown_fields)]
+pub struct TrainConfig {
+    /// Model preset (gpt-small, gpt-tiny, gpt-medium, resmlp) or a model TOML.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Override the preset's number of layers (blocks).
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Override the preset's width (the MLP is 4 × width).
+    #[arg(long)]
+    pub width: Option<usize>,
+    /// Override the number of attention heads.
+    #[arg(long)]
+    pub heads: Option<usize>,
+    /// Sequence length in tokens (default: the model's context).
+    #[arg(long)]
+    pub seq_len: Option<usize>,
+    /// Dropout probability.
+    #[arg(long)]
+    pub dropout: Option<f32>,
+    /// fp32 | bf16-mixed | fp16-mixed | bf16.
+    #[arg(long, value_parser = parse_flag::<Precision>)]
+    pub precision: Option<Precision>,
+    /// Sequences per forward/backward pass.
+    #[arg(long)]
+    pub micro_batch: Option<usize>,
+    /// Micro-batches per optimizer step (effective batch = micro-batch × accumulation).
+    #[arg(long)]
+    pub accumulation: Option<usize>,
+    /// sgd | sgd-momentum | adamw | adamw-bf16 | lamb.
+    #[arg(long, value_parser = parse_flag::<Optimizer>)]
+    pub optimizer: Option<Optimizer>,
+    /// Peak learning rate (after warm-up; cosine decay to a tenth).
+    #[arg(long)]
+    pub lr: Option<f32>,
+    #[arg(long)]
+    pub weight_decay: Option<f32>,
+    /// Clip gradients to this global norm (0 turns clipping off; default 1.0).
+    #[arg(long)]
+    pub grad_clip: Option<f32>,
+    #[arg(long)]
+    pub warmup_steps: Option<u64>,
+    /// Optimizer steps to run.
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Device memory budget, e.g. 512MiB or 2GiB (GB = 10^9, GiB = 2^30).
+    #[arg(long)]
+    pub device_memory: Option<ByteSize>,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Validate every N optimizer steps (and at the end); 0: only at the end.
+    #[arg(long)]
+    pub eval_every: Option<u64>,
+    /// Validation batches per evaluation.
+    #[arg(long)]
+    pub eval_batches: Option<usize>,
+    /// Empty the allocator's cache after each validation and report reserved bytes around it.
+    #[arg(
+        long,
+        num_args = 0,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub empty_cache_after_eval: Option<bool>,
+    /// Train on this text file instead of the bundled corpus.
+    #[arg(long, value_name = "FILE")]
+    pub data: Option<PathBuf>,
+    /// Activation checkpointing: none, all, every:K, sqrt, budget:SIZE (least recomputation whose
+    /// activation peak fits SIZE), selective.
+    #[arg(long, value_parser = parse_flag::<Checkpoint>)]
+    pub checkpoint: Option<Checkpoint>,
+    /// Attention implementation: naive, memory-efficient.
+    #[arg(long, value_parser = parse_flag::<Attention>)]
+    pub attention: Option<Attention>,
+    /// Save the run (weights, optimizer state, data position) under this directory.
+    #[arg(long, value_name = "DIR", visible_alias = "checkpoint-dir")]
+    #[serde(alias = "checkpoint_dir")]
+    pub save_dir: Option<PathBuf>,
+    /// Save every N steps (and at the end) when --save-dir is set.
+    #[arg(long, value_name = "N", visible_alias = "checkpoint-every")]
+    #[serde(alias = "checkpoint_every")]
+    pub save_every: Option<u64>,
+    /// Retry a step that runs out of memory with half the micro-batch and twice the
+    /// accumulation (default true; the flag --no-oom-recovery turns it off).
+    #[arg(
+        long = "no-oom-recovery",
+        num_args = 0,
+        default_missing_value = "false",
+        value_name = "BOOL",
+        help = "Stop at the first out-of-memory error instead of retrying the step with half the \
+                micro-batch and twice the accumulation"
+    )]
+    pub oom_recovery: Option<bool>,
+    /// ZeRO stage (the single-device engine runs 0).
+    #[arg(skip)]
+    pub zero_stage: Option<ZeroStage>,
+    /// Tier of optimizer states (the single-device engine keeps them on the device: none).
+    #[arg(skip)]
+    pub offload_optimizer: Option<Offload>,
+    /// Tier of parameters (the single-device engine keeps them on the device: none).
+    #[arg(skip)]
+    pub offload_params: Option<Offload>,
+}
+
+impl TrainConfig {
+    /// Reads a TOML file; unknown keys and bad values name the key and the line.
+    pub fn from_file(path: &Path) -> Result<TrainConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: describe_toml_error(&text, &e),
+        })
+    }
+
+    /// `self` with every key that `over` sets replaced (flags over file). The struct literal
+    /// makes the compiler check that every key is listed.
+    pub fn overridden_by(self, over: TrainConfig) -> TrainConfig {
+        macro_rules! pick {
+            ($($f:ident),*) => { TrainConfig { $($f: over.$f.or(self.$f)),* } };
+        }
+        pick!(
+            model,
+            layers,
+            width,
+            heads,
+            seq_len,
+            dropout,
+            precision,
+            micro_batch,
+            accumulation,
+            optimizer,
+            lr,
+            weight_decay,
+            grad_clip,
+            warmup_steps,
+            steps,
+            device_memory,
+            seed,
+            eval_every,
+            eval_batches,
+            empty_cache_after_eval,
+            data,
+            checkpoint,
+            attention,
+            save_dir,
+            save_every,
+            oom_recovery,
+            zero_stage,
+            offload_optimizer,
+            offload_params
+        )
+    }
+
+    /// The strategy levers this configuration sets: `--auto` keeps them.
+    pub fn pins(&self) -> Pins {
+        Pins {
+            precision: self.precision,
+            optimizer: self.optimizer,
+            zero_stage: self.zero_stage,
+            offload_optimizer: self.offload_optimizer,
+            offload_params: self.offload_params,
+            checkpoint: self.checkpoint,
+            attention: self.attention,
+            micro_batch: self.micro_batch.map(|m| m as u64),
+            accumulation: self.accumulation.map(|a| a as u64),
+        }
+    }
+
+    /// Fills defaults and checks every value.
+    pub fn resolve(self) -> Result<RunConfig, ConfigError> {
+        let strategy = self.resolve_strategy()?;
+        let eval_batches = positive("eval_batches", self.eval_batches, 4)?;
+        for (key, v) in [
+            ("layers", self.layers),
+            ("width", self.width),
+            ("heads", self.heads),
+            ("seq_len", self.seq_len),
+        ] {
+            if v == Some(0) {
+                return Err(value(key, &0, "must be at least 1"));
+            }
+        }
+        let lr = self.lr.unwrap_or(strategy.optimizer.default_lr());
+        if !(lr.is_finite() && lr > 0.0) {
+            return Err(value("lr", &lr, "must be a positive number"));
+        }
+        if let Some(d) = self.dropout.filter(|d| !(0.0..1.0).contains(d)) {
+            return Err(value("dropout", &d, "must be in [0, 1)"));
+        }
+        let device_memory = self.device_memory.map_or(DEFAULT_DEVICE_MEMORY, |b| b.0);
+        if device_memory < (1 << 20) {
+            return Err(value(
+                "device_memory",
+                &device_memory,
+                "is below 1 MiB; give a size such as 512MiB or 2GiB",
+            ));
+        }
+        Ok(RunConfig {
+            model: self.model.unwrap_or_else(|| DEFAULT_MODEL.into()),
+            layers: self.layers,
+            width: self.width,
+            heads: self.heads,
+            seq_len: self.seq_len,
+            dropout: self.dropout,
+            strategy,
+            lr,
+            weight_decay: self.weight_decay,
+            // Clip to global norm 1.0 unless set; 0 (or less) turns clipping off.
+            grad_clip: match self.grad_clip {
+                None => Some(1.0),
+                Some(c) if c > 0.0 => Some(c),
+                Some(_) => None,
+            },
+            warmup_steps: self.warmup_steps.unwrap_or(20),
+            steps: self.steps.unwrap_or(200),
+            device_memory,
+            seed: self.seed.unwrap_or(1337),
+            eval_every: self.eval_every.unwrap_or(50),
+            eval_batches,
+            empty_cache_after_eval: self.empty_cache_after_eval.unwrap_or(false),
+            data: self.data,
+            save_dir: self.save_dir,
+            save_every: self.save_every.unwrap_or(0),
+            oom_recovery: self.oom_recovery.unwrap_or(true),
+        })
+    }
+
+    /// The strategy these keys configure, defaults filled, checked against the engine.
+    fn resolve_strategy(&self) -> Result<Strategy, ConfigError> {
+        let micro_batch = positive("micro_batch", self.micro_batch, 16)?;
+        let accumulation = positive("accumulation", self.accumulation, 1)?;
+        if micro_batch
+            .checked_mul(accumulation)
+            .is_none_or(|b| b > MAX_EFFECTIVE_BATCH)
+        {
+            return Err(value(
+                "micro_batch",
+                &format!("{micro_batch} × accumulation {accumulation}"),
+                "is above 1,048,576 sequences per optimizer step; lower --micro-batch or --accumulation",
+            ));
+        }
+        let strategy = Strategy {
+            precision: self.precision.unwrap_or_default(),
+            optimizer: self.optimizer.unwrap_or_default(),
+            placement: Placement {
+                zero_stage: self.zero_stage.unwrap_or_default(),
+                offload_optimizer: self.offload_optimizer.unwrap_or_default(),
+                offload_params: self.offload_params.unwrap_or_default(),
+            },
+            checkpoint: self.checkpoint.unwrap_or_default(),
+            attention: self.attention.unwrap_or_default(),
+            micro_batch: micro_batch as u64,
+            accumulation: accumulation as u64,
+        };
+        match strategy.engine_incompatibility() {
+            Some(why) => Err(StrategyError::Incompatible(why).into()),
+            None => Ok(strategy),
+        }
+    }
+}
+
+/// A bad value of `key`.
+fn value(key: &'static str, v: &dyn std::fmt::Display, reason: &str) -> ConfigError {
+    ConfigError::Value {
+        key,
+        value: v.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// `v` or `default`, which must be at least 1.
+fn positive(key: &'static str, v: Option<usize>, default: usize) -> Result<usize, ConfigError> {
+    match v.unwrap_or(default) {
+        0 => Err(value(key, &0, "must be at least 1")),
+        n => Ok(n),
+    }
+}

@@ -1,0 +1,76 @@
+//! The resolved configuration of a run (`RunConfig`): every key filled, the strategy typed and
+//! checked, as reports and saved runs record it; and the embedded defaults.
+//!
+//! Not for: reading files and flags (see `keys`).
+
+use headroom_strategy::Strategy;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The resolved configuration of a run. The strategy's keys sit flat beside the others in
+/// reports and saved runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunConfig {
+    pub model: String,
+    pub layers: Option<usize>,
+    pub width: Option<usize>,
+    pub heads: Option<usize>,
+    pub seq_len: Option<usize>,
+    pub dropout: Option<f32>,
+    #[serde(flatten)]
+    pub strategy: Strategy,
+    pub lr: f32,
+    pub weight_decay: Option<f32>,
+    pub grad_clip: Option<f32>,
+    pub warmup_steps: u64,
+    pub steps: u64,
+    pub device_memory: u64,
+    pub seed: u64,
+    pub eval_every: u64,
+    pub eval_batches: usize,
+    pub empty_cache_after_eval: bool,
+    pub data: Option<PathBuf>,
+    #[serde(alias = "checkpoint_dir")]
+    pub save_dir: Option<PathBuf>,
+    #[serde(alias = "checkpoint_every")]
+    pub save_every: u64,
+    pub oom_recovery: bool,
+}
+
+impl RunConfig {
+    /// Sequences per forward/backward pass.
+    pub fn micro_batch(&self) -> usize {
+        self.strategy.micro_batch as usize
+    }
+    /// Micro-batches per optimizer step.
+    pub fn accumulation(&self) -> usize {
+        self.strategy.accumulation as usize
+    }
+    /// Sequences per optimizer step.
+    pub fn effective_batch(&self) -> usize {
+        self.micro_batch() * self.accumulation()
+    }
+    /// `self` running `strategy` instead of its own.
+    pub fn with_strategy(&self, strategy: Strategy) -> RunConfig {
+        RunConfig {
+            strategy,
+            ..self.clone()
+        }
+    }
+    /// `self` with another micro-batch × accumulation split.
+    pub fn with_split(&self, micro_batch: usize, accumulation: usize) -> RunConfig {
+        self.with_strategy(Strategy {
+            micro_batch: micro_batch as u64,
+            accumulation: accumulation as u64,
+            ..self.strategy
+        })
+    }
+}
+
+/// The embedded defaults: a small GPT on the bundled corpus, a few hundred steps, 512 MiB of
+/// device memory.
+pub const DEFAULT_MODEL: &str = "gpt-small";
+pub const DEFAULT_DEVICE_MEMORY: u64 = 512 << 20;
+/// Sequences per optimizer step beyond which a configuration is surely a mistake (the token
+/// batches alone would fill host memory).
+pub const MAX_EFFECTIVE_BATCH: usize = 1 << 20;

@@ -1,0 +1,111 @@
+//! Reading, merging and resolving run configurations.
+
+use super::*;
+use headroom_strategy::{Optimizer, Precision, ZeroStage};
+
+fn file(text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.toml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+#[test]
+fn flags_override_the_file_and_defaults_fill_the_rest() {
+    let (_d, path) =
+        file("precision = \"bf16-mixed\"\nmicro_batch = 4\ndevice_memory = \"256MiB\"\n");
+    let from_file = TrainConfig::from_file(&path).unwrap();
+    let flags = TrainConfig {
+        micro_batch: Some(8),
+        ..Default::default()
+    };
+    let run = from_file.overridden_by(flags).resolve().unwrap();
+    assert_eq!(run.strategy.precision, Precision::Bf16Mixed);
+    assert_eq!(run.micro_batch(), 8);
+    assert_eq!(run.device_memory, 256 << 20);
+    assert_eq!(run.accumulation(), 1);
+    assert_eq!(run.model, DEFAULT_MODEL);
+    assert_eq!(run.effective_batch(), 8);
+}
+
+#[test]
+fn the_planners_export_is_accepted() {
+    let text = "precision = \"fp32\"\nmicro_batch = 2\naccumulation = 4\ncheckpoint = \"none\"\nattention = \"naive\"\noptimizer = \"adamw\"\nzero_stage = 0\noffload_optimizer = \"none\"\noffload_params = \"none\"\ndevice_memory = 85899345920\n";
+    let (_d, path) = file(text);
+    let run = TrainConfig::from_file(&path).unwrap().resolve().unwrap();
+    assert_eq!(run.effective_batch(), 8);
+    assert_eq!(run.device_memory, 80 << 30);
+}
+
+#[test]
+fn malformed_files_name_the_key_and_line() {
+    let (_d, path) = file("steps = 10\nmicro_bach = 4\n");
+    let e = TrainConfig::from_file(&path).unwrap_err().to_string();
+    assert!(e.contains("line 2") && e.contains("micro_bach"), "{e}");
+    let (_d, path) = file("steps = \"ten\"\n");
+    let e = TrainConfig::from_file(&path).unwrap_err().to_string();
+    assert!(e.contains("line 1") && e.contains("steps"), "{e}");
+    let (_d, path) = file("device_memory = \"lots\"\n");
+    let e = TrainConfig::from_file(&path).unwrap_err().to_string();
+    assert!(e.contains("line 1") && e.contains("GiB = 2^30"), "{e}");
+}
+
+#[test]
+fn bad_names_in_files_name_the_flag_the_line_and_the_accepted_values() {
+    for (text, needle) in [
+        ("precision = \"fp8\"\n", "bf16-mixed"),
+        ("optimizer = \"adagrad\"\n", "sgd-momentum"),
+        ("steps = 3\ncheckpoint = \"every:0\"\n", "every:K"),
+    ] {
+        let (_d, path) = file(text);
+        let e = TrainConfig::from_file(&path).unwrap_err().to_string();
+        assert!(e.contains(needle) && e.contains("line"), "{e}");
+    }
+}
+
+#[test]
+fn the_old_save_keys_still_read() {
+    let (_d, path) = file("checkpoint_dir = \"runs\"\ncheckpoint_every = 5\n");
+    let run = TrainConfig::from_file(&path).unwrap().resolve().unwrap();
+    assert_eq!(run.save_dir, Some(PathBuf::from("runs")));
+    assert_eq!(run.save_every, 5);
+}
+
+#[test]
+fn bad_values_name_the_key_and_the_accepted_values() {
+    let cases = [
+        (
+            TrainConfig {
+                optimizer: Some(Optimizer::Adafactor),
+                ..Default::default()
+            },
+            "does not run it yet",
+        ),
+        (
+            TrainConfig {
+                micro_batch: Some(0),
+                ..Default::default()
+            },
+            "micro_batch",
+        ),
+        (
+            TrainConfig {
+                micro_batch: Some(1 << 40),
+                accumulation: Some(1 << 30),
+                ..Default::default()
+            },
+            "1,048,576 sequences",
+        ),
+        (
+            TrainConfig {
+                zero_stage: Some(ZeroStage::new(2).unwrap()),
+                ..Default::default()
+            },
+            "--zero 2",
+        ),
+    ];
+    for (config, needle) in cases {
+        let e = config.resolve().unwrap_err().to_string();
+        assert!(e.contains(needle), "{e}");
+    }
+}

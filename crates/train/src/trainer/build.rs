@@ -1,0 +1,70 @@
+//! Building a run's parts from its configuration: the model's shape (preset or file with the
+//! overrides applied), the optimizer's configuration from the vocabulary, and the fp32 master
+//! copies of the weights.
+//!
+//! Not for: the loop (see `step`, `Trainer::train`).
+
+use super::{TrainError, precision};
+use crate::config::{ConfigError, RunConfig};
+use headroom_memory::Category;
+use headroom_nn::Model;
+use headroom_nn::models::ModelSpec;
+use headroom_nn::optim::OptimizerConfig;
+use headroom_tensor::Tensor;
+
+/// The model `config` trains: its preset or file with the shape overrides, dropout and
+/// attention kind applied, checked (a bad shape names the field).
+pub fn model_spec(config: &RunConfig) -> Result<ModelSpec, TrainError> {
+    let spec = unchecked_model_spec(config)?;
+    spec.validate()?;
+    Ok(spec)
+}
+
+fn unchecked_model_spec(config: &RunConfig) -> Result<ModelSpec, TrainError> {
+    let spec = ModelSpec::resolve(&config.model)?.with_overrides(
+        config.layers,
+        config.width,
+        config.heads,
+        config.seq_len,
+    );
+    Ok(match spec {
+        ModelSpec::Gpt(mut c) => {
+            c.dropout = config.dropout.unwrap_or(c.dropout);
+            c.attention = config.strategy.attention;
+            ModelSpec::Gpt(c)
+        }
+        ModelSpec::Resmlp(mut c) => {
+            c.dropout = config.dropout.unwrap_or(c.dropout);
+            ModelSpec::Resmlp(c)
+        }
+    })
+}
+
+/// fp32 master copies of every block's flat parameters, tagged `master_weight`.
+pub(super) fn master_weights(model: &dyn Model) -> Result<Vec<Tensor>, TrainError> {
+    let copies = model
+        .blocks()
+        .iter()
+        .map(|b| {
+            precision::f32_copy(
+                b.flat(),
+                Category::MasterWeight,
+                &format!("{}.master", b.name()),
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(copies)
+}
+
+pub(super) fn optimizer_config(config: &RunConfig) -> Result<OptimizerConfig, TrainError> {
+    let s = &config.strategy;
+    let mut c = OptimizerConfig::for_strategy(s.optimizer, s.precision).ok_or_else(|| {
+        ConfigError::Strategy(headroom_strategy::StrategyError::Incompatible(
+            s.engine_incompatibility().unwrap_or_default(),
+        ))
+    })?;
+    if let Some(wd) = config.weight_decay {
+        c.weight_decay = wd;
+    }
+    Ok(c)
+}
