@@ -4,8 +4,9 @@
 //! segment sources, and adds what PyTorch lacks: per-category accounting, fragmentation
 //! figures, and expandable segments that search again after every reclaim step.
 //!
-//! This crate also holds the vocabulary shared with the planner (`Category`,
-//! `MemoryBreakdown`, sizes); the planner depends on those types only.
+//! It also defines the memory side of the shared vocabulary (`Category`, `CategoryBytes`,
+//! `MemoryBreakdown`, `MemoryPeaks`, sizes), which `headroom-strategy` re-exports beside the
+//! strategy types.
 
 pub mod allocator;
 pub mod breakdown;

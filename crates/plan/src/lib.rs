@@ -3,11 +3,14 @@
 //! combination that fits.
 //!
 //! Layout: `model` (specs, presets, parameter inventory) → `hardware` + `workload` → `strategy`
-//! → `cost` (memory and time per strategy) → `search` (enumerate, filter, rank) → `advice`
-//! (explanations, what to change when nothing fits) → `export` (DeepSpeed, Accelerate,
-//! headroom). `estimators` reproduces DeepSpeed's and Accelerate's own estimators for comparison.
+//! (the vocabulary, re-exported from `headroom-strategy`) → `cost` (memory and time per
+//! strategy; the analytical evaluator) → `search` (the one search: enumerate, filter, rank,
+//! shared with the engine's dry-run evaluator) → `advice` (explanations, what to change when
+//! nothing fits) → `export` (DeepSpeed, Accelerate, headroom). `estimators` reproduces
+//! DeepSpeed's and Accelerate's own estimators for comparison.
 //!
-//! Not for: running anything. The planner uses only the shared types of `headroom-memory`.
+//! Not for: running anything. The planner depends on the vocabulary and on `headroom-memory`'s
+//! types only, never on the engine's kernels.
 
 pub mod advice;
 pub mod cost;
