@@ -10,7 +10,7 @@ use headroom_memory::{DeviceStats, MemoryBreakdown, MemoryPeaks};
 use serde::Serialize;
 
 /// One validation pass.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct ValLoss {
     /// Optimizer steps completed when it ran.
     pub step: u64,

@@ -2,7 +2,9 @@
 //! loss scaler, RNG state, data position, configuration). A save is written into a
 //! temporary directory, every file fsynced, then renamed into place and recorded in `latest`
 //! (itself replaced atomically), so a crash never leaves a half-written save where a
-//! resume would read it.
+//! resume would read it. Every file's CRC-32 is recorded in the manifest, and the manifest's
+//! own in `manifest.crc32`; a read verifies each before using a byte, so a flipped bit is an
+//! error naming the file, never different weights.
 //!
 //! Not for: deciding what goes into a save (the trainer collects its tensors).
 //! ("Checkpoint" in headroom means activation checkpointing; these are saves.)
@@ -15,8 +17,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Version of the manifest layout; bumped on incompatible changes.
-pub const FORMAT_VERSION: u32 = 1;
+/// Version of the manifest layout; bumped on incompatible changes (2: checksums).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Element type of a stored tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,14 +73,20 @@ pub struct Manifest {
     pub format_version: u32,
     /// Optimizer steps completed.
     pub step: u64,
-    /// Safetensors files of this save, by group (`model`, `optimizer`).
+    /// Safetensors files of this save, by group (`model`, `master`, `optimizer`).
     pub files: BTreeMap<String, String>,
+    /// CRC-32 (IEEE) of each file, as 8 hex digits, by file name.
+    #[serde(default)]
+    pub checksums: BTreeMap<String, String>,
     pub scaler: Option<LossScaler>,
     pub data_position: DataPosition,
     /// State of the run's random generators (dropout counters, init seed).
     pub rng: BTreeMap<String, u64>,
     /// Training losses so far, one per optimizer step.
     pub losses: Vec<f64>,
+    /// Validation losses so far.
+    #[serde(default)]
+    pub val_losses: Vec<crate::report::ValLoss>,
     /// The resolved run configuration.
     pub config: serde_json::Value,
 }
@@ -101,6 +109,52 @@ pub enum SaveError {
         "saved run {path} has format version {found}, this headroom reads version {FORMAT_VERSION}"
     )]
     Version { path: PathBuf, found: u32 },
+    #[error(
+        "saved run {path} was written with {key} = {saved}, this run has {key} = {now}; give --resume alone to continue the saved run as it was"
+    )]
+    Mismatch {
+        path: PathBuf,
+        key: &'static str,
+        saved: String,
+        now: String,
+    },
+}
+
+/// Removes the temporary folders of saves that never completed (a crash mid-save): hidden
+/// `.step-NNNNNN.tmp-PID` folders. Best effort: one that cannot be removed stays.
+fn remove_stale_temporaries(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(".step-") && name.contains(".tmp-") {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// The file beside `manifest.json` that holds the manifest's own CRC-32.
+const MANIFEST_CRC: &str = "manifest.crc32";
+
+/// CRC-32 (IEEE) of `bytes` as 8 hex digits.
+fn crc32(bytes: &[u8]) -> String {
+    format!("{:08x}", crc32fast::hash(bytes))
+}
+
+/// Checks `bytes` read from `path` against the recorded checksum.
+fn verify(path: &Path, bytes: &[u8], recorded: &str) -> Result<(), SaveError> {
+    let actual = crc32(bytes);
+    if actual == recorded {
+        return Ok(());
+    }
+    Err(SaveError::Corrupt {
+        path: path.to_path_buf(),
+        reason: format!(
+            "checksum mismatch (CRC-32 {actual}, recorded {recorded}): the file changed after it was written"
+        ),
+    })
 }
 
 /// Tensors of one save, by group then by name.
@@ -121,14 +175,15 @@ pub fn write(
     groups: &TensorGroups,
 ) -> Result<PathBuf, SaveError> {
     std::fs::create_dir_all(root).map_err(io_err(root))?;
+    remove_stale_temporaries(root);
     let name = format!("step-{:06}", manifest.step);
     let final_dir = root.join(&name);
     let tmp_dir = root.join(format!(".{name}.tmp-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp_dir);
     std::fs::create_dir(&tmp_dir).map_err(io_err(&tmp_dir))?;
     let mut manifest = manifest.clone();
     manifest.format_version = FORMAT_VERSION;
     manifest.files.clear();
+    manifest.checksums.clear();
     for (group, tensors) in groups {
         let file = format!("{group}.safetensors");
         let views: Vec<(String, TensorView<'_>)> = tensors
@@ -148,10 +203,12 @@ pub fn write(
                 reason: e.to_string(),
             })?;
         write_atomic(&tmp_dir.join(&file), &bytes).map_err(io_err(&tmp_dir))?;
+        manifest.checksums.insert(file.clone(), crc32(&bytes));
         manifest.files.insert(group.clone(), file);
     }
     let json = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
     write_atomic(&tmp_dir.join("manifest.json"), &json).map_err(io_err(&tmp_dir))?;
+    write_atomic(&tmp_dir.join(MANIFEST_CRC), crc32(&json).as_bytes()).map_err(io_err(&tmp_dir))?;
     if final_dir.exists() {
         std::fs::remove_dir_all(&final_dir).map_err(io_err(&final_dir))?;
     }
@@ -163,8 +220,10 @@ pub fn write(
     Ok(final_dir)
 }
 
-/// Reads the save at `path`: a save directory, or a root whose `latest` names one.
-pub fn read(path: &Path) -> Result<(Manifest, TensorGroups), SaveError> {
+/// The save directory `path` names: a save directory itself, or a root whose `latest` names
+/// one — or, when `latest` is missing or names nothing (a crash during a save), the newest
+/// `step-NNNNNN` folder that holds a manifest.
+pub fn locate(path: &Path) -> Result<PathBuf, SaveError> {
     let missing = |reason: String| SaveError::Missing {
         path: path.to_path_buf(),
         reason,
@@ -172,16 +231,52 @@ pub fn read(path: &Path) -> Result<(Manifest, TensorGroups), SaveError> {
     if !path.is_dir() {
         return Err(missing("not a directory".into()));
     }
-    let dir = if path.join("manifest.json").is_file() {
-        path.to_path_buf()
-    } else {
-        let latest = std::fs::read_to_string(path.join("latest"))
-            .map_err(|_| missing("neither manifest.json nor a 'latest' file is there".into()))?;
-        path.join(latest.trim())
-    };
+    if path.join("manifest.json").is_file() {
+        return Ok(path.to_path_buf());
+    }
+    if let Ok(latest) = std::fs::read_to_string(path.join("latest")) {
+        let dir = path.join(latest.trim());
+        if dir.join("manifest.json").is_file() {
+            return Ok(dir);
+        }
+    }
+    let mut steps: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|e| missing(e.to_string()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("step-"))
+                && p.join("manifest.json").is_file()
+        })
+        .collect();
+    steps.sort();
+    steps
+        .pop()
+        .ok_or_else(|| missing("neither manifest.json nor a 'latest' file is there".into()))
+}
+
+/// The directory saves of the run at `save` go to: its parent for a `step-NNNNNN` folder.
+pub fn root_of(save: &Path) -> PathBuf {
+    let is_step = save
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("step-"));
+    match save.parent() {
+        Some(parent) if is_step => parent.to_path_buf(),
+        _ => save.to_path_buf(),
+    }
+}
+
+/// Reads and verifies the manifest of the save `path` names (see [`locate`]); returns it with
+/// the save's directory.
+pub fn read_manifest(path: &Path) -> Result<(Manifest, PathBuf), SaveError> {
+    let dir = locate(path)?;
     let manifest_path = dir.join("manifest.json");
-    let text = std::fs::read(&manifest_path)
-        .map_err(|e| missing(format!("{}: {e}", manifest_path.display())))?;
+    let text = std::fs::read(&manifest_path).map_err(|e| SaveError::Missing {
+        path: path.to_path_buf(),
+        reason: format!("{}: {e}", manifest_path.display()),
+    })?;
     let corrupt = |p: &Path, reason: String| SaveError::Corrupt {
         path: p.to_path_buf(),
         reason,
@@ -194,11 +289,30 @@ pub fn read(path: &Path) -> Result<(Manifest, TensorGroups), SaveError> {
             found: manifest.format_version,
         });
     }
+    let recorded = std::fs::read_to_string(dir.join(MANIFEST_CRC))
+        .map_err(|e| corrupt(&dir.join(MANIFEST_CRC), format!("cannot read: {e}")))?;
+    verify(&manifest_path, &text, recorded.trim())?;
+    Ok((manifest, dir))
+}
+
+/// Reads the save `path` names (see [`locate`]): its manifest and tensors, every file verified.
+pub fn read(path: &Path) -> Result<(Manifest, TensorGroups), SaveError> {
+    let (manifest, dir) = read_manifest(path)?;
+    let manifest_path = dir.join("manifest.json");
+    let corrupt = |p: &Path, reason: String| SaveError::Corrupt {
+        path: p.to_path_buf(),
+        reason,
+    };
     let mut groups = TensorGroups::new();
     for (group, file) in &manifest.files {
         let file_path = dir.join(file);
         let bytes = std::fs::read(&file_path)
             .map_err(|e| corrupt(&file_path, format!("cannot read: {e}")))?;
+        let recorded = manifest
+            .checksums
+            .get(file)
+            .ok_or_else(|| corrupt(&manifest_path, format!("no checksum recorded for {file}")))?;
+        verify(&file_path, &bytes, recorded)?;
         let st =
             SafeTensors::deserialize(&bytes).map_err(|e| corrupt(&file_path, e.to_string()))?;
         let mut tensors = BTreeMap::new();
@@ -232,6 +346,7 @@ mod tests {
             format_version: FORMAT_VERSION,
             step: 42,
             files: BTreeMap::new(),
+            checksums: BTreeMap::new(),
             scaler: None,
             data_position: DataPosition {
                 epoch: 1,
@@ -239,6 +354,7 @@ mod tests {
             },
             rng: BTreeMap::from([("dropout".to_string(), 99)]),
             losses: vec![5.5, 4.25],
+            val_losses: Vec::new(),
             config: serde_json::json!({"precision": "fp32"}),
         };
         let w: Vec<u8> = [1.5f32, -2.0, 0.25, 8.0]
@@ -310,5 +426,56 @@ mod tests {
             e.contains("corrupt saved run") && e.contains("manifest.json"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_flipped_byte_anywhere_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (m, g) = sample();
+        let at = write(dir.path(), &m, &g).unwrap();
+        // One bit of the last tensor byte: the safetensors header still parses, the weights
+        // would silently differ without the checksum.
+        let file = at.join("model.safetensors");
+        let mut bytes = std::fs::read(&file).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x01;
+        std::fs::write(&file, &bytes).unwrap();
+        let e = read(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("checksum mismatch") && e.contains("model.safetensors"),
+            "{e}"
+        );
+        bytes[last] ^= 0x01;
+        std::fs::write(&file, &bytes).unwrap();
+        assert!(read(dir.path()).is_ok());
+        // A digit of the manifest (the step 42 becomes 43): still valid JSON, still caught.
+        let manifest = at.join("manifest.json");
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        std::fs::write(&manifest, text.replace("\"step\": 42", "\"step\": 43")).unwrap();
+        let e = read(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("checksum mismatch") && e.contains("manifest.json"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_crash_mid_save_leaves_the_newest_complete_step_and_its_leftovers_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut m, g) = sample();
+        write(dir.path(), &m, &g).unwrap();
+        // A save of step 43 that died before its rename, and a `latest` that names a folder
+        // that was never completed.
+        let stale = dir.path().join(".step-000043.tmp-999999");
+        std::fs::create_dir(&stale).unwrap();
+        std::fs::write(dir.path().join("latest"), "step-000043").unwrap();
+        assert_eq!(read(dir.path()).unwrap().0.step, 42);
+        // Without `latest` at all (the very first save crashed after its rename).
+        std::fs::remove_file(dir.path().join("latest")).unwrap();
+        assert_eq!(read(dir.path()).unwrap().0.step, 42);
+        m.step = 44;
+        write(dir.path(), &m, &g).unwrap();
+        assert!(!stale.exists(), "the next save removes the leftover");
+        assert_eq!(read(dir.path()).unwrap().0.step, 44);
     }
 }

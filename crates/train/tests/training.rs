@@ -310,3 +310,27 @@ fn a_leaking_run_is_caught_with_the_category_named() {
         report.warnings[0]
     );
 }
+
+#[test]
+fn a_save_without_its_optimizer_state_is_refused() {
+    // AdamW has stepped: a manifest that lost its optimizer entry (checksums made to match)
+    // would silently restart the optimizer; it is an error naming the missing state instead.
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = config("fp32", 2);
+    first.save_dir = Some(dir.path().to_path_buf());
+    trainer(first).train(&mut |_| {}).unwrap();
+    let save = dir.path().join("step-000002");
+    let manifest = save.join("manifest.json");
+    let mut m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+    m["files"].as_object_mut().unwrap().remove("optimizer");
+    let text = serde_json::to_vec_pretty(&m).unwrap();
+    std::fs::write(&manifest, &text).unwrap();
+    let crc = format!("{:08x}", crc32fast::hash(&text));
+    std::fs::write(save.join("manifest.crc32"), crc).unwrap();
+    let e = trainer(config("fp32", 4))
+        .resume(dir.path())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("optimizer's state is missing"), "{e}");
+}

@@ -11,16 +11,18 @@ use headroom_memory::size::format_bytes;
 use headroom_memory::snapshot::write_atomic;
 use headroom_memory::timeline::timeline;
 use headroom_memory::{AllocatorConfig, Device, Snapshot};
-use headroom_train::config::TrainConfig;
+use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
 use headroom_train::predict::Prediction;
 use headroom_train::prepare::{PrepareError, PrepareOptions, prepare};
 use headroom_train::recompute::policy::BudgetDecision;
 use headroom_train::report::TrainReport;
+use headroom_train::save;
+use headroom_train::strategy::Pins;
 use headroom_train::{TrainError, TrainEvent, Trainer};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
 pub struct TrainArgs {
@@ -32,7 +34,7 @@ pub struct TrainArgs {
     pub keys: TrainConfig,
     /// Before training, find the largest micro-batch that fits the device budget (by dry runs
     /// on the real allocator, no trial steps) and train with it.
-    #[arg(long, conflicts_with = "auto")]
+    #[arg(long, conflicts_with_all = ["auto", "resume"])]
     pub find_batch_size: bool,
     /// Choose the fastest strategy that fits --device-memory: precision, optimizer state,
     /// checkpointing, attention and micro-batch × accumulation (same effective batch), by dry
@@ -43,7 +45,11 @@ pub struct TrainArgs {
     /// Run exactly the configured strategy (defaults included) instead of choosing one.
     #[arg(long)]
     pub no_auto: bool,
-    /// Continue a saved run from its directory (or its step-NNNNNN folder), bit-exactly.
+    /// Continue a saved run from its directory (or its step-NNNNNN folder), bit-exactly, with
+    /// the strategy it was saved with (an --auto choice included). Flags given with it may
+    /// change only what keeps the run's numbers: the split of the same effective batch, the
+    /// checkpoint policy, attention, budget, steps, schedule, evaluation and saving; each change
+    /// is reported. Saves keep going to the resumed directory unless --save-dir says otherwise.
     #[arg(long, value_name = "DIR")]
     pub resume: Option<PathBuf>,
     /// Write the run's figures as one JSON object.
@@ -71,16 +77,24 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         None => TrainConfig::default(),
     };
     let merged = file.overridden_by(args.keys.clone());
-    let pins = merged.pins();
-    let config = merged.resolve()?;
+    let (config, pins, options) = match &args.resume {
+        Some(dir) => (
+            resumed_config(dir, &merged)?,
+            Pins::default(),
+            PrepareOptions::default(),
+        ),
+        None => {
+            let pins = merged.pins();
+            let options = PrepareOptions {
+                auto: args.auto || (!args.no_auto && !pins.any() && !args.find_batch_size),
+                find_batch_size: args.find_batch_size.then_some(MAX_MICRO_BATCH),
+            };
+            (merged.resolve()?, pins, options)
+        }
+    };
     let corpus = match &config.data {
         Some(path) => Corpus::from_file(path)?,
         None => Corpus::bundled(),
-    };
-    let options = PrepareOptions {
-        auto: args.auto
-            || (!args.no_auto && !pins.any() && !args.find_batch_size && args.resume.is_none()),
-        find_batch_size: args.find_batch_size.then_some(MAX_MICRO_BATCH),
     };
     let prepared = prepare(config, &corpus, &pins, options).map_err(explain_prepare)?;
     let config = prepared.config.clone();
@@ -128,6 +142,33 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
 
     write_outputs(&args, &report, &device, &trainer)?;
     Ok(())
+}
+
+/// The configuration a resumed run continues with: the saved one, changed only where `keys`
+/// (file and flags) soundly may, each change printed; saves go on into the resumed directory
+/// unless a save directory is given.
+fn resumed_config(dir: &Path, keys: &TrainConfig) -> anyhow::Result<RunConfig> {
+    let (manifest, save) = save::read_manifest(dir)?;
+    let saved: RunConfig = serde_json::from_value(manifest.config).with_context(|| {
+        format!(
+            "{}: the saved configuration cannot be read",
+            save.join("manifest.json").display()
+        )
+    })?;
+    let (mut config, changes) = saved.resumed_with(keys)?;
+    if keys.save_dir.is_none() {
+        config.save_dir = Some(save::root_of(&save));
+    }
+    eprintln!(
+        "resume: step {} of {} with the saved strategy ({})",
+        manifest.step,
+        save.display(),
+        config.strategy.describe(true)
+    );
+    for change in &changes {
+        eprintln!("resume: changed {change}");
+    }
+    Ok(config)
 }
 
 /// The dry run's prediction for the run about to start.

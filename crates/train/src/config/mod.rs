@@ -8,6 +8,7 @@
 //! Not for: the model's shape (see the nn crate's model presets).
 
 mod keys;
+mod resume;
 mod run;
 #[cfg(test)]
 mod tests;

@@ -109,3 +109,28 @@ fn bad_values_name_the_key_and_the_accepted_values() {
         assert!(e.contains(needle), "{e}");
     }
 }
+
+#[test]
+fn a_resolved_configuration_is_its_own_keys() {
+    let run = TrainConfig {
+        precision: Some(Precision::Bf16Mixed),
+        micro_batch: Some(4),
+        accumulation: Some(3),
+        grad_clip: Some(0.0),
+        steps: Some(7),
+        ..Default::default()
+    }
+    .resolve()
+    .unwrap();
+    assert_eq!(run.grad_clip, None);
+    assert_eq!(run.as_keys().resolve().unwrap(), run);
+    assert_eq!(
+        TrainConfig::default()
+            .resolve()
+            .unwrap()
+            .as_keys()
+            .resolve()
+            .unwrap(),
+        TrainConfig::default().resolve().unwrap()
+    );
+}

@@ -102,6 +102,7 @@ impl Trainer {
             format_version: FORMAT_VERSION,
             step: self.step,
             files: BTreeMap::new(),
+            checksums: BTreeMap::new(),
             scaler: self.scaler,
             data_position: self.sampler.position(),
             rng: BTreeMap::from([
@@ -110,6 +111,7 @@ impl Trainer {
                 ("optimizer_steps".to_string(), self.optimizer.steps()),
             ]),
             losses: self.report.losses.clone(),
+            val_losses: self.report.val_losses.clone(),
             config: serde_json::to_value(&self.config).expect("config serialises"),
         };
         Ok(save::write(root, &manifest, &groups)?)
@@ -137,9 +139,12 @@ impl Trainer {
             let saved = &manifest.config[key];
             let now = serde_json::to_value(&self.config).expect("config serialises")[key].clone();
             if *saved != now {
-                return Err(corrupt(format!(
-                    "it was written with {key} = {saved}, this run has {key} = {now}; resume with the same configuration"
-                )));
+                return Err(TrainError::Save(SaveError::Mismatch {
+                    path: path.to_path_buf(),
+                    key,
+                    saved: saved.to_string(),
+                    now: now.to_string(),
+                }));
             }
         }
         let model = groups
@@ -177,7 +182,19 @@ impl Trainer {
             }
         }
         let empty = BTreeMap::new();
-        let opt = groups.get("optimizer").unwrap_or(&empty);
+        // An optimizer with state that has stepped saved that state: a save without it would
+        // silently restart the optimizer.
+        let c = self.optimizer.config();
+        let stateful = c.kind.states_per_param(c.momentum) > 0 && manifest.step > 0;
+        let opt = match groups.get("optimizer") {
+            Some(opt) => opt,
+            None if stateful => {
+                return Err(corrupt(
+                    "the optimizer's state is missing (no optimizer entry in the manifest)".into(),
+                ));
+            }
+            None => &empty,
+        };
         let lens: Vec<usize> = if opt.is_empty() {
             Vec::new()
         } else {
@@ -203,6 +220,7 @@ impl Trainer {
         });
         self.step = manifest.step;
         self.report.losses = manifest.losses;
+        self.report.val_losses = manifest.val_losses;
         Ok(())
     }
 }

@@ -1,0 +1,131 @@
+//! Resuming a saved run: its configuration is the one saved with it, so `--resume DIR` alone
+//! continues the run exactly as it was started (an `--auto` choice included). Keys given with
+//! `--resume` change it only where that is sound, and each change is reported:
+//!
+//! - refused: what defines the run's numbers — model and shape, dropout, precision, optimizer,
+//!   seed, data — and the effective batch (micro-batch × accumulation);
+//! - allowed and reported: the split of the same effective batch, the checkpoint policy and the
+//!   attention kind (memory levers; the same mathematics), the device budget, the number of
+//!   steps, the schedule and optimizer hyperparameters, evaluation, saving and recovery.
+//!
+//! Not for: reading the save (see `crate::save`).
+
+use super::{ConfigError, RunConfig, TrainConfig};
+use serde_json::Value;
+
+/// Keys a resume refuses to change.
+const FIXED: [&str; 10] = [
+    "model",
+    "layers",
+    "width",
+    "heads",
+    "seq_len",
+    "dropout",
+    "precision",
+    "optimizer",
+    "seed",
+    "data",
+];
+
+impl RunConfig {
+    /// The saved run `self` continued with the keys `given` sets: the continued configuration
+    /// and one line per deliberate change.
+    pub fn resumed_with(
+        &self,
+        given: &TrainConfig,
+    ) -> Result<(RunConfig, Vec<String>), ConfigError> {
+        let mut keys = self.as_keys();
+        // A new split may name only one side: the other follows from the saved effective batch.
+        let effective = self.effective_batch();
+        match (given.micro_batch, given.accumulation) {
+            (Some(m), None) if m > 0 && effective.is_multiple_of(m) => {
+                keys.accumulation = Some(effective / m)
+            }
+            (None, Some(a)) if a > 0 && effective.is_multiple_of(a) => {
+                keys.micro_batch = Some(effective / a)
+            }
+            _ => {}
+        }
+        let resumed = keys.overridden_by(given.clone()).resolve()?;
+        let (before, after) = (as_json(self), as_json(&resumed));
+        for key in FIXED {
+            if before[key] != after[key] {
+                return Err(ConfigError::Value {
+                    key: fixed_key(key),
+                    value: after[key].to_string(),
+                    reason: format!(
+                        "the saved run was written with {key} = {}; resuming cannot change it (give --resume alone to continue the run as it was, or start a new run)",
+                        before[key]
+                    ),
+                });
+            }
+        }
+        if resumed.effective_batch() != effective {
+            return Err(ConfigError::Value {
+                key: "micro_batch",
+                value: format!(
+                    "{} × accumulation {}",
+                    resumed.micro_batch(),
+                    resumed.accumulation()
+                ),
+                reason: format!(
+                    "the saved run steps on {effective} sequences; resume with a split of the same effective batch"
+                ),
+            });
+        }
+        let changes = before
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(k, v)| after[k.as_str()] != **v)
+            .map(|(k, v)| format!("{k}: {v} → {}", after[k.as_str()]))
+            .collect();
+        Ok((resumed, changes))
+    }
+
+    /// Every key of this configuration as `TrainConfig` sets it.
+    pub fn as_keys(&self) -> TrainConfig {
+        let s = &self.strategy;
+        TrainConfig {
+            model: Some(self.model.clone()),
+            layers: self.layers,
+            width: self.width,
+            heads: self.heads,
+            seq_len: self.seq_len,
+            dropout: self.dropout,
+            precision: Some(s.precision),
+            micro_batch: Some(self.micro_batch()),
+            accumulation: Some(self.accumulation()),
+            optimizer: Some(s.optimizer),
+            lr: Some(self.lr),
+            weight_decay: self.weight_decay,
+            // resolve() reads 0 as "clipping off".
+            grad_clip: Some(self.grad_clip.unwrap_or(0.0)),
+            warmup_steps: Some(self.warmup_steps),
+            steps: Some(self.steps),
+            device_memory: Some(headroom_memory::ByteSize(self.device_memory)),
+            seed: Some(self.seed),
+            eval_every: Some(self.eval_every),
+            eval_batches: Some(self.eval_batches),
+            empty_cache_after_eval: Some(self.empty_cache_after_eval),
+            data: self.data.clone(),
+            checkpoint: Some(s.checkpoint),
+            attention: Some(s.attention),
+            save_dir: self.save_dir.clone(),
+            save_every: Some(self.save_every),
+            oom_recovery: Some(self.oom_recovery),
+            zero_stage: Some(s.placement.zero_stage),
+            offload_optimizer: Some(s.placement.offload_optimizer),
+            offload_params: Some(s.placement.offload_params),
+        }
+    }
+}
+
+fn as_json(c: &RunConfig) -> Value {
+    serde_json::to_value(c).expect("a configuration serialises")
+}
+
+/// The `'static` name of a fixed key, for the error.
+fn fixed_key(key: &str) -> &'static str {
+    FIXED.into_iter().find(|k| *k == key).unwrap_or("config")
+}
