@@ -2,6 +2,7 @@
 
 mod commands;
 mod report;
+mod signals;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -68,6 +69,13 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The run saved and said how to resume; the status says which signal stopped it.
+        Err(err) if err.downcast_ref::<signals::Interrupted>().is_some() => {
+            let code = err
+                .downcast_ref::<signals::Interrupted>()
+                .map_or(1, |i| i.exit_code());
+            ExitCode::from(code)
+        }
         Err(err) => {
             eprintln!("error: {err:#}");
             ExitCode::FAILURE

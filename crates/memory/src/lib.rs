@@ -15,6 +15,7 @@ pub mod config;
 pub mod device;
 pub mod fragmentation;
 pub mod oom;
+pub mod output;
 pub mod replay;
 pub mod rounding;
 pub mod size;

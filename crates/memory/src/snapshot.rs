@@ -187,40 +187,12 @@ impl Snapshot {
 
     /// Writes the pickle atomically (temporary file, then rename).
     pub fn write_pickle(&self, path: &Path) -> io::Result<()> {
-        write_atomic(path, &self.to_pickle())
+        crate::output::write_output(path, &self.to_pickle())
     }
 
     /// Writes the snapshot as JSON atomically.
     pub fn write_json(&self, path: &Path) -> io::Result<()> {
         let bytes = serde_json::to_vec(self).map_err(io::Error::other)?;
-        write_atomic(path, &bytes)
+        crate::output::write_output(path, &bytes)
     }
-}
-
-/// Writes `bytes` to a temporary file next to `path`, syncs it and renames it over `path`, so
-/// a reader never sees a half-written file and an old file survives a failed write.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    use std::io::Write;
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let file_name = path
-        .file_name()
-        .ok_or_else(|| io::Error::other(format!("{} is not a file path", path.display())))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        file_name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }

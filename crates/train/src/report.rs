@@ -61,6 +61,8 @@ pub struct TrainReport {
     pub predicted_breakdown: Option<MemoryBreakdown>,
     /// Set when `--auto` chose the strategy.
     pub auto: Option<AutoChoice>,
+    /// Set when the run was stopped (by a signal) after this step, before its last.
+    pub stopped_at_step: Option<u64>,
 }
 
 impl TrainReport {
@@ -81,6 +83,7 @@ impl TrainReport {
             predicted_peak_bytes: None,
             predicted_breakdown: None,
             auto: None,
+            stopped_at_step: None,
         }
     }
 

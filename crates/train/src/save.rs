@@ -11,7 +11,7 @@
 
 use crate::data::DataPosition;
 use crate::scaler::LossScaler;
-use headroom_memory::snapshot::write_atomic;
+use headroom_memory::output::write_output;
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -202,13 +202,13 @@ pub fn write(
                 path: tmp_dir.join(&file),
                 reason: e.to_string(),
             })?;
-        write_atomic(&tmp_dir.join(&file), &bytes).map_err(io_err(&tmp_dir))?;
+        write_output(&tmp_dir.join(&file), &bytes).map_err(io_err(&tmp_dir))?;
         manifest.checksums.insert(file.clone(), crc32(&bytes));
         manifest.files.insert(group.clone(), file);
     }
     let json = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
-    write_atomic(&tmp_dir.join("manifest.json"), &json).map_err(io_err(&tmp_dir))?;
-    write_atomic(&tmp_dir.join(MANIFEST_CRC), crc32(&json).as_bytes()).map_err(io_err(&tmp_dir))?;
+    write_output(&tmp_dir.join("manifest.json"), &json).map_err(io_err(&tmp_dir))?;
+    write_output(&tmp_dir.join(MANIFEST_CRC), crc32(&json).as_bytes()).map_err(io_err(&tmp_dir))?;
     if final_dir.exists() {
         std::fs::remove_dir_all(&final_dir).map_err(io_err(&final_dir))?;
     }
@@ -216,7 +216,7 @@ pub fn write(
     if let Ok(d) = std::fs::File::open(root) {
         let _ = d.sync_all();
     }
-    write_atomic(&root.join("latest"), name.as_bytes()).map_err(io_err(root))?;
+    write_output(&root.join("latest"), name.as_bytes()).map_err(io_err(root))?;
     Ok(final_dir)
 }
 

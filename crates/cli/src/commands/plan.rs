@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use headroom_memory::ByteSize;
 use headroom_plan::cost::{CostModel, Problem};
-use headroom_plan::export::{accelerate, deepspeed, headroom, write_atomic};
+use headroom_plan::export::{accelerate, deepspeed, headroom, write_export};
 use headroom_plan::hardware::{self, Hardware, HardwareOverrides};
 use headroom_plan::model::load_model;
 use headroom_plan::search::search;
@@ -276,7 +276,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
             "accelerate" => accelerate::accelerate_config(&problem, best)?,
             _ => headroom::headroom_toml(&problem, best),
         };
-        write_atomic(&path, &text).with_context(|| format!("--emit {kind}"))?;
+        write_export(&path, &text).with_context(|| format!("--emit {kind}"))?;
         if !args.json {
             println!("wrote {kind} config to {}", path.display());
         }

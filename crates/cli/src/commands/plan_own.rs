@@ -12,7 +12,7 @@ use headroom_memory::format_bytes;
 use headroom_nn::models::ModelSpec;
 use headroom_plan::advice::Shortfall;
 use headroom_plan::cost::Plan;
-use headroom_plan::export::write_atomic;
+use headroom_plan::export::write_export;
 use headroom_plan::hardware;
 use headroom_plan::strategy::{Offload, Pins, Strategy, StrategyError};
 use headroom_train::auto::{AutoPlan, plan};
@@ -73,7 +73,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
                 "--emit {kind}: headroom's own models train with `headroom train`; accepted here: --emit headroom FILE"
             );
         }
-        write_atomic(path, &train_toml(&config.with_strategy(best.strategy))?)
+        write_export(path, &train_toml(&config.with_strategy(best.strategy))?)
             .with_context(|| format!("--emit {kind}"))?;
         if !args.json {
             println!("wrote headroom config to {}", path.display());

@@ -5,10 +5,11 @@
 use super::plan_output::group_digits;
 use crate::report::timeline::write_timeline_svg;
 use crate::report::train_report::print_report;
+use crate::signals::{Interrupted, StopSignals, name};
 use anyhow::Context;
 use clap::Args;
+use headroom_memory::output::{check_writable, write_output};
 use headroom_memory::size::format_bytes;
-use headroom_memory::snapshot::write_atomic;
 use headroom_memory::timeline::timeline;
 use headroom_memory::{AllocatorConfig, Device, Snapshot};
 use headroom_train::config::{RunConfig, TrainConfig};
@@ -72,11 +73,14 @@ const TRACE_ENTRIES: usize = 2_000_000;
 const MAX_MICRO_BATCH: usize = 4096;
 
 pub fn run(args: TrainArgs) -> anyhow::Result<()> {
+    // From here on, SIGINT/SIGTERM/SIGHUP stop the run after a step and save it.
+    let signals = StopSignals::install().context("cannot install signal handlers")?;
     let file = match &args.config {
         Some(path) => TrainConfig::from_file(path)?,
         None => TrainConfig::default(),
     };
     let merged = file.overridden_by(args.keys.clone());
+    check_outputs(&args, &merged)?;
     let (config, pins, options) = match &args.resume {
         Some(dir) => (
             resumed_config(dir, &merged)?,
@@ -135,12 +139,58 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         format_bytes(config.device_memory),
     );
 
+    trainer.set_stop_flag(signals.requested.clone());
     let progress = Progress::new(config.steps, trainer.step());
     let result = trainer.train(&mut |event| progress.event(event));
     progress.finish();
     let report = result.map_err(explain)?.clone();
-
+    let stopped = report.stopped_at_step.zip(signals.received());
+    let saved = match stopped {
+        Some(_) => {
+            let root = config
+                .save_dir
+                .clone()
+                .unwrap_or_else(|| DEFAULT_SAVE_DIR.into());
+            Some((trainer.save(&root).map_err(explain)?, root))
+        }
+        None => None,
+    };
     write_outputs(&args, &report, &device, &trainer)?;
+    if let (Some((step, signal)), Some((at, root))) = (stopped, saved) {
+        eprintln!(
+            "{} after step {step} of {}: saved to {}; continue with: headroom train --resume {}",
+            name(signal),
+            config.steps,
+            at.display(),
+            root.display()
+        );
+        return Err(Interrupted { signal }.into());
+    }
+    Ok(())
+}
+
+/// Where a run stopped by a signal is saved when no --save-dir was given.
+const DEFAULT_SAVE_DIR: &str = "headroom-save";
+
+/// Refuses, before any work, output paths that cannot be written: the JSON report, the
+/// timeline, the snapshot and the save directory.
+fn check_outputs(args: &TrainArgs, keys: &TrainConfig) -> anyhow::Result<()> {
+    let timeline = (!args.no_timeline).then_some(&args.timeline);
+    for (flag, path) in [
+        ("--json-report", args.json_report.as_ref()),
+        ("--timeline", timeline),
+        ("--snapshot", args.snapshot.as_ref()),
+    ] {
+        if let Some(path) = path {
+            check_writable(path)
+                .with_context(|| format!("{flag} {} cannot be written", path.display()))?;
+        }
+    }
+    if let Some(dir) = &keys.save_dir {
+        std::fs::create_dir_all(dir)
+            .and_then(|()| check_writable(&dir.join("latest")))
+            .with_context(|| format!("--save-dir {} cannot be written", dir.display()))?;
+    }
     Ok(())
 }
 
@@ -213,7 +263,7 @@ fn write_outputs(
     }
     if let Some(path) = &args.json_report {
         let json = serde_json::to_vec_pretty(report)?;
-        write_atomic(path, &json).with_context(|| format!("cannot write {}", path.display()))?;
+        write_output(path, &json).with_context(|| format!("cannot write {}", path.display()))?;
         eprintln!("JSON report written to {}", path.display());
     }
     print_report(report, device, timeline_path.map(|p| p.as_path()));

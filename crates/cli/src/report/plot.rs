@@ -3,7 +3,7 @@
 //! Not for: the memory timeline (see `timeline`).
 
 use anyhow::Context;
-use headroom_memory::snapshot::write_atomic;
+use headroom_memory::output::write_output;
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -27,7 +27,7 @@ pub fn write_loglog_svg(
     let mut svg = String::new();
     draw(series, title, x_label, y_label, &mut svg)
         .map_err(|e| anyhow::anyhow!("cannot draw {title}: {e}"))?;
-    write_atomic(path, svg.as_bytes()).with_context(|| format!("cannot write {}", path.display()))
+    write_output(path, svg.as_bytes()).with_context(|| format!("cannot write {}", path.display()))
 }
 
 fn draw(

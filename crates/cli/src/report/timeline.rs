@@ -6,7 +6,7 @@
 
 use anyhow::Context;
 use headroom_memory::Category;
-use headroom_memory::snapshot::write_atomic;
+use headroom_memory::output::write_output;
 use headroom_memory::timeline::Timeline;
 use plotters::prelude::*;
 use std::path::Path;
@@ -37,7 +37,7 @@ pub fn write_timeline_svg(
     let mut svg = String::new();
     draw(timeline, capacity, title, &mut svg)
         .map_err(|e| anyhow::anyhow!("cannot draw the timeline: {e}"))?;
-    write_atomic(path, svg.as_bytes()).with_context(|| format!("cannot write {}", path.display()))
+    write_output(path, svg.as_bytes()).with_context(|| format!("cannot write {}", path.display()))
 }
 
 fn draw(

@@ -35,6 +35,8 @@ use headroom_nn::{Model, Recompute};
 use headroom_strategy::Precision;
 use headroom_tensor::backend::work::Work;
 use headroom_tensor::{DType, Gradients, Tensor, no_grad};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// A training run in progress.
@@ -58,6 +60,8 @@ pub struct Trainer {
     backward_passes: u64,
     warned_accumulation: bool,
     hooks: TrainerHooks,
+    /// Set from outside (a signal handler) to stop after the current step.
+    stop: Option<Arc<AtomicBool>>,
     report: TrainReport,
     /// Whether the current step has started changing weights (then an OOM is not recoverable).
     weights_touched: bool,
@@ -147,6 +151,7 @@ impl Trainer {
             backward_passes: 0,
             warned_accumulation: false,
             hooks: TrainerHooks::default(),
+            stop: None,
             report,
             weights_touched: false,
             kept: Vec::new(),
@@ -163,6 +168,12 @@ impl Trainer {
     /// The dtype of parameters, gradients and activations.
     pub fn compute_dtype(&self) -> DType {
         compute_dtype(self.precision)
+    }
+
+    /// A flag that, once set, ends training after the step in progress (the report says so in
+    /// `stopped_at_step`): how a signal stops a run without losing the step.
+    pub fn set_stop_flag(&mut self, stop: Arc<AtomicBool>) {
+        self.stop = Some(stop);
     }
 
     pub fn set_hooks(&mut self, hooks: TrainerHooks) {
@@ -300,6 +311,10 @@ impl Trainer {
             });
             drop(a);
             self.after_step(on_event)?;
+            if self.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) {
+                self.report.stopped_at_step = Some(self.step);
+                break;
+            }
         }
         let total_time = self.report.step_times_s.iter().sum::<f64>();
         let total_tokens =

@@ -1,0 +1,91 @@
+//! Output files: `--json-report /dev/stdout` writes through to the pipe (never replacing the
+//! device), an unwritable output is refused before training, and a closed stdout loses no
+//! file.
+
+use std::process::{Command, Stdio};
+
+fn headroom(args: &[&str], dir: &std::path::Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run headroom")
+}
+
+const TINY: [&str; 9] = [
+    "train",
+    "--model",
+    "gpt-tiny",
+    "--steps",
+    "1",
+    "--eval-batches",
+    "1",
+    "--no-auto",
+    "--no-timeline",
+];
+
+#[test]
+fn a_report_to_dev_stdout_goes_down_the_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = TINY.to_vec();
+    args.extend(["--json-report", "/dev/stdout"]);
+    let out = headroom(&args, dir.path());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("\"losses\""), "{stdout}");
+    assert!(
+        std::fs::symlink_metadata("/dev/stdout")
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "/dev/stdout is still the system's link"
+    );
+}
+
+#[test]
+fn an_unwritable_output_is_refused_before_training() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flag, path) in [
+        ("--json-report", "missing/r.json"),
+        ("--snapshot", "."),
+        ("--save-dir", "/proc/headroom-cannot-be-here"),
+    ] {
+        let mut args = TINY.to_vec();
+        args.extend([flag, path]);
+        let out = headroom(&args, dir.path());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag} {path}");
+        assert!(
+            stderr.contains(flag) && stderr.contains("cannot be written"),
+            "{stderr}"
+        );
+        assert!(
+            !stderr.contains("step 1/"),
+            "refused before training: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_closed_stdout_loses_no_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = TINY.to_vec();
+    args.extend(["--json-report", "r.json"]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(&args)
+        .current_dir(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let status = child.wait().unwrap();
+    assert!(status.code().is_none_or(|c| c == 0), "{status:?}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("r.json")).unwrap()).unwrap();
+    assert_eq!(v["losses"].as_array().unwrap().len(), 1);
+}
