@@ -89,3 +89,62 @@ fn a_closed_stdout_loses_no_report() {
         serde_json::from_slice(&std::fs::read(dir.path().join("r.json")).unwrap()).unwrap();
     assert_eq!(v["losses"].as_array().unwrap().len(), 1);
 }
+
+#[test]
+fn hostile_sizes_are_clear_errors_not_exhausted_hosts() {
+    let dir = tempfile::tempdir().unwrap();
+    // A billion layers: refused by the model's limits before anything is allocated.
+    let out = headroom(
+        &["train", "--layers", "1000000000", "--no-auto"],
+        dir.path(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("layers 1000000000 is above the limit"),
+        "{stderr}"
+    );
+    // 3 TiB of weights inside a 1 PB budget: the dry run's peak is more than any host has.
+    let out = headroom(
+        &[
+            "train",
+            "--model",
+            "gpt-tiny",
+            "--layers",
+            "4",
+            "--width",
+            "65536",
+            "--heads",
+            "64",
+            "--micro-batch",
+            "1",
+            "--device-memory",
+            "1PB",
+            "--no-auto",
+            "--steps",
+            "1",
+        ],
+        dir.path(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("this machine has available"), "{stderr}");
+    // A trillion-sample batch: refused at once, not searched for minutes.
+    let out = headroom(
+        &[
+            "plan",
+            "--model",
+            "gpt2",
+            "--gpu",
+            "A100-80GB",
+            "--seq-len",
+            "1024",
+            "--global-batch",
+            "1000000000000",
+        ],
+        dir.path(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("planner's limits"), "{stderr}");
+}

@@ -16,9 +16,10 @@ pub struct CategoryBytes([u64; Category::COUNT]);
 impl CategoryBytes {
     pub const ZERO: CategoryBytes = CategoryBytes([0; Category::COUNT]);
 
-    /// Sum over all categories.
+    /// Sum over all categories (saturating: a prediction of an absurd run reads as "more than
+    /// any device", never as a wrapped small number).
     pub fn total(&self) -> u64 {
-        self.0.iter().sum()
+        self.0.iter().fold(0u64, |a, &b| a.saturating_add(b))
     }
 
     /// `(category, bytes)` pairs in report order.
@@ -52,7 +53,7 @@ impl FromIterator<(Category, u64)> for CategoryBytes {
     fn from_iter<I: IntoIterator<Item = (Category, u64)>>(iter: I) -> Self {
         let mut out = CategoryBytes::ZERO;
         for (c, b) in iter {
-            out[c] += b;
+            out[c] = out[c].saturating_add(b);
         }
         out
     }

@@ -14,6 +14,7 @@ pub mod category;
 pub mod config;
 pub mod device;
 pub mod fragmentation;
+pub mod host;
 pub mod oom;
 pub mod output;
 pub mod replay;

@@ -19,6 +19,11 @@ pub enum BatchSpec {
     Split { micro_batch: u64, accumulation: u64 },
 }
 
+/// Most samples per optimizer step the planner accepts (2^24; published runs use thousands).
+pub const MAX_GLOBAL_BATCH: u64 = 1 << 24;
+/// Most tokens per optimizer step (2^36, about 69 billion; Llama 3 used 16 million).
+pub const MAX_TOKENS_PER_STEP: u64 = 1 << 36;
+
 /// Sequence length and global batch of one optimizer step.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Workload {
@@ -91,6 +96,11 @@ impl Workload {
                 micro_batch * accumulation * world
             }
         };
+        if global > MAX_GLOBAL_BATCH || global.saturating_mul(seq_len) > MAX_TOKENS_PER_STEP {
+            return Err(PlanError::Batch(format!(
+                "global batch {global} × seq {seq_len} is above the planner's limits ({MAX_GLOBAL_BATCH} samples, {MAX_TOKENS_PER_STEP} tokens per step); accepted: a smaller --global-batch"
+            )));
+        }
         if !global.is_multiple_of(world) {
             return Err(PlanError::Batch(format!(
                 "global batch {global} samples cannot be split evenly over {world} data-parallel GPUs; accepted: a multiple of {world}"
@@ -143,6 +153,27 @@ mod tests {
             e.contains("impossible batch") && e.contains("multiple of 4"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn absurd_batches_are_refused_at_once() {
+        let m = load_model("gpt2").unwrap();
+        let e = Workload::new(
+            &m,
+            1024,
+            BatchSpec::Samples(1_000_000_000_000),
+            None,
+            None,
+            1,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("planner's limits"), "{e}");
+        let m = load_model("llama-2-7b").unwrap();
+        let e = Workload::new(&m, 1 << 20, BatchSpec::Samples(1 << 20), None, None, 1)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tokens per step"), "{e}");
     }
 
     #[test]

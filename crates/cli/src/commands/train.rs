@@ -111,6 +111,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             format_bytes(config.device_memory)
         );
     }
+    print_prediction(&prepared.prediction, config.device_memory);
+    refuse_beyond_host(&prepared.prediction)?;
     let device = Device::cpu(config.device_memory, AllocatorConfig::default());
     device
         .lock()
@@ -124,7 +126,6 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     if let Some(d) = trainer.budget_decision() {
         print_budget_decision(d, trainer.model().depth());
     }
-    print_prediction(&prepared.prediction, config.device_memory);
     trainer.set_prepared(&prepared);
     eprintln!(
         "headroom train: {} ({} parameters), {} on {}, micro-batch {} × accumulation {} × {} tokens, {} steps, device budget {}",
@@ -171,6 +172,20 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
 
 /// Where a run stopped by a signal is saved when no --save-dir was given.
 const DEFAULT_SAVE_DIR: &str = "headroom-save";
+
+/// The CPU backend's device memory is host memory: a run predicted to reserve more than the
+/// host has available would exhaust the machine, so it is refused before it starts.
+fn refuse_beyond_host(prediction: &Prediction) -> anyhow::Result<()> {
+    let needed = prediction.memory.peak_reserved_bytes;
+    match headroom_memory::host::available_bytes() {
+        Some(available) if needed > available => anyhow::bail!(
+            "the dry run predicts {} of device memory, more than the {} this machine has available; lower --device-memory, --micro-batch or the model's size, or checkpoint activations",
+            format_bytes(needed),
+            format_bytes(available)
+        ),
+        _ => Ok(()),
+    }
+}
 
 /// Refuses, before any work, output paths that cannot be written: the JSON report, the
 /// timeline, the snapshot and the save directory.

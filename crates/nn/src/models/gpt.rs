@@ -8,6 +8,7 @@
 //!
 //! Not for: training.
 
+use super::limits::{MAX_BLOCKS, MAX_DIM, check_sizes};
 use crate::init::{Init, initialise};
 use crate::model::{Model, Recompute, run_blocks};
 use headroom_memory::{Category, Device};
@@ -47,6 +48,17 @@ impl GptConfig {
         {
             return bad(format!("every size must be at least 1, got {self:?}"));
         }
+        check_sizes(
+            "GptConfig",
+            &[
+                ("layers", self.layers, MAX_BLOCKS),
+                ("width", self.width, MAX_DIM),
+                ("heads", self.heads, MAX_DIM),
+                ("ffn", self.ffn, MAX_DIM),
+                ("vocab", self.vocab, MAX_DIM),
+                ("context", self.context, MAX_DIM),
+            ],
+        )?;
         if !self.width.is_multiple_of(self.heads) {
             return bad(format!(
                 "width {} is not a multiple of heads {}",

@@ -1,6 +1,7 @@
 //! The models headroom trains: a GPT-style decoder and a deep residual MLP, and their presets.
 
 pub mod gpt;
+mod limits;
 pub mod presets;
 pub mod resmlp;
 

@@ -5,6 +5,7 @@
 //!
 //! Not for: attention (see `gpt`).
 
+use super::limits::{MAX_BLOCKS, MAX_DIM, check_sizes};
 use crate::init::{Init, initialise};
 use crate::model::{Model, Recompute, run_blocks};
 use headroom_memory::Device;
@@ -29,13 +30,15 @@ impl ResMlpConfig {
                 format!("every size must be at least 1, got {self:?}"),
             ));
         }
-        if self.depth > 10_000 {
-            return Err(TensorError::invalid(
-                "ResMlpConfig",
-                format!("depth {} is above 10,000 blocks", self.depth),
-            ));
-        }
-        Ok(())
+        check_sizes(
+            "ResMlpConfig",
+            &[
+                ("depth", self.depth, MAX_BLOCKS),
+                ("width", self.width, MAX_DIM),
+                ("hidden", self.hidden, MAX_DIM),
+                ("vocab", self.vocab, MAX_DIM),
+            ],
+        )
     }
 
     /// V·C (embedding) + N·(2C + C·H + H + H·C + C) + 2C + C·V (head).

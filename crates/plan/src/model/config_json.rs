@@ -276,7 +276,43 @@ fn divide(hidden: u64, heads: u64, heads_field: &str) -> Result<u64> {
     Ok(hidden / heads)
 }
 
+/// The largest sizes a config.json may give, checked before anything is counted or allocated:
+/// far beyond any published model, small enough that every product the planner forms stays
+/// exact in 64 bits.
+const LIMITS: [(&str, u64); 6] = [
+    ("num_hidden_layers", 100_000),
+    ("hidden_size", 1 << 20),
+    ("intermediate_size", 1 << 22),
+    ("vocab_size", 1 << 24),
+    ("num_attention_heads", 1 << 16),
+    ("num_local_experts", 1 << 12),
+];
+
 fn validate(spec: &ModelSpec) -> Result<()> {
+    let values = [
+        spec.num_layers + spec.num_decoder_layers,
+        spec.hidden_size,
+        spec.intermediate_size,
+        spec.vocab_size,
+        spec.num_heads,
+        spec.num_experts,
+    ];
+    for ((field, limit), value) in LIMITS.into_iter().zip(values) {
+        if value > limit {
+            return Err(field_err(
+                field,
+                &format!("is {value}, above the planner's limit"),
+                &format!("at most {limit}"),
+            ));
+        }
+    }
+    if spec.head_dim > 1 << 16 {
+        return Err(field_err(
+            "head_dim",
+            &format!("is {}, above the planner's limit", spec.head_dim),
+            "at most 65536",
+        ));
+    }
     if !spec.num_heads.is_multiple_of(spec.num_kv_heads) {
         return Err(field_err(
             "num_key_value_heads",
@@ -341,6 +377,22 @@ mod tests {
             e.contains("'n_embd'") && e.contains("positive integer"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn hostile_sizes_are_refused_before_anything_is_counted() {
+        let text = r#"{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 1000000000,
+            "num_attention_heads": 32, "intermediate_size": 11008, "vocab_size": 32000}"#;
+        let e = parse_config("hostile", text).unwrap_err().to_string();
+        assert!(
+            e.contains("num_hidden_layers") && e.contains("at most 100000"),
+            "{e}"
+        );
+        let text = text
+            .replace("1000000000", "32")
+            .replace("32000", "100000000000");
+        let e = parse_config("hostile", &text).unwrap_err().to_string();
+        assert!(e.contains("vocab_size"), "{e}");
     }
 
     #[test]
