@@ -17,6 +17,7 @@ pub mod fragmentation;
 pub mod host;
 pub mod oom;
 pub mod output;
+mod pickle_depth;
 pub mod replay;
 pub mod rounding;
 pub mod size;

@@ -218,7 +218,18 @@ fn as_u64(v: &Value) -> Option<u64> {
     }
 }
 
+/// The deepest nesting a snapshot may have: PyTorch's nest a handful of levels; converting a
+/// deeper value recursively could overflow the stack.
+const MAX_PICKLE_DEPTH: usize = 1000;
+
 fn parse_pytorch_snapshot(bytes: &[u8]) -> Result<Trace, TraceError> {
+    if let Some(depth) = crate::pickle_depth::nesting_depth(bytes)
+        && depth > MAX_PICKLE_DEPTH
+    {
+        return Err(TraceError::Pickle(format!(
+            "its value nests {depth} levels deep, more than the {MAX_PICKLE_DEPTH} accepted"
+        )));
+    }
     let options = serde_pickle::DeOptions::new().replace_unresolved_globals();
     let value = serde_pickle::value_from_slice(bytes, options)
         .map_err(|e| TraceError::Pickle(e.to_string()))?;
@@ -368,6 +379,17 @@ mod tests {
             let e = parse_trace(text.as_bytes()).unwrap_err().to_string();
             assert!(e.contains(needle), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn a_pickle_nested_100000_deep_is_refused_without_recursion() {
+        // 100,000 empty lists appended into each other: `]` × 100,000 then `a` × 99,999.
+        let mut bytes = vec![0x80, 2];
+        bytes.extend(std::iter::repeat_n(b']', 100_000));
+        bytes.extend(std::iter::repeat_n(b'a', 99_999));
+        bytes.push(b'.');
+        let e = parse_trace(&bytes).unwrap_err().to_string();
+        assert!(e.contains("100000 levels deep"), "{e}");
     }
 
     #[test]
