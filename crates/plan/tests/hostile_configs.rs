@@ -4,8 +4,8 @@
 
 use headroom_plan::cost::{CostModel, Problem};
 use headroom_plan::hardware;
-use headroom_plan::model::config_json::parse_config;
 use headroom_plan::model::ParamInventory;
+use headroom_plan::model::config_json::parse_config;
 use headroom_plan::search::search;
 use headroom_plan::strategy::Pins;
 use headroom_plan::workload::{BatchSpec, Workload};

@@ -174,12 +174,26 @@ pub fn write(
     manifest: &Manifest,
     groups: &TensorGroups,
 ) -> Result<PathBuf, SaveError> {
+    write_with_faults(root, manifest, groups, &|_| Ok(()))
+}
+
+/// [`write`], with `fault` called before each file operation (named by the file it writes, or
+/// `create`, `rename`, `latest`): an error it returns stands for a full disk or a failed
+/// device at that point. Tests use it to show that the previous save survives every one.
+fn write_with_faults(
+    root: &Path,
+    manifest: &Manifest,
+    groups: &TensorGroups,
+    fault: &dyn Fn(&str) -> std::io::Result<()>,
+) -> Result<PathBuf, SaveError> {
     std::fs::create_dir_all(root).map_err(io_err(root))?;
     remove_stale_temporaries(root);
     let name = format!("step-{:06}", manifest.step);
     let final_dir = root.join(&name);
     let tmp_dir = root.join(format!(".{name}.tmp-{}", std::process::id()));
-    std::fs::create_dir(&tmp_dir).map_err(io_err(&tmp_dir))?;
+    fault("create")
+        .and_then(|()| std::fs::create_dir(&tmp_dir))
+        .map_err(io_err(&tmp_dir))?;
     let mut manifest = manifest.clone();
     manifest.format_version = FORMAT_VERSION;
     manifest.files.clear();
@@ -202,21 +216,33 @@ pub fn write(
                 path: tmp_dir.join(&file),
                 reason: e.to_string(),
             })?;
-        write_output(&tmp_dir.join(&file), &bytes).map_err(io_err(&tmp_dir))?;
+        fault(&file)
+            .and_then(|()| write_output(&tmp_dir.join(&file), &bytes))
+            .map_err(io_err(&tmp_dir.join(&file)))?;
         manifest.checksums.insert(file.clone(), crc32(&bytes));
         manifest.files.insert(group.clone(), file);
     }
     let json = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
-    write_output(&tmp_dir.join("manifest.json"), &json).map_err(io_err(&tmp_dir))?;
-    write_output(&tmp_dir.join(MANIFEST_CRC), crc32(&json).as_bytes()).map_err(io_err(&tmp_dir))?;
+    for (file, bytes) in [
+        ("manifest.json", json.clone()),
+        (MANIFEST_CRC, crc32(&json).into_bytes()),
+    ] {
+        fault(file)
+            .and_then(|()| write_output(&tmp_dir.join(file), &bytes))
+            .map_err(io_err(&tmp_dir.join(file)))?;
+    }
     if final_dir.exists() {
         std::fs::remove_dir_all(&final_dir).map_err(io_err(&final_dir))?;
     }
-    std::fs::rename(&tmp_dir, &final_dir).map_err(io_err(&final_dir))?;
+    fault("rename")
+        .and_then(|()| std::fs::rename(&tmp_dir, &final_dir))
+        .map_err(io_err(&final_dir))?;
     if let Ok(d) = std::fs::File::open(root) {
         let _ = d.sync_all();
     }
-    write_output(&root.join("latest"), name.as_bytes()).map_err(io_err(root))?;
+    fault("latest")
+        .and_then(|()| write_output(&root.join("latest"), name.as_bytes()))
+        .map_err(io_err(&root.join("latest")))?;
     Ok(final_dir)
 }
 
@@ -477,5 +503,39 @@ mod tests {
         write(dir.path(), &m, &g).unwrap();
         assert!(!stale.exists(), "the next save removes the leftover");
         assert_eq!(read(dir.path()).unwrap().0.step, 44);
+    }
+
+    #[test]
+    fn a_write_that_fails_anywhere_leaves_the_previous_save_intact() {
+        let (mut m, g) = sample();
+        for point in [
+            "create",
+            "model.safetensors",
+            "manifest.json",
+            "manifest.crc32",
+            "rename",
+            "latest",
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            write(dir.path(), &m, &g).unwrap();
+            m.step = 43;
+            let full = |p: &str| {
+                if p == point {
+                    Err(std::io::Error::other("No space left on device (injected)"))
+                } else {
+                    Ok(())
+                }
+            };
+            let e = write_with_faults(dir.path(), &m, &g, &full)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("No space left"), "{point}: {e}");
+            // The save `latest` names reads back whole: step 42 (when only `latest` failed,
+            // step 43's folder is complete too, but `latest` still names 42).
+            let (back, groups) = read(dir.path()).unwrap();
+            assert_eq!(back.step, 42, "{point}");
+            assert_eq!(groups, g, "{point}");
+            m.step = 42;
+        }
     }
 }
