@@ -174,7 +174,18 @@ pub fn write(
     manifest: &Manifest,
     groups: &TensorGroups,
 ) -> Result<PathBuf, SaveError> {
-    write_with_faults(root, manifest, groups, &|_| Ok(()))
+    write_with_faults(root, manifest, groups, &crash_before)
+}
+
+/// The crash-trial hook: with `HEADROOM_CRASH_BEFORE=<operation>` in the environment (one of
+/// `create`, a file name such as `manifest.json`, `rename`, `latest`), the process aborts just
+/// before that operation of a save, as a power cut would stop it. `scripts/crash-trials.sh`
+/// uses it; nothing else sets it.
+fn crash_before(operation: &str) -> std::io::Result<()> {
+    if std::env::var_os("HEADROOM_CRASH_BEFORE").is_some_and(|v| v == operation) {
+        std::process::abort();
+    }
+    Ok(())
 }
 
 /// [`write`], with `fault` called before each file operation (named by the file it writes, or
