@@ -77,8 +77,25 @@ fn main() -> ExitCode {
             ExitCode::from(code)
         }
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", describe(&err));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, each said once: a cause whose text the message already holds (an
+/// OS error quoted by the error that wraps it) is not repeated.
+fn describe(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out += ": ";
+        }
+        out += &text;
+    }
+    out
 }

@@ -148,3 +148,42 @@ fn hostile_sizes_are_clear_errors_not_exhausted_hosts() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("planner's limits"), "{stderr}");
 }
+
+#[test]
+fn an_os_error_is_said_once() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        &["train", "--config", "missing.toml"][..],
+        &[
+            "train",
+            "--data",
+            "missing.txt",
+            "--no-auto",
+            "--steps",
+            "1",
+        ],
+        &[
+            "plan",
+            "--model",
+            "gpt2",
+            "--gpu",
+            "A100-80GB",
+            "--seq-len",
+            "1024",
+            "--global-batch",
+            "8",
+            "--emit",
+            "deepspeed",
+            "missing/ds.json",
+        ],
+    ] {
+        let out = headroom(args, dir.path());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert_eq!(
+            stderr.matches("(os error 2)").count(),
+            1,
+            "{args:?}: {stderr}"
+        );
+    }
+}

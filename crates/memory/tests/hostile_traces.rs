@@ -65,8 +65,16 @@ fn read_and_replay(bytes: &[u8]) {
     }
 }
 
+/// Cases per property: `HEADROOM_FUZZ_CASES` for a long run, else a few seconds' worth.
+fn cases(default: u32) -> u32 {
+    std::env::var("HEADROOM_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(300))]
+    #![proptest_config(ProptestConfig::with_cases(cases(300)))]
 
     #[test]
     fn mutated_json_traces_never_panic(

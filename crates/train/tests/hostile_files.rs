@@ -53,8 +53,16 @@ fn write_seed(dir: &std::path::Path) -> std::path::PathBuf {
     save::write(dir, &manifest, &groups).unwrap()
 }
 
+/// Cases per property: `HEADROOM_FUZZ_CASES` for a long run, else a few seconds' worth.
+fn cases(default: u32) -> u32 {
+    std::env::var("HEADROOM_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(ProptestConfig::with_cases(cases(200)))]
 
     #[test]
     fn mutated_run_configs_never_panic(
