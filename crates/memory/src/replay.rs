@@ -69,21 +69,53 @@ pub fn parse_trace(bytes: &[u8]) -> Result<Trace, TraceError> {
     }
 }
 
+/// Parses a JSON trace as it is read, one event at a time: a trace of 10^7 events never
+/// exists as a JSON tree in memory (only the replayable events do, 24 bytes each).
 fn parse_json_trace(bytes: &[u8]) -> Result<Trace, TraceError> {
-    let value: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| TraceError::Json(e.to_string()))?;
-    let array = match value {
-        serde_json::Value::Array(a) => a,
-        // A snapshot written as JSON (`Snapshot::write_json`): replay its first device trace.
-        serde_json::Value::Object(ref o) if o.contains_key("device_traces") => {
-            return parse_json_snapshot(&value);
-        }
-        serde_json::Value::Object(_) => return Err(TraceError::NotAnArray("an object")),
-        _ => return Err(TraceError::NotAnArray("a scalar")),
-    };
-    let mut events = Vec::with_capacity(array.len());
-    let mut live: HashMap<u64, usize> = HashMap::new();
-    for (index, event) in array.iter().enumerate() {
+    use serde::Deserializer as _;
+    let mut reader = EventReader::default();
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let outcome = de
+        .deserialize_any(TraceVisitor {
+            reader: &mut reader,
+        })
+        .and_then(|top| de.end().map(|()| top));
+    match outcome {
+        Ok(Top::Events) => Ok(Trace {
+            format: TraceFormat::HeadroomJson,
+            events: reader.events,
+        }),
+        Ok(Top::Snapshot(value)) => parse_json_snapshot(&value),
+        Ok(Top::Object) => Err(TraceError::NotAnArray("an object")),
+        Ok(Top::Scalar) => Err(TraceError::NotAnArray("a scalar")),
+        Err(e) => Err(reader
+            .failure
+            .take()
+            .unwrap_or(TraceError::Json(e.to_string()))),
+    }
+}
+
+/// What the top level of a JSON trace turned out to be.
+enum Top {
+    Events,
+    /// A snapshot written as JSON (`Snapshot::write_json`): replay its first device trace.
+    Snapshot(serde_json::Value),
+    Object,
+    Scalar,
+}
+
+/// Checks and collects events one by one.
+#[derive(Default)]
+struct EventReader {
+    events: Vec<ReplayEvent>,
+    /// Live ids and the index of the event that allocated each.
+    live: HashMap<u64, usize>,
+    /// The event error that stopped the parse.
+    failure: Option<TraceError>,
+}
+
+impl EventReader {
+    fn accept(&mut self, index: usize, event: &serde_json::Value) -> Result<(), TraceError> {
         let err = |reason: String| TraceError::Event { index, reason };
         let obj = event
             .as_object()
@@ -126,20 +158,20 @@ fn parse_json_trace(bytes: &[u8]) -> Result<Trace, TraceError> {
                         .map_err(|e: crate::category::UnknownCategory| err(e.to_string()))?,
                     None => Category::Other,
                 };
-                if let Some(prev) = live.insert(id, index) {
+                if let Some(prev) = self.live.insert(id, index) {
                     return Err(err(format!(
                         "alloc of id {id}, which is still live since event {prev}"
                     )));
                 }
-                events.push(ReplayEvent::Alloc { id, size, category });
+                self.events.push(ReplayEvent::Alloc { id, size, category });
             }
             "free" | "free_requested" => {
-                if live.remove(&id).is_none() {
+                if self.live.remove(&id).is_none() {
                     return Err(err(format!(
                         "free of unknown id {id} (never allocated, or already freed)"
                     )));
                 }
-                events.push(ReplayEvent::Free { id, lenient: false });
+                self.events.push(ReplayEvent::Free { id, lenient: false });
             }
             // The rest are the allocator's own decisions or duplicates: nothing to replay.
             "free_completed" | "segment_alloc" | "segment_free" | "segment_map"
@@ -150,11 +182,62 @@ fn parse_json_trace(bytes: &[u8]) -> Result<Trace, TraceError> {
                 )));
             }
         }
+        Ok(())
     }
-    Ok(Trace {
-        format: TraceFormat::HeadroomJson,
-        events,
-    })
+}
+
+struct TraceVisitor<'r> {
+    reader: &'r mut EventReader,
+}
+
+impl<'de> serde::de::Visitor<'de> for TraceVisitor<'_> {
+    type Value = Top;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an array of allocation events")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Top, A::Error> {
+        let mut index = 0;
+        while let Some(event) = seq.next_element::<serde_json::Value>()? {
+            if let Err(e) = self.reader.accept(index, &event) {
+                self.reader.failure = Some(e);
+                return Err(serde::de::Error::custom("bad event"));
+            }
+            index += 1;
+        }
+        Ok(Top::Events)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Top, A::Error> {
+        use serde::Deserialize;
+        let value =
+            serde_json::Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+        Ok(if value.get("device_traces").is_some() {
+            Top::Snapshot(value)
+        } else {
+            Top::Object
+        })
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Top, E> {
+        Ok(Top::Scalar)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Top, E> {
+        Ok(Top::Scalar)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Top, E> {
+        Ok(Top::Scalar)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Top, E> {
+        Ok(Top::Scalar)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Top, E> {
+        Ok(Top::Scalar)
+    }
+    fn visit_unit<E>(self) -> Result<Top, E> {
+        Ok(Top::Scalar)
+    }
 }
 
 fn parse_json_snapshot(value: &serde_json::Value) -> Result<Trace, TraceError> {
