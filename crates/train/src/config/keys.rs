@@ -128,9 +128,14 @@ impl TrainConfig {
             path: path.to_path_buf(),
             source,
         })?;
-        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        TrainConfig::from_toml(&text, path)
+    }
+
+    /// Parses TOML `text`; errors name `path`, the key and the line.
+    pub fn from_toml(text: &str, path: &Path) -> Result<TrainConfig, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
-            message: describe_toml_error(&text, &e),
+            message: describe_toml_error(text, &e),
         })
     }
 
