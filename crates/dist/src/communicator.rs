@@ -1,0 +1,127 @@
+//! The `Communicator` trait: one rank's view of a group, and the collectives it can join.
+//!
+//! Not for: a transport (see `thread_group`).
+
+use serde::Serialize;
+use std::time::Duration;
+
+/// A collective operation, as errors and counters name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Collective {
+    AllReduce,
+    ReduceScatter,
+    AllGather,
+    Broadcast,
+    Barrier,
+}
+
+impl std::fmt::Display for Collective {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Collective::AllReduce => "all_reduce",
+            Collective::ReduceScatter => "reduce_scatter",
+            Collective::AllGather => "all_gather",
+            Collective::Broadcast => "broadcast",
+            Collective::Barrier => "barrier",
+        })
+    }
+}
+
+/// Why a collective failed; every variant names the rank that saw it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CommError {
+    #[error(
+        "rank {rank}: {collective} #{sequence} timed out after {after:?} waiting for rank(s) {missing:?}; a rank is stuck or dead"
+    )]
+    Timeout {
+        rank: usize,
+        collective: Collective,
+        sequence: u64,
+        after: Duration,
+        missing: Vec<usize>,
+    },
+    #[error(
+        "rank {rank}: collective #{sequence} mismatched: this rank called {ours} of {our_len} elements, rank {other} called {theirs} of {their_len}; every rank must call the same collectives in the same order"
+    )]
+    Mismatch {
+        rank: usize,
+        sequence: u64,
+        ours: Collective,
+        our_len: usize,
+        other: usize,
+        theirs: Collective,
+        their_len: usize,
+    },
+    #[error("rank {rank}: {collective} #{sequence} abandoned: rank {failed} failed ({reason})")]
+    PeerFailed {
+        rank: usize,
+        collective: Collective,
+        sequence: u64,
+        failed: usize,
+        reason: String,
+    },
+    #[error("rank {rank}: {collective} with {reason}")]
+    BadArguments {
+        rank: usize,
+        collective: Collective,
+        reason: String,
+    },
+}
+
+/// Collectives a rank joined and the elements it contributed, per kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CollectiveCounts {
+    pub all_reduce: (u64, u64),
+    pub reduce_scatter: (u64, u64),
+    pub all_gather: (u64, u64),
+    pub broadcast: (u64, u64),
+    pub barrier: (u64, u64),
+}
+
+impl CollectiveCounts {
+    /// Adds one collective of `elements`.
+    pub fn record(&mut self, c: Collective, elements: usize) {
+        let slot = match c {
+            Collective::AllReduce => &mut self.all_reduce,
+            Collective::ReduceScatter => &mut self.reduce_scatter,
+            Collective::AllGather => &mut self.all_gather,
+            Collective::Broadcast => &mut self.broadcast,
+            Collective::Barrier => &mut self.barrier,
+        };
+        slot.0 += 1;
+        slot.1 += elements as u64;
+    }
+
+    /// Elements contributed over every collective.
+    pub fn elements(&self) -> u64 {
+        self.all_reduce.1
+            + self.reduce_scatter.1
+            + self.all_gather.1
+            + self.broadcast.1
+            + self.barrier.1
+    }
+}
+
+/// One rank of a communication group. Every rank must call the same collectives, with the
+/// same lengths, in the same order.
+pub trait Communicator: Send {
+    fn rank(&self) -> usize;
+    fn world_size(&self) -> usize;
+    /// Every rank's `data` becomes the elementwise sum over ranks, summed in rank order.
+    fn all_reduce_sum(&mut self, data: &mut [f32]) -> Result<(), CommError>;
+    /// `input` is `world_size` equal chunks; rank r's `output` becomes the sum over ranks of
+    /// chunk r, summed in rank order.
+    fn reduce_scatter_sum(&mut self, input: &[f32], output: &mut [f32]) -> Result<(), CommError>;
+    /// `output` becomes every rank's `input`, in rank order.
+    fn all_gather(&mut self, input: &[f32], output: &mut [f32]) -> Result<(), CommError>;
+    /// Every rank's `data` becomes `root`'s.
+    fn broadcast(&mut self, data: &mut [f32], root: usize) -> Result<(), CommError>;
+    /// Returns when every rank has called it.
+    fn barrier(&mut self) -> Result<(), CommError>;
+    /// Marks this rank failed: the other ranks' current and later collectives end with an
+    /// error naming it instead of waiting for their deadline.
+    fn fail(&mut self, reason: &str);
+    /// What this rank has communicated so far.
+    fn counts(&self) -> CollectiveCounts;
+}
