@@ -8,6 +8,7 @@ use crate::report::train_report::print_report;
 use crate::signals::{Interrupted, StopSignals, name};
 use anyhow::Context;
 use clap::Args;
+use headroom_dist::{Communicator, ThreadGroup, ThreadRank};
 use headroom_memory::output::{check_writable, write_output};
 use headroom_memory::size::format_bytes;
 use headroom_memory::timeline::timeline;
@@ -113,51 +114,35 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     }
     print_prediction(&prepared.prediction, config.device_memory);
     refuse_beyond_host(&prepared.prediction)?;
-    let device = Device::cpu(config.device_memory, AllocatorConfig::default());
-    device
-        .lock()
-        .trace_mut()
-        .record_history(true, TRACE_ENTRIES);
-    let mut trainer =
-        Trainer::on_device(config.clone(), &corpus, device.clone()).map_err(explain)?;
-    if let Some(dir) = &args.resume {
-        trainer.resume(dir).map_err(explain)?;
-    }
-    if let Some(d) = trainer.budget_decision() {
-        print_budget_decision(d, trainer.model().depth());
-    }
-    trainer.set_prepared(&prepared);
-    eprintln!(
-        "headroom train: {} ({} parameters), {} on {}, micro-batch {} × accumulation {} × {} tokens, {} steps, device budget {}",
-        trainer.model().name(),
-        group_digits(trainer.model().num_params() as u64),
-        config.strategy.precision,
-        corpus.name,
-        config.micro_batch(),
-        config.accumulation(),
-        trainer.seq_len(),
-        config.steps,
-        format_bytes(config.device_memory),
-    );
-
-    trainer.set_stop_flag(signals.requested.clone());
-    let progress = Progress::new(config.steps, trainer.step());
-    let result = trainer.train(&mut |event| progress.event(event));
-    progress.finish();
-    let report = result.map_err(explain)?.clone();
-    let stopped = report.stopped_at_step.zip(signals.received());
-    let saved = match stopped {
-        Some(_) => {
-            let root = config
-                .save_dir
-                .clone()
-                .unwrap_or_else(|| DEFAULT_SAVE_DIR.into());
-            Some((trainer.save(&root).map_err(explain)?, root))
-        }
-        None => None,
+    let run = RankRun {
+        args: &args,
+        config: &config,
+        corpus: &corpus,
+        prepared: &prepared,
+        stop: &signals.requested,
     };
-    write_outputs(&args, &report, &device, &trainer)?;
-    if let (Some((step, signal)), Some((at, root))) = (stopped, saved) {
+    let stopped = if config.data_parallel == 1 {
+        run.train(None)?
+    } else {
+        let outcomes = ThreadGroup::run(config.data_parallel, COLLECTIVE_DEADLINE, |rank| {
+            run.train(Some(rank))
+        });
+        let mut first = None;
+        for (rank, outcome) in outcomes.into_iter().enumerate() {
+            match outcome {
+                Ok(Ok(stop)) if rank == 0 => first = Some(Ok(stop)),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    first.get_or_insert(Err(e.context(format!("rank {rank}"))));
+                }
+                Err(_) => {
+                    first.get_or_insert(Err(anyhow::anyhow!("rank {rank} panicked")));
+                }
+            }
+        }
+        first.unwrap_or_else(|| Err(anyhow::anyhow!("no rank finished")))?
+    };
+    if let (Some((step, at, root)), Some(signal)) = (stopped, signals.received()) {
         eprintln!(
             "{} after step {step} of {}: saved to {}; continue with: headroom train --resume {}",
             name(signal),
@@ -168,6 +153,91 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         return Err(Interrupted { signal }.into());
     }
     Ok(())
+}
+
+/// How long a rank waits in a collective for the others before the run ends naming the
+/// missing ranks (the watchdog of a stuck rank).
+const COLLECTIVE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Everything one rank needs to train.
+struct RankRun<'a> {
+    args: &'a TrainArgs,
+    config: &'a RunConfig,
+    corpus: &'a Corpus,
+    prepared: &'a headroom_train::prepare::PreparedRun,
+    stop: &'a std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl RankRun<'_> {
+    /// Trains one rank (the only one without `comm`); rank 0 shows progress, writes the
+    /// outputs, and when a signal stopped the run saves it. Returns the step, save and save
+    /// directory of a stopped run.
+    fn train(&self, comm: Option<ThreadRank>) -> anyhow::Result<Option<(u64, PathBuf, PathBuf)>> {
+        let config = self.config;
+        let lead = comm.as_ref().is_none_or(|c| c.rank() == 0);
+        let device = Device::cpu(config.device_memory, AllocatorConfig::default());
+        if lead {
+            device
+                .lock()
+                .trace_mut()
+                .record_history(true, TRACE_ENTRIES);
+        }
+        let mut trainer =
+            Trainer::on_device(config.clone(), self.corpus, device.clone()).map_err(explain)?;
+        if let Some(comm) = comm {
+            trainer.set_communicator(Box::new(comm));
+        }
+        if let Some(dir) = &self.args.resume {
+            trainer.resume(dir).map_err(explain)?;
+        }
+        if lead {
+            if let Some(d) = trainer.budget_decision() {
+                print_budget_decision(d, trainer.model().depth());
+            }
+            eprintln!(
+                "headroom train: {} ({} parameters), {} on {}, micro-batch {} × accumulation {}{} × {} tokens, {} steps, device budget {}{}",
+                trainer.model().name(),
+                group_digits(trainer.model().num_params() as u64),
+                config.strategy.precision,
+                self.corpus.name,
+                config.micro_batch(),
+                config.accumulation(),
+                match config.data_parallel {
+                    1 => String::new(),
+                    n => format!(" × {n} ranks"),
+                },
+                trainer.seq_len(),
+                config.steps,
+                format_bytes(config.device_memory),
+                if config.data_parallel > 1 {
+                    " per rank"
+                } else {
+                    ""
+                },
+            );
+        }
+        trainer.set_prepared(self.prepared);
+        trainer.set_stop_flag(self.stop.clone());
+        let progress = Progress::new(config.steps, trainer.step(), lead);
+        let result = trainer.train(&mut |event| progress.event(event));
+        progress.finish();
+        let report = result.map_err(explain)?.clone();
+        if !lead {
+            return Ok(None);
+        }
+        let saved = match report.stopped_at_step {
+            Some(step) => {
+                let root = config
+                    .save_dir
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_SAVE_DIR.into());
+                Some((step, trainer.save(&root).map_err(explain)?, root))
+            }
+            None => None,
+        };
+        write_outputs(self.args, &report, &device, &trainer)?;
+        Ok(saved)
+    }
 }
 
 /// Where a run stopped by a signal is saved when no --save-dir was given.
@@ -323,15 +393,16 @@ fn explain_prepare(e: PrepareError) -> anyhow::Error {
     }
 }
 
-/// A progress bar on a terminal, plain lines otherwise.
+/// A progress bar on a terminal, plain lines otherwise; silent for ranks other than 0.
 struct Progress {
     bar: Option<ProgressBar>,
     total: u64,
+    shown: bool,
 }
 
 impl Progress {
-    fn new(total: u64, done: u64) -> Progress {
-        let bar = std::io::stderr().is_terminal().then(|| {
+    fn new(total: u64, done: u64, shown: bool) -> Progress {
+        let bar = (shown && std::io::stderr().is_terminal()).then(|| {
             let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
             bar.set_style(
                 ProgressStyle::with_template(
@@ -343,10 +414,13 @@ impl Progress {
             bar.set_position(done);
             bar
         });
-        Progress { bar, total }
+        Progress { bar, total, shown }
     }
 
     fn event(&self, event: TrainEvent) {
+        if !self.shown {
+            return;
+        }
         match event {
             TrainEvent::Step {
                 step,

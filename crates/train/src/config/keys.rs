@@ -5,6 +5,9 @@
 //! Not for: the resolved configuration (see `run`).
 
 use super::run::{DEFAULT_DEVICE_MEMORY, DEFAULT_MODEL, MAX_EFFECTIVE_BATCH, RunConfig};
+
+/// Most ranks of an in-process data-parallel group.
+const MAX_RANKS: usize = 256;
 use super::{ConfigError, describe_toml_error};
 use headroom_memory::size::ByteSize;
 use headroom_strategy::{
@@ -110,6 +113,22 @@ pub struct TrainConfig {
                 micro-batch and twice the accumulation"
     )]
     pub oom_recovery: Option<bool>,
+    /// Accumulate each micro-batch's gradient in a buffer of its own and add it to the sum in
+    /// micro-batch order (one more gradient buffer while accumulating): the order a
+    /// data-parallel group sums in, so `--data-parallel N` with accumulation 1 is bitwise this
+    /// run with accumulation N.
+    #[arg(
+        long,
+        num_args = 0,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub deterministic: Option<bool>,
+    /// Train on N ranks (threads of this process, each with its own device of
+    /// --device-memory), each on its share of every global batch, gradients summed over ranks
+    /// in rank order (DDP). The global batch is N × micro-batch × accumulation.
+    #[arg(long, value_name = "N")]
+    pub data_parallel: Option<usize>,
     /// ZeRO stage (the single-device engine runs 0).
     #[arg(skip)]
     pub zero_stage: Option<ZeroStage>,
@@ -172,6 +191,8 @@ impl TrainConfig {
             save_dir,
             save_every,
             oom_recovery,
+            deterministic,
+            data_parallel,
             zero_stage,
             offload_optimizer,
             offload_params
@@ -197,6 +218,14 @@ impl TrainConfig {
     pub fn resolve(self) -> Result<RunConfig, ConfigError> {
         let strategy = self.resolve_strategy()?;
         let eval_batches = positive("eval_batches", self.eval_batches, 4)?;
+        let data_parallel = positive("data_parallel", self.data_parallel, 1)?;
+        if data_parallel > MAX_RANKS {
+            return Err(value(
+                "data_parallel",
+                &data_parallel,
+                "is above the 256 ranks one process runs as threads",
+            ));
+        }
         for (key, v) in [
             ("layers", self.layers),
             ("width", self.width),
@@ -248,7 +277,10 @@ impl TrainConfig {
             data: self.data,
             save_dir: self.save_dir,
             save_every: self.save_every.unwrap_or(0),
-            oom_recovery: self.oom_recovery.unwrap_or(true),
+            // Recovering from out of memory would need every rank to agree: off for DDP.
+            oom_recovery: self.oom_recovery.unwrap_or(data_parallel == 1),
+            deterministic: self.deterministic.unwrap_or(false),
+            data_parallel,
         })
     }
 

@@ -35,14 +35,20 @@ impl RunConfig {
         given: &TrainConfig,
     ) -> Result<(RunConfig, Vec<String>), ConfigError> {
         let mut keys = self.as_keys();
-        // A new split may name only one side: the other follows from the saved effective batch.
+        // A new split (or a new number of ranks) may name only one side: the other follows
+        // from the saved effective batch.
         let effective = self.effective_batch();
+        let world = given.data_parallel.unwrap_or(self.data_parallel).max(1);
+        let per_rank = effective / world;
         match (given.micro_batch, given.accumulation) {
-            (Some(m), None) if m > 0 && effective.is_multiple_of(m) => {
-                keys.accumulation = Some(effective / m)
+            (Some(m), None) if m > 0 && per_rank.is_multiple_of(m) => {
+                keys.accumulation = Some(per_rank / m)
             }
-            (None, Some(a)) if a > 0 && effective.is_multiple_of(a) => {
-                keys.micro_batch = Some(effective / a)
+            (None, Some(a)) if a > 0 && per_rank.is_multiple_of(a) => {
+                keys.micro_batch = Some(per_rank / a)
+            }
+            (None, None) if world != self.data_parallel => {
+                keys.accumulation = Some(per_rank / self.micro_batch().max(1))
             }
             _ => {}
         }
@@ -114,6 +120,8 @@ impl RunConfig {
             save_dir: self.save_dir.clone(),
             save_every: Some(self.save_every),
             oom_recovery: Some(self.oom_recovery),
+            deterministic: Some(self.deterministic),
+            data_parallel: Some(self.data_parallel),
             zero_stage: Some(s.placement.zero_stage),
             offload_optimizer: Some(s.placement.offload_optimizer),
             offload_params: Some(s.placement.offload_params),

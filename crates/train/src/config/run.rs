@@ -35,6 +35,16 @@ pub struct RunConfig {
     #[serde(alias = "checkpoint_every")]
     pub save_every: u64,
     pub oom_recovery: bool,
+    /// Each micro-batch's gradient in a buffer of its own, added in order.
+    #[serde(default)]
+    pub deterministic: bool,
+    /// Ranks of the data-parallel group (DDP over the in-process communicator); 1 without.
+    #[serde(default = "one")]
+    pub data_parallel: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl RunConfig {
@@ -46,9 +56,13 @@ impl RunConfig {
     pub fn accumulation(&self) -> usize {
         self.strategy.accumulation as usize
     }
-    /// Sequences per optimizer step.
-    pub fn effective_batch(&self) -> usize {
+    /// Sequences each rank trains on per optimizer step.
+    pub fn batch_per_rank(&self) -> usize {
         self.micro_batch() * self.accumulation()
+    }
+    /// Sequences per optimizer step, over every rank.
+    pub fn effective_batch(&self) -> usize {
+        self.batch_per_rank() * self.data_parallel
     }
     /// `self` running `strategy` instead of its own.
     pub fn with_strategy(&self, strategy: Strategy) -> RunConfig {

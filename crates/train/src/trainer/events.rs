@@ -6,6 +6,7 @@
 use crate::config::ConfigError;
 use crate::data::CorpusError;
 use crate::save::SaveError;
+use headroom_dist::CommError;
 use headroom_memory::OutOfMemory;
 use headroom_nn::models::ModelSpecError;
 use headroom_tensor::TensorError;
@@ -15,6 +16,8 @@ use headroom_tensor::TensorError;
 pub enum TrainError {
     #[error(transparent)]
     Config(#[from] ConfigError),
+    #[error(transparent)]
+    Communication(#[from] CommError),
     #[error(transparent)]
     Corpus(#[from] CorpusError),
     #[error(transparent)]

@@ -28,6 +28,7 @@ use crate::data::{Corpus, TokenSampler};
 use crate::recompute::policy::{BudgetDecision, recompute_for};
 use crate::report::{CacheRelease, TrainReport, ValLoss};
 use crate::scaler::{LossScaler, ScalerConfig};
+use headroom_dist::Communicator;
 use headroom_memory::{AllocatorConfig, Category, Device};
 use headroom_nn::models::{ModelSpec, build_model};
 use headroom_nn::optim::Optimizer;
@@ -62,6 +63,8 @@ pub struct Trainer {
     hooks: TrainerHooks,
     /// Set from outside (a signal handler) to stop after the current step.
     stop: Option<Arc<AtomicBool>>,
+    /// This rank's communicator when the run is data-parallel.
+    comm: Option<Box<dyn Communicator>>,
     report: TrainReport,
     /// Whether the current step has started changing weights (then an OOM is not recoverable).
     weights_touched: bool,
@@ -152,6 +155,7 @@ impl Trainer {
             warned_accumulation: false,
             hooks: TrainerHooks::default(),
             stop: None,
+            comm: None,
             report,
             weights_touched: false,
             kept: Vec::new(),
@@ -168,6 +172,28 @@ impl Trainer {
     /// The dtype of parameters, gradients and activations.
     pub fn compute_dtype(&self) -> DType {
         compute_dtype(self.precision)
+    }
+
+    /// Makes this trainer one rank of a data-parallel group (DDP): each rank draws its own
+    /// share of every global batch, and gradients are summed over ranks in rank order before
+    /// the (replicated) optimizer step. With accumulation 1 the run is bitwise the
+    /// single-process run with `world × micro-batch` accumulated in `world` micro-batches.
+    pub fn set_communicator(&mut self, comm: Box<dyn Communicator>) {
+        // Recovering from an out-of-memory error would need every rank to agree on it.
+        self.config.oom_recovery = false;
+        self.comm = Some(comm);
+    }
+
+    /// This rank and the group's size (0 of 1 without a communicator).
+    pub fn rank(&self) -> (usize, usize) {
+        self.comm
+            .as_ref()
+            .map_or((0, 1), |c| (c.rank(), c.world_size()))
+    }
+
+    /// What this rank has communicated.
+    pub fn collective_counts(&self) -> Option<headroom_dist::CollectiveCounts> {
+        self.comm.as_ref().map(|c| c.counts())
     }
 
     /// A flag that, once set, ends training after the step in progress (the report says so in
@@ -311,7 +337,7 @@ impl Trainer {
             });
             drop(a);
             self.after_step(on_event)?;
-            if self.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) {
+            if self.stop_requested()? {
                 self.report.stopped_at_step = Some(self.step);
                 break;
             }
@@ -328,6 +354,20 @@ impl Trainer {
         let stats = self.device.stats();
         self.report.set_memory(&stats);
         Ok(&self.report)
+    }
+
+    /// Whether a stop was asked for; in a group every rank agrees (any rank's request stops
+    /// all of them after the same step).
+    fn stop_requested(&mut self) -> Result<bool, TrainError> {
+        let here = self.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst));
+        match self.comm.as_mut() {
+            None => Ok(here),
+            Some(comm) => {
+                let mut votes = [f32::from(u8::from(here))];
+                comm.all_reduce_sum(&mut votes)?;
+                Ok(votes[0] > 0.0)
+            }
+        }
     }
 
     /// After an optimizer step: validation (and `empty_cache`) when due, a save when due.
@@ -357,7 +397,9 @@ impl Trainer {
             }
         }
         let every = self.config.save_every;
+        // Every rank holds the same state: rank 0 alone writes it.
         if let Some(dir) = self.config.save_dir.clone()
+            && self.rank().0 == 0
             && (last || (every > 0 && self.step.is_multiple_of(every)))
         {
             let path = self.save(&dir)?;

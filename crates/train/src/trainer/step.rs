@@ -23,8 +23,13 @@ impl Trainer {
         on_event: &mut dyn FnMut(TrainEvent),
     ) -> Result<f64, TrainError> {
         let accumulation = self.config.accumulation();
+        let (rank, world) = self.rank();
         let scale = self.scaler.map_or(1.0, |s| s.scale());
-        let mut loss_sum = 0.0f64;
+        let mut losses: Vec<f32> = Vec::with_capacity(accumulation);
+        // A rank's share of the step's global batch: its `accumulation` micro-batches follow
+        // those of the ranks before it, as one process accumulating them all would draw them.
+        let micro_batch = self.config.micro_batch();
+        self.skip_samples(micro_batch * accumulation * rank);
         // The leak guard compares every step's peak: measure this one on its own.
         self.device.lock().open_window();
         let history = if self.hooks.grow_step_buffer {
@@ -39,6 +44,11 @@ impl Trainer {
         } else {
             None
         };
+        // Deterministic accumulation: micro-batches after the first compute their gradient into
+        // buffers of their own, added to the sum afterwards in order.
+        let separate = (self.config.deterministic && accumulation > 1)
+            .then(|| self.micro_gradients())
+            .transpose()?;
         for micro in 0..accumulation {
             let work_before = if self.dry { work_so_far() } else { None };
             {
@@ -52,26 +62,22 @@ impl Trainer {
             }
             let (x, y) = if self.dry {
                 // No values on a shape-only device: the same tensors, without drawing tokens.
-                self.sampler.skip_train(self.config.micro_batch());
-                self.dry_batch_tensors(self.config.micro_batch())?
+                self.sampler.skip_train(micro_batch);
+                self.dry_batch_tensors(micro_batch)?
             } else {
-                let batch = self.sampler.next_train(self.config.micro_batch());
+                let batch = self.sampler.next_train(micro_batch);
                 self.batch_tensors(&batch)?
             };
             let tape = Tape::new();
             let recompute = self.recompute.clone();
-            let factor = scale / accumulation as f32;
+            let factor = scale / (accumulation * world) as f32;
             let (loss, scaled) = tape.record(|| -> Result<_, headroom_tensor::TensorError> {
                 let loss = self.model.loss(&x, &y, &recompute)?;
                 let scaled = loss.scale(factor)?;
                 Ok((loss, scaled))
             })?;
             // A dry run (shape-only device) has no values to read.
-            let value = if self.dry {
-                0.0
-            } else {
-                loss.to_scalar_f32()? as f64
-            };
+            let value = if self.dry { 0.0 } else { loss.to_scalar_f32()? };
             if self.hooks.keep_losses {
                 // The classic leak: keeping the loss tensor (not its value) for logging.
                 self.kept.push(loss);
@@ -79,15 +85,27 @@ impl Trainer {
                 drop(loss);
             }
             self.device.lock().trace_mut().set_phase("backward");
-            tape.backward(&scaled, &mut self.grads)?;
-            loss_sum += value;
+            match &separate {
+                Some((buffers, grads)) if micro > 0 => {
+                    let mut grads = grads.borrow_mut();
+                    tape.backward(&scaled, &mut grads)?;
+                    for (block, buffer) in self.model.blocks().iter().zip(buffers) {
+                        block.flat_grad().add_assign(buffer)?;
+                        buffer.fill_(0.0)?;
+                    }
+                }
+                _ => tape.backward(&scaled, &mut self.grads)?,
+            }
+            losses.push(value);
             if let (Some(before), Some(after)) = (work_before, work_so_far()) {
                 self.micro_work = Some(after - before);
             }
             self.backward_passes += 1;
             self.check_accumulation(on_event);
         }
-        let loss = loss_sum / accumulation as f64;
+        self.skip_samples(micro_batch * accumulation * (world - 1 - rank));
+        let loss = self.step_loss(&losses)?;
+        self.reduce_gradients()?;
         if !loss.is_finite() && self.scaler.is_none() {
             return Err(TrainError::Diverged {
                 step: self.step,
@@ -126,6 +144,70 @@ impl Trainer {
         self.report.losses.push(loss);
         self.check_leaks(on_event);
         Ok(loss)
+    }
+
+    /// One zeroed gradient buffer per block (tagged `gradient`) and the bindings that send
+    /// backward's contributions there.
+    fn micro_gradients(
+        &self,
+    ) -> Result<(Vec<Tensor>, std::cell::RefCell<headroom_tensor::Gradients>), TrainError> {
+        let mut grads = headroom_tensor::Gradients::new();
+        let mut buffers = Vec::new();
+        for block in self.model.blocks() {
+            let g = block.flat_grad();
+            let name = format!("{}.grad.micro", block.name());
+            let buffer = Tensor::zeros(
+                &self.device,
+                g.shape(),
+                g.dtype(),
+                Category::Gradient,
+                Some(&name),
+            )?;
+            block.bind_grads_to(&buffer, &mut grads)?;
+            buffers.push(buffer);
+        }
+        Ok((buffers, std::cell::RefCell::new(grads)))
+    }
+
+    /// Advances the data past `samples` that other ranks train on.
+    fn skip_samples(&mut self, samples: usize) {
+        if samples > 0 {
+            self.sampler.skip_train(samples);
+        }
+    }
+
+    /// The step's loss: the mean over every micro-batch of every rank, summed in the order one
+    /// process accumulating them all would sum them.
+    fn step_loss(&mut self, losses: &[f32]) -> Result<f64, TrainError> {
+        let all = match self.comm.as_mut() {
+            None => losses.to_vec(),
+            Some(comm) => {
+                let mut all = vec![0.0; losses.len() * comm.world_size()];
+                comm.all_gather(losses, &mut all)?;
+                all
+            }
+        };
+        let sum = all.iter().fold(0.0f64, |s, &l| s + l as f64);
+        Ok(sum / all.len() as f64)
+    }
+
+    /// DDP: every block's gradient becomes the sum over ranks (each already scaled by
+    /// 1/(accumulation × world)), summed in rank order; one all-reduce per block, in place on
+    /// its flat gradient (the block is the bucket).
+    fn reduce_gradients(&mut self) -> Result<(), TrainError> {
+        let Some(comm) = self.comm.as_mut() else {
+            return Ok(());
+        };
+        for block in self.model.blocks() {
+            let grad = block.flat_grad();
+            if self.dry {
+                continue;
+            }
+            let mut values = grad.to_vec_f32()?;
+            comm.all_reduce_sum(&mut values)?;
+            store_f32(grad, &values)?;
+        }
+        Ok(())
     }
 
     /// Warns once when gradients have been accumulated over more backward passes than the

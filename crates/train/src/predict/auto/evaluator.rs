@@ -113,7 +113,7 @@ pub fn evaluate(
     // What the allocator reserved beyond the live tensors (cached and split blocks) is the
     // planner's `Other`, so the categories sum to the peak reserved.
     at_peak[Category::Other] += m.peak_reserved_bytes.saturating_sub(m.peak_allocated_bytes);
-    let tokens = (run.effective_batch() * seq_len) as f64;
+    let tokens = (run.batch_per_rank() * seq_len) as f64;
     let plan = Plan {
         strategy: *strategy,
         fits: p.fits,

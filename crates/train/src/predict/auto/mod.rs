@@ -109,7 +109,7 @@ pub fn plan(config: &RunConfig, corpus: &Corpus, pins: &Pins) -> Result<AutoPlan
     let seq_len = config.seq_len.unwrap_or_else(|| spec.default_seq_len());
     let effective_batch = match (pins.micro_batch, pins.accumulation) {
         (Some(m), Some(a)) => m.saturating_mul(a),
-        _ => config.effective_batch() as u64,
+        _ => config.batch_per_rank() as u64,
     };
     // The speed model is calibrated at the largest micro-batch the search may try.
     let largest = batch_splits(effective_batch, pins.micro_batch, pins.accumulation)
