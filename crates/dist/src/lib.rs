@@ -13,7 +13,9 @@
 //! (the caller's device allocator, tagged `communication`).
 
 mod communicator;
+mod shape_only;
 mod thread_group;
 
 pub use communicator::{Collective, CollectiveCounts, CommError, Communicator};
+pub use shape_only::ShapeOnlyRank;
 pub use thread_group::{ThreadGroup, ThreadRank};

@@ -14,7 +14,16 @@ pub enum Grads<'a> {
     F16(&'a [f16]),
 }
 
-impl Grads<'_> {
+impl<'a> Grads<'a> {
+    /// The gradients of elements `range` (a ZeRO shard of a flat buffer).
+    pub fn range(&self, range: std::ops::Range<usize>) -> Grads<'a> {
+        match *self {
+            Grads::F32(g) => Grads::F32(&g[range]),
+            Grads::Bf16(g) => Grads::Bf16(&g[range]),
+            Grads::F16(g) => Grads::F16(&g[range]),
+        }
+    }
+
     pub fn len(&self) -> usize {
         match self {
             Grads::F32(g) => g.len(),

@@ -59,16 +59,21 @@ impl Strategy {
                 Optimizer::engine_accepted()
             ));
         }
-        if self.placement.zero_stage.number() != 0 {
+        if self.placement.zero_stage.number() > 1 {
             return Some(format!(
-                "--zero {}: the single-device engine runs ZeRO stage 0; sharding needs the distributed engine",
+                "--zero {}: the engine shards optimizer states (stage 1) so far; stages 2 and 3 are not implemented yet",
                 self.placement.zero_stage
             ));
         }
-        if !self.placement.is_local() {
+        if self.placement.zero_stage.shards_optimizer() && self.optimizer == Optimizer::Lamb {
             return Some(
-                "offload is not available in the single-device engine yet; use none".into(),
+                "--optimizer lamb with --zero 1: LAMB's per-tensor trust ratio spans the shards; use adamw or sgd-momentum".into(),
             );
+        }
+        if self.placement.offload_optimizer.is_offloaded()
+            || self.placement.offload_params.is_offloaded()
+        {
+            return Some("offload is not available in the engine yet; use none".into());
         }
         None
     }
@@ -154,6 +159,23 @@ mod tests {
             ..strategy()
         };
         assert!(s.engine_incompatibility().unwrap().contains("--zero 2"));
+        let zero1 = Strategy {
+            placement: Placement {
+                zero_stage: ZeroStage::new(1).unwrap(),
+                ..Placement::default()
+            },
+            ..strategy()
+        };
+        assert_eq!(zero1.engine_incompatibility(), None);
+        let lamb = Strategy {
+            optimizer: Optimizer::Lamb,
+            ..zero1
+        };
+        assert!(
+            lamb.engine_incompatibility()
+                .unwrap()
+                .contains("trust ratio")
+        );
         let s = Strategy {
             optimizer: Optimizer::Lamb,
             placement: Placement {

@@ -5,6 +5,7 @@
 //! and AdamW, N ∈ {2, 3, 4} — and each rank communicates what the method says.
 
 use headroom_dist::{Communicator, ThreadGroup};
+use headroom_memory::{AllocatorConfig, Device};
 use headroom_train::Trainer;
 use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
@@ -55,8 +56,9 @@ fn ddp_is_bitwise_the_single_process_run_accumulating_the_same_micro_batches() {
             let expected = outcome(&single);
             let params = single.model().num_params() as u64;
             let results = ThreadGroup::run(ranks, Duration::from_secs(60), |comm| {
-                let mut t = Trainer::new(config(optimizer, 2, 1, ranks), &corpus).unwrap();
-                t.set_communicator(Box::new(comm));
+                let c = config(optimizer, 2, 1, ranks);
+                let device = Device::cpu(c.device_memory, AllocatorConfig::default());
+                let mut t = Trainer::on_rank(c, &corpus, device, Box::new(comm)).unwrap();
                 t.train(&mut |_| {}).unwrap();
                 (outcome(&t), t.collective_counts().unwrap())
             });
@@ -90,8 +92,9 @@ fn a_rank_that_fails_mid_run_ends_every_rank_with_an_error_naming_it() {
             comm.fail("out of host memory at step 0");
             return None;
         }
-        let mut t = Trainer::new(config(Optimizer::AdamW, 2, 1, 3), &corpus).unwrap();
-        t.set_communicator(Box::new(comm));
+        let c = config(Optimizer::AdamW, 2, 1, 3);
+        let device = Device::cpu(c.device_memory, AllocatorConfig::default());
+        let mut t = Trainer::on_rank(c, &corpus, device, Box::new(comm)).unwrap();
         Some(t.train(&mut |_| {}).map(|_| ()).unwrap_err().to_string())
     });
     assert!(started.elapsed() < Duration::from_secs(10));
@@ -101,4 +104,109 @@ fn a_rank_that_fails_mid_run_ends_every_rank_with_an_error_naming_it() {
             "{r}"
         );
     }
+}
+
+fn zero1(c: RunConfig) -> RunConfig {
+    let mut c = c;
+    c.strategy.placement.zero_stage = headroom_train::strategy::ZeroStage::new(1).unwrap();
+    c
+}
+
+/// One rank's run: losses and weights (bits), its memory, what it communicated, and the
+/// model's block sizes.
+type RankOutcome = (
+    (Vec<u64>, Vec<u32>),
+    headroom_memory::MemoryPeaks,
+    headroom_dist::CollectiveCounts,
+    Vec<usize>,
+);
+
+/// Trains `c` on `ranks` threads.
+fn run_ranks(c: &RunConfig, ranks: usize) -> Vec<RankOutcome> {
+    let corpus = Corpus::bundled();
+    ThreadGroup::run(ranks, Duration::from_secs(60), |comm| {
+        let device = Device::cpu(c.device_memory, AllocatorConfig::default());
+        let mut t = Trainer::on_rank(c.clone(), &corpus, device, Box::new(comm)).unwrap();
+        t.train(&mut |_| {}).unwrap();
+        let sizes = t.model().blocks().iter().map(|b| b.numel()).collect();
+        (
+            outcome(&t),
+            t.report().memory,
+            t.collective_counts().unwrap(),
+            sizes,
+        )
+    })
+    .into_iter()
+    .map(|r| r.unwrap())
+    .collect()
+}
+
+#[test]
+fn zero1_is_bitwise_ddp_and_holds_only_its_shard_of_the_optimizer_state() {
+    use headroom_memory::Category;
+    use headroom_train::strategy::Precision;
+    for (optimizer, precision) in [
+        (Optimizer::AdamW, Precision::Fp32),
+        (Optimizer::SgdMomentum, Precision::Fp32),
+        (Optimizer::AdamW, Precision::Bf16Mixed),
+    ] {
+        for ranks in [2, 3] {
+            let mut ddp = config(optimizer, 2, 1, ranks);
+            ddp.strategy.precision = precision;
+            let expected = run_ranks(&ddp, ranks);
+            let sharded = run_ranks(&zero1(ddp.clone()), ranks);
+            for (rank, (got, want)) in sharded.iter().zip(&expected).enumerate() {
+                let label = format!("{optimizer} {precision}, {ranks} ranks, rank {rank}");
+                assert_eq!(got.0.0, want.0.0, "losses: {label}");
+                assert!(got.0.1 == want.0.1, "weights differ: {label}");
+                // Optimizer state: rank r's shard of every block, ⌈P_b / N⌉ elements (fewer
+                // on the last rank), at 4 bytes per state (AdamW 2 states, SGD-momentum 1),
+                // each buffer rounded up to the allocator's 512 bytes; DDP holds every element.
+                let states = if optimizer == Optimizer::AdamW { 2 } else { 1 };
+                let shard = |p: usize| {
+                    let len = p.div_ceil(ranks);
+                    (len * (rank + 1)).min(p) - (len * rank).min(p)
+                };
+                let bytes = |elements: usize| (4 * elements).div_ceil(512) * 512;
+                let held: usize = got.3.iter().map(|&p| bytes(shard(p))).sum();
+                let full: usize = got.3.iter().map(|&p| bytes(p)).sum();
+                let state = |m: &headroom_memory::MemoryPeaks| {
+                    m.peak_bytes_by_category[Category::OptimizerState] as usize
+                };
+                assert_eq!(state(&got.1), states * held, "{label}");
+                assert_eq!(state(&want.1), states * full, "{label}");
+                // Master weights (bf16-mixed) shard the same way.
+                let master = got.1.peak_bytes_by_category[Category::MasterWeight] as usize;
+                let expected_master = if precision == Precision::Bf16Mixed {
+                    held
+                } else {
+                    0
+                };
+                assert_eq!(master, expected_master, "{label}");
+                // Per step, besides DDP's: one all-gather of every block's padded shard.
+                let padded: u64 = got.3.iter().map(|&p| p.div_ceil(ranks) as u64).sum();
+                assert_eq!(
+                    got.2.all_gather.1,
+                    want.2.all_gather.1 + 20 * padded,
+                    "{label}"
+                );
+                assert_eq!(got.2.all_reduce, want.2.all_reduce, "{label}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_dry_run_predicts_a_zero1_rank_exactly() {
+    let c = zero1(config(Optimizer::AdamW, 2, 1, 3));
+    let predicted = headroom_train::predict::predict(&c, &Corpus::bundled()).unwrap();
+    let measured = run_ranks(&c, 3).remove(0).1;
+    assert_eq!(
+        predicted.memory.peak_bytes_by_category,
+        measured.peak_bytes_by_category
+    );
+    assert_eq!(
+        predicted.memory.peak_allocated_bytes,
+        measured.peak_allocated_bytes
+    );
 }

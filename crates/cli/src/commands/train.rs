@@ -142,14 +142,21 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         }
         first.unwrap_or_else(|| Err(anyhow::anyhow!("no rank finished")))?
     };
-    if let (Some((step, at, root)), Some(signal)) = (stopped, signals.received()) {
-        eprintln!(
-            "{} after step {step} of {}: saved to {}; continue with: headroom train --resume {}",
-            name(signal),
-            config.steps,
-            at.display(),
-            root.display()
-        );
+    if let (Some((step, saved)), Some(signal)) = (stopped, signals.received()) {
+        match saved {
+            Some((at, root)) => eprintln!(
+                "{} after step {step} of {}: saved to {}; continue with: headroom train --resume {}",
+                name(signal),
+                config.steps,
+                at.display(),
+                root.display()
+            ),
+            None => eprintln!(
+                "{} after step {step} of {}: not saved (saving a ZeRO-sharded run is not implemented yet)",
+                name(signal),
+                config.steps
+            ),
+        }
         return Err(Interrupted { signal }.into());
     }
     Ok(())
@@ -158,6 +165,10 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
 /// How long a rank waits in a collective for the others before the run ends naming the
 /// missing ranks (the watchdog of a stuck rank).
 const COLLECTIVE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Where a run stopped by a signal ended: its step, and its save and save directory (none for
+/// a ZeRO-sharded run, which cannot be saved yet).
+type Stopped = (u64, Option<(PathBuf, PathBuf)>);
 
 /// Everything one rank needs to train.
 struct RankRun<'a> {
@@ -172,7 +183,7 @@ impl RankRun<'_> {
     /// Trains one rank (the only one without `comm`); rank 0 shows progress, writes the
     /// outputs, and when a signal stopped the run saves it. Returns the step, save and save
     /// directory of a stopped run.
-    fn train(&self, comm: Option<ThreadRank>) -> anyhow::Result<Option<(u64, PathBuf, PathBuf)>> {
+    fn train(&self, comm: Option<ThreadRank>) -> anyhow::Result<Option<Stopped>> {
         let config = self.config;
         let lead = comm.as_ref().is_none_or(|c| c.rank() == 0);
         let device = Device::cpu(config.device_memory, AllocatorConfig::default());
@@ -182,11 +193,13 @@ impl RankRun<'_> {
                 .trace_mut()
                 .record_history(true, TRACE_ENTRIES);
         }
-        let mut trainer =
-            Trainer::on_device(config.clone(), self.corpus, device.clone()).map_err(explain)?;
-        if let Some(comm) = comm {
-            trainer.set_communicator(Box::new(comm));
+        let mut trainer = match comm {
+            Some(comm) => {
+                Trainer::on_rank(config.clone(), self.corpus, device.clone(), Box::new(comm))
+            }
+            None => Trainer::on_device(config.clone(), self.corpus, device.clone()),
         }
+        .map_err(explain)?;
         if let Some(dir) = &self.args.resume {
             trainer.resume(dir).map_err(explain)?;
         }
@@ -225,14 +238,17 @@ impl RankRun<'_> {
         if !lead {
             return Ok(None);
         }
+        let sharded =
+            config.data_parallel > 1 && config.strategy.placement.zero_stage.shards_optimizer();
         let saved = match report.stopped_at_step {
-            Some(step) => {
+            Some(step) if !sharded => {
                 let root = config
                     .save_dir
                     .clone()
                     .unwrap_or_else(|| DEFAULT_SAVE_DIR.into());
-                Some((step, trainer.save(&root).map_err(explain)?, root))
+                Some((step, Some((trainer.save(&root).map_err(explain)?, root))))
             }
+            Some(step) => Some((step, None)),
             None => None,
         };
         write_outputs(self.args, &report, &device, &trainer)?;

@@ -129,8 +129,9 @@ pub struct TrainConfig {
     /// in rank order (DDP). The global batch is N × micro-batch × accumulation.
     #[arg(long, value_name = "N")]
     pub data_parallel: Option<usize>,
-    /// ZeRO stage (the single-device engine runs 0).
-    #[arg(skip)]
+    /// ZeRO stage with --data-parallel: 0 replicates everything (DDP); 1 shards optimizer
+    /// states and master weights over the ranks.
+    #[arg(long = "zero", value_name = "STAGE", value_parser = parse_flag::<ZeroStage>)]
     pub zero_stage: Option<ZeroStage>,
     /// Tier of optimizer states (the single-device engine keeps them on the device: none).
     #[arg(skip)]
@@ -219,6 +220,16 @@ impl TrainConfig {
         let strategy = self.resolve_strategy()?;
         let eval_batches = positive("eval_batches", self.eval_batches, 4)?;
         let data_parallel = positive("data_parallel", self.data_parallel, 1)?;
+        if strategy.placement.zero_stage.shards_optimizer() && self.save_dir.is_some() {
+            return Err(value(
+                "save_dir",
+                &self
+                    .save_dir
+                    .as_ref()
+                    .map_or(String::new(), |d| d.display().to_string()),
+                "saving a ZeRO-sharded run (each rank holds its own optimizer shard) is not implemented yet; train with --zero 0 to save",
+            ));
+        }
         if data_parallel > MAX_RANKS {
             return Err(value(
                 "data_parallel",

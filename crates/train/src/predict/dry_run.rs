@@ -8,6 +8,7 @@
 use crate::config::RunConfig;
 use crate::data::Corpus;
 use crate::trainer::{TrainError, TrainEvent, Trainer};
+use headroom_dist::ShapeOnlyRank;
 use headroom_memory::{AllocatorConfig, Device, MemoryPeaks};
 use headroom_strategy::largest_fitting;
 use headroom_tensor::backend::work::{Work, count_work, work_so_far};
@@ -60,7 +61,19 @@ fn dry_run(
     c.oom_recovery = false;
     let device = Device::shape_only(capacity, AllocatorConfig::default());
     let mut micro_work = None;
-    let outcome = Trainer::on_device(c, corpus, device.clone()).and_then(|mut trainer| {
+    // A rank of a data-parallel group: rank 0, which holds the largest shards.
+    let world = c.data_parallel;
+    let built = if world > 1 {
+        Trainer::on_rank(
+            c,
+            corpus,
+            device.clone(),
+            Box::new(ShapeOnlyRank::new(0, world)),
+        )
+    } else {
+        Trainer::on_device(c, corpus, device.clone())
+    };
+    let outcome = built.and_then(|mut trainer| {
         let r = trainer.train(on_event).map(drop);
         micro_work = trainer.last_micro_batch_work();
         r

@@ -4,6 +4,7 @@
 //!
 //! Not for: the loop (see `step`, `Trainer::train`).
 
+use super::shard::shard_of;
 use super::{TrainError, precision};
 use crate::config::{ConfigError, RunConfig};
 use headroom_memory::Category;
@@ -40,17 +41,24 @@ fn unchecked_model_spec(config: &RunConfig) -> Result<ModelSpec, TrainError> {
     })
 }
 
-/// fp32 master copies of every block's flat parameters, tagged `master_weight`.
-pub(super) fn master_weights(model: &dyn Model) -> Result<Vec<Tensor>, TrainError> {
+/// fp32 master copies of every block's flat parameters, tagged `master_weight`: whole, or
+/// under ZeRO-1 only rank r's shard of each block (`shard` = (rank, world)).
+pub(super) fn master_weights(
+    model: &dyn Model,
+    shard: Option<(usize, usize)>,
+) -> Result<Vec<Tensor>, TrainError> {
     let copies = model
         .blocks()
         .iter()
         .map(|b| {
-            precision::f32_copy(
-                b.flat(),
-                Category::MasterWeight,
-                &format!("{}.master", b.name()),
-            )
+            let name = format!("{}.master", b.name());
+            match shard {
+                None => precision::f32_copy(b.flat(), Category::MasterWeight, &name),
+                Some((rank, world)) => {
+                    let (range, _) = shard_of(b.numel(), rank, world);
+                    precision::f32_range_copy(b.flat(), range, Category::MasterWeight, &name)
+                }
+            }
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(copies)

@@ -13,6 +13,7 @@ mod guard;
 mod precision;
 mod save;
 mod schedule;
+mod shard;
 mod step;
 
 pub use build::model_spec;
@@ -101,6 +102,33 @@ impl Trainer {
         corpus: &Corpus,
         device: Device,
     ) -> Result<Trainer, TrainError> {
+        Trainer::build(config, corpus, device, None)
+    }
+
+    /// One rank of a data-parallel group (DDP, and ZeRO-1 when the configuration's placement
+    /// says so): each rank draws its own share of every global batch, and gradients are summed
+    /// over ranks in rank order before the optimizer step; under ZeRO-1 each rank keeps the
+    /// optimizer state and master weights of its shard of every block only, updates that
+    /// shard, and the updated parameters are gathered. With accumulation 1 the run is bitwise
+    /// the single-process run accumulating `world` micro-batches in deterministic mode.
+    pub fn on_rank(
+        config: RunConfig,
+        corpus: &Corpus,
+        device: Device,
+        comm: Box<dyn Communicator>,
+    ) -> Result<Trainer, TrainError> {
+        let mut config = config;
+        // Recovering from an out-of-memory error would need every rank to agree on it.
+        config.oom_recovery = false;
+        Trainer::build(config, corpus, device, Some(comm))
+    }
+
+    fn build(
+        config: RunConfig,
+        corpus: &Corpus,
+        device: Device,
+        comm: Option<Box<dyn Communicator>>,
+    ) -> Result<Trainer, TrainError> {
         let precision = config.strategy.precision;
         let spec = model_spec(&config)?;
         let seq_len = config.seq_len.unwrap_or_else(|| spec.default_seq_len());
@@ -125,10 +153,12 @@ impl Trainer {
         for block in model.blocks() {
             block.bind_grads(&mut grads)?;
         }
-        let master = if precision.master_weights() {
-            Some(master_weights(model.as_ref())?)
-        } else {
-            None
+        let (rank, world) = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.world_size()));
+        let sharded = world > 1 && config.strategy.placement.zero_stage.shards_optimizer();
+        let master = match (precision.master_weights(), sharded) {
+            (false, _) => None,
+            (true, false) => Some(master_weights(model.as_ref(), None)?),
+            (true, true) => Some(master_weights(model.as_ref(), Some((rank, world)))?),
         };
         let optimizer = Optimizer::new(optimizer_config(&config)?, device.clone());
         let scaler = precision
@@ -155,7 +185,7 @@ impl Trainer {
             warned_accumulation: false,
             hooks: TrainerHooks::default(),
             stop: None,
-            comm: None,
+            comm,
             report,
             weights_touched: false,
             kept: Vec::new(),
@@ -174,14 +204,9 @@ impl Trainer {
         compute_dtype(self.precision)
     }
 
-    /// Makes this trainer one rank of a data-parallel group (DDP): each rank draws its own
-    /// share of every global batch, and gradients are summed over ranks in rank order before
-    /// the (replicated) optimizer step. With accumulation 1 the run is bitwise the
-    /// single-process run with `world × micro-batch` accumulated in `world` micro-batches.
-    pub fn set_communicator(&mut self, comm: Box<dyn Communicator>) {
-        // Recovering from an out-of-memory error would need every rank to agree on it.
-        self.config.oom_recovery = false;
-        self.comm = Some(comm);
+    /// Whether optimizer states (and master weights) are sharded over the group (ZeRO-1).
+    fn sharded(&self) -> bool {
+        self.rank().1 > 1 && self.config.strategy.placement.zero_stage.shards_optimizer()
     }
 
     /// This rank and the group's size (0 of 1 without a communicator).

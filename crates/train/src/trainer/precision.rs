@@ -47,6 +47,25 @@ pub fn store_f32(dst: &Tensor, values: &[f32]) -> Result<()> {
     }
 }
 
+/// Writes f32 `values` into elements `start..start + values.len()` of a flat float tensor of
+/// any dtype (round to nearest even).
+pub fn store_f32_at(dst: &Tensor, start: usize, values: &[f32]) -> Result<()> {
+    let end = start + values.len();
+    match dst.dtype() {
+        DType::BF16 => dst.with_slice_mut::<half::bf16, _>(|d| {
+            for (o, &v) in d[start..end].iter_mut().zip(values) {
+                *o = half::bf16::from_f32(v);
+            }
+        }),
+        DType::F16 => dst.with_slice_mut::<half::f16, _>(|d| {
+            for (o, &v) in d[start..end].iter_mut().zip(values) {
+                *o = half::f16::from_f32(v);
+            }
+        }),
+        _ => dst.with_slice_mut::<f32, _>(|d| d[start..end].copy_from_slice(values)),
+    }
+}
+
 /// An fp32 copy of a flat buffer in `category` (master weights, or a pure-bf16 step's scratch).
 /// On a shape-only device (a dry run) it allocates the same bytes without reading any.
 pub fn f32_copy(src: &Tensor, category: Category, name: &str) -> Result<Tensor> {
@@ -58,6 +77,29 @@ pub fn f32_copy(src: &Tensor, category: Category, name: &str) -> Result<Tensor> 
         &src.device(),
         src.shape(),
         &values,
+        DType::F32,
+        category,
+        Some(name),
+    )
+}
+
+/// An fp32 copy of elements `range` of a flat buffer in `category` (a ZeRO shard's master
+/// weights or scratch); on a shape-only device the same bytes without reading any.
+pub fn f32_range_copy(
+    src: &Tensor,
+    range: std::ops::Range<usize>,
+    category: Category,
+    name: &str,
+) -> Result<Tensor> {
+    let shape = [range.len()];
+    if !src.device().is_backed() {
+        return Tensor::zeros(&src.device(), &shape, DType::F32, category, Some(name));
+    }
+    let values = src.to_vec_f32()?;
+    Tensor::from_f32(
+        &src.device(),
+        &shape,
+        &values[range],
         DType::F32,
         category,
         Some(name),

@@ -6,8 +6,9 @@
 //!
 //! Not for: the loop around steps (see `mod.rs`).
 
-use super::precision::{f32_copy, store_f32, with_grads};
+use super::precision::{f32_copy, f32_range_copy, store_f32, store_f32_at, with_grads};
 use super::schedule::learning_rate;
+use super::shard::{ranges_within, shard_of};
 use super::{TrainError, TrainEvent, Trainer};
 use crate::scaler::ScalerDecision;
 use headroom_memory::Category;
@@ -15,6 +16,7 @@ use headroom_nn::grad::{GradStats, grad_multiplier, grad_stats};
 use headroom_nn::optim::FlatParams;
 use headroom_tensor::backend::work::work_so_far;
 use headroom_tensor::{DType, Tape, Tensor};
+use std::ops::Range;
 
 impl Trainer {
     /// Runs one optimizer step; returns its training loss (mean over micro-batches).
@@ -243,25 +245,41 @@ impl Trainer {
     }
 
     /// The optimizer update on fp32 weights: the parameters themselves (fp32), the master copies
-    /// (mixed modes, then cast back), or a temporary fp32 copy (pure bf16).
+    /// (mixed modes, then cast back), or a temporary fp32 copy (pure bf16). Under ZeRO-1 each
+    /// rank updates its shard of every block only (its optimizer state and master weights
+    /// cover just that), then the updated parameters are gathered from every rank.
     fn update_weights(&mut self, multiplier: f32, lr: f32) -> Result<(), TrainError> {
-        let lens: Vec<usize> = self.model.blocks().iter().map(|b| b.numel()).collect();
+        let (rank, world) = self.rank();
+        let sharded = self.sharded();
+        let shards: Vec<(Range<usize>, usize)> = self
+            .model
+            .blocks()
+            .iter()
+            .map(|b| match sharded {
+                true => shard_of(b.numel(), rank, world),
+                false => (0..b.numel(), b.numel()),
+            })
+            .collect();
+        let lens: Vec<usize> = shards.iter().map(|(r, _)| r.len()).collect();
         self.optimizer.reserve_state(&lens)?;
         // From here on an out-of-memory error may leave some blocks updated: not recoverable.
         self.weights_touched = true;
         self.optimizer.begin_step();
         for (i, block) in self.model.blocks().iter().enumerate() {
-            let ranges = block.ranges();
+            let (range, padded) = shards[i].clone();
+            let ranges = ranges_within(&block.ranges(), &range);
             let scratch;
             let weights = match &self.master {
                 Some(master) => &master[i],
                 None if block.flat().dtype() == headroom_tensor::DType::F32 => block.flat(),
                 None => {
-                    scratch = f32_copy(
-                        block.flat(),
-                        Category::Temporary,
-                        &format!("{}.fp32", block.name()),
-                    )?;
+                    let name = format!("{}.fp32", block.name());
+                    scratch = match sharded {
+                        true => {
+                            f32_range_copy(block.flat(), range.clone(), Category::Temporary, &name)?
+                        }
+                        false => f32_copy(block.flat(), Category::Temporary, &name)?,
+                    };
                     &scratch
                 }
             };
@@ -269,22 +287,49 @@ impl Trainer {
                 // Same allocations as a real update (state, scratch), no arithmetic.
                 continue;
             }
+            // The shard's place in `weights`: the full flat buffer, or a shard-sized copy.
+            let in_place = std::ptr::eq(weights, block.flat());
+            let at = if in_place {
+                range.clone()
+            } else {
+                0..range.len()
+            };
             let optimizer = &mut self.optimizer;
             with_grads(block.flat_grad(), |grads| {
                 weights.with_slice_mut::<f32, _>(|params| {
                     let mut group = FlatParams {
-                        params,
-                        grads,
+                        params: &mut params[at],
+                        grads: grads.range(range.clone()),
                         tensors: &ranges,
                     };
                     optimizer.update_group(i, &mut group, multiplier, lr)
                 })
             })???;
-            if !std::ptr::eq(weights, block.flat()) {
+            if !in_place {
                 let values = weights.to_vec_f32()?;
-                store_f32(block.flat(), &values)?;
+                store_f32_at(block.flat(), range.start, &values)?;
+            }
+            if let (true, Some(comm)) = (sharded, self.comm.as_deref_mut()) {
+                gather_shards(comm, block.flat(), block.numel(), range, padded)?;
             }
         }
         Ok(())
     }
+}
+
+/// ZeRO-1: every rank's updated shard of a block's flat parameters into every rank's copy.
+fn gather_shards(
+    comm: &mut dyn headroom_dist::Communicator,
+    flat: &Tensor,
+    numel: usize,
+    range: Range<usize>,
+    padded: usize,
+) -> Result<(), TrainError> {
+    let mut shard = flat.to_vec_f32()?[range].to_vec();
+    shard.resize(padded, 0.0);
+    let mut all = vec![0.0; padded * comm.world_size()];
+    comm.all_gather(&shard, &mut all)?;
+    all.truncate(numel);
+    store_f32(flat, &all)?;
+    Ok(())
 }
