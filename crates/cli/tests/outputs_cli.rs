@@ -1,6 +1,7 @@
-//! Output files: `--json-report /dev/stdout` writes through to the pipe (never replacing the
-//! device), an unwritable output is refused before training, and a closed stdout loses no
-//! file.
+//! Output files and the terminal: `--json-report /dev/stdout` writes through to the pipe
+//! (never replacing the device), an unwritable output is refused before training, a closed
+//! stdout (`headroom … | head -1`) ends any command quietly and loses no file, hostile sizes
+//! are clear errors, and an OS error is said once.
 
 use std::process::{Command, Stdio};
 
@@ -70,21 +71,50 @@ fn an_unwritable_output_is_refused_before_training() {
     }
 }
 
-#[test]
-fn a_closed_stdout_loses_no_report() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut args = TINY.to_vec();
-    args.extend(["--json-report", "r.json"]);
+/// Runs `args` with stdout closed before the command writes anything; returns its status and
+/// stderr.
+fn with_closed_stdout(args: &[&str], dir: &std::path::Path) -> (std::process::ExitStatus, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(&args)
-        .current_dir(dir.path())
+        .args(args)
+        .current_dir(dir)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     drop(child.stdout.take());
-    let status = child.wait().unwrap();
-    assert!(status.code().is_none_or(|c| c == 0), "{status:?}");
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_closed_stdout_ends_commands_quietly_and_loses_no_report() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut train = TINY.to_vec();
+    train.extend(["--json-report", "r.json"]);
+    let plan = [
+        "plan",
+        "--model",
+        "gpt2",
+        "--gpu",
+        "A100-80GB",
+        "--seq-len",
+        "1024",
+        "--global-batch",
+        "8",
+    ];
+    for args in [&["params", "--model", "t5-3b"][..], &plan, &train] {
+        let (status, stderr) = with_closed_stdout(args, dir.path());
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        // Killed by SIGPIPE (13; 141 in a shell) or exit 0: never a panic's 101.
+        assert!(
+            status.success() || status.signal() == Some(13),
+            "{args:?}: {status:?}"
+        );
+    }
     let v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("r.json")).unwrap()).unwrap();
     assert_eq!(v["losses"].as_array().unwrap().len(), 1);

@@ -111,52 +111,18 @@ pub fn nesting_depth(bytes: &[u8]) -> Option<usize> {
             }
             b'1' => drop(w.pop_mark()?), // POP_MARK
             b'2' => w.stack.push(*w.stack.last()?),
-            // PUT, BINPUT, LONG_BINPUT, MEMOIZE
+            // PUT, BINPUT, LONG_BINPUT (a text, 1-byte or 4-byte index), MEMOIZE (the next)
             b'p' | b'q' | b'r' | 0x94 => {
                 let index = match op {
-                    b'p' => {
-                        let start = at;
-                        line(&mut at)?;
-                        std::str::from_utf8(&bytes[start..at - 1])
-                            .ok()?
-                            .trim()
-                            .parse()
-                            .ok()?
-                    }
-                    b'q' => {
-                        at += 1;
-                        uint(bytes, at - 1, 1)?
-                    }
-                    b'r' => {
-                        at += 4;
-                        uint(bytes, at - 4, 4)?
-                    }
-                    _ => w.memo.len() as u64,
+                    0x94 => w.memo.len() as u64,
+                    _ => memo_index(bytes, &mut at, op == b'p', op == b'q')?,
                 };
                 let top = *w.stack.last()?;
                 w.memo.insert(index, top);
             }
             // GET, BINGET, LONG_BINGET
             b'g' | b'h' | b'j' => {
-                let index = match op {
-                    b'g' => {
-                        let start = at;
-                        line(&mut at)?;
-                        std::str::from_utf8(&bytes[start..at - 1])
-                            .ok()?
-                            .trim()
-                            .parse()
-                            .ok()?
-                    }
-                    b'h' => {
-                        at += 1;
-                        uint(bytes, at - 1, 1)?
-                    }
-                    _ => {
-                        at += 4;
-                        uint(bytes, at - 4, 4)?
-                    }
-                };
+                let index = memo_index(bytes, &mut at, op == b'g', op == b'h')?;
                 let item = *w.memo.get(&index)?;
                 w.stack.push(item);
             }
@@ -257,6 +223,20 @@ pub fn nesting_depth(bytes: &[u8]) -> Option<usize> {
             _ => return None,
         }
     }
+}
+
+/// A memo index argument at `at`: a decimal line (`text`), one byte (`short`) or four bytes.
+fn memo_index(bytes: &[u8], at: &mut usize, text: bool, short: bool) -> Option<u64> {
+    if text {
+        let end = bytes.get(*at..)?.iter().position(|&b| b == b'\n')?;
+        let line = std::str::from_utf8(&bytes[*at..*at + end]).ok()?;
+        *at += end + 1;
+        return line.trim().parse().ok();
+    }
+    let n = if short { 1 } else { 4 };
+    let index = uint(bytes, *at, n)?;
+    *at += n;
+    Some(index)
 }
 
 /// The longest chain of containment from `root` (1 for a container of no containers),
