@@ -210,3 +210,59 @@ fn the_dry_run_predicts_a_zero1_rank_exactly() {
         measured.peak_allocated_bytes
     );
 }
+
+/// Runs `c` on `ranks` threads, resuming from `resume` first when given, and saving at the end
+/// into `save` when given (every rank joins; rank 0 writes); returns rank 0's weights.
+fn run_saving(
+    c: &RunConfig,
+    ranks: usize,
+    resume: Option<&std::path::Path>,
+    save: Option<&std::path::Path>,
+) -> Vec<u32> {
+    let corpus = Corpus::bundled();
+    let mut results = ThreadGroup::run(ranks, Duration::from_secs(60), |comm| {
+        let device = Device::cpu(c.device_memory, AllocatorConfig::default());
+        let mut t = Trainer::on_rank(c.clone(), &corpus, device, Box::new(comm)).unwrap();
+        if let Some(dir) = resume {
+            t.resume(dir).unwrap();
+        }
+        t.train(&mut |_| {}).unwrap();
+        if let Some(dir) = save {
+            t.save(dir).unwrap();
+        }
+        outcome(&t).1
+    });
+    results.remove(0).unwrap()
+}
+
+#[test]
+fn a_zero1_save_resumes_bitwise_at_the_same_ranks_and_whole_at_fewer() {
+    use headroom_train::save;
+    use headroom_train::strategy::Precision;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = zero1(config(Optimizer::AdamW, 2, 1, 3));
+    c.strategy.precision = Precision::Bf16Mixed;
+    c.steps = 6;
+    // Saves at steps 3 and 6; the run to 6 is the reference.
+    let mut saving = c.clone();
+    saving.save_dir = Some(dir.path().join("runs"));
+    saving.save_every = 3;
+    let straight = run_saving(&saving, 3, None, None);
+    let at3 = dir.path().join("runs/step-000003");
+    // Same ranks: resumed at step 3, trained to 6, bitwise the uninterrupted run.
+    assert!(run_saving(&c, 3, Some(&at3), None) == straight);
+    // Fewer ranks (2, and 1): the whole model, master weights and optimizer state load, each
+    // rank taking its shards; saved again at once they are the same bytes.
+    let (_, saved) = save::read(&at3).unwrap();
+    for ranks in [2, 1] {
+        let mut fewer = c.clone();
+        fewer.data_parallel = ranks;
+        fewer.steps = 3;
+        let again = dir.path().join(format!("again-{ranks}"));
+        run_saving(&fewer, ranks, Some(&at3), Some(&again));
+        let (_, reloaded) = save::read(&again).unwrap();
+        for group in ["model", "master", "optimizer"] {
+            assert_eq!(reloaded[group], saved[group], "{group} at {ranks} ranks");
+        }
+    }
+}

@@ -142,21 +142,14 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         }
         first.unwrap_or_else(|| Err(anyhow::anyhow!("no rank finished")))?
     };
-    if let (Some((step, saved)), Some(signal)) = (stopped, signals.received()) {
-        match saved {
-            Some((at, root)) => eprintln!(
-                "{} after step {step} of {}: saved to {}; continue with: headroom train --resume {}",
-                name(signal),
-                config.steps,
-                at.display(),
-                root.display()
-            ),
-            None => eprintln!(
-                "{} after step {step} of {}: not saved (saving a ZeRO-sharded run is not implemented yet)",
-                name(signal),
-                config.steps
-            ),
-        }
+    if let (Some((step, at, root)), Some(signal)) = (stopped, signals.received()) {
+        eprintln!(
+            "{} after step {step} of {}: saved to {}; continue with: headroom train --resume {}",
+            name(signal),
+            config.steps,
+            at.display(),
+            root.display()
+        );
         return Err(Interrupted { signal }.into());
     }
     Ok(())
@@ -166,9 +159,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
 /// missing ranks (the watchdog of a stuck rank).
 const COLLECTIVE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// Where a run stopped by a signal ended: its step, and its save and save directory (none for
-/// a ZeRO-sharded run, which cannot be saved yet).
-type Stopped = (u64, Option<(PathBuf, PathBuf)>);
+/// Where a run stopped by a signal ended: its step, its save and the save directory.
+type Stopped = (u64, PathBuf, PathBuf);
 
 /// Everything one rank needs to train.
 struct RankRun<'a> {
@@ -235,22 +227,20 @@ impl RankRun<'_> {
         let result = trainer.train(&mut |event| progress.event(event));
         progress.finish();
         let report = result.map_err(explain)?.clone();
-        if !lead {
-            return Ok(None);
-        }
-        let sharded =
-            config.data_parallel > 1 && config.strategy.placement.zero_stage.shards_optimizer();
+        // Every rank joins the save of a stopped run (ZeRO-1 gathers its shards).
         let saved = match report.stopped_at_step {
-            Some(step) if !sharded => {
+            Some(step) => {
                 let root = config
                     .save_dir
                     .clone()
                     .unwrap_or_else(|| DEFAULT_SAVE_DIR.into());
-                Some((step, Some((trainer.save(&root).map_err(explain)?, root))))
+                Some((step, trainer.save(&root).map_err(explain)?, root))
             }
-            Some(step) => Some((step, None)),
             None => None,
         };
+        if !lead {
+            return Ok(None);
+        }
         write_outputs(self.args, &report, &device, &trainer)?;
         Ok(saved)
     }

@@ -220,16 +220,6 @@ impl TrainConfig {
         let strategy = self.resolve_strategy()?;
         let eval_batches = positive("eval_batches", self.eval_batches, 4)?;
         let data_parallel = positive("data_parallel", self.data_parallel, 1)?;
-        if strategy.placement.zero_stage.shards_optimizer() && self.save_dir.is_some() {
-            return Err(value(
-                "save_dir",
-                &self
-                    .save_dir
-                    .as_ref()
-                    .map_or(String::new(), |d| d.display().to_string()),
-                "saving a ZeRO-sharded run (each rank holds its own optimizer shard) is not implemented yet; train with --zero 0 to save",
-            ));
-        }
         if data_parallel > MAX_RANKS {
             return Err(value(
                 "data_parallel",

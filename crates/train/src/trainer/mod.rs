@@ -422,16 +422,17 @@ impl Trainer {
             }
         }
         let every = self.config.save_every;
-        // Every rank holds the same state: rank 0 alone writes it.
+        // Every rank joins a save (ZeRO-1 gathers its shards); rank 0 alone writes it.
         if let Some(dir) = self.config.save_dir.clone()
-            && self.rank().0 == 0
             && (last || (every > 0 && self.step.is_multiple_of(every)))
         {
             let path = self.save(&dir)?;
-            on_event(TrainEvent::Saved {
-                step: self.step,
-                path: path.display().to_string(),
-            });
+            if self.rank().0 == 0 {
+                on_event(TrainEvent::Saved {
+                    step: self.step,
+                    path: path.display().to_string(),
+                });
+            }
         }
         Ok(())
     }

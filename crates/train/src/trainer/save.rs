@@ -4,10 +4,12 @@
 //!
 //! Not for: the file format (see `crate::save`).
 
+use super::shard::shard_of;
 use super::{TrainError, Trainer};
 use crate::save::{
     self, FORMAT_VERSION, Manifest, SaveError, StoredDtype, StoredTensor, TensorGroups,
 };
+use headroom_dist::Communicator;
 use headroom_nn::optim::StateDtype;
 use headroom_tensor::{DType, Tensor};
 use std::collections::BTreeMap;
@@ -58,42 +60,66 @@ fn stored(t: &Tensor) -> Result<StoredTensor, TrainError> {
     })
 }
 
+/// A rank's shard of a flat buffer of `numel` elements stored as `dtype`: gathers every rank's
+/// shard (padded to equal parts) into the whole buffer's bytes.
+fn gather_stored(
+    comm: &mut dyn Communicator,
+    shard: &[u8],
+    dtype: StoredDtype,
+    numel: usize,
+) -> Result<Vec<u8>, TrainError> {
+    let (_, padded) = shard_of(numel, comm.rank(), comm.world_size());
+    let mut values: Vec<f32> = match dtype {
+        StoredDtype::Bf16 => shard
+            .chunks_exact(2)
+            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        _ => shard
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+    };
+    values.resize(padded, 0.0);
+    let mut all = vec![0.0f32; padded * comm.world_size()];
+    comm.all_gather(&values, &mut all)?;
+    all.truncate(numel);
+    Ok(match dtype {
+        StoredDtype::Bf16 => all
+            .iter()
+            .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+            .collect(),
+        _ => all.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    })
+}
+
+/// Stored tensors by name.
+type Tensors = BTreeMap<String, StoredTensor>;
+
+/// Bytes `range` (in elements of `size` bytes) of a whole buffer's bytes.
+fn shard_bytes(bytes: &[u8], range: &std::ops::Range<usize>, size: usize) -> Vec<u8> {
+    bytes[range.start * size..range.end * size].to_vec()
+}
+
 impl Trainer {
-    /// Saves the run at the current step under `root`; returns the save's directory.
-    pub fn save(&self, root: &Path) -> Result<PathBuf, TrainError> {
+    /// Saves the run at the current step under `root`; returns the save's directory. In a
+    /// data-parallel group every rank calls it: under ZeRO-1 the shards of the optimizer state
+    /// and master weights are gathered first, and rank 0 writes the whole state, so a save
+    /// resumes at any number of ranks.
+    pub fn save(&mut self, root: &Path) -> Result<PathBuf, TrainError> {
+        let (master, optimizer) = self.whole_state()?;
+        let dir = root.join(format!("step-{:06}", self.step));
+        if self.rank().0 != 0 {
+            return Ok(dir);
+        }
         let mut groups = TensorGroups::new();
         let mut model = BTreeMap::new();
         for block in self.model.blocks() {
             model.insert(block.name().to_string(), stored(block.flat())?);
         }
         groups.insert("model".into(), model);
-        if let Some(master) = &self.master {
-            let mut m = BTreeMap::new();
-            for (block, t) in self.model.blocks().iter().zip(master) {
-                m.insert(block.name().to_string(), stored(t)?);
-            }
-            groups.insert("master".into(), m);
+        if let Some(master) = master {
+            groups.insert("master".into(), master);
         }
-        let state_dtype = match self.optimizer.config().state_dtype {
-            StateDtype::F32 => StoredDtype::F32,
-            StateDtype::Bf16 => StoredDtype::Bf16,
-        };
-        let optimizer: BTreeMap<String, StoredTensor> = self
-            .optimizer
-            .state_bytes()
-            .into_iter()
-            .map(|(name, bytes)| {
-                let len = bytes.len() / state_dtype.size_bytes();
-                (
-                    name,
-                    StoredTensor {
-                        dtype: state_dtype,
-                        shape: vec![len],
-                        data: bytes.to_vec(),
-                    },
-                )
-            })
-            .collect();
         if !optimizer.is_empty() {
             groups.insert("optimizer".into(), optimizer);
         }
@@ -117,8 +143,58 @@ impl Trainer {
         Ok(save::write(root, &manifest, &groups)?)
     }
 
+    /// The master weights (by block) and optimizer state (by name) of the whole model: this
+    /// rank's own, or under ZeRO-1 every rank's shards gathered.
+    fn whole_state(&mut self) -> Result<(Option<Tensors>, Tensors), TrainError> {
+        let sharded = self.sharded();
+        let numels: Vec<usize> = self.model.blocks().iter().map(|b| b.numel()).collect();
+        let whole = |comm: Option<&mut Box<dyn Communicator>>,
+                     bytes: Vec<u8>,
+                     dtype: StoredDtype,
+                     numel: usize|
+         -> Result<StoredTensor, TrainError> {
+            let data = match comm {
+                Some(c) if sharded => gather_stored(c.as_mut(), &bytes, dtype, numel)?,
+                _ => bytes,
+            };
+            Ok(StoredTensor {
+                dtype,
+                shape: vec![data.len() / dtype.size_bytes()],
+                data,
+            })
+        };
+        let mut master = None;
+        if let Some(copies) = &self.master {
+            let mut m = BTreeMap::new();
+            for (i, (block, t)) in self.model.blocks().iter().zip(copies).enumerate() {
+                let bytes = read_bytes(t)?;
+                let s = whole(self.comm.as_mut(), bytes, StoredDtype::F32, numels[i])?;
+                m.insert(block.name().to_string(), s);
+            }
+            master = Some(m);
+        }
+        let state_dtype = match self.optimizer.config().state_dtype {
+            StateDtype::F32 => StoredDtype::F32,
+            StateDtype::Bf16 => StoredDtype::Bf16,
+        };
+        let states: Vec<(String, Vec<u8>)> = self
+            .optimizer
+            .state_bytes()
+            .into_iter()
+            .map(|(name, bytes)| (name, bytes.to_vec()))
+            .collect();
+        let per_block = states.len() / numels.len().max(1);
+        let mut optimizer = BTreeMap::new();
+        for (k, (name, bytes)) in states.into_iter().enumerate() {
+            let numel = numels[k / per_block.max(1)];
+            optimizer.insert(name, whole(self.comm.as_mut(), bytes, state_dtype, numel)?);
+        }
+        Ok((master, optimizer))
+    }
+
     /// Restores the state saved by [`Trainer::save`] into this freshly built trainer
-    /// (same model, precision and optimizer).
+    /// (same model, precision and optimizer; under ZeRO-1 this rank takes its shards, so the
+    /// number of ranks may differ from the saved run's).
     pub fn resume(&mut self, path: &Path) -> Result<(), TrainError> {
         let (manifest, groups) = save::read(path)?;
         let corrupt = |reason: String| {
@@ -127,6 +203,17 @@ impl Trainer {
                 reason,
             })
         };
+        let (rank, world) = self.rank();
+        let sharded = self.sharded();
+        let shards: Vec<std::ops::Range<usize>> = self
+            .model
+            .blocks()
+            .iter()
+            .map(|b| match sharded {
+                true => shard_of(b.numel(), rank, world).0,
+                false => 0..b.numel(),
+            })
+            .collect();
         for key in [
             "model",
             "precision",
@@ -168,17 +255,17 @@ impl Trainer {
             let saved = groups
                 .get("master")
                 .ok_or_else(|| corrupt("no master weights".into()))?;
-            for (block, t) in self.model.blocks().iter().zip(master) {
+            for (i, (block, t)) in self.model.blocks().iter().zip(master).enumerate() {
                 let s = saved.get(block.name()).ok_or_else(|| {
                     corrupt(format!("master weights of {} are missing", block.name()))
                 })?;
-                if s.data.len() != t.numel() * 4 {
+                if s.data.len() != block.numel() * 4 {
                     return Err(corrupt(format!(
                         "master weights of {} have the wrong size",
                         block.name()
                     )));
                 }
-                write_bytes(t, &s.data)?;
+                write_bytes(t, &shard_bytes(&s.data, &shards[i], 4))?;
             }
         }
         let empty = BTreeMap::new();
@@ -198,15 +285,22 @@ impl Trainer {
         let lens: Vec<usize> = if opt.is_empty() {
             Vec::new()
         } else {
-            self.model.blocks().iter().map(|b| b.numel()).collect()
+            shards.iter().map(|r| r.len()).collect()
         };
+        let size = self.optimizer.config().state_dtype.size_bytes() as usize;
         let steps = manifest
             .rng
             .get("optimizer_steps")
             .copied()
             .unwrap_or(manifest.step);
+        let shard_of_key = |key: &str| -> Option<Vec<u8>> {
+            let t = opt.get(key)?;
+            let group: usize = key.strip_prefix("group")?.split('.').next()?.parse().ok()?;
+            let range = shards.get(group)?;
+            (t.data.len() >= range.end * size).then(|| shard_bytes(&t.data, range, size))
+        };
         self.optimizer
-            .load_state(steps, &lens, &|key| opt.get(key).map(|t| t.data.clone()))
+            .load_state(steps, &lens, &shard_of_key)
             .map_err(corrupt)?;
         self.scaler = manifest.scaler;
         self.sampler.seek(manifest.data_position);
