@@ -183,6 +183,20 @@ fn zero1_is_bitwise_ddp_and_holds_only_its_shard_of_the_optimizer_state() {
                     0
                 };
                 assert_eq!(master, expected_master, "{label}");
+                // Communication buffers come from the allocator, one at a time: DDP's all-reduce
+                // bucket of the largest block; ZeRO-1's gather of the widest padded block.
+                let comm = |m: &headroom_memory::MemoryPeaks| {
+                    m.peak_bytes_by_category[Category::Communication] as usize
+                };
+                let largest = got.3.iter().copied().max().unwrap();
+                let widest = got
+                    .3
+                    .iter()
+                    .map(|&p| p.div_ceil(ranks) * ranks)
+                    .max()
+                    .unwrap();
+                assert_eq!(comm(&want.1), bytes(largest), "{label}");
+                assert_eq!(comm(&got.1), bytes(widest), "{label}");
                 // Per step, besides DDP's: one all-gather of every block's padded shard.
                 let padded: u64 = got.3.iter().map(|&p| p.div_ceil(ranks) as u64).sum();
                 assert_eq!(

@@ -194,20 +194,24 @@ impl Trainer {
     }
 
     /// DDP: every block's gradient becomes the sum over ranks (each already scaled by
-    /// 1/(accumulation × world)), summed in rank order; one all-reduce per block, in place on
-    /// its flat gradient (the block is the bucket).
+    /// 1/(accumulation × world)), summed in rank order; one all-reduce per block (the block
+    /// is the bucket) through an f32 bucket from the device allocator, tagged
+    /// `communication` and freed after it.
     fn reduce_gradients(&mut self) -> Result<(), TrainError> {
         let Some(comm) = self.comm.as_mut() else {
             return Ok(());
         };
         for block in self.model.blocks() {
             let grad = block.flat_grad();
-            if self.dry {
-                continue;
-            }
-            let mut values = grad.to_vec_f32()?;
-            comm.all_reduce_sum(&mut values)?;
-            store_f32(grad, &values)?;
+            let label = format!("{}.grad.bucket", block.name());
+            let mut bucket = f32_bucket(&self.device, block.numel(), &label)?;
+            let Some(values) = bucket_values(&mut bucket) else {
+                continue; // a dry run: the bucket's bytes are counted, nothing is reduced
+            };
+            grad.with_slice::<f32, _>(|g| values.copy_from_slice(g))
+                .or_else(|_| grad.to_vec_f32().map(|g| values.copy_from_slice(&g)))?;
+            comm.all_reduce_sum(values)?;
+            store_f32(grad, values)?;
         }
         Ok(())
     }
@@ -327,9 +331,27 @@ fn gather_shards(
 ) -> Result<(), TrainError> {
     let mut shard = flat.to_vec_f32()?[range].to_vec();
     shard.resize(padded, 0.0);
-    let mut all = vec![0.0; padded * comm.world_size()];
-    comm.all_gather(&shard, &mut all)?;
-    all.truncate(numel);
-    store_f32(flat, &all)?;
+    // The gathered parameters land in a bucket from the device allocator (`communication`).
+    let device = flat.device();
+    let mut bucket = f32_bucket(&device, padded * comm.world_size(), "params.gather.bucket")?;
+    let Some(all) = bucket_values(&mut bucket) else {
+        return Ok(());
+    };
+    comm.all_gather(&shard, all)?;
+    store_f32(flat, &all[..numel])?;
     Ok(())
+}
+
+/// A bucket of `len` f32 values from the device allocator, tagged `communication`.
+fn f32_bucket(
+    device: &headroom_memory::Device,
+    len: usize,
+    label: &str,
+) -> Result<headroom_memory::DeviceBuffer, TrainError> {
+    Ok(device.alloc(4 * len as u64, Category::Communication, Some(label))?)
+}
+
+/// A bucket's values (`None` on a shape-only device, which holds no bytes).
+fn bucket_values(bucket: &mut headroom_memory::DeviceBuffer) -> Option<&mut [f32]> {
+    bucket.as_bytes_mut().map(bytemuck::cast_slice_mut)
 }
