@@ -280,3 +280,49 @@ fn a_zero1_save_resumes_bitwise_at_the_same_ranks_and_whole_at_fewer() {
         }
     }
 }
+
+#[test]
+fn auto_shards_the_optimizer_state_only_when_replicating_it_does_not_fit() {
+    use headroom_train::strategy::{Attention, Checkpoint, Pins, Precision};
+    let corpus = Corpus::bundled();
+    let mut base = config(Optimizer::AdamW, 2, 1, 4);
+    base.model = "gpt-small".into();
+    base.seq_len = Some(128);
+    let peak = |zero: usize| {
+        let mut c = base.clone();
+        c.strategy.placement.zero_stage =
+            headroom_train::strategy::ZeroStage::new(zero as u8).unwrap();
+        headroom_train::predict::predict(&c, &corpus)
+            .unwrap()
+            .memory
+            .peak_reserved_bytes
+    };
+    let (replicated, sharded) = (peak(0), peak(1));
+    assert!(sharded < replicated, "{sharded} < {replicated}");
+    // Everything pinned but the placement.
+    let pins = Pins {
+        precision: Some(Precision::Fp32),
+        optimizer: Some(Optimizer::AdamW),
+        checkpoint: Some(Checkpoint::None),
+        attention: Some(Attention::Naive),
+        micro_batch: Some(2),
+        accumulation: Some(1),
+        ..Pins::default()
+    };
+    let choose = |budget: u64| {
+        let c = RunConfig {
+            device_memory: budget,
+            ..base.clone()
+        };
+        let found = headroom_train::auto::plan(&c, &corpus, &pins).unwrap();
+        found
+            .recommended()
+            .map(|p| p.strategy.placement.zero_stage.number())
+    };
+    // Room for replication: DDP (the configured placement) is kept.
+    assert_eq!(choose(replicated), Some(0));
+    // Room only for a shard of the optimizer state: ZeRO-1.
+    assert_eq!(choose(sharded), Some(1));
+    // Not even that: nothing fits.
+    assert_eq!(choose(sharded - 1), None);
+}

@@ -78,7 +78,7 @@ impl Evaluator for DryRunEvaluator<'_> {
         }
         Ok(Space {
             splits,
-            ..engine_space(&self.spec, pins)
+            ..engine_space(&self.spec, pins, self.config.data_parallel)
         })
     }
 
@@ -92,6 +92,11 @@ impl Evaluator for DryRunEvaluator<'_> {
     /// Dry runs take milliseconds each: tiers in order, splits by bisection.
     fn exhaustive(&self) -> bool {
         false
+    }
+
+    /// Only what the engine runs (LAMB cannot be sharded, for one).
+    fn worth_trying(&self, strategy: &Strategy, _pins: &Pins) -> bool {
+        strategy.engine_incompatibility().is_none()
     }
 }
 

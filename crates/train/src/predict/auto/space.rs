@@ -7,11 +7,12 @@
 use super::speed::CalibrationShapes;
 use headroom_nn::models::ModelSpec;
 use headroom_plan::search::Space;
-use headroom_strategy::{Attention, Checkpoint, Optimizer, Pins, Placement, Precision};
+use headroom_strategy::{Attention, Checkpoint, Optimizer, Pins, Placement, Precision, ZeroStage};
 
-/// The values `--auto` tries on each axis for `spec` (pinned values replace them; the search
-/// applies the pins and groups by fidelity tier). `splits` are filled in by the caller.
-pub(crate) fn engine_space(spec: &ModelSpec, pins: &Pins) -> Space {
+/// The values `--auto` tries on each axis for `spec` on `world` data-parallel ranks (pinned
+/// values replace them; the search applies the pins and groups by fidelity tier). `splits` are
+/// filled in by the caller.
+pub(crate) fn engine_space(spec: &ModelSpec, pins: &Pins, world: usize) -> Space {
     // fp16-mixed has bf16-mixed's memory and speed with loss scaling on top: only when pinned.
     let precisions = pins.precision.map_or(
         vec![Precision::Fp32, Precision::Bf16Mixed, Precision::Bf16],
@@ -49,11 +50,26 @@ pub(crate) fn engine_space(spec: &ModelSpec, pins: &Pins) -> Space {
         (None, true) => vec![Attention::Naive, Attention::MemoryEfficient],
         (None, false) => vec![Attention::Naive],
     };
-    // The single-device engine keeps every state on its device.
+    // Every state stays on the device; with several ranks, optimizer states may be sharded
+    // (ZeRO-1), which only lowers a rank's memory: tried when the search needs it, or pinned.
+    let placements = match (pins.zero_stage, world > 1) {
+        (Some(zero_stage), _) => vec![Placement {
+            zero_stage,
+            ..Placement::default()
+        }],
+        (None, true) => [0, 1]
+            .into_iter()
+            .map(|n| Placement {
+                zero_stage: ZeroStage::new(n).expect("stages 0 and 1 exist"),
+                ..Placement::default()
+            })
+            .collect(),
+        (None, false) => vec![Placement::default()],
+    };
     Space {
         precisions,
         optimizers,
-        placements: vec![Placement::default()],
+        placements,
         checkpoints,
         attentions,
         splits: Vec::new(),
