@@ -62,9 +62,11 @@ pub fn analytical_memory(config: &RunConfig) -> Result<Analytical, TrainError> {
     let (micro_batch, accumulation) = (strategy.micro_batch, strategy.accumulation);
     let planner = |e: headroom_plan::PlanError| TrainError::Planner(e.to_string());
     let mut hw = hardware::preset("A100-80GB").map_err(planner)?;
+    // One node of `data_parallel` devices: the planner's data-parallel group.
     hw.apply(&HardwareOverrides {
         gpu_memory: Some(ByteSize(config.device_memory)),
         cuda_context: Some(ByteSize(0)),
+        gpus_per_node: Some(config.data_parallel as u64),
         ..Default::default()
     })
     .map_err(planner)?;
@@ -77,7 +79,7 @@ pub fn analytical_memory(config: &RunConfig) -> Result<Analytical, TrainError> {
         },
         Some(micro_batch),
         Some(accumulation),
-        1,
+        config.data_parallel as u64,
     )
     .map_err(planner)?;
     let activation_bytes = activation::model_activations(
