@@ -13,9 +13,13 @@
 //! (the caller's device allocator, tagged `communication`).
 
 mod communicator;
+#[cfg(feature = "mpi")]
+mod mpi_rank;
 mod shape_only;
 mod thread_group;
 
 pub use communicator::{Collective, CollectiveCounts, CommError, Communicator};
+#[cfg(feature = "mpi")]
+pub use mpi_rank::{MpiRank, launched_by_mpirun};
 pub use shape_only::ShapeOnlyRank;
 pub use thread_group::{ThreadGroup, ThreadRank};

@@ -8,7 +8,7 @@ use crate::report::train_report::print_report;
 use crate::signals::{Interrupted, StopSignals, name};
 use anyhow::Context;
 use clap::Args;
-use headroom_dist::{Communicator, ThreadGroup, ThreadRank};
+use headroom_dist::{Communicator, ThreadGroup};
 use headroom_memory::output::{check_writable, write_output};
 use headroom_memory::size::format_bytes;
 use headroom_memory::timeline::timeline;
@@ -81,8 +81,11 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         None => TrainConfig::default(),
     };
     let merged = file.overridden_by(args.keys.clone());
+    // Under mpirun this process is one rank of the job (the `mpi` build).
+    let mpi = mpi_rank(&merged)?;
+    let lead = mpi.as_ref().is_none_or(|c| c.rank() == 0);
     check_outputs(&args, &merged)?;
-    let (config, pins, options) = match &args.resume {
+    let (mut config, pins, mut options) = match &args.resume {
         Some(dir) => (
             resumed_config(dir, &merged)?,
             Pins::default(),
@@ -97,22 +100,29 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             (merged.resolve()?, pins, options)
         }
     };
+    if let Some(comm) = &mpi {
+        config.data_parallel = comm.world_size();
+        // The search times kernels on each rank's machine: ranks could choose differently.
+        options.auto = false;
+    }
     let corpus = match &config.data {
         Some(path) => Corpus::from_file(path)?,
         None => Corpus::bundled(),
     };
     let prepared = prepare(config, &corpus, &pins, options).map_err(explain_prepare)?;
     let config = prepared.config.clone();
-    if let Some(choice) = &prepared.auto {
-        eprintln!("auto: {}", choice.reason);
+    if lead {
+        if let Some(choice) = &prepared.auto {
+            eprintln!("auto: {}", choice.reason);
+        }
+        if let Some(m) = prepared.found_micro_batch {
+            eprintln!(
+                "--find-batch-size: the largest micro-batch that fits {} is {m} (dry runs)",
+                format_bytes(config.device_memory)
+            );
+        }
+        print_prediction(&prepared.prediction, config.device_memory);
     }
-    if let Some(m) = prepared.found_micro_batch {
-        eprintln!(
-            "--find-batch-size: the largest micro-batch that fits {} is {m} (dry runs)",
-            format_bytes(config.device_memory)
-        );
-    }
-    print_prediction(&prepared.prediction, config.device_memory);
     refuse_beyond_host(&prepared.prediction)?;
     let run = RankRun {
         args: &args,
@@ -121,11 +131,13 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         prepared: &prepared,
         stop: &signals.requested,
     };
-    let stopped = if config.data_parallel == 1 {
+    let stopped = if let Some(comm) = mpi {
+        run.train(Some(comm))?
+    } else if config.data_parallel == 1 {
         run.train(None)?
     } else {
         let outcomes = ThreadGroup::run(config.data_parallel, COLLECTIVE_DEADLINE, |rank| {
-            run.train(Some(rank))
+            run.train(Some(Box::new(rank)))
         });
         let mut first = None;
         for (rank, outcome) in outcomes.into_iter().enumerate() {
@@ -155,6 +167,30 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// This process's rank when `mpirun` started it (the `mpi` build); refuses a --data-parallel
+/// that disagrees with the job's size.
+#[cfg(feature = "mpi")]
+fn mpi_rank(keys: &TrainConfig) -> anyhow::Result<Option<Box<dyn Communicator>>> {
+    if !headroom_dist::launched_by_mpirun() {
+        return Ok(None);
+    }
+    let comm = headroom_dist::MpiRank::init(COLLECTIVE_DEADLINE)
+        .ok_or_else(|| anyhow::anyhow!("MPI was initialized twice"))?;
+    if let Some(n) = keys.data_parallel.filter(|&n| n != comm.world_size()) {
+        anyhow::bail!(
+            "--data-parallel {n} under mpirun -n {}: the job's size is the number of ranks; drop --data-parallel",
+            comm.world_size()
+        );
+    }
+    Ok(Some(Box::new(comm)))
+}
+
+/// Without the `mpi` build every run is one process (ranks, if any, are threads).
+#[cfg(not(feature = "mpi"))]
+fn mpi_rank(_: &TrainConfig) -> anyhow::Result<Option<Box<dyn Communicator>>> {
+    Ok(None)
+}
+
 /// How long a rank waits in a collective for the others before the run ends naming the
 /// missing ranks (the watchdog of a stuck rank).
 const COLLECTIVE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
@@ -175,7 +211,7 @@ impl RankRun<'_> {
     /// Trains one rank (the only one without `comm`); rank 0 shows progress, writes the
     /// outputs, and when a signal stopped the run saves it. Returns the step, save and save
     /// directory of a stopped run.
-    fn train(&self, comm: Option<ThreadRank>) -> anyhow::Result<Option<Stopped>> {
+    fn train(&self, comm: Option<Box<dyn Communicator>>) -> anyhow::Result<Option<Stopped>> {
         let config = self.config;
         let lead = comm.as_ref().is_none_or(|c| c.rank() == 0);
         let device = Device::cpu(config.device_memory, AllocatorConfig::default());
@@ -186,9 +222,7 @@ impl RankRun<'_> {
                 .record_history(true, TRACE_ENTRIES);
         }
         let mut trainer = match comm {
-            Some(comm) => {
-                Trainer::on_rank(config.clone(), self.corpus, device.clone(), Box::new(comm))
-            }
+            Some(comm) => Trainer::on_rank(config.clone(), self.corpus, device.clone(), comm),
             None => Trainer::on_device(config.clone(), self.corpus, device.clone()),
         }
         .map_err(explain)?;

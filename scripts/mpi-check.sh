@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The MPI communicator against the in-process one: the same runs under `mpirun -n N` and with
+# `--data-parallel N` (threads) must report the same losses, bit for bit, and the same bytes
+# per category on rank 0 — DDP at 2 and 3 ranks, ZeRO-1 at 2.
+#
+# Usage: scripts/mpi-check.sh HEADROOM_BINARY_BUILT_WITH_--features_mpi
+# Needs Open MPI's mpirun (Debian: openmpi-bin). Runs as root and oversubscribed, as CI does.
+set -euo pipefail
+bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader
+run=(train --model gpt-tiny --dropout 0 --micro-batch 2 --steps 6 --eval-batches 1
+     --no-timeline --no-auto --deterministic)
+same() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+ok = a["losses"] == b["losses"] and a["peak_bytes_by_category"] == b["peak_bytes_by_category"]
+sys.exit(0 if ok else 1)
+PY
+}
+passed=0; failed=0
+for case in "2 0" "3 0" "2 1"; do
+  set -- $case
+  timeout 120 mpirun -n "$1" "$bin" "${run[@]}" --zero "$2" --json-report "mpi-$1-$2.json" \
+    >/dev/null 2>"mpi-$1-$2.err" || { cat "mpi-$1-$2.err" >&2; }
+  timeout 120 "$bin" "${run[@]}" --zero "$2" --data-parallel "$1" \
+    --json-report "threads-$1-$2.json" >/dev/null 2>&1 || true
+  if [ -f "mpi-$1-$2.json" ] && same "mpi-$1-$2.json" "threads-$1-$2.json"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1)); echo "mpirun -n $1 --zero $2 differs from threads" >&2
+  fi
+done
+echo "mpi-check: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
