@@ -35,5 +35,21 @@ for case in "2 0" "3 0" "2 1"; do
     failed=$((failed + 1)); echo "mpirun -n $1 --zero $2 differs from threads" >&2
   fi
 done
+# A failing rank (rank 1 cannot read its data) ends the whole job, non-zero, with its error,
+# within seconds: it leaves MPI without finalizing instead of hanging the others.
+cat > rank1-fails.sh <<'SH'
+#!/usr/bin/env bash
+if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exec "$@" --data /nonexistent.txt; else exec "$@"; fi
+SH
+chmod +x rank1-fails.sh
+start=$(date +%s)
+if timeout 60 mpirun -n 2 ./rank1-fails.sh "$bin" "${run[@]}" >fail.out 2>&1; then rc=0; else rc=$?; fi
+took=$(( $(date +%s) - start ))
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$took" -lt 30 ] && grep -q "cannot read the corpus file" fail.out; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "a failing rank did not end the job cleanly (exit $rc after $took s)" >&2
+  cat fail.out >&2
+fi
 echo "mpi-check: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

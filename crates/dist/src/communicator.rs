@@ -124,4 +124,8 @@ pub trait Communicator: Send {
     fn fail(&mut self, reason: &str);
     /// What this rank has communicated so far.
     fn counts(&self) -> CollectiveCounts;
+    /// Marks this rank's work complete: dropping a rank that never completed means it failed
+    /// (an error returned early), which a transport that would otherwise hang (MPI) turns into
+    /// ending the job.
+    fn complete(&mut self) {}
 }

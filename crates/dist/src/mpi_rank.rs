@@ -16,6 +16,7 @@ use mpi::Threading;
 use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator as _, CommunicatorCollectives as _, Root as _};
+use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,13 +24,16 @@ use std::time::{Duration, Instant};
 pub struct MpiRank {
     // Field order: the world is dropped before the universe (which finalizes MPI).
     world: SimpleCommunicator,
-    _universe: Universe,
+    /// Finalizes MPI when dropped — only when the rank completed (see `Drop`).
+    universe: ManuallyDrop<Universe>,
     rank: usize,
     size: usize,
     sequence: u64,
     counts: CollectiveCounts,
     /// The collective in progress and since when, for the watchdog.
     waiting: Arc<Mutex<Option<(Instant, Collective, u64)>>>,
+    /// Set when the rank's work completed; dropped without it, the rank failed.
+    completed: bool,
 }
 
 // SAFETY: MPI is initialized at `Threading::Serialized`, which allows calls from any thread as
@@ -87,12 +91,13 @@ impl MpiRank {
         });
         Some(MpiRank {
             world,
-            _universe: universe,
+            universe: ManuallyDrop::new(universe),
             rank,
             size,
             sequence: 0,
             counts: CollectiveCounts::default(),
             waiting,
+            completed: false,
         })
     }
 
@@ -238,5 +243,22 @@ impl Communicator for MpiRank {
 
     fn counts(&self) -> CollectiveCounts {
         self.counts
+    }
+
+    fn complete(&mut self) {
+        self.completed = true;
+    }
+}
+
+impl Drop for MpiRank {
+    /// A rank that ends without completing (an error returned early) must not finalize MPI:
+    /// Open MPI's finalize would wait for the other ranks, which wait in a collective for this
+    /// one, and the job would hang. It leaves MPI as it is; the process then exits with its
+    /// error, and mpirun, seeing a rank exit without finalizing, ends the job.
+    fn drop(&mut self) {
+        if self.completed {
+            // SAFETY: dropped once, here, and never used again.
+            unsafe { ManuallyDrop::drop(&mut self.universe) };
+        }
     }
 }

@@ -272,6 +272,8 @@ impl RankRun<'_> {
             }
             None => None,
         };
+        // Every collective of the run is behind this rank now.
+        trainer.complete();
         if !lead {
             return Ok(None);
         }

@@ -216,6 +216,13 @@ impl Trainer {
             .map_or((0, 1), |c| (c.rank(), c.world_size()))
     }
 
+    /// Marks this rank's part of the run complete (see `Communicator::complete`).
+    pub fn complete(&mut self) {
+        if let Some(comm) = self.comm.as_mut() {
+            comm.complete();
+        }
+    }
+
     /// What this rank has communicated.
     pub fn collective_counts(&self) -> Option<headroom_dist::CollectiveCounts> {
         self.comm.as_ref().map(|c| c.counts())
