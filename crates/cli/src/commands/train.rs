@@ -3,6 +3,7 @@
 //! bundled corpus); every lever is a flag or a key of `--config FILE` (flags win).
 
 use super::plan_output::group_digits;
+use crate::report::progress::Progress;
 use crate::report::timeline::write_timeline_svg;
 use crate::report::train_report::print_report;
 use crate::signals::{Interrupted, StopSignals, name};
@@ -21,9 +22,7 @@ use headroom_train::recompute::policy::BudgetDecision;
 use headroom_train::report::TrainReport;
 use headroom_train::save;
 use headroom_train::strategy::Pins;
-use headroom_train::{TrainError, TrainEvent, Trainer};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use std::io::IsTerminal;
+use headroom_train::{TrainError, Trainer};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
@@ -432,95 +431,5 @@ fn explain_prepare(e: PrepareError) -> anyhow::Error {
     match e {
         PrepareError::Train(e) => explain(e),
         other => anyhow::Error::new(other),
-    }
-}
-
-/// A progress bar on a terminal, plain lines otherwise; silent for ranks other than 0.
-struct Progress {
-    bar: Option<ProgressBar>,
-    total: u64,
-    shown: bool,
-}
-
-impl Progress {
-    fn new(total: u64, done: u64, shown: bool) -> Progress {
-        let bar = (shown && std::io::stderr().is_terminal()).then(|| {
-            let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-            bar.set_style(
-                ProgressStyle::with_template(
-                    "{bar:30.cyan/blue} step {pos}/{len} {msg} [{elapsed_precise}<{eta_precise}]",
-                )
-                .expect("valid template")
-                .progress_chars("=> "),
-            );
-            bar.set_position(done);
-            bar
-        });
-        Progress { bar, total, shown }
-    }
-
-    fn event(&self, event: TrainEvent) {
-        if !self.shown {
-            return;
-        }
-        match event {
-            TrainEvent::Step {
-                step,
-                loss,
-                tokens_per_s,
-                allocated,
-                capacity,
-                ..
-            } => {
-                let msg = format!(
-                    "loss {loss:.4} | {:.0} tok/s | device {} / {}",
-                    tokens_per_s,
-                    format_bytes(allocated),
-                    format_bytes(capacity)
-                );
-                match &self.bar {
-                    Some(bar) => {
-                        bar.set_position(step);
-                        bar.set_message(msg);
-                    }
-                    None if step == 1 || step.is_multiple_of(10) || step == self.total => {
-                        eprintln!("step {step}/{} {msg}", self.total)
-                    }
-                    None => {}
-                }
-            }
-            TrainEvent::Validation { step, loss } => {
-                self.line(format!("step {step}: validation loss {loss:.4}"))
-            }
-            TrainEvent::CacheEmptied {
-                step,
-                reserved_before,
-                reserved_after,
-            } => self.line(format!(
-                "step {step}: empty_cache after validation: reserved {} → {}",
-                format_bytes(reserved_before),
-                format_bytes(reserved_after)
-            )),
-            TrainEvent::Warning(w) => self.line(format!("warning: {w}")),
-            TrainEvent::OomRecovered { step, micro_batch, accumulation } => self.line(format!(
-                "step {step}: out of memory; retrying with micro-batch {micro_batch} × accumulation {accumulation}"
-            )),
-            TrainEvent::Saved { step, path } => {
-                self.line(format!("step {step}: saved to {path}"))
-            }
-        }
-    }
-
-    fn line(&self, text: String) {
-        match &self.bar {
-            Some(bar) => bar.println(text),
-            None => eprintln!("{text}"),
-        }
-    }
-
-    fn finish(&self) {
-        if let Some(bar) = &self.bar {
-            bar.finish_and_clear();
-        }
     }
 }

@@ -6,7 +6,11 @@
 //! scalars only.
 //!
 //! Not for: choosing a strategy (the planner) or drawing reports (the CLI).
+//!
+//! Submodules: `batches` (token tensors, validation), `build`, `step`, `shard` (ZeRO-1),
+//! `save`, `precision`, `schedule`, `guard`, `events`.
 
+mod batches;
 mod build;
 mod events;
 mod guard;
@@ -27,16 +31,16 @@ use build::{master_weights, optimizer_config};
 use crate::config::RunConfig;
 use crate::data::{Corpus, TokenSampler};
 use crate::recompute::policy::{BudgetDecision, recompute_for};
-use crate::report::{CacheRelease, TrainReport, ValLoss};
+use crate::report::{CacheRelease, TrainReport};
 use crate::scaler::{LossScaler, ScalerConfig};
 use headroom_dist::Communicator;
-use headroom_memory::{AllocatorConfig, Category, Device};
+use headroom_memory::{AllocatorConfig, Device};
 use headroom_nn::models::{ModelSpec, build_model};
 use headroom_nn::optim::Optimizer;
 use headroom_nn::{Model, Recompute};
 use headroom_strategy::Precision;
 use headroom_tensor::backend::work::Work;
-use headroom_tensor::{DType, Gradients, Tensor, no_grad};
+use headroom_tensor::{DType, Gradients, Tensor};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -442,74 +446,5 @@ impl Trainer {
             }
         }
         Ok(())
-    }
-
-    /// Mean loss over the validation batches, computed without a tape.
-    pub fn validate(&mut self) -> Result<f64, TrainError> {
-        self.device.lock().trace_mut().set_phase("validation");
-        let batches = self
-            .sampler
-            .validation_batches(self.config.micro_batch(), self.config.eval_batches);
-        let mut sum = 0.0;
-        for batch in &batches {
-            let (x, y) = self.batch_tensors(batch)?;
-            let loss = no_grad(|| self.model.loss(&x, &y, &Recompute::none()))?;
-            if !self.dry {
-                sum += loss.to_scalar_f32()? as f64;
-            }
-        }
-        let mean = sum / batches.len().max(1) as f64;
-        self.report.val_losses.push(ValLoss {
-            step: self.step,
-            loss: mean,
-        });
-        Ok(mean)
-    }
-
-    /// The input and target tensors of a micro-batch on a shape-only device: allocated like
-    /// [`Self::batch_tensors`]'s, with nothing to upload.
-    fn dry_batch_tensors(&self, micro_batch: usize) -> Result<(Tensor, Tensor), TrainError> {
-        let shape = [micro_batch, self.seq_len];
-        let x = Tensor::zeros(
-            &self.device,
-            &shape,
-            DType::I64,
-            Category::Input,
-            Some("tokens"),
-        )?;
-        let y = Tensor::zeros(
-            &self.device,
-            &shape,
-            DType::I64,
-            Category::Input,
-            Some("targets"),
-        )?;
-        Ok((x, y))
-    }
-
-    fn batch_tensors(
-        &self,
-        batch: &crate::data::TokenBatch,
-    ) -> Result<(Tensor, Tensor), TrainError> {
-        let shape = [batch.batch, batch.seq_len];
-        let ids: Vec<i64> = batch.inputs.iter().map(|&t| t as i64).collect();
-        let targets: Vec<i64> = batch.targets.iter().map(|&t| t as i64).collect();
-        let x = Tensor::from_i64(
-            &self.device,
-            &shape,
-            &ids,
-            DType::I64,
-            Category::Input,
-            Some("tokens"),
-        )?;
-        let y = Tensor::from_i64(
-            &self.device,
-            &shape,
-            &targets,
-            DType::I64,
-            Category::Input,
-            Some("targets"),
-        )?;
-        Ok((x, y))
     }
 }

@@ -1,0 +1,80 @@
+//! The batches a step feeds the model: token tensors uploaded from the sampler (or allocated
+//! shape-only on a dry run) and the tape-free validation pass that consumes them.
+
+use super::{TrainError, Trainer};
+use crate::data::TokenBatch;
+use crate::report::ValLoss;
+use headroom_memory::Category;
+use headroom_nn::Recompute;
+use headroom_tensor::{DType, Tensor, no_grad};
+
+impl Trainer {
+    /// Mean loss over the validation batches, computed without a tape.
+    pub fn validate(&mut self) -> Result<f64, TrainError> {
+        self.device.lock().trace_mut().set_phase("validation");
+        let batches = self
+            .sampler
+            .validation_batches(self.config.micro_batch(), self.config.eval_batches);
+        let mut sum = 0.0;
+        for batch in &batches {
+            let (x, y) = self.batch_tensors(batch)?;
+            let loss = no_grad(|| self.model.loss(&x, &y, &Recompute::none()))?;
+            if !self.dry {
+                sum += loss.to_scalar_f32()? as f64;
+            }
+        }
+        let mean = sum / batches.len().max(1) as f64;
+        self.report.val_losses.push(ValLoss {
+            step: self.step,
+            loss: mean,
+        });
+        Ok(mean)
+    }
+
+    /// The input and target tensors of a micro-batch on a shape-only device: allocated like
+    /// [`Self::batch_tensors`]'s, with nothing to upload.
+    pub(super) fn dry_batch_tensors(
+        &self,
+        micro_batch: usize,
+    ) -> Result<(Tensor, Tensor), TrainError> {
+        let shape = [micro_batch, self.seq_len];
+        let x = Tensor::zeros(
+            &self.device,
+            &shape,
+            DType::I64,
+            Category::Input,
+            Some("tokens"),
+        )?;
+        let y = Tensor::zeros(
+            &self.device,
+            &shape,
+            DType::I64,
+            Category::Input,
+            Some("targets"),
+        )?;
+        Ok((x, y))
+    }
+
+    pub(super) fn batch_tensors(&self, batch: &TokenBatch) -> Result<(Tensor, Tensor), TrainError> {
+        let shape = [batch.batch, batch.seq_len];
+        let ids: Vec<i64> = batch.inputs.iter().map(|&t| t as i64).collect();
+        let targets: Vec<i64> = batch.targets.iter().map(|&t| t as i64).collect();
+        let x = Tensor::from_i64(
+            &self.device,
+            &shape,
+            &ids,
+            DType::I64,
+            Category::Input,
+            Some("tokens"),
+        )?;
+        let y = Tensor::from_i64(
+            &self.device,
+            &shape,
+            &targets,
+            DType::I64,
+            Category::Input,
+            Some("targets"),
+        )?;
+        Ok((x, y))
+    }
+}
