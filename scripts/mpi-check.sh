@@ -6,7 +6,8 @@
 # Usage: scripts/mpi-check.sh HEADROOM_BINARY_BUILT_WITH_--features_mpi
 # Needs Open MPI's mpirun (Debian: openmpi-bin). Runs as root and oversubscribed, as CI does.
 set -euo pipefail
-bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+bin_arg=${1:?usage: scripts/mpi-check.sh HEADROOM_BINARY (built with cargo build --features mpi)}
+bin=$(cd "$(dirname "$bin_arg")" && pwd)/$(basename "$bin_arg")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"

@@ -309,12 +309,21 @@ impl Trainer {
                     optimizer.update_group(i, &mut group, multiplier, lr)
                 })
             })???;
-            if !in_place {
-                let values = weights.to_vec_f32()?;
-                store_f32_at(block.flat(), range.start, &values)?;
-            }
+            let updated = match in_place {
+                true => None,
+                false => {
+                    let values = weights.to_vec_f32()?;
+                    store_f32_at(block.flat(), range.start, &values)?;
+                    Some(values)
+                }
+            };
             if let (true, Some(comm)) = (sharded, self.comm.as_deref_mut()) {
-                gather_shards(comm, block.flat(), block.numel(), range, padded)?;
+                // This rank's updated shard: the values just stored, or its range of the flat.
+                let shard = match updated {
+                    Some(values) => values,
+                    None => weights.with_slice::<f32, _>(|p| p[range.clone()].to_vec())?,
+                };
+                gather_shards(comm, block.flat(), block.numel(), shard, padded)?;
             }
         }
         Ok(())
@@ -326,10 +335,9 @@ fn gather_shards(
     comm: &mut dyn headroom_dist::Communicator,
     flat: &Tensor,
     numel: usize,
-    range: Range<usize>,
+    mut shard: Vec<f32>,
     padded: usize,
 ) -> Result<(), TrainError> {
-    let mut shard = flat.to_vec_f32()?[range].to_vec();
     shard.resize(padded, 0.0);
     // The gathered parameters land in a bucket from the device allocator (`communication`).
     let device = flat.device();
