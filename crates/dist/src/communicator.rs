@@ -93,6 +93,23 @@ impl CollectiveCounts {
         slot.1 += elements as u64;
     }
 
+    /// Elements this rank sends over the network in a group of `world` ranks if every
+    /// collective runs as a ring (the bandwidth-optimal schedule; Patarasuk & Yuan 2009): an
+    /// all-reduce of n sends 2(N−1)/N·n, a reduce-scatter of an n-element input (N−1)/N·n, an
+    /// all-gather of an n-element input (N−1)·n, a pipelined broadcast of n about n.
+    pub fn ring_elements(&self, world: usize) -> f64 {
+        let n = world.max(1) as f64;
+        let part = (n - 1.0) / n;
+        2.0 * part * self.all_reduce.1 as f64
+            + part * self.reduce_scatter.1 as f64
+            + (n - 1.0) * self.all_gather.1 as f64
+            + if world > 1 {
+                self.broadcast.1 as f64
+            } else {
+                0.0
+            }
+    }
+
     /// Elements contributed over every collective.
     pub fn elements(&self) -> u64 {
         self.all_reduce.1

@@ -33,7 +33,7 @@ pub fn initialise(blocks: &[ParamBlock], seed: u64, rule: impl Fn(&str) -> Init)
                 }
             }
         }
-        block.flat().copy_from_f32(&values)?;
+        block.set_values(&values)?;
     }
     Ok(())
 }

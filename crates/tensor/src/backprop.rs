@@ -11,6 +11,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::grads::Gradients;
 use crate::ops::{attention, nn};
+use crate::scope;
 use crate::tensor::Tensor;
 
 /// A recorded op with what its backward needs. Shapes are kept where the rule only needs them.
@@ -136,6 +137,10 @@ pub(crate) enum Op {
     },
     /// A checkpoint scope: saves its inputs and RNG cursor, recomputes on a sub-tape.
     Checkpoint(CheckpointOp),
+    /// y = x after a parameter scope: dx = dy, once the scope's hooks were told. Saves nothing.
+    ScopeMarker {
+        blocks: Vec<usize>,
+    },
 }
 
 /// The gradients of an op's inputs from the gradient of its output.
@@ -264,5 +269,6 @@ pub(crate) fn backward(
             [want(0), want(1), want(2)],
         )?,
         Op::Checkpoint(op) => checkpoint::backward(op, dy, grads)?,
+        Op::ScopeMarker { blocks } => scope::marker_backward(&blocks, dy)?,
     })
 }

@@ -3,14 +3,34 @@
 //! matching flat `gradient` buffer whose views receive the gradients in place. Sharding,
 //! offload and fused optimizer updates can then work on one contiguous range per block.
 //!
+//! A block built under a sharded layout (`shard::with_sharding`) holds its rank's shard of the
+//! gradient (ZeRO-2, 3) and of the parameters (ZeRO-3) as buffers of their own, and its full
+//! flat buffers start released: they take bytes only while the block computes.
+//!
 //! Not for: initialisation schemes or optimizers (the nn crate).
 
 use crate::dtype::DType;
 use crate::error::{Result, TensorError};
 use crate::grads::Gradients;
 use crate::shape::{Layout, numel};
+use crate::shard::{ShardLayout, current_layout, shard_range};
 use crate::tensor::Tensor;
 use headroom_memory::{Category, Device};
+use std::ops::Range;
+
+/// A rank's part of a sharded block.
+#[derive(Clone, Debug)]
+pub struct BlockShard {
+    pub layout: ShardLayout,
+    /// This rank's elements of the flat buffers.
+    pub range: Range<usize>,
+    /// Every rank's shard length (the last rank's is padded).
+    pub padded: usize,
+    /// `(padded,)` this rank's parameters (ZeRO-3); pads stay zero.
+    pub params: Option<Tensor>,
+    /// `(padded,)` this rank's gradient summed over ranks (ZeRO-2 and 3); pads stay zero.
+    pub grads: Option<Tensor>,
+}
 
 /// One weight of a block: its name and shape, and where it sits in the flat buffers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,7 +41,8 @@ pub struct ParamSpec {
     pub offset: usize,
 }
 
-#[derive(Debug)]
+/// A block of weights in flat buffers. Cloning shares the buffers (a handle for hooks).
+#[derive(Clone, Debug)]
 pub struct ParamBlock {
     name: String,
     specs: Vec<ParamSpec>,
@@ -29,6 +50,7 @@ pub struct ParamBlock {
     flat_grad: Tensor, // (P,) gradient
     params: Vec<Tensor>,
     grads: Vec<Tensor>,
+    shard: Option<BlockShard>,
 }
 
 impl ParamBlock {
@@ -56,15 +78,44 @@ impl ParamBlock {
             });
             total += numel(shape);
         }
-        let flat = Tensor::zeros(device, &[total], dtype, Category::Parameter, Some(name))?;
+        let layout = current_layout();
+        let shard_params = layout.is_some_and(|l| l.parameters);
+        let shard_grads = layout.is_some_and(|l| l.gradients || l.parameters);
+        let flat = match shard_params {
+            true => Tensor::released(device, &[total], dtype, Category::Parameter),
+            false => Tensor::zeros(device, &[total], dtype, Category::Parameter, Some(name))?,
+        };
         let grad_name = format!("{name}.grad");
-        let flat_grad = Tensor::zeros(
-            device,
-            &[total],
-            dtype,
-            Category::Gradient,
-            Some(&grad_name),
-        )?;
+        let flat_grad = match shard_grads {
+            true => Tensor::released(device, &[total], dtype, Category::Gradient),
+            false => Tensor::zeros(
+                device,
+                &[total],
+                dtype,
+                Category::Gradient,
+                Some(&grad_name),
+            )?,
+        };
+        let shard = match layout {
+            None => None,
+            Some(layout) => {
+                let (range, padded) = shard_range(total, layout.rank, layout.world);
+                let zeros = |category, label: String| {
+                    Tensor::zeros(device, &[padded], dtype, category, Some(&label))
+                };
+                Some(BlockShard {
+                    layout,
+                    range,
+                    padded,
+                    params: shard_params
+                        .then(|| zeros(Category::Parameter, format!("{name}.shard")))
+                        .transpose()?,
+                    grads: shard_grads
+                        .then(|| zeros(Category::Gradient, format!("{name}.grad.shard")))
+                        .transpose()?,
+                })
+            }
+        };
         let view = |t: &Tensor, s: &ParamSpec| {
             t.with_layout(Layout::new(
                 s.shape.clone(),
@@ -81,7 +132,75 @@ impl ParamBlock {
             flat_grad,
             params,
             grads,
+            shard,
         })
+    }
+
+    /// This rank's part of the block when it is sharded.
+    pub fn shard(&self) -> Option<&BlockShard> {
+        self.shard.as_ref()
+    }
+
+    /// Sets the block's values (every weight back to back, `numel` of them): into the full
+    /// buffer when it holds bytes, and into this rank's parameter shard when there is one.
+    pub fn set_values(&self, values: &[f32]) -> Result<()> {
+        if values.len() != self.numel() {
+            return Err(TensorError::ShapeMismatch {
+                op: "ParamBlock::set_values",
+                lhs: vec![self.numel()],
+                rhs: vec![values.len()],
+            });
+        }
+        if self.flat.is_resident() {
+            self.flat.copy_from_f32(values)?;
+        }
+        if let Some(BlockShard {
+            range,
+            padded,
+            params: Some(p),
+            ..
+        }) = &self.shard
+        {
+            let mut part = values[range.clone()].to_vec();
+            part.resize(*padded, 0.0);
+            p.copy_from_f32(&part)?;
+        }
+        Ok(())
+    }
+
+    /// Gives the bytes of the full parameters back when they are sharded (ZeRO-3); their values
+    /// live on in the rank shards.
+    pub fn release_params(&self) {
+        if self.shard.as_ref().is_some_and(|s| s.params.is_some()) {
+            self.flat.release_storage();
+        }
+    }
+
+    /// Takes bytes for the full parameters again (uninitialised: the caller gathers them);
+    /// returns whether they had been released.
+    pub fn materialize_params(&self) -> Result<bool> {
+        let released = !self.flat.is_resident();
+        self.flat.materialize_storage(Some(&self.name))?;
+        Ok(released)
+    }
+
+    /// Gives the bytes of the full gradient back when it is sharded (ZeRO-2, 3).
+    pub fn release_grads(&self) {
+        if self.shard.as_ref().is_some_and(|s| s.grads.is_some()) {
+            self.flat_grad.release_storage();
+        }
+    }
+
+    /// Takes bytes for the full gradient again, zeroed, if they had been released; returns
+    /// whether they had.
+    pub fn materialize_grads(&self) -> Result<bool> {
+        if self.flat_grad.is_resident() {
+            return Ok(false);
+        }
+        let name = format!("{}.grad", self.name);
+        self.flat_grad.materialize_storage(Some(&name))?;
+        self.flat_grad.fill_(0.0)?;
+        Ok(true)
     }
 
     pub fn name(&self) -> &str {
@@ -165,7 +284,14 @@ impl ParamBlock {
         Ok(())
     }
 
+    /// Zeroes the gradient: the full buffer when it holds bytes, and this rank's shard.
     pub fn zero_grad(&self) -> Result<()> {
-        self.flat_grad.fill_(0.0)
+        if self.flat_grad.is_resident() {
+            self.flat_grad.fill_(0.0)?;
+        }
+        if let Some(g) = self.shard.as_ref().and_then(|s| s.grads.as_ref()) {
+            g.fill_(0.0)?;
+        }
+        Ok(())
     }
 }

@@ -261,6 +261,31 @@ impl Tensor {
         self.storage.len() * self.dtype().size_in_bytes()
     }
 
+    /// A contiguous tensor whose storage holds no bytes until [`Tensor::materialize_storage`]
+    /// (a sharded block's full flat buffer).
+    pub fn released(device: &Device, shape: &[usize], dtype: DType, category: Category) -> Tensor {
+        Tensor {
+            storage: Arc::new(Storage::released(device, numel(shape), dtype, category)),
+            layout: Layout::contiguous(shape),
+            var: None,
+        }
+    }
+
+    /// Whether the storage behind this view holds its bytes.
+    pub fn is_resident(&self) -> bool {
+        self.storage.is_resident()
+    }
+
+    /// Gives the storage's bytes back to the allocator (every view of it; values are lost).
+    pub fn release_storage(&self) {
+        self.storage.release();
+    }
+
+    /// Allocates the storage's bytes again if released (uninitialised; every view sees them).
+    pub fn materialize_storage(&self, name: Option<&str>) -> Result<()> {
+        self.storage.materialize(name)
+    }
+
     /// Whether two tensors are views of one storage.
     pub fn same_storage(&self, other: &Tensor) -> bool {
         Arc::ptr_eq(&self.storage, &other.storage)

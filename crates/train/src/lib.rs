@@ -25,4 +25,6 @@ pub mod trainer;
 pub use headroom_strategy as strategy;
 pub use predict::{auto, prepare};
 pub use recompute::policy::recompute_for;
-pub use trainer::{TrainError, TrainEvent, Trainer, TrainerHooks, model_spec};
+pub use trainer::{
+    Fault, FaultKind, TrainError, TrainEvent, Trainer, TrainerHooks, fault_for_rank, model_spec,
+};

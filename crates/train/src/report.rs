@@ -1,12 +1,13 @@
 //! The run report: what `--json-report FILE` writes and what the text report prints — losses,
 //! validation losses, step times, throughput, and memory per category (each category's own peak,
 //! the breakdown at the moment of the overall peak, reserved and allocated peaks), next to the
-//! resolved configuration, and what the dry run and `--auto` predicted.
+//! resolved configuration, what the dry run and `--auto` predicted, and the bytes per category at
+//! each phase of the first steps (start, after each forward and backward, after the step).
 //!
 //! Not for: measuring (the trainer fills it from the device's statistics).
 
 use crate::config::RunConfig;
-use headroom_memory::{DeviceStats, MemoryBreakdown, MemoryPeaks};
+use headroom_memory::{CategoryBytes, DeviceStats, MemoryBreakdown, MemoryPeaks};
 use serde::Serialize;
 
 /// One validation pass.
@@ -36,6 +37,32 @@ pub struct AutoChoice {
     pub predicted_tokens_per_s: f64,
 }
 
+/// A boundary inside an optimizer step at which the report takes the device's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Before the first micro-batch's forward.
+    Start,
+    /// After a micro-batch's forward (the activations are live).
+    Forward,
+    /// After a micro-batch's backward (and, under ZeRO-2/3, its gradients' reduce-scatter).
+    Backward,
+    /// After the optimizer step and the gradients' clearing.
+    Step,
+}
+
+/// Allocated bytes per category at one phase of one of the first steps.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PhaseBytes {
+    pub step: u64,
+    pub micro_batch: usize,
+    pub phase: Phase,
+    pub allocated: CategoryBytes,
+}
+
+/// Steps whose phases the report records.
+pub const PHASE_STEPS: u64 = 4;
+
 /// Everything a run reports.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TrainReport {
@@ -63,6 +90,8 @@ pub struct TrainReport {
     pub auto: Option<AutoChoice>,
     /// Set when the run was stopped (by a signal) after this step, before its last.
     pub stopped_at_step: Option<u64>,
+    /// Bytes per category at each phase of the first [`PHASE_STEPS`] steps.
+    pub phases: Vec<PhaseBytes>,
 }
 
 impl TrainReport {
@@ -84,6 +113,7 @@ impl TrainReport {
             predicted_breakdown: None,
             auto: None,
             stopped_at_step: None,
+            phases: Vec::new(),
         }
     }
 

@@ -6,47 +6,16 @@
 //! says; ZeRO-1 is bitwise DDP and holds only its shards; saves resume; the planner's model
 //! of a rank agrees but for the framework buckets.
 
+mod common;
+
+use common::{config, outcome, run_ranks, zero};
 use headroom_dist::{Communicator, ThreadGroup};
 use headroom_memory::{AllocatorConfig, Device};
 use headroom_train::Trainer;
-use headroom_train::config::{RunConfig, TrainConfig};
+use headroom_train::config::RunConfig;
 use headroom_train::data::Corpus;
 use headroom_train::strategy::Optimizer;
 use std::time::Duration;
-
-fn config(optimizer: Optimizer, micro: usize, accumulation: usize, ranks: usize) -> RunConfig {
-    TrainConfig {
-        deterministic: Some(true),
-        model: Some("gpt-tiny".into()),
-        seq_len: Some(32),
-        dropout: Some(0.0),
-        optimizer: Some(optimizer),
-        micro_batch: Some(micro),
-        accumulation: Some(accumulation),
-        data_parallel: Some(ranks),
-        steps: Some(20),
-        eval_every: Some(0),
-        eval_batches: Some(1),
-        device_memory: Some("256MiB".parse().unwrap()),
-        seed: Some(11),
-        ..Default::default()
-    }
-    .resolve()
-    .unwrap()
-}
-
-/// Losses and every weight of a finished run, as bits.
-fn outcome(t: &Trainer) -> (Vec<u64>, Vec<u32>) {
-    let losses = t.report().losses.iter().map(|l| l.to_bits()).collect();
-    let weights = t
-        .model()
-        .blocks()
-        .iter()
-        .flat_map(|b| b.flat().to_vec_f32().unwrap())
-        .map(f32::to_bits)
-        .collect();
-    (losses, weights)
-}
 
 #[test]
 fn ddp_is_bitwise_the_single_process_run_accumulating_the_same_micro_batches() {
@@ -58,14 +27,14 @@ fn ddp_is_bitwise_the_single_process_run_accumulating_the_same_micro_batches() {
         for &ranks in all_ranks {
             let mut single = Trainer::new(config(optimizer, 2, ranks, 1), &corpus).unwrap();
             single.train(&mut |_| {}).unwrap();
-            let expected = outcome(&single);
+            let expected = outcome(&mut single);
             let params = single.model().num_params() as u64;
             let results = ThreadGroup::run(ranks, Duration::from_secs(60), |comm| {
                 let c = config(optimizer, 2, 1, ranks);
                 let device = Device::cpu(c.device_memory, AllocatorConfig::default());
                 let mut t = Trainer::on_rank(c, &corpus, device, Box::new(comm)).unwrap();
                 t.train(&mut |_| {}).unwrap();
-                (outcome(&t), t.collective_counts().unwrap())
+                (outcome(&mut t), t.collective_counts().unwrap())
             });
             for (rank, r) in results.into_iter().enumerate() {
                 let (got, counts) = r.unwrap();
@@ -112,38 +81,7 @@ fn a_rank_that_fails_mid_run_ends_every_rank_with_an_error_naming_it() {
 }
 
 fn zero1(c: RunConfig) -> RunConfig {
-    let mut c = c;
-    c.strategy.placement.zero_stage = headroom_train::strategy::ZeroStage::new(1).unwrap();
-    c
-}
-
-/// One rank's run: losses and weights (bits), its memory, what it communicated, and the
-/// model's block sizes.
-type RankOutcome = (
-    (Vec<u64>, Vec<u32>),
-    headroom_memory::MemoryPeaks,
-    headroom_dist::CollectiveCounts,
-    Vec<usize>,
-);
-
-/// Trains `c` on `ranks` threads.
-fn run_ranks(c: &RunConfig, ranks: usize) -> Vec<RankOutcome> {
-    let corpus = Corpus::bundled();
-    ThreadGroup::run(ranks, Duration::from_secs(60), |comm| {
-        let device = Device::cpu(c.device_memory, AllocatorConfig::default());
-        let mut t = Trainer::on_rank(c.clone(), &corpus, device, Box::new(comm)).unwrap();
-        t.train(&mut |_| {}).unwrap();
-        let sizes = t.model().blocks().iter().map(|b| b.numel()).collect();
-        (
-            outcome(&t),
-            t.report().memory,
-            t.collective_counts().unwrap(),
-            sizes,
-        )
-    })
-    .into_iter()
-    .map(|r| r.unwrap())
-    .collect()
+    zero(c, 1)
 }
 
 #[test]
@@ -162,8 +100,8 @@ fn zero1_is_bitwise_ddp_and_holds_only_its_shard_of_the_optimizer_state() {
             let sharded = run_ranks(&zero1(ddp.clone()), ranks);
             for (rank, (got, want)) in sharded.iter().zip(&expected).enumerate() {
                 let label = format!("{optimizer} {precision}, {ranks} ranks, rank {rank}");
-                assert_eq!(got.0.0, want.0.0, "losses: {label}");
-                assert!(got.0.1 == want.0.1, "weights differ: {label}");
+                assert_eq!(got.bits.0, want.bits.0, "losses: {label}");
+                assert!(got.bits.1 == want.bits.1, "weights differ: {label}");
                 // Optimizer state: rank r's shard of every block, ⌈P_b / N⌉ elements (fewer
                 // on the last rank), at 4 bytes per state (AdamW 2 states, SGD-momentum 1),
                 // each buffer rounded up to the allocator's 512 bytes; DDP holds every element.
@@ -173,15 +111,15 @@ fn zero1_is_bitwise_ddp_and_holds_only_its_shard_of_the_optimizer_state() {
                     (len * (rank + 1)).min(p) - (len * rank).min(p)
                 };
                 let bytes = |elements: usize| (4 * elements).div_ceil(512) * 512;
-                let held: usize = got.3.iter().map(|&p| bytes(shard(p))).sum();
-                let full: usize = got.3.iter().map(|&p| bytes(p)).sum();
+                let held: usize = got.blocks.iter().map(|&p| bytes(shard(p))).sum();
+                let full: usize = got.blocks.iter().map(|&p| bytes(p)).sum();
                 let state = |m: &headroom_memory::MemoryPeaks| {
                     m.peak_bytes_by_category[Category::OptimizerState] as usize
                 };
-                assert_eq!(state(&got.1), states * held, "{label}");
-                assert_eq!(state(&want.1), states * full, "{label}");
+                assert_eq!(state(&got.memory), states * held, "{label}");
+                assert_eq!(state(&want.memory), states * full, "{label}");
                 // Master weights (bf16-mixed) shard the same way.
-                let master = got.1.peak_bytes_by_category[Category::MasterWeight] as usize;
+                let master = got.memory.peak_bytes_by_category[Category::MasterWeight] as usize;
                 let expected_master = if precision == Precision::Bf16Mixed {
                     held
                 } else {
@@ -193,23 +131,23 @@ fn zero1_is_bitwise_ddp_and_holds_only_its_shard_of_the_optimizer_state() {
                 let comm = |m: &headroom_memory::MemoryPeaks| {
                     m.peak_bytes_by_category[Category::Communication] as usize
                 };
-                let largest = got.3.iter().copied().max().unwrap();
+                let largest = got.blocks.iter().copied().max().unwrap();
                 let widest = got
-                    .3
+                    .blocks
                     .iter()
                     .map(|&p| p.div_ceil(ranks) * ranks)
                     .max()
                     .unwrap();
-                assert_eq!(comm(&want.1), bytes(largest), "{label}");
-                assert_eq!(comm(&got.1), bytes(widest), "{label}");
+                assert_eq!(comm(&want.memory), bytes(largest), "{label}");
+                assert_eq!(comm(&got.memory), bytes(widest), "{label}");
                 // Per step, besides DDP's: one all-gather of every block's padded shard.
-                let padded: u64 = got.3.iter().map(|&p| p.div_ceil(ranks) as u64).sum();
+                let padded: u64 = got.blocks.iter().map(|&p| p.div_ceil(ranks) as u64).sum();
                 assert_eq!(
-                    got.2.all_gather.1,
-                    want.2.all_gather.1 + 20 * padded,
+                    got.counts.all_gather.1,
+                    want.counts.all_gather.1 + 20 * padded,
                     "{label}"
                 );
-                assert_eq!(got.2.all_reduce, want.2.all_reduce, "{label}");
+                assert_eq!(got.counts.all_reduce, want.counts.all_reduce, "{label}");
             }
         }
     }
@@ -219,7 +157,7 @@ fn zero1_is_bitwise_ddp_and_holds_only_its_shard_of_the_optimizer_state() {
 fn the_dry_run_predicts_a_zero1_rank_exactly() {
     let c = zero1(config(Optimizer::AdamW, 2, 1, 3));
     let predicted = headroom_train::predict::predict(&c, &Corpus::bundled()).unwrap();
-    let measured = run_ranks(&c, 3).remove(0).1;
+    let measured = run_ranks(&c, 3).remove(0).memory;
     assert_eq!(
         predicted.memory.peak_bytes_by_category,
         measured.peak_bytes_by_category
@@ -249,7 +187,7 @@ fn run_saving(
         if let Some(dir) = save {
             t.save(dir).unwrap();
         }
-        outcome(&t).1
+        outcome(&mut t).1
     });
     results.remove(0).unwrap()
 }
@@ -353,7 +291,7 @@ fn the_planners_zero_model_matches_a_rank_but_for_the_framework_buckets() {
             let mut planned = a.memory.breakdown.at_peak;
             planned[Category::Other] = 0; // the fragmentation reserve: no allocation
             planned[Category::Communication] = 0;
-            let measured = run_ranks(&c, ranks).remove(0).1;
+            let measured = run_ranks(&c, ranks).remove(0).memory;
             let label = format!("{ranks} ranks, ZeRO-{zero}");
             let error = planned.total() as f64 / measured.peak_allocated_bytes as f64 - 1.0;
             assert!(error.abs() < 0.10, "{label}: {:+.1} %", 100.0 * error);

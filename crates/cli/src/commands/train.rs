@@ -135,8 +135,18 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     } else if config.data_parallel == 1 {
         run.train(None)?
     } else {
-        let outcomes = ThreadGroup::run(config.data_parallel, COLLECTIVE_DEADLINE, |rank| {
-            run.train(Some(Box::new(rank)))
+        let deadline = collective_deadline(Some(config.collective_timeout_s));
+        let outcomes = ThreadGroup::run(config.data_parallel, deadline, |rank| {
+            let index = rank.rank();
+            let outcome = run.train(Some(Box::new(rank)));
+            if let Err(e) = &outcome
+                && timed_out(e)
+            {
+                // The stuck rank's thread may never return to be joined: end the process.
+                eprintln!("error: rank {index}: {e:#}");
+                std::process::exit(1);
+            }
+            outcome
         });
         let mut first = None;
         for (rank, outcome) in outcomes.into_iter().enumerate() {
@@ -173,7 +183,7 @@ fn mpi_rank(keys: &TrainConfig) -> anyhow::Result<Option<Box<dyn Communicator>>>
     if !headroom_dist::launched_by_mpirun() {
         return Ok(None);
     }
-    let comm = headroom_dist::MpiRank::init(COLLECTIVE_DEADLINE)
+    let comm = headroom_dist::MpiRank::init(collective_deadline(keys.collective_timeout))
         .ok_or_else(|| anyhow::anyhow!("MPI was initialized twice"))?;
     if let Some(n) = keys.data_parallel.filter(|&n| n != comm.world_size()) {
         anyhow::bail!(
@@ -190,9 +200,25 @@ fn mpi_rank(_: &TrainConfig) -> anyhow::Result<Option<Box<dyn Communicator>>> {
     Ok(None)
 }
 
+/// Whether a rank's error is a collective's deadline passing (a stuck rank).
+fn timed_out(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<TrainError>(),
+        Some(TrainError::Communication(
+            headroom_dist::CommError::Timeout { .. }
+        ))
+    )
+}
+
 /// How long a rank waits in a collective for the others before the run ends naming the
-/// missing ranks (the watchdog of a stuck rank).
-const COLLECTIVE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
+/// missing ranks (the watchdog of a stuck rank): `--collective-timeout`, 600 s by default.
+fn collective_deadline(seconds: Option<f64>) -> std::time::Duration {
+    std::time::Duration::from_secs_f64(
+        seconds
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .unwrap_or(600.0),
+    )
+}
 
 /// Where a run stopped by a signal ended: its step, its save and the save directory.
 type Stopped = (u64, PathBuf, PathBuf);
@@ -256,6 +282,15 @@ impl RankRun<'_> {
         }
         trainer.set_prepared(self.prepared);
         trainer.set_stop_flag(self.stop.clone());
+        // A fault injected on purpose (tests of how a group ends): HEADROOM_FAULT=RANK:KIND@STEP.
+        if let Ok(spec) = std::env::var("HEADROOM_FAULT") {
+            let fault = headroom_train::fault_for_rank(&spec, trainer.rank().0)
+                .map_err(anyhow::Error::msg)?;
+            trainer.set_hooks(headroom_train::TrainerHooks {
+                fault,
+                ..Default::default()
+            });
+        }
         let progress = Progress::new(config.steps, trainer.step(), lead);
         let result = trainer.train(&mut |event| progress.event(event));
         progress.finish();

@@ -13,7 +13,7 @@ use crate::init::{Init, initialise};
 use crate::model::{Model, Recompute, run_blocks};
 use headroom_memory::{Category, Device};
 pub use headroom_strategy::Attention;
-use headroom_tensor::{DType, ParamBlock, Result, Tensor, TensorError, checkpoint};
+use headroom_tensor::{DType, ParamBlock, Result, Tensor, TensorError, checkpoint, param_scope};
 use serde::{Deserialize, Serialize};
 
 /// Shape of a GPT.
@@ -98,6 +98,8 @@ const BLOCK_WEIGHTS: [&str; 12] = [
 /// Views of one block's weights, cheap to clone into a checkpoint scope.
 #[derive(Clone)]
 struct BlockParams {
+    /// The block's index in the model's block list.
+    index: usize,
     w: Vec<Tensor>,
     heads: usize,
     dropout: f32,
@@ -157,8 +159,13 @@ impl BlockParams {
             .dropout(self.dropout)
     }
 
-    /// x + attn(ln1(x)), then + mlp(ln2(x)).
+    /// The block inside its parameter scope (gathered there under ZeRO-3).
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        param_scope(&[self.index], x, |x| self.compute(x))
+    }
+
+    /// x + attn(ln1(x)), then + mlp(ln2(x)).
+    fn compute(&self, x: &Tensor) -> Result<Tensor> {
         let h = x.layer_norm(self.get("ln1.w"), self.get("ln1.b"), 1e-5)?;
         let x = x.add(&self.attention(&h)?)?;
         let h = x.layer_norm(self.get("ln2.w"), self.get("ln2.b"), 1e-5)?;
@@ -291,6 +298,7 @@ impl Gpt {
             .map(|n| block.param(n).cloned())
             .collect::<Result<Vec<_>>>()?;
         Ok(BlockParams {
+            index: 1 + i,
             w,
             heads: self.config.heads,
             dropout: self.config.dropout,
@@ -327,9 +335,11 @@ impl Gpt {
             Category::Input,
             Some("positions"),
         )?;
-        let tok = embed.param("wte")?.embedding(inputs)?; // (B, T, C)
-        let pos = embed.param("wpe")?.embedding(&pos_ids)?; // (T, C)
-        let x = tok.add(&pos)?.dropout(self.config.dropout)?;
+        let x = param_scope(&[0], inputs, |inputs| {
+            let tok = embed.param("wte")?.embedding(inputs)?; // (B, T, C)
+            let pos = embed.param("wpe")?.embedding(&pos_ids)?; // (T, C)
+            tok.add(&pos)?.dropout(self.config.dropout)
+        })?;
         let blocks = (0..self.config.layers)
             .map(|i| {
                 let mut p = self.block_params(i)?;
@@ -338,14 +348,23 @@ impl Gpt {
             })
             .collect::<Result<Vec<_>>>()?;
         let x = run_blocks(x, blocks, &recompute.segments, BlockParams::forward)?;
-        let head = &self.blocks[self.config.layers + 1];
-        let x = x.layer_norm(head.param("ln_f.w")?, head.param("ln_f.b")?, 1e-5)?;
-        let w_out = if self.config.tied {
-            embed.param("wte")?.transpose(0, 1)?
+        let last = self.config.layers + 1;
+        let head = &self.blocks[last];
+        // Tied weights: the output projection reads the embedding block too.
+        let scope: &[usize] = if self.config.tied {
+            &[last, 0]
         } else {
-            head.param("lm_head.w")?.clone()
+            &[last]
         };
-        x.matmul(&w_out) // (B, T, V)
+        param_scope(scope, &x, |x| {
+            let x = x.layer_norm(head.param("ln_f.w")?, head.param("ln_f.b")?, 1e-5)?;
+            let w_out = if self.config.tied {
+                embed.param("wte")?.transpose(0, 1)?
+            } else {
+                head.param("lm_head.w")?.clone()
+            };
+            x.matmul(&w_out) // (B, T, V)
+        })
     }
 }
 

@@ -9,7 +9,7 @@ use super::limits::{MAX_BLOCKS, MAX_DIM, check_sizes};
 use crate::init::{Init, initialise};
 use crate::model::{Model, Recompute, run_blocks};
 use headroom_memory::Device;
-use headroom_tensor::{DType, ParamBlock, Result, Tensor, TensorError};
+use headroom_tensor::{DType, ParamBlock, Result, Tensor, TensorError, param_scope};
 use serde::{Deserialize, Serialize};
 
 /// Shape of a residual MLP.
@@ -52,12 +52,19 @@ const BLOCK_WEIGHTS: [&str; 6] = ["ln.w", "ln.b", "fc1.w", "fc1.b", "fc2.w", "fc
 
 #[derive(Clone)]
 struct BlockParams {
+    /// The block's index in the model's block list.
+    index: usize,
     w: Vec<Tensor>,
     dropout: f32,
 }
 
 impl BlockParams {
+    /// The block inside its parameter scope (gathered there under ZeRO-3).
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        param_scope(&[self.index], x, |x| self.compute(x))
+    }
+
+    fn compute(&self, x: &Tensor) -> Result<Tensor> {
         let h = x.layer_norm(&self.w[0], &self.w[1], 1e-5)?;
         let h = h.matmul(&self.w[2])?.add(&self.w[3])?.gelu()?; // (B, T, H)
         let h = h
@@ -145,11 +152,14 @@ impl Model for ResMlp {
     }
 
     fn loss(&self, inputs: &Tensor, targets: &Tensor, recompute: &Recompute) -> Result<Tensor> {
-        let x = self.blocks[0].param("wte")?.embedding(inputs)?; // (B, T, C)
+        let x = param_scope(&[0], inputs, |ids| {
+            self.blocks[0].param("wte")?.embedding(ids)
+        })?; // (B, T, C)
         let blocks = (0..self.config.depth)
             .map(|i| {
                 let block = &self.blocks[1 + i];
                 Ok(BlockParams {
+                    index: 1 + i,
                     w: BLOCK_WEIGHTS
                         .iter()
                         .map(|n| block.param(n).cloned())
@@ -159,10 +169,12 @@ impl Model for ResMlp {
             })
             .collect::<Result<Vec<_>>>()?;
         let x = run_blocks(x, blocks, &recompute.segments, BlockParams::forward)?;
-        let head = &self.blocks[self.config.depth + 1];
-        let x = x.layer_norm(head.param("ln_f.w")?, head.param("ln_f.b")?, 1e-5)?;
-        x.matmul(head.param("out.w")?)?
-            .cast(DType::F32)?
-            .cross_entropy(targets)
+        let last = self.config.depth + 1;
+        let head = &self.blocks[last];
+        let logits = param_scope(&[last], &x, |x| {
+            x.layer_norm(head.param("ln_f.w")?, head.param("ln_f.b")?, 1e-5)?
+                .matmul(head.param("out.w")?)
+        })?;
+        logits.cast(DType::F32)?.cross_entropy(targets)
     }
 }

@@ -130,9 +130,18 @@ pub struct TrainConfig {
     #[arg(long, value_name = "N")]
     pub data_parallel: Option<usize>,
     /// ZeRO stage with --data-parallel: 0 replicates everything (DDP); 1 shards optimizer
-    /// states and master weights over the ranks.
+    /// states and master weights over the ranks; 2 also gradients (reduce-scatter); 3 also
+    /// parameters, gathered per block before it computes and freed after.
     #[arg(long = "zero", value_name = "STAGE", value_parser = parse_flag::<ZeroStage>)]
     pub zero_stage: Option<ZeroStage>,
+    /// ZeRO-3: blocks gathered ahead of the one computing (default 1). More blocks resident,
+    /// gathers issued earlier.
+    #[arg(long, value_name = "BLOCKS")]
+    pub zero_prefetch: Option<usize>,
+    /// Seconds a collective may wait for the other ranks before the run ends with an error
+    /// naming the stuck rank and collective (default 600).
+    #[arg(long, value_name = "SECONDS")]
+    pub collective_timeout: Option<f64>,
     /// Tier of optimizer states (the single-device engine keeps them on the device: none).
     #[arg(skip)]
     pub offload_optimizer: Option<Offload>,
@@ -195,6 +204,8 @@ impl TrainConfig {
             deterministic,
             data_parallel,
             zero_stage,
+            zero_prefetch,
+            collective_timeout,
             offload_optimizer,
             offload_params
         )
@@ -244,6 +255,14 @@ impl TrainConfig {
         if let Some(d) = self.dropout.filter(|d| !(0.0..1.0).contains(d)) {
             return Err(value("dropout", &d, "must be in [0, 1)"));
         }
+        let collective_timeout_s = self.collective_timeout.unwrap_or(600.0);
+        if !(collective_timeout_s.is_finite() && collective_timeout_s > 0.0) {
+            return Err(value(
+                "collective_timeout",
+                &collective_timeout_s,
+                "must be a positive number of seconds",
+            ));
+        }
         let device_memory = self.device_memory.map_or(DEFAULT_DEVICE_MEMORY, |b| b.0);
         if device_memory < (1 << 20) {
             return Err(value(
@@ -282,6 +301,8 @@ impl TrainConfig {
             oom_recovery: self.oom_recovery.unwrap_or(data_parallel == 1),
             deterministic: self.deterministic.unwrap_or(false),
             data_parallel,
+            zero_prefetch: self.zero_prefetch.unwrap_or(1),
+            collective_timeout_s,
         })
     }
 

@@ -123,6 +123,8 @@ impl RunConfig {
             deterministic: Some(self.deterministic),
             data_parallel: Some(self.data_parallel),
             zero_stage: Some(s.placement.zero_stage),
+            zero_prefetch: Some(self.zero_prefetch),
+            collective_timeout: Some(self.collective_timeout_s),
             offload_optimizer: Some(s.placement.offload_optimizer),
             offload_params: Some(s.placement.offload_params),
         }

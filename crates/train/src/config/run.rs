@@ -41,10 +41,20 @@ pub struct RunConfig {
     /// Ranks of the data-parallel group (DDP over the in-process communicator); 1 without.
     #[serde(default = "one")]
     pub data_parallel: usize,
+    /// ZeRO-3: blocks gathered ahead of the one computing.
+    #[serde(default = "one")]
+    pub zero_prefetch: usize,
+    /// Seconds a collective waits for the other ranks before the run fails.
+    #[serde(default = "ten_minutes")]
+    pub collective_timeout_s: f64,
 }
 
 fn one() -> usize {
     1
+}
+
+fn ten_minutes() -> f64 {
+    600.0
 }
 
 impl RunConfig {

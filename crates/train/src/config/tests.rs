@@ -99,9 +99,17 @@ fn bad_values_name_the_key_and_the_accepted_values() {
         (
             TrainConfig {
                 zero_stage: Some(ZeroStage::new(2).unwrap()),
+                optimizer: Some(headroom_strategy::Optimizer::Lamb),
                 ..Default::default()
             },
             "--zero 2",
+        ),
+        (
+            TrainConfig {
+                collective_timeout: Some(0.0),
+                ..Default::default()
+            },
+            "collective_timeout",
         ),
     ];
     for (config, needle) in cases {

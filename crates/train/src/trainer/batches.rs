@@ -18,7 +18,9 @@ impl Trainer {
         let mut sum = 0.0;
         for batch in &batches {
             let (x, y) = self.batch_tensors(batch)?;
-            let loss = no_grad(|| self.model.loss(&x, &y, &Recompute::none()))?;
+            // Under ZeRO-3 the blocks are gathered for the forward.
+            let loss =
+                self.with_zero(|t| Ok(no_grad(|| t.model.loss(&x, &y, &Recompute::none()))?))?;
             if !self.dry {
                 sum += loss.to_scalar_f32()? as f64;
             }

@@ -42,7 +42,8 @@ fn unchecked_model_spec(config: &RunConfig) -> Result<ModelSpec, TrainError> {
 }
 
 /// fp32 master copies of every block's flat parameters, tagged `master_weight`: whole, or
-/// under ZeRO-1 only rank r's shard of each block (`shard` = (rank, world)).
+/// under ZeRO only rank r's shard of each block (`shard` = (rank, world)), copied from the
+/// full parameters or, under ZeRO-3, from the block's parameter shard.
 pub(super) fn master_weights(
     model: &dyn Model,
     shard: Option<(usize, usize)>,
@@ -56,7 +57,20 @@ pub(super) fn master_weights(
                 None => precision::f32_copy(b.flat(), Category::MasterWeight, &name),
                 Some((rank, world)) => {
                     let (range, _) = shard_of(b.numel(), rank, world);
-                    precision::f32_range_copy(b.flat(), range, Category::MasterWeight, &name)
+                    match b.shard().and_then(|s| s.params.as_ref()) {
+                        Some(p) => precision::f32_range_copy(
+                            p,
+                            0..range.len(),
+                            Category::MasterWeight,
+                            &name,
+                        ),
+                        None => precision::f32_range_copy(
+                            b.flat(),
+                            range,
+                            Category::MasterWeight,
+                            &name,
+                        ),
+                    }
                 }
             }
         })

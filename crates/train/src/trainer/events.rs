@@ -36,6 +36,8 @@ pub enum TrainError {
         "training diverged: the loss is {loss} at step {step}; lower --lr, or use fp32 or bf16-mixed"
     )]
     Diverged { step: u64, loss: f64 },
+    #[error("injected fault at step {step} (HEADROOM_FAULT)")]
+    Injected { step: u64 },
 }
 
 impl From<TensorError> for TrainError {
@@ -106,4 +108,6 @@ pub struct TrainerHooks {
     /// Rebuild a history buffer one row longer at every step and free it at the step's end:
     /// nothing grows between steps, but the step's peak does (the guard must catch it).
     pub grow_step_buffer: bool,
+    /// Fail on purpose at the start of a step (see `fault`).
+    pub fault: Option<super::fault::Fault>,
 }

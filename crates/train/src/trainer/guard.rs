@@ -65,6 +65,9 @@ impl Trainer {
         rng: RngState,
         on_event: &mut dyn FnMut(TrainEvent),
     ) -> Result<(), TrainError> {
+        // The failed attempt's phases are not the step's: the retry records them again.
+        let failed = self.step;
+        self.report.phases.retain(|p| p.step != failed);
         let micro = self.config.micro_batch();
         if micro < 2 || !micro.is_multiple_of(2) {
             return Err(TrainError::OutOfMemory(oom));

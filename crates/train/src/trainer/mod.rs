@@ -7,21 +7,25 @@
 //!
 //! Not for: choosing a strategy (the planner) or drawing reports (the CLI).
 //!
-//! Submodules: `batches` (token tensors, validation), `build`, `step`, `shard` (ZeRO-1),
-//! `save`, `precision`, `schedule`, `guard`, `events`.
+//! Submodules: `batches` (token tensors, validation), `build`, `step`, `shard` (ZeRO's shards
+//! and the collectives that move them), `zero` (ZeRO-2/3 hooks around parameter scopes),
+//! `save`, `precision`, `schedule`, `guard`, `events`, `fault` (injected failures).
 
 mod batches;
 mod build;
 mod events;
+mod fault;
 mod guard;
 mod precision;
 mod save;
 mod schedule;
 mod shard;
 mod step;
+mod zero;
 
 pub use build::model_spec;
 pub use events::{TrainError, TrainEvent, TrainerHooks};
+pub use fault::{Fault, FaultKind, fault_for_rank};
 pub use guard::LeakGuard;
 pub use precision::compute_dtype;
 pub use schedule::learning_rate;
@@ -40,7 +44,7 @@ use headroom_nn::optim::Optimizer;
 use headroom_nn::{Model, Recompute};
 use headroom_strategy::Precision;
 use headroom_tensor::backend::work::Work;
-use headroom_tensor::{DType, Gradients, Tensor};
+use headroom_tensor::{DType, Gradients, ShardLayout, Tensor, with_sharding};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -146,19 +150,30 @@ impl Trainer {
         )?;
         headroom_tensor::rng::manual_seed(config.seed);
         device.lock().trace_mut().set_phase("init");
-        let model = build_model(
-            &config.model,
-            &spec,
-            &device,
-            compute_dtype(precision),
-            config.seed,
-        )?;
+        let (rank, world) = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.world_size()));
+        let stage = config.strategy.placement.zero_stage;
+        // ZeRO-2/3: blocks are built sharded, so no rank ever holds the whole model's
+        // gradients (or, under ZeRO-3, parameters).
+        let layout = ShardLayout {
+            rank,
+            world,
+            gradients: stage.shards_gradients(),
+            parameters: stage.shards_parameters(),
+        };
+        let model = with_sharding(layout, || {
+            build_model(
+                &config.model,
+                &spec,
+                &device,
+                compute_dtype(precision),
+                config.seed,
+            )
+        })?;
         let mut grads = Gradients::new();
         for block in model.blocks() {
             block.bind_grads(&mut grads)?;
         }
-        let (rank, world) = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.world_size()));
-        let sharded = world > 1 && config.strategy.placement.zero_stage.shards_optimizer();
+        let sharded = world > 1 && stage.shards_optimizer();
         let master = match (precision.master_weights(), sharded) {
             (false, _) => None,
             (true, false) => Some(master_weights(model.as_ref(), None)?),
@@ -208,9 +223,17 @@ impl Trainer {
         compute_dtype(self.precision)
     }
 
-    /// Whether optimizer states (and master weights) are sharded over the group (ZeRO-1).
+    /// Whether optimizer states (and master weights) are sharded over the group (ZeRO ≥ 1).
     fn sharded(&self) -> bool {
-        self.rank().1 > 1 && self.config.strategy.placement.zero_stage.shards_optimizer()
+        self.zero_stage() >= 1
+    }
+
+    /// The ZeRO stage in effect: the configured one in a group of several ranks, else 0.
+    fn zero_stage(&self) -> u8 {
+        match self.rank().1 {
+            1 => 0,
+            _ => self.config.strategy.placement.zero_stage.number(),
+        }
     }
 
     /// This rank and the group's size (0 of 1 without a communicator).

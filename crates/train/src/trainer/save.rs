@@ -69,10 +69,15 @@ fn gather_stored(
     numel: usize,
 ) -> Result<Vec<u8>, TrainError> {
     let (_, padded) = shard_of(numel, comm.rank(), comm.world_size());
+    // 16-bit values are exact in f32, so the round trip keeps every bit.
     let mut values: Vec<f32> = match dtype {
         StoredDtype::Bf16 => shard
             .chunks_exact(2)
             .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        StoredDtype::F16 => shard
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
             .collect(),
         _ => shard
             .chunks_exact(4)
@@ -87,6 +92,10 @@ fn gather_stored(
         StoredDtype::Bf16 => all
             .iter()
             .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+            .collect(),
+        StoredDtype::F16 => all
+            .iter()
+            .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
             .collect(),
         _ => all.iter().flat_map(|v| v.to_le_bytes()).collect(),
     })
@@ -107,15 +116,12 @@ impl Trainer {
     /// resumes at any number of ranks.
     pub fn save(&mut self, root: &Path) -> Result<PathBuf, TrainError> {
         let (master, optimizer) = self.whole_state()?;
+        let model = self.whole_parameters()?;
         let dir = root.join(format!("step-{:06}", self.step));
-        if self.rank().0 != 0 {
+        let Some(model) = model else {
             return Ok(dir);
-        }
+        };
         let mut groups = TensorGroups::new();
-        let mut model = BTreeMap::new();
-        for block in self.model.blocks() {
-            model.insert(block.name().to_string(), stored(block.flat())?);
-        }
         groups.insert("model".into(), model);
         if let Some(master) = master {
             groups.insert("master".into(), master);
@@ -143,8 +149,65 @@ impl Trainer {
         Ok(save::write(root, &manifest, &groups)?)
     }
 
+    /// Every parameter of the model in block order as f32, on every rank (every rank must call
+    /// it: under ZeRO-3 each block's shards are gathered).
+    pub fn parameters_f32(&mut self) -> Result<Vec<f32>, TrainError> {
+        let mut all = Vec::with_capacity(self.model.num_params());
+        for block in self.model.blocks() {
+            match (block.shard(), self.comm.as_mut()) {
+                (
+                    Some(headroom_tensor::BlockShard {
+                        params: Some(p),
+                        padded,
+                        ..
+                    }),
+                    Some(c),
+                ) => {
+                    let mut whole = vec![0.0f32; padded * c.world_size()];
+                    c.all_gather(&p.to_vec_f32()?, &mut whole)?;
+                    all.extend_from_slice(&whole[..block.numel()]);
+                }
+                _ => all.extend(block.flat().to_vec_f32()?),
+            }
+        }
+        Ok(all)
+    }
+
+    /// The model's parameters by block, on rank 0 (`None` on the others): each block's full
+    /// buffer, or under ZeRO-3 every rank's shard gathered (every rank joins).
+    fn whole_parameters(&mut self) -> Result<Option<Tensors>, TrainError> {
+        let lead = self.rank().0 == 0;
+        let mut model = BTreeMap::new();
+        for block in self.model.blocks() {
+            let t = match (block.shard(), self.comm.as_mut()) {
+                (
+                    Some(
+                        shard @ headroom_tensor::BlockShard {
+                            params: Some(p), ..
+                        },
+                    ),
+                    Some(c),
+                ) => {
+                    let dtype = stored_dtype(p.dtype());
+                    let size = dtype.size_bytes();
+                    let bytes = read_bytes(p)?[..shard.range.len() * size].to_vec();
+                    let data = gather_stored(c.as_mut(), &bytes, dtype, block.numel())?;
+                    StoredTensor {
+                        dtype,
+                        shape: block.flat().shape().to_vec(),
+                        data,
+                    }
+                }
+                _ if lead => stored(block.flat())?,
+                _ => continue,
+            };
+            model.insert(block.name().to_string(), t);
+        }
+        Ok(lead.then_some(model))
+    }
+
     /// The master weights (by block) and optimizer state (by name) of the whole model: this
-    /// rank's own, or under ZeRO-1 every rank's shards gathered.
+    /// rank's own, or under ZeRO every rank's shards gathered.
     fn whole_state(&mut self) -> Result<(Option<Tensors>, Tensors), TrainError> {
         let sharded = self.sharded();
         let numels: Vec<usize> = self.model.blocks().iter().map(|b| b.numel()).collect();
@@ -241,7 +304,8 @@ impl Trainer {
             let t = model
                 .get(block.name())
                 .ok_or_else(|| corrupt(format!("block {} is missing", block.name())))?;
-            let expected = block.flat().numel() * block.flat().dtype().size_in_bytes();
+            let size = block.flat().dtype().size_in_bytes();
+            let expected = block.numel() * size;
             if t.data.len() != expected {
                 return Err(corrupt(format!(
                     "block {} has {} bytes, expected {expected}",
@@ -249,7 +313,18 @@ impl Trainer {
                     t.data.len()
                 )));
             }
-            write_bytes(block.flat(), &t.data)?;
+            match block
+                .shard()
+                .and_then(|s| s.params.as_ref().map(|p| (s, p)))
+            {
+                // ZeRO-3: this rank's shard of the block, pads zero.
+                Some((shard, p)) => {
+                    let mut bytes = shard_bytes(&t.data, &shard.range, size);
+                    bytes.resize(shard.padded * size, 0);
+                    write_bytes(p, &bytes)?;
+                }
+                None => write_bytes(block.flat(), &t.data)?,
+            }
         }
         if let Some(master) = &self.master {
             let saved = groups

@@ -1,20 +1,21 @@
-//! ZeRO-1 on flat buffers: each block's flat buffer is cut into `world` equal shards (the last
-//! padded), rank r owns shard r — its optimizer state and its fp32 master weights — updates
-//! only those elements, and the updated parameters are gathered back into every rank's full
-//! copy (Rajbhandari et al. 2020, "ZeRO", stage 1: optimizer states, and with them the master
-//! weights, partitioned over the data-parallel group).
+//! ZeRO's shards on flat buffers (Rajbhandari et al. 2020): each block's flat buffer is cut into
+//! `world` equal shards (the last padded), rank r owns shard r — its optimizer state and fp32
+//! master weights (stage 1), its part of the gradient (stage 2) and of the parameters (stage 3)
+//! — and the collectives that move shards: gradients summed and scattered (reduce-scatter),
+//! parameters gathered (all-gather). Every collective runs through f32 buckets from the device
+//! allocator, tagged `communication` and freed after it; on a shape-only device (a dry run)
+//! the buckets are counted and nothing moves.
 //!
-//! Not for: the update rule (the optimizer) or the gradients' reduction (`step`).
+//! Not for: the update rule (the optimizer) or when the collectives run (`step`, `zero`).
 
+use super::TrainError;
+use super::precision::store_f32;
+use headroom_dist::Communicator;
+use headroom_memory::{Category, Device, DeviceBuffer};
+use headroom_tensor::{DType, Tensor};
 use std::ops::Range;
 
-/// Rank `rank`'s elements of a flat buffer of `numel` split over `world` ranks, and the shard
-/// length every rank pads to (so all-gathers are of equal parts).
-pub fn shard_of(numel: usize, rank: usize, world: usize) -> (Range<usize>, usize) {
-    let len = numel.div_ceil(world.max(1));
-    let start = (rank * len).min(numel);
-    (start..(start + len).min(numel), len)
-}
+pub use headroom_tensor::shard_range as shard_of;
 
 /// The weights' element ranges that fall inside `shard`, relative to the shard's start.
 pub fn ranges_within(ranges: &[Range<usize>], shard: &Range<usize>) -> Vec<Range<usize>> {
@@ -27,23 +28,102 @@ pub fn ranges_within(ranges: &[Range<usize>], shard: &Range<usize>) -> Vec<Range
         .collect()
 }
 
+/// A bucket of `len` f32 values from the device allocator, tagged `communication`.
+pub(super) fn f32_bucket(
+    device: &Device,
+    len: usize,
+    label: &str,
+) -> Result<DeviceBuffer, TrainError> {
+    Ok(device.alloc(4 * len as u64, Category::Communication, Some(label))?)
+}
+
+/// A bucket's values (`None` on a shape-only device, which holds no bytes).
+pub(super) fn bucket_values(bucket: &mut DeviceBuffer) -> Option<&mut [f32]> {
+    bucket.as_bytes_mut().map(bytemuck::cast_slice_mut)
+}
+
+/// Copies a float tensor's elements into `out` as f32.
+fn read_f32(t: &Tensor, out: &mut [f32]) -> Result<(), TrainError> {
+    match t.dtype() {
+        DType::F32 => t.with_slice::<f32, _>(|v| out.copy_from_slice(v))?,
+        _ => out.copy_from_slice(&t.to_vec_f32()?),
+    }
+    Ok(())
+}
+
+/// Every rank's `shard` (padded to `padded` elements) gathered into `flat`, a block's whole
+/// buffer of `numel` elements (ZeRO-1 and 2 after the update, ZeRO-3 before a block computes).
+pub(super) fn gather_into(
+    comm: &mut dyn Communicator,
+    flat: &Tensor,
+    numel: usize,
+    shard: &[f32],
+    padded: usize,
+) -> Result<(), TrainError> {
+    let device = flat.device();
+    let mut bucket = f32_bucket(&device, padded * comm.world_size(), "params.gather.bucket")?;
+    let Some(all) = bucket_values(&mut bucket) else {
+        return Ok(());
+    };
+    let mut part = shard.to_vec();
+    part.resize(padded, 0.0);
+    comm.all_gather(&part, all)?;
+    store_f32(flat, &all[..numel])?;
+    Ok(())
+}
+
+/// ZeRO-3: every rank's parameter shard (a `(padded,)` tensor) gathered into `flat`.
+pub(super) fn gather_params(
+    comm: &mut dyn Communicator,
+    flat: &Tensor,
+    shard: &Tensor,
+) -> Result<(), TrainError> {
+    let padded = shard.numel();
+    if !flat.device().is_backed() {
+        // Same bucket, nothing to read.
+        let _bucket = f32_bucket(
+            &flat.device(),
+            padded * comm.world_size(),
+            "params.gather.bucket",
+        )?;
+        return Ok(());
+    }
+    let mut part = vec![0.0f32; padded];
+    read_f32(shard, &mut part)?;
+    gather_into(comm, flat, flat.numel(), &part, padded)
+}
+
+/// ZeRO-2 and 3: a block's full gradient summed over ranks in rank order, this rank's shard of
+/// the sum added to `shard` (a `(padded,)` tensor of the gradient's dtype).
+pub(super) fn reduce_scatter_into(
+    comm: &mut dyn Communicator,
+    grad: &Tensor,
+    shard: &Tensor,
+    label: &str,
+) -> Result<(), TrainError> {
+    let device = grad.device();
+    let padded = shard.numel();
+    let mut bucket = f32_bucket(&device, padded * comm.world_size(), label)?;
+    let mut mine = f32_bucket(&device, padded, label)?;
+    let (Some(all), Some(out)) = (bucket_values(&mut bucket), bucket_values(&mut mine)) else {
+        return Ok(());
+    };
+    let numel = grad.numel();
+    read_f32(grad, &mut all[..numel])?;
+    all[numel..].fill(0.0);
+    comm.reduce_scatter_sum(all, out)?;
+    let mut sum = vec![0.0f32; padded];
+    read_f32(shard, &mut sum)?;
+    for (s, o) in sum.iter_mut().zip(out.iter()) {
+        *s += *o;
+    }
+    store_f32(shard, &sum)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn shards_cover_the_buffer_once_and_pad_the_last() {
-        // 10 elements over 3 ranks: shards of 4, the last holding 2 (padded to 4).
-        assert_eq!(shard_of(10, 0, 3), (0..4, 4));
-        assert_eq!(shard_of(10, 1, 3), (4..8, 4));
-        assert_eq!(shard_of(10, 2, 3), (8..10, 4));
-        // More ranks than elements: the extra ranks own nothing.
-        assert_eq!(shard_of(2, 3, 4), (2..2, 1));
-        for (numel, world) in [(1, 1), (7, 2), (12, 4), (1000, 7)] {
-            let covered: usize = (0..world).map(|r| shard_of(numel, r, world).0.len()).sum();
-            assert_eq!(covered, numel);
-        }
-    }
 
     #[test]
     fn weight_ranges_are_cut_to_the_shard() {

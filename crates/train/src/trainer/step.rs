@@ -6,17 +6,36 @@
 //!
 //! Not for: the loop around steps (see `mod.rs`).
 
-use super::precision::{f32_copy, f32_range_copy, store_f32, store_f32_at, with_grads};
+use super::fault::{Fault, FaultKind};
+use super::precision::{f32_range_copy, store_f32, store_f32_at, with_grads};
 use super::schedule::learning_rate;
-use super::shard::{ranges_within, shard_of};
+use super::shard::{bucket_values, f32_bucket, gather_into, ranges_within, shard_of};
+use super::zero::ZeroHooks;
 use super::{TrainError, TrainEvent, Trainer};
+use crate::report::{PHASE_STEPS, Phase, PhaseBytes};
 use crate::scaler::ScalerDecision;
 use headroom_memory::Category;
 use headroom_nn::grad::{GradStats, grad_multiplier, grad_stats};
 use headroom_nn::optim::FlatParams;
 use headroom_tensor::backend::work::work_so_far;
-use headroom_tensor::{DType, Tape, Tensor};
+use headroom_tensor::{DType, Tape, Tensor, with_block_hooks};
 use std::ops::Range;
+use std::rc::Rc;
+
+/// Fails as `fault` says.
+fn inject(fault: Fault) -> Result<(), TrainError> {
+    match fault.kind {
+        FaultKind::Error => Err(TrainError::Injected { step: fault.step }),
+        FaultKind::Panic => panic!("injected panic at step {} (HEADROOM_FAULT)", fault.step),
+        FaultKind::Sleep => {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+            Ok(())
+        }
+    }
+}
+
+/// Per-block gradient buffers of one micro-batch and the bindings that fill them.
+type MicroGradients = (Vec<Tensor>, std::cell::RefCell<headroom_tensor::Gradients>);
 
 impl Trainer {
     /// Runs one optimizer step; returns its training loss (mean over micro-batches).
@@ -24,6 +43,9 @@ impl Trainer {
         &mut self,
         on_event: &mut dyn FnMut(TrainEvent),
     ) -> Result<f64, TrainError> {
+        if let Some(fault) = self.hooks.fault.filter(|f| f.step == self.step) {
+            inject(fault)?;
+        }
         let accumulation = self.config.accumulation();
         let (rank, world) = self.rank();
         let scale = self.scaler.map_or(1.0, |s| s.scale());
@@ -34,6 +56,7 @@ impl Trainer {
         self.skip_samples(micro_batch * accumulation * rank);
         // The leak guard compares every step's peak: measure this one on its own.
         self.device.lock().open_window();
+        self.note_phase(Phase::Start, 0);
         let history = if self.hooks.grow_step_buffer {
             let rows = self.step as usize + 1;
             Some(Tensor::zeros(
@@ -48,7 +71,8 @@ impl Trainer {
         };
         // Deterministic accumulation: micro-batches after the first compute their gradient into
         // buffers of their own, added to the sum afterwards in order.
-        let separate = (self.config.deterministic && accumulation > 1)
+        // Under ZeRO-2/3 each micro-batch's gradient is reduced on its own already.
+        let separate = (self.config.deterministic && accumulation > 1 && self.zero_stage() < 2)
             .then(|| self.micro_gradients())
             .transpose()?;
         for micro in 0..accumulation {
@@ -70,34 +94,9 @@ impl Trainer {
                 let batch = self.sampler.next_train(micro_batch);
                 self.batch_tensors(&batch)?
             };
-            let tape = Tape::new();
-            let recompute = self.recompute.clone();
             let factor = scale / (accumulation * world) as f32;
-            let (loss, scaled) = tape.record(|| -> Result<_, headroom_tensor::TensorError> {
-                let loss = self.model.loss(&x, &y, &recompute)?;
-                let scaled = loss.scale(factor)?;
-                Ok((loss, scaled))
-            })?;
-            // A dry run (shape-only device) has no values to read.
-            let value = if self.dry { 0.0 } else { loss.to_scalar_f32()? };
-            if self.hooks.keep_losses {
-                // The classic leak: keeping the loss tensor (not its value) for logging.
-                self.kept.push(loss);
-            } else {
-                drop(loss);
-            }
-            self.device.lock().trace_mut().set_phase("backward");
-            match &separate {
-                Some((buffers, grads)) if micro > 0 => {
-                    let mut grads = grads.borrow_mut();
-                    tape.backward(&scaled, &mut grads)?;
-                    for (block, buffer) in self.model.blocks().iter().zip(buffers) {
-                        block.flat_grad().add_assign(buffer)?;
-                        buffer.fill_(0.0)?;
-                    }
-                }
-                _ => tape.backward(&scaled, &mut self.grads)?,
-            }
+            let value = self.with_zero(|t| t.forward_backward(micro, &x, &y, factor, &separate))?;
+            self.note_phase(Phase::Backward, micro);
             losses.push(value);
             if let (Some(before), Some(after)) = (work_before, work_so_far()) {
                 self.micro_work = Some(after - before);
@@ -142,17 +141,85 @@ impl Trainer {
             self.backward_passes = 0;
         }
         drop(history);
+        self.note_phase(Phase::Step, accumulation - 1);
         self.step += 1;
         self.report.losses.push(loss);
         self.check_leaks(on_event);
         Ok(loss)
     }
 
+    /// One micro-batch's forward and backward; returns its loss (0 in a dry run).
+    fn forward_backward(
+        &mut self,
+        micro: usize,
+        x: &Tensor,
+        y: &Tensor,
+        factor: f32,
+        separate: &Option<MicroGradients>,
+    ) -> Result<f32, TrainError> {
+        let tape = Tape::new();
+        let recompute = self.recompute.clone();
+        let (loss, scaled) = tape.record(|| -> Result<_, headroom_tensor::TensorError> {
+            let loss = self.model.loss(x, y, &recompute)?;
+            let scaled = loss.scale(factor)?;
+            Ok((loss, scaled))
+        })?;
+        // A dry run (shape-only device) has no values to read.
+        let value = if self.dry { 0.0 } else { loss.to_scalar_f32()? };
+        if self.hooks.keep_losses {
+            // The classic leak: keeping the loss tensor (not its value) for logging.
+            self.kept.push(loss);
+        } else {
+            drop(loss);
+        }
+        self.note_phase(Phase::Forward, micro);
+        self.device.lock().trace_mut().set_phase("backward");
+        match separate {
+            Some((buffers, grads)) if micro > 0 => {
+                let mut grads = grads.borrow_mut();
+                tape.backward(&scaled, &mut grads)?;
+                for (block, buffer) in self.model.blocks().iter().zip(buffers) {
+                    block.flat_grad().add_assign(buffer)?;
+                    buffer.fill_(0.0)?;
+                }
+            }
+            _ => tape.backward(&scaled, &mut self.grads)?,
+        }
+        Ok(value)
+    }
+
+    /// Runs `f` (a forward, with or without its backward) with the ZeRO-2/3 hooks around the
+    /// model's parameter scopes when the stage needs them; afterwards every block's full
+    /// gradient is reduced into its shard and every gathered block released. A collective's
+    /// error takes precedence over the engine error it caused.
+    pub(super) fn with_zero<R>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<R, TrainError>,
+    ) -> Result<R, TrainError> {
+        if self.zero_stage() < 2 {
+            return f(self);
+        }
+        let comm = self.comm.take().expect("a sharded run has a communicator");
+        let blocks = self.model.blocks().to_vec();
+        let hooks = Rc::new(ZeroHooks::new(comm, blocks, self.config.zero_prefetch));
+        let result = with_block_hooks(hooks.clone(), || f(self));
+        let finished = result.as_ref().ok().map(|_| hooks.finish());
+        let hooks = Rc::try_unwrap(hooks)
+            .ok()
+            .expect("the hooks are uninstalled when the pass returns");
+        let (comm, error) = hooks.into_comm();
+        self.comm = Some(comm);
+        if let Some(e) = error {
+            return Err(e);
+        }
+        let value = result?;
+        finished.transpose()?;
+        Ok(value)
+    }
+
     /// One zeroed gradient buffer per block (tagged `gradient`) and the bindings that send
     /// backward's contributions there.
-    fn micro_gradients(
-        &self,
-    ) -> Result<(Vec<Tensor>, std::cell::RefCell<headroom_tensor::Gradients>), TrainError> {
+    fn micro_gradients(&self) -> Result<MicroGradients, TrainError> {
         let mut grads = headroom_tensor::Gradients::new();
         let mut buffers = Vec::new();
         for block in self.model.blocks() {
@@ -169,6 +236,19 @@ impl Trainer {
             buffers.push(buffer);
         }
         Ok((buffers, std::cell::RefCell::new(grads)))
+    }
+
+    /// Records the device's bytes per category at `phase` during the first steps.
+    fn note_phase(&mut self, phase: Phase, micro_batch: usize) {
+        if self.step < PHASE_STEPS {
+            let allocated = self.device.stats().current_category_bytes();
+            self.report.phases.push(PhaseBytes {
+                step: self.step,
+                micro_batch,
+                phase,
+                allocated,
+            });
+        }
     }
 
     /// Advances the data past `samples` that other ranks train on.
@@ -198,6 +278,9 @@ impl Trainer {
     /// is the bucket) through an f32 bucket from the device allocator, tagged
     /// `communication` and freed after it.
     fn reduce_gradients(&mut self) -> Result<(), TrainError> {
+        if self.zero_stage() >= 2 {
+            return Ok(()); // reduce-scattered block by block in backward
+        }
         let Some(comm) = self.comm.as_mut() else {
             return Ok(());
         };
@@ -231,8 +314,10 @@ impl Trainer {
         }
     }
 
-    /// Global norm and finiteness of all gradients, in block order.
-    fn gradient_stats(&self) -> Result<GradStats, TrainError> {
+    /// Global norm and finiteness of all gradients, in block order. Under ZeRO-2/3 each rank
+    /// holds a shard of every gradient: its partial sums are gathered and added in rank order
+    /// (as f64, each sent as two f32 halves), so every rank gets the same statistics.
+    fn gradient_stats(&mut self) -> Result<GradStats, TrainError> {
         let mut total = GradStats {
             sum_squares: 0.0,
             all_finite: true,
@@ -240,28 +325,52 @@ impl Trainer {
         if self.dry {
             return Ok(total);
         }
+        let sharded = self.zero_stage() >= 2;
         for block in self.model.blocks() {
-            let s = with_grads(block.flat_grad(), |g| grad_stats([g]))?;
+            let s = match block
+                .shard()
+                .and_then(|s| s.grads.as_ref().map(|g| (g, &s.range)))
+            {
+                Some((g, range)) if sharded => {
+                    with_grads(g, |g| grad_stats([g.range(0..range.len())]))?
+                }
+                _ => with_grads(block.flat_grad(), |g| grad_stats([g]))?,
+            };
             total.sum_squares += s.sum_squares;
             total.all_finite &= s.all_finite;
+        }
+        if let (true, Some(comm)) = (sharded, self.comm.as_mut()) {
+            let hi = total.sum_squares as f32;
+            let lo = (total.sum_squares - hi as f64) as f32;
+            let mine = [hi, lo, f32::from(u8::from(total.all_finite))];
+            let mut all = vec![0.0f32; 3 * comm.world_size()];
+            comm.all_gather(&mine, &mut all)?;
+            total = GradStats {
+                sum_squares: all
+                    .chunks_exact(3)
+                    .fold(0.0f64, |s, r| s + (r[0] as f64 + r[1] as f64)),
+                all_finite: all.chunks_exact(3).all(|r| r[2] == 1.0),
+            };
         }
         Ok(total)
     }
 
     /// The optimizer update on fp32 weights: the parameters themselves (fp32), the master copies
-    /// (mixed modes, then cast back), or a temporary fp32 copy (pure bf16). Under ZeRO-1 each
-    /// rank updates its shard of every block only (its optimizer state and master weights
-    /// cover just that), then the updated parameters are gathered from every rank.
+    /// (mixed modes, then cast back), or a temporary fp32 copy (pure bf16). Under ZeRO each rank
+    /// updates its shard of every block only (its optimizer state and master weights cover just
+    /// that), reading its gradient shard under ZeRO-2/3; the updated parameters are then
+    /// gathered from every rank (ZeRO-1/2), or stay sharded until the next forward gathers them
+    /// (ZeRO-3).
     fn update_weights(&mut self, multiplier: f32, lr: f32) -> Result<(), TrainError> {
         let (rank, world) = self.rank();
-        let sharded = self.sharded();
+        let stage = self.zero_stage();
         let shards: Vec<(Range<usize>, usize)> = self
             .model
             .blocks()
             .iter()
-            .map(|b| match sharded {
-                true => shard_of(b.numel(), rank, world),
-                false => (0..b.numel(), b.numel()),
+            .map(|b| match stage {
+                0 => (0..b.numel(), b.numel()),
+                _ => shard_of(b.numel(), rank, world),
             })
             .collect();
         let lens: Vec<usize> = shards.iter().map(|(r, _)| r.len()).collect();
@@ -272,94 +381,69 @@ impl Trainer {
         for (i, block) in self.model.blocks().iter().enumerate() {
             let (range, padded) = shards[i].clone();
             let ranges = ranges_within(&block.ranges(), &range);
+            // Where the rank's parameters and gradients live, and the shard's place in each.
+            let shard = block.shard();
+            let (params, at_params) = match shard.and_then(|s| s.params.as_ref()) {
+                Some(p) => (p, 0..range.len()),
+                None => (block.flat(), range.clone()),
+            };
+            let (grads, at_grads) = match shard.and_then(|s| s.grads.as_ref()) {
+                Some(g) => (g, 0..range.len()),
+                None => (block.flat_grad(), range.clone()),
+            };
             let scratch;
             let weights = match &self.master {
                 Some(master) => &master[i],
-                None if block.flat().dtype() == headroom_tensor::DType::F32 => block.flat(),
+                None if params.dtype() == DType::F32 => params,
                 None => {
                     let name = format!("{}.fp32", block.name());
-                    scratch = match sharded {
-                        true => {
-                            f32_range_copy(block.flat(), range.clone(), Category::Temporary, &name)?
-                        }
-                        false => f32_copy(block.flat(), Category::Temporary, &name)?,
-                    };
+                    scratch =
+                        f32_range_copy(params, at_params.clone(), Category::Temporary, &name)?;
                     &scratch
                 }
             };
             if self.dry {
                 // Same allocations as a real update (state, scratch), no arithmetic.
+                if (1..3).contains(&stage) {
+                    let label = "params.gather.bucket";
+                    let _bucket = f32_bucket(&self.device, padded * world, label)?;
+                }
                 continue;
             }
-            // The shard's place in `weights`: the full flat buffer, or a shard-sized copy.
-            let in_place = std::ptr::eq(weights, block.flat());
+            let in_place = std::ptr::eq(weights, params);
             let at = if in_place {
-                range.clone()
+                at_params.clone()
             } else {
                 0..range.len()
             };
             let optimizer = &mut self.optimizer;
-            with_grads(block.flat_grad(), |grads| {
-                weights.with_slice_mut::<f32, _>(|params| {
+            with_grads(grads, |g| {
+                weights.with_slice_mut::<f32, _>(|w| {
                     let mut group = FlatParams {
-                        params: &mut params[at],
-                        grads: grads.range(range.clone()),
+                        params: &mut w[at],
+                        grads: g.range(at_grads.clone()),
                         tensors: &ranges,
                     };
                     optimizer.update_group(i, &mut group, multiplier, lr)
                 })
             })???;
+            // The rank's updated values, cast into the compute parameters when they are a copy.
             let updated = match in_place {
                 true => None,
                 false => {
                     let values = weights.to_vec_f32()?;
-                    store_f32_at(block.flat(), range.start, &values)?;
+                    store_f32_at(params, at_params.start, &values)?;
                     Some(values)
                 }
             };
-            if let (true, Some(comm)) = (sharded, self.comm.as_deref_mut()) {
-                // This rank's updated shard: the values just stored, or its range of the flat.
+            if let (1 | 2, Some(comm)) = (stage, self.comm.as_deref_mut()) {
                 let shard = match updated {
                     Some(values) => values,
                     None => weights.with_slice::<f32, _>(|p| p[range.clone()].to_vec())?,
                 };
-                gather_shards(comm, block.flat(), block.numel(), shard, padded)?;
+                gather_into(comm, block.flat(), block.numel(), &shard, padded)?;
             }
         }
         Ok(())
     }
-}
-
-/// ZeRO-1: every rank's updated shard of a block's flat parameters into every rank's copy.
-fn gather_shards(
-    comm: &mut dyn headroom_dist::Communicator,
-    flat: &Tensor,
-    numel: usize,
-    mut shard: Vec<f32>,
-    padded: usize,
-) -> Result<(), TrainError> {
-    shard.resize(padded, 0.0);
-    // The gathered parameters land in a bucket from the device allocator (`communication`).
-    let device = flat.device();
-    let mut bucket = f32_bucket(&device, padded * comm.world_size(), "params.gather.bucket")?;
-    let Some(all) = bucket_values(&mut bucket) else {
-        return Ok(());
-    };
-    comm.all_gather(&shard, all)?;
-    store_f32(flat, &all[..numel])?;
-    Ok(())
-}
-
-/// A bucket of `len` f32 values from the device allocator, tagged `communication`.
-fn f32_bucket(
-    device: &headroom_memory::Device,
-    len: usize,
-    label: &str,
-) -> Result<headroom_memory::DeviceBuffer, TrainError> {
-    Ok(device.alloc(4 * len as u64, Category::Communication, Some(label))?)
-}
-
-/// A bucket's values (`None` on a shape-only device, which holds no bytes).
-fn bucket_values(bucket: &mut headroom_memory::DeviceBuffer) -> Option<&mut [f32]> {
-    bucket.as_bytes_mut().map(bytemuck::cast_slice_mut)
 }

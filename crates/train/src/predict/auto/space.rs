@@ -51,7 +51,8 @@ pub(crate) fn engine_space(spec: &ModelSpec, pins: &Pins, world: usize) -> Space
         (None, false) => vec![Attention::Naive],
     };
     // Every state stays on the device; with several ranks, optimizer states may be sharded
-    // (ZeRO-1), which only lowers a rank's memory: tried when the search needs it, or pinned.
+    // (ZeRO-1), which only lowers a rank's memory: tried when the search needs it. ZeRO-2 and 3
+    // run when pinned (--zero); the search does not weigh their extra communication yet.
     let placements = match (pins.zero_stage, world > 1) {
         (Some(zero_stage), _) => vec![Placement {
             zero_stage,

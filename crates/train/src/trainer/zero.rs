@@ -1,0 +1,208 @@
+//! ZeRO-2 and ZeRO-3 around a model's parameter scopes (Rajbhandari et al. 2020; the hooks
+//! follow PyTorch FSDP's pre-/post-forward and pre-backward hooks): under ZeRO-3 a block's
+//! parameters are gathered from every rank before its scope computes, in forward and again in
+//! backward, and released after (in forward) or once its gradient is complete (in backward),
+//! with `prefetch` blocks ahead gathered early; under ZeRO-2 and 3 a block's full gradient
+//! takes bytes when backward enters the block and, once complete, is summed over ranks with a
+//! reduce-scatter into the rank's gradient shard and released.
+//!
+//! A block's gradient is complete when backward has left every scope that reads it: each scope
+//! recorded on a tape counts one pending use of its blocks, a scope's backward ends when the next
+//! scope's begins (or backward ends), and a block with no pending use left is finished. A tied
+//! embedding read at both ends of the model therefore keeps its full gradient through backward.
+//! A checkpointed segment's recompute runs inside backward and keeps its blocks gathered until
+//! their backward is done (one gather per block per backward, not two).
+//!
+//! The collectives run on the compute thread, so prefetching moves gathers earlier (more blocks
+//! resident, as the planner charges) without overlapping them with compute.
+//!
+//! Not for: the optimizer step on shards (`step`) or the shards' arithmetic (`shard`).
+
+use super::TrainError;
+use super::shard::{gather_params, reduce_scatter_into};
+use headroom_dist::Communicator;
+use headroom_tensor::{BlockHooks, ParamBlock, TensorError};
+use std::cell::RefCell;
+
+/// The hooks of one rank for one forward and backward pass.
+pub(super) struct ZeroHooks {
+    comm: RefCell<Box<dyn Communicator>>,
+    blocks: Vec<ParamBlock>,
+    /// Blocks gathered ahead of use (ZeRO-3).
+    prefetch: usize,
+    state: RefCell<State>,
+    /// The collective error behind a hook's failure, returned instead of the tensor error.
+    error: RefCell<Option<TrainError>>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Recorded scopes per block whose backward has not ended.
+    pending: Vec<u32>,
+    /// The scope whose backward is running.
+    active: Option<Vec<usize>>,
+    in_backward: bool,
+}
+
+impl ZeroHooks {
+    /// Hooks over `blocks` (clones sharing the model's buffers) using `comm` until
+    /// [`ZeroHooks::into_comm`].
+    pub(super) fn new(
+        comm: Box<dyn Communicator>,
+        blocks: Vec<ParamBlock>,
+        prefetch: usize,
+    ) -> ZeroHooks {
+        let n = blocks.len();
+        ZeroHooks {
+            comm: RefCell::new(comm),
+            blocks,
+            prefetch,
+            state: RefCell::new(State {
+                pending: vec![0; n],
+                ..State::default()
+            }),
+            error: RefCell::new(None),
+        }
+    }
+
+    /// The communicator back, and the collective error behind a failed hook, if any.
+    pub(super) fn into_comm(self) -> (Box<dyn Communicator>, Option<TrainError>) {
+        (self.comm.into_inner(), self.error.into_inner())
+    }
+
+    /// Ends a pass: the running scope's backward ends, every block whose full gradient still
+    /// holds bytes is reduced and released, every gathered block released.
+    pub(super) fn finish(&self) -> Result<(), TrainError> {
+        let active = self.state.borrow_mut().active.take();
+        if let Some(active) = active {
+            self.end_scope(&active)?;
+        }
+        for i in 0..self.blocks.len() {
+            self.finish_block(i)?;
+        }
+        let mut s = self.state.borrow_mut();
+        s.pending.iter_mut().for_each(|p| *p = 0);
+        s.in_backward = false;
+        Ok(())
+    }
+
+    /// Runs a hook body, keeping a collective error for the trainer to report.
+    fn run(&self, f: impl FnOnce() -> Result<(), TrainError>) -> Result<(), TensorError> {
+        f().map_err(|e| {
+            let message = e.to_string();
+            match e {
+                TrainError::Engine(t) => t,
+                TrainError::OutOfMemory(oom) => TensorError::OutOfMemory(oom),
+                other => {
+                    *self.error.borrow_mut() = Some(other);
+                    TensorError::Backward(message)
+                }
+            }
+        })
+    }
+
+    /// ZeRO-3: block `i`'s parameters gathered if released.
+    fn gather(&self, i: usize) -> Result<(), TrainError> {
+        let block = &self.blocks[i];
+        let Some(shard) = block.shard().and_then(|s| s.params.as_ref()) else {
+            return Ok(());
+        };
+        if block.materialize_params()? {
+            gather_params(self.comm.borrow_mut().as_mut(), block.flat(), shard)?;
+        }
+        Ok(())
+    }
+
+    /// Gathers `blocks` and the `prefetch` blocks that come next in the direction of travel.
+    fn gather_with_prefetch(&self, blocks: &[usize], forward: bool) -> Result<(), TrainError> {
+        for &b in blocks {
+            self.gather(b)?;
+        }
+        let n = self.blocks.len();
+        let ahead: Vec<usize> = match forward {
+            true => {
+                let last = blocks.iter().copied().max().unwrap_or(0);
+                (last + 1..n).take(self.prefetch).collect()
+            }
+            false => {
+                let first = blocks.iter().copied().min().unwrap_or(0);
+                (0..first).rev().take(self.prefetch).collect()
+            }
+        };
+        for b in ahead {
+            self.gather(b)?;
+        }
+        Ok(())
+    }
+
+    /// A scope's backward ended: one pending use less for each of its blocks.
+    fn end_scope(&self, blocks: &[usize]) -> Result<(), TrainError> {
+        for &b in blocks {
+            let done = {
+                let mut s = self.state.borrow_mut();
+                s.pending[b] = s.pending[b].saturating_sub(1);
+                s.pending[b] == 0
+            };
+            if done {
+                self.finish_block(b)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Block `i`'s backward is complete: its gradient reduce-scattered into the rank's shard and
+    /// released, its parameters released.
+    fn finish_block(&self, i: usize) -> Result<(), TrainError> {
+        let block = &self.blocks[i];
+        if let Some(shard) = block.shard().and_then(|s| s.grads.as_ref())
+            && block.flat_grad().is_resident()
+        {
+            let label = format!("{}.grad.bucket", block.name());
+            let mut comm = self.comm.borrow_mut();
+            reduce_scatter_into(comm.as_mut(), block.flat_grad(), shard, &label)?;
+            block.release_grads();
+        }
+        block.release_params();
+        Ok(())
+    }
+}
+
+impl BlockHooks for ZeroHooks {
+    fn before_forward(&self, blocks: &[usize]) -> Result<(), TensorError> {
+        self.run(|| self.gather_with_prefetch(blocks, true))
+    }
+
+    fn after_forward(&self, blocks: &[usize], marked: bool) -> Result<(), TensorError> {
+        let mut s = self.state.borrow_mut();
+        if marked {
+            for &b in blocks {
+                s.pending[b] += 1;
+            }
+        }
+        // A recompute inside backward keeps its blocks for the backward that follows.
+        if !s.in_backward {
+            for &b in blocks {
+                self.blocks[b].release_params();
+            }
+        }
+        Ok(())
+    }
+
+    fn before_backward(&self, blocks: &[usize]) -> Result<(), TensorError> {
+        self.run(|| {
+            let previous = {
+                let mut s = self.state.borrow_mut();
+                s.in_backward = true;
+                s.active.replace(blocks.to_vec())
+            };
+            if let Some(previous) = previous {
+                self.end_scope(&previous)?;
+            }
+            self.gather_with_prefetch(blocks, false)?;
+            for &b in blocks {
+                self.blocks[b].materialize_grads()?;
+            }
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,100 @@
+//! Helpers shared by the data-parallel test files: a small deterministic run on gpt-tiny, its
+//! outcome as bits, and a group of ranks on threads.
+
+#![allow(dead_code)] // each test file uses its own subset
+
+use headroom_dist::{CollectiveCounts, ThreadGroup};
+use headroom_memory::{AllocatorConfig, Device, MemoryPeaks};
+use headroom_train::Trainer;
+use headroom_train::config::{RunConfig, TrainConfig};
+use headroom_train::data::Corpus;
+use headroom_train::report::TrainReport;
+use headroom_train::strategy::{Optimizer, ZeroStage};
+use std::time::Duration;
+
+/// gpt-tiny, 20 deterministic steps of `micro` × `accumulation` on each of `ranks` ranks.
+pub fn config(optimizer: Optimizer, micro: usize, accumulation: usize, ranks: usize) -> RunConfig {
+    TrainConfig {
+        deterministic: Some(true),
+        model: Some("gpt-tiny".into()),
+        seq_len: Some(32),
+        dropout: Some(0.0),
+        optimizer: Some(optimizer),
+        micro_batch: Some(micro),
+        accumulation: Some(accumulation),
+        data_parallel: Some(ranks),
+        steps: Some(20),
+        eval_every: Some(0),
+        eval_batches: Some(1),
+        device_memory: Some("256MiB".parse().unwrap()),
+        seed: Some(11),
+        ..Default::default()
+    }
+    .resolve()
+    .unwrap()
+}
+
+/// `c` at ZeRO stage `stage`.
+pub fn zero(c: RunConfig, stage: u8) -> RunConfig {
+    let mut c = c;
+    c.strategy.placement.zero_stage = ZeroStage::new(stage).unwrap();
+    c
+}
+
+/// Losses and every weight of a finished run, as bits (every rank of a group must call it:
+/// under ZeRO-3 the weights are gathered).
+pub fn outcome(t: &mut Trainer) -> (Vec<u64>, Vec<u32>) {
+    let losses = t.report().losses.iter().map(|l| l.to_bits()).collect();
+    let weights = t
+        .parameters_f32()
+        .unwrap()
+        .into_iter()
+        .map(f32::to_bits)
+        .collect();
+    (losses, weights)
+}
+
+/// One rank's run: losses and weights (bits), its memory, what it communicated, the model's
+/// block sizes, and its report.
+pub struct RankOutcome {
+    pub bits: (Vec<u64>, Vec<u32>),
+    pub memory: MemoryPeaks,
+    pub counts: CollectiveCounts,
+    pub blocks: Vec<usize>,
+    pub report: TrainReport,
+}
+
+/// Trains `c` on `ranks` threads.
+pub fn run_ranks(c: &RunConfig, ranks: usize) -> Vec<RankOutcome> {
+    let corpus = Corpus::bundled();
+    ThreadGroup::run(ranks, Duration::from_secs(60), |comm| {
+        let device = Device::cpu(c.device_memory, AllocatorConfig::default());
+        let mut t = Trainer::on_rank(c.clone(), &corpus, device, Box::new(comm)).unwrap();
+        t.train(&mut |_| {}).unwrap();
+        let blocks = t.model().blocks().iter().map(|b| b.numel()).collect();
+        // What training communicated, before gathering the weights to compare them.
+        let counts = t.collective_counts().unwrap();
+        let bits = outcome(&mut t);
+        RankOutcome {
+            bits,
+            memory: t.report().memory,
+            counts,
+            blocks,
+            report: t.report().clone(),
+        }
+    })
+    .into_iter()
+    .map(|r| r.unwrap())
+    .collect()
+}
+
+/// Bytes the allocator hands out for `bytes` (rounded up to 512).
+pub fn rounded(bytes: usize) -> usize {
+    bytes.div_ceil(512) * 512
+}
+
+/// Rank `rank`'s elements of a block of `p` over `ranks` (the last rank's shard is short).
+pub fn owned(p: usize, rank: usize, ranks: usize) -> usize {
+    let len = p.div_ceil(ranks);
+    (len * (rank + 1)).min(p) - (len * rank).min(p)
+}
