@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{config, outcome, run_ranks, zero};
+use common::{config, outcome, run_ranks, run_saving, zero};
 use headroom_dist::{Communicator, ThreadGroup};
 use headroom_memory::{AllocatorConfig, Device};
 use headroom_train::Trainer;
@@ -166,30 +166,6 @@ fn the_dry_run_predicts_a_zero1_rank_exactly() {
         predicted.memory.peak_allocated_bytes,
         measured.peak_allocated_bytes
     );
-}
-
-/// Runs `c` on `ranks` threads, resuming from `resume` first when given, and saving at the end
-/// into `save` when given (every rank joins; rank 0 writes); returns rank 0's weights.
-fn run_saving(
-    c: &RunConfig,
-    ranks: usize,
-    resume: Option<&std::path::Path>,
-    save: Option<&std::path::Path>,
-) -> Vec<u32> {
-    let corpus = Corpus::bundled();
-    let mut results = ThreadGroup::run(ranks, Duration::from_secs(60), |comm| {
-        let device = Device::cpu(c.device_memory, AllocatorConfig::default());
-        let mut t = Trainer::on_rank(c.clone(), &corpus, device, Box::new(comm)).unwrap();
-        if let Some(dir) = resume {
-            t.resume(dir).unwrap();
-        }
-        t.train(&mut |_| {}).unwrap();
-        if let Some(dir) = save {
-            t.save(dir).unwrap();
-        }
-        outcome(&mut t).1
-    });
-    results.remove(0).unwrap()
 }
 
 #[test]

@@ -7,9 +7,8 @@
 
 mod common;
 
-use common::{RankOutcome, config, owned, rounded, run_ranks, zero};
-use headroom_memory::{AllocatorConfig, Category, Device};
-use headroom_train::Trainer;
+use common::{RankOutcome, config, owned, rounded, run_ranks, run_saving, zero};
+use headroom_memory::Category;
 use headroom_train::data::Corpus;
 use headroom_train::report::Phase;
 use headroom_train::strategy::{Checkpoint, Optimizer, Precision};
@@ -221,31 +220,6 @@ fn the_dry_run_predicts_a_zero2_and_a_zero3_rank_exactly() {
             "ZeRO-{stage}"
         );
     }
-}
-
-/// Runs `c` on `ranks` threads from `resume` when given, saving at the end into `save` when
-/// given; returns rank 0's weights.
-fn run_saving(
-    c: &headroom_train::config::RunConfig,
-    ranks: usize,
-    resume: Option<&std::path::Path>,
-    save: Option<&std::path::Path>,
-) -> Vec<u32> {
-    let corpus = Corpus::bundled();
-    let mut results =
-        headroom_dist::ThreadGroup::run(ranks, std::time::Duration::from_secs(60), |comm| {
-            let device = Device::cpu(c.device_memory, AllocatorConfig::default());
-            let mut t = Trainer::on_rank(c.clone(), &corpus, device, Box::new(comm)).unwrap();
-            if let Some(dir) = resume {
-                t.resume(dir).unwrap();
-            }
-            t.train(&mut |_| {}).unwrap();
-            if let Some(dir) = save {
-                t.save(dir).unwrap();
-            }
-            common::outcome(&mut t).1
-        });
-    results.remove(0).unwrap()
 }
 
 #[test]

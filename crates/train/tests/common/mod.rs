@@ -98,3 +98,27 @@ pub fn owned(p: usize, rank: usize, ranks: usize) -> usize {
     let len = p.div_ceil(ranks);
     (len * (rank + 1)).min(p) - (len * rank).min(p)
 }
+
+/// Runs `c` on `ranks` threads, resuming from `resume` first when given, and saving at the end
+/// into `save` when given (every rank joins; rank 0 writes); returns rank 0's weights.
+pub fn run_saving(
+    c: &RunConfig,
+    ranks: usize,
+    resume: Option<&std::path::Path>,
+    save: Option<&std::path::Path>,
+) -> Vec<u32> {
+    let corpus = Corpus::bundled();
+    let mut results = ThreadGroup::run(ranks, Duration::from_secs(60), |comm| {
+        let device = Device::cpu(c.device_memory, AllocatorConfig::default());
+        let mut t = Trainer::on_rank(c.clone(), &corpus, device, Box::new(comm)).unwrap();
+        if let Some(dir) = resume {
+            t.resume(dir).unwrap();
+        }
+        t.train(&mut |_| {}).unwrap();
+        if let Some(dir) = save {
+            t.save(dir).unwrap();
+        }
+        outcome(&mut t).1
+    });
+    results.remove(0).unwrap()
+}
