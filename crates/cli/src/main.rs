@@ -33,6 +33,10 @@ enum Command {
     /// predicted against measured memory, and the speed model against measured steps.
     #[command(subcommand)]
     Bench(commands::bench::BenchCommand),
+    /// Prepare training data: tokenize a corpus once into a compact token file that `headroom
+    /// train --data FILE` memory-maps.
+    #[command(subcommand)]
+    Data(commands::data::DataCommand),
     /// Inspect device memory: replay allocation traces through the allocator, compare allocators.
     #[command(subcommand)]
     Memory(commands::memory::MemoryCommand),
@@ -63,6 +67,7 @@ fn main() -> ExitCode {
         Command::Train(args) => commands::train::run(*args),
         Command::Bench(cmd) => commands::bench::run(cmd),
         Command::Memory(cmd) => commands::memory::run(cmd),
+        Command::Data(cmd) => commands::data::run(cmd),
         Command::Plan(args) => commands::plan::run(*args),
         Command::Params(args) => commands::params::run(args),
         Command::Estimate(cmd) => commands::estimate::run(cmd),

@@ -375,3 +375,52 @@ fn estimate_accelerate_prints_accelerates_table() {
         "{out}"
     );
 }
+
+#[test]
+fn plan_counts_the_data_loaders_in_host_memory() {
+    let base = [
+        "plan",
+        "--model",
+        "gpt2",
+        "--gpu",
+        "A100-80GB",
+        "--seq-len",
+        "512",
+        "--global-batch",
+        "8",
+        "--micro-batch",
+        "2",
+        "--json",
+    ];
+    let host = |extra: &[&str]| {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        let o = headroom(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        json(&o)["recommended"]["memory"]["host_bytes_per_node"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(host(&[]), 0, "no offload, no loader given");
+    // One GPU per node: 2 staging buffers (a queue of 1 and the one being copied) of
+    // 2 × 8 B × 2 × 512 = 16 KiB, and 3 workers of a 256 KiB stack and 4 × 513 B of scratch.
+    let per_rank = 2 * 16_384 + 3 * (262_144 + 4 * 513);
+    assert_eq!(host(&["--workers", "3", "--prefetch", "1"]), per_rank);
+    let o = headroom(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--gpu",
+        "A100-80GB",
+        "--seq-len",
+        "512",
+        "--global-batch",
+        "8",
+        "--prefetch",
+        "1",
+    ]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("--workers"),
+        "{}",
+        stderr(&o)
+    );
+}

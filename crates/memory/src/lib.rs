@@ -15,6 +15,7 @@ pub mod config;
 pub mod device;
 pub mod fragmentation;
 pub mod host;
+pub mod host_pool;
 pub mod oom;
 pub mod output;
 mod pickle_depth;

@@ -90,17 +90,88 @@ fn temporary_beside(path: &Path) -> io::Result<PathBuf> {
 
 /// Temporary file, fsync, rename over `path`.
 fn replace_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = temporary_beside(path)?;
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    let mut out = AtomicFile::at(path.to_path_buf())?;
+    out.file().write_all(bytes)?;
+    out.commit()
+}
+
+/// A regular file written piece by piece (and, if need be, patched by seeking back) that
+/// appears whole or not at all: it is written to a temporary beside its path, and `commit`
+/// fsyncs it and renames it over the path. Dropped before `commit`, the temporary is removed
+/// and the path is untouched. For outputs too large to hold in memory (prepared token files).
+#[derive(Debug)]
+pub struct AtomicFile {
+    file: std::fs::File,
+    tmp: PathBuf,
+    target: PathBuf,
+    committed: bool,
+}
+
+impl AtomicFile {
+    /// Starts writing `path`, which must be a regular file or not exist yet (a symlink's
+    /// target is the file replaced).
+    pub fn create(path: &Path) -> io::Result<AtomicFile> {
+        let target = match std::fs::metadata(path) {
+            Ok(m) if m.is_dir() => return Err(is_a_directory(path)),
+            Ok(m) if !m.is_file() => {
+                return Err(io::Error::other(format!(
+                    "{} is not a regular file; give a file path",
+                    path.display()
+                )));
+            }
+            Ok(_) => std::fs::canonicalize(path)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => dangling_target(path),
+            Err(e) => return Err(e),
+        };
+        AtomicFile::at(target)
     }
-    result
+
+    fn at(target: PathBuf) -> io::Result<AtomicFile> {
+        let tmp = temporary_beside(&target)?;
+        let file = std::fs::File::create(&tmp)?;
+        Ok(AtomicFile {
+            file,
+            tmp,
+            target,
+            committed: false,
+        })
+    }
+
+    /// The temporary file being written.
+    pub fn file(&mut self) -> &mut std::fs::File {
+        &mut self.file
+    }
+
+    /// Flushes the contents to disk and puts them at the path.
+    pub fn commit(mut self) -> io::Result<()> {
+        self.file.sync_all()?;
+        std::fs::rename(&self.tmp, &self.target)?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.file.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+impl io::Seek for AtomicFile {
+    fn seek(&mut self, pos: io::SeekFrom) -> io::Result<u64> {
+        self.file.seek(pos)
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -177,6 +248,27 @@ mod tests {
                 .file_type()
                 .is_char_device()
         );
+    }
+
+    #[test]
+    fn an_atomic_file_appears_only_when_committed() {
+        use std::io::{Seek, SeekFrom};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.bin");
+        let mut out = AtomicFile::create(&path).unwrap();
+        out.file().write_all(b"....payload").unwrap();
+        out.file().seek(SeekFrom::Start(0)).unwrap();
+        out.file().write_all(b"HEAD").unwrap();
+        assert!(!path.exists(), "nothing at the path before commit");
+        out.commit().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"HEADpayload");
+        // Dropped uncommitted: the old contents stay and no temporary is left.
+        let mut abandoned = AtomicFile::create(&path).unwrap();
+        abandoned.file().write_all(b"half").unwrap();
+        drop(abandoned);
+        assert_eq!(std::fs::read(&path).unwrap(), b"HEADpayload");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        assert!(AtomicFile::create(dir.path()).is_err());
     }
 
     #[test]

@@ -95,11 +95,26 @@ pub fn explain(problem: &Problem, plan: &Plan) -> Vec<String> {
         100.0 * problem.cost.margin,
         format_bytes(problem.hardware.gpu.memory_bytes)
     ));
-    if plan.memory.host_bytes_per_node > 0 || plan.memory.nvme_bytes_per_node > 0 {
+    let offloads = s.placement.offload_optimizer != crate::strategy::Offload::None
+        || s.placement.offload_params != crate::strategy::Offload::None;
+    let loader = problem.workload.loader;
+    if offloads {
         out.push(format!(
-            "Offload needs {} of host RAM and {} of NVMe per node.",
+            "Offload needs {} of host RAM and {} of NVMe per node{}.",
             format_bytes(plan.memory.host_bytes_per_node),
-            format_bytes(plan.memory.nvme_bytes_per_node)
+            format_bytes(plan.memory.nvme_bytes_per_node),
+            if loader.is_some() {
+                " (the data loaders included)"
+            } else {
+                ""
+            }
+        ));
+    } else if let Some(l) = loader {
+        out.push(format!(
+            "The data loaders ({} workers, {} batches queued per GPU) need {} of host RAM per node.",
+            l.workers,
+            l.prefetch,
+            format_bytes(plan.memory.host_bytes_per_node)
         ));
     }
     if plan.fidelity_tier > 0 {
@@ -232,6 +247,10 @@ fn with_hardware(problem: &Problem, hw: &Hardware) -> Option<Problem> {
         world,
     )
     .ok()?;
+    let workload = Workload {
+        loader: w.loader,
+        ..workload
+    };
     Some(Problem {
         hardware: hw.clone(),
         workload,

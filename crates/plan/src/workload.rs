@@ -34,6 +34,30 @@ pub struct Workload {
     pub micro_batch: Option<u64>,
     /// Pinned accumulation, if any.
     pub accumulation: Option<u64>,
+    /// The data loader of each rank, when given: its staging buffers and workers count in
+    /// the host memory of the plan.
+    pub loader: Option<LoaderSpec>,
+}
+
+/// Each rank's data loader: worker threads and the batches queued ahead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct LoaderSpec {
+    pub workers: u64,
+    pub prefetch: u64,
+}
+
+impl LoaderSpec {
+    /// Host bytes of one rank's loader for micro-batches of `micro_batch` × `seq_len` tokens
+    /// (`i64` inputs and targets staged), by the formula the trainer's loader states its own
+    /// buffers with.
+    pub fn host_bytes(&self, micro_batch: u64, seq_len: u64) -> u64 {
+        headroom_memory::host_pool::loader_host_bytes(
+            self.workers as usize,
+            self.prefetch as usize,
+            2 * 8 * micro_batch * seq_len,
+            4 * (seq_len + 1),
+        )
+    }
 }
 
 impl Workload {
@@ -119,7 +143,16 @@ impl Workload {
             global_batch: global,
             micro_batch,
             accumulation,
+            loader: None,
         })
+    }
+
+    /// The workload with each rank's data loader counted in host memory.
+    pub fn with_loader(self, loader: LoaderSpec) -> Workload {
+        Workload {
+            loader: Some(loader),
+            ..self
+        }
     }
 
     /// Tokens per optimizer step over all devices.

@@ -10,7 +10,7 @@ use headroom_plan::search::{search, strategies};
 use headroom_plan::strategy::{
     Attention, Checkpoint, Offload, Optimizer, Pins, Placement, Precision, Strategy, ZeroStage,
 };
-use headroom_plan::workload::{BatchSpec, Workload};
+use headroom_plan::workload::{BatchSpec, LoaderSpec, Workload};
 
 fn problem(model: &str, gpu: &str, per_node: u64, nodes: u64, seq: u64, batch: u64) -> Problem {
     let spec = load_model(model).unwrap();
@@ -211,6 +211,23 @@ fn offload_moves_states_off_the_device() {
     assert_eq!(m.breakdown.at_peak[Category::Parameter], 2 * 6_738_415_616);
     // Host: fp32 master 4Ψ + Adam 8Ψ + fp32 gradients 4Ψ = 16Ψ.
     assert_eq!(m.host_bytes_per_node, 16 * 6_738_415_616);
+}
+
+#[test]
+fn the_host_estimate_counts_each_ranks_data_loader() {
+    // 8 GPUs on one node, micro-batch 1 of 512 tokens, each rank's loader with 4 workers and a
+    // queue of 3: 4 staging buffers of 2 × 8 B × 1 × 512 = 8 KiB (i64 inputs and targets)
+    // and 4 workers of a 256 KiB stack and 4 × 513 B of scratch, times 8 ranks.
+    let p = problem("llama-2-7b", "A100-80GB", 8, 1, 512, 16);
+    let without = evaluate(&p, &adam(2)).memory.host_bytes_per_node;
+    let w = p.workload.clone().with_loader(LoaderSpec {
+        workers: 4,
+        prefetch: 3,
+    });
+    let p = Problem { workload: w, ..p };
+    let with = evaluate(&p, &adam(2)).memory.host_bytes_per_node;
+    let per_rank = 4 * 8_192 + 4 * (262_144 + 4 * 513);
+    assert_eq!(with - without, 8 * per_rank);
 }
 
 #[test]

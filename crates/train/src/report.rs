@@ -7,6 +7,8 @@
 //! Not for: measuring (the trainer fills it from the device's statistics).
 
 use crate::config::RunConfig;
+use crate::data::LoaderReport;
+use headroom_memory::host::ProcessMemory;
 use headroom_memory::{CategoryBytes, DeviceStats, MemoryBreakdown, MemoryPeaks};
 use serde::Serialize;
 
@@ -92,6 +94,10 @@ pub struct TrainReport {
     pub stopped_at_step: Option<u64>,
     /// Bytes per category at each phase of the first [`PHASE_STEPS`] steps.
     pub phases: Vec<PhaseBytes>,
+    /// The data loader: workers, queue, staging buffers, time the trainer waited for data.
+    pub loader: Option<LoaderReport>,
+    /// This process's resident memory at the end of the run (its peak RSS included).
+    pub host: Option<ProcessMemory>,
 }
 
 impl TrainReport {
@@ -114,11 +120,26 @@ impl TrainReport {
             auto: None,
             stopped_at_step: None,
             phases: Vec::new(),
+            loader: None,
+            host: None,
         }
     }
 
     /// Fills the memory members from the device's statistics.
     pub fn set_memory(&mut self, stats: &DeviceStats) {
         self.memory = MemoryPeaks::of(stats);
+    }
+
+    /// Records the loader's figures and the process's resident memory now.
+    pub fn set_loader(&mut self, loader: LoaderReport) {
+        self.loader = Some(loader);
+        self.host = headroom_memory::host::process_memory();
+    }
+
+    /// The share of step time spent waiting for data.
+    pub fn data_wait_fraction(&self) -> Option<f64> {
+        let total: f64 = self.step_times_s.iter().sum();
+        let wait = self.loader.as_ref()?.wait_s;
+        (total > 0.0).then(|| wait / total)
     }
 }

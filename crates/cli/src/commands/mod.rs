@@ -1,6 +1,7 @@
 //! One module per `headroom` subcommand: argument definitions and the code that runs them.
 
 pub mod bench;
+pub mod data;
 pub mod estimate;
 pub mod memory;
 pub mod params;

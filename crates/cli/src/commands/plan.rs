@@ -14,7 +14,7 @@ use headroom_plan::search::search;
 use headroom_plan::strategy::{
     Attention, Checkpoint, Offload, Optimizer, Pins, Precision, ZeroStage, parse_flag,
 };
-use headroom_plan::workload::{BatchSpec, Workload};
+use headroom_plan::workload::{BatchSpec, LoaderSpec, Workload};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -131,6 +131,13 @@ pub struct PlanArgs {
     /// Pin the gradient-accumulation steps.
     #[arg(long)]
     pub accumulation: Option<u64>,
+    /// Count each rank's data loader in host memory: N worker threads (and --prefetch batches
+    /// queued in staging buffers), as headroom's loader states them.
+    #[arg(long, value_name = "N")]
+    pub workers: Option<u64>,
+    /// Batches each rank's loader queues ahead (with --workers).
+    #[arg(long, value_name = "K", default_value_t = 2, requires = "workers")]
+    pub prefetch: u64,
     /// Pin the precision: fp32, bf16-mixed, fp16-mixed, bf16.
     #[arg(long, value_parser = parse_flag::<Precision>)]
     pub precision: Option<Precision>,
@@ -223,6 +230,13 @@ pub fn run(args: PlanArgs) -> Result<()> {
         args.accumulation,
         hw.world_size(),
     )?;
+    let workload = match args.workers {
+        Some(workers) => workload.with_loader(LoaderSpec {
+            workers,
+            prefetch: args.prefetch,
+        }),
+        None => workload,
+    };
     let mut cost = CostModel::default();
     if let Some(v) = args.efficiency {
         if !(v > 0.0 && v <= 1.0) {

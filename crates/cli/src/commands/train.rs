@@ -16,6 +16,7 @@ use headroom_memory::timeline::timeline;
 use headroom_memory::{AllocatorConfig, Device, Snapshot};
 use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
+use headroom_train::data::token_file::is_token_file;
 use headroom_train::predict::Prediction;
 use headroom_train::prepare::{PrepareError, PrepareOptions, prepare};
 use headroom_train::recompute::policy::BudgetDecision;
@@ -105,6 +106,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         options.auto = false;
     }
     let corpus = match &config.data {
+        // A prepared token file is memory-mapped by the loader, never read whole.
+        Some(path) if is_token_file(path) => Corpus::prepared(path),
         Some(path) => Corpus::from_file(path)?,
         None => Corpus::bundled(),
     };

@@ -1,6 +1,6 @@
 //! The end-of-run text report of `headroom train`: the allocator's summary table, the bytes per
-//! category at the peak and each category's own peak against the budget, and the run's losses
-//! and throughput.
+//! category at the peak and each category's own peak against the budget, the run's losses and
+//! throughput, and the data loader's host memory and waiting.
 //!
 //! Not for: the JSON report (serialised from `TrainReport` directly).
 
@@ -110,10 +110,52 @@ pub fn print_report(report: &TrainReport, device: &Device, timeline: Option<&Pat
             report.skipped_steps
         );
     }
+    print_loader(report);
     for w in &report.warnings {
         println!("warning: {w}");
     }
     if let Some(path) = timeline {
         println!("Memory timeline: {}", path.display());
+    }
+}
+
+/// The data loader's line: workers and queue, its host bytes, pinning, time waited for data,
+/// and the process's peak resident memory.
+fn print_loader(report: &TrainReport) {
+    let Some(l) = &report.loader else {
+        return;
+    };
+    let wait = report
+        .data_wait_fraction()
+        .map_or("-".to_string(), |f| format!("{:.1} %", 100.0 * f));
+    let pinned = match (&l.staging.pinned, &l.staging.pin_error) {
+        (true, _) => "page-locked".to_string(),
+        (false, Some(why)) => format!("pageable: {why}"),
+        (false, None) => "pageable".to_string(),
+    };
+    println!(
+        "Data: {}, {} workers, queue {} (of --prefetch {}), {} batches, {wait} of step time waiting for data; loader buffers {} ({} per worker, staging peak {}, {pinned}){}.",
+        l.source,
+        l.workers,
+        l.effective_prefetch,
+        l.prefetch,
+        l.batches,
+        format_bytes(l.buffer_bytes),
+        format_bytes(l.per_worker_bytes),
+        format_bytes(l.staging.peak_bytes),
+        if l.mapped_bytes > 0 {
+            format!(", {} memory-mapped", format_bytes(l.mapped_bytes))
+        } else {
+            String::new()
+        }
+    );
+    if let Some(h) = &report.host {
+        println!(
+            "Host memory of the process: peak RSS {} (now {}: {} anonymous, {} mapped files).",
+            format_bytes(h.peak_rss_bytes),
+            format_bytes(h.rss_bytes),
+            format_bytes(h.rss_anon_bytes),
+            format_bytes(h.rss_file_bytes)
+        );
     }
 }

@@ -44,7 +44,8 @@ pub struct MemoryPrediction {
     pub peak_phase: Phase,
     pub capacity_bytes: u64,
     pub usable_bytes: u64,
-    /// Host RAM per node for offloaded states, fp32 gradients and staging buffers.
+    /// Host RAM per node for offloaded states, fp32 gradients and staging buffers, and each
+    /// rank's data loader when the workload gives one.
     pub host_bytes_per_node: u64,
     /// NVMe bytes per node for states offloaded to disk.
     pub nvme_bytes_per_node: u64,
@@ -90,6 +91,14 @@ pub fn model_state_bytes(problem: &Problem, s: &Strategy) -> u64 {
         + states.master_device
         + states.opt_device)
         .round() as u64
+}
+
+/// Host bytes of one rank's data loader (staging buffers and workers), when the workload
+/// gives one.
+fn loader_host_bytes(problem: &Problem, s: &Strategy) -> f64 {
+    let w = &problem.workload;
+    w.loader
+        .map_or(0.0, |l| l.host_bytes(s.micro_batch, w.seq_len) as f64)
 }
 
 /// Model states of one device, and what is offloaded.
@@ -302,7 +311,9 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
         peak_phase,
         capacity_bytes: hw.gpu.memory_bytes,
         usable_bytes: problem.usable_device_bytes(),
-        host_bytes_per_node: (states.host_per_rank * hw.gpus_per_node as f64).round() as u64,
+        host_bytes_per_node: ((states.host_per_rank + loader_host_bytes(problem, s))
+            * hw.gpus_per_node as f64)
+            .round() as u64,
         nvme_bytes_per_node: (states.nvme_per_rank * hw.gpus_per_node as f64).round() as u64,
     }
 }

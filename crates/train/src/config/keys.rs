@@ -8,7 +8,10 @@ use super::run::{DEFAULT_DEVICE_MEMORY, DEFAULT_MODEL, MAX_EFFECTIVE_BATCH, RunC
 
 /// Most ranks of an in-process data-parallel group.
 const MAX_RANKS: usize = 256;
+/// Most data-loader worker threads.
+const MAX_WORKERS: usize = 64;
 use super::{ConfigError, describe_toml_error};
+use crate::data::SamplerKind;
 use headroom_memory::size::ByteSize;
 use headroom_strategy::{
     Attention, Checkpoint, Offload, Optimizer, Pins, Placement, Precision, Strategy, StrategyError,
@@ -142,6 +145,31 @@ pub struct TrainConfig {
     /// naming the stuck rank and collective (default 600).
     #[arg(long, value_name = "SECONDS")]
     pub collective_timeout: Option<f64>,
+    /// Order of training windows: shuffled (a permutation per epoch from the seed, the
+    /// default) or sequential (file order).
+    #[arg(long)]
+    pub sampler: Option<SamplerKind>,
+    /// Data-loader worker threads that collate batches ahead of the trainer (default 0: each
+    /// batch is collated when the step asks for it). The batches are the same for any number.
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
+    /// Most batches the workers queue ahead of the trainer (default 2); it shrinks to fit
+    /// --host-memory.
+    #[arg(long, value_name = "K")]
+    pub prefetch: Option<usize>,
+    /// Host memory the data loader may take for staging buffers and workers, e.g. 64MiB
+    /// (default: no limit beyond the machine's).
+    #[arg(long, value_name = "SIZE")]
+    pub host_memory: Option<ByteSize>,
+    /// Page-lock (mlock) the loader's staging buffers when the OS permits (default true).
+    #[arg(
+        long = "no-pin-memory",
+        num_args = 0,
+        default_missing_value = "false",
+        value_name = "BOOL",
+        help = "Leave the data loader's staging buffers pageable instead of page-locking them"
+    )]
+    pub pin_memory: Option<bool>,
     /// Tier of optimizer states (the single-device engine keeps them on the device: none).
     #[arg(skip)]
     pub offload_optimizer: Option<Offload>,
@@ -206,6 +234,11 @@ impl TrainConfig {
             zero_stage,
             zero_prefetch,
             collective_timeout,
+            sampler,
+            workers,
+            prefetch,
+            host_memory,
+            pin_memory,
             offload_optimizer,
             offload_params
         )
@@ -263,6 +296,15 @@ impl TrainConfig {
                 "must be a positive number of seconds",
             ));
         }
+        let prefetch = positive("prefetch", self.prefetch, 2)?;
+        let workers = self.workers.unwrap_or(0);
+        if workers > MAX_WORKERS {
+            return Err(value(
+                "workers",
+                &workers,
+                "is above 64 loader threads; a few keep any model here fed",
+            ));
+        }
         let device_memory = self.device_memory.map_or(DEFAULT_DEVICE_MEMORY, |b| b.0);
         if device_memory < (1 << 20) {
             return Err(value(
@@ -303,6 +345,11 @@ impl TrainConfig {
             data_parallel,
             zero_prefetch: self.zero_prefetch.unwrap_or(1),
             collective_timeout_s,
+            sampler: self.sampler.unwrap_or_default(),
+            workers,
+            prefetch,
+            host_memory: self.host_memory.map(|b| b.0),
+            pin_memory: self.pin_memory.unwrap_or(true),
         })
     }
 

@@ -3,10 +3,11 @@
 //! `--resume` change it only where that is sound, and each change is reported:
 //!
 //! - refused: what defines the run's numbers — model and shape, dropout, precision, optimizer,
-//!   seed, data — and the effective batch (micro-batch × accumulation);
+//!   seed, data, sampler — and the effective batch (micro-batch × accumulation);
 //! - allowed and reported: the split of the same effective batch, the checkpoint policy and the
 //!   attention kind (memory levers; the same mathematics), the device budget, the number of
-//!   steps, the schedule and optimizer hyperparameters, evaluation, saving and recovery.
+//!   steps, the schedule and optimizer hyperparameters, evaluation, saving and recovery, and
+//!   the data loader (workers, prefetch, host memory, pinning: the batches are the same).
 //!
 //! Not for: reading the save (see `crate::save`).
 
@@ -14,7 +15,7 @@ use super::{ConfigError, RunConfig, TrainConfig};
 use serde_json::Value;
 
 /// Keys a resume refuses to change.
-const FIXED: [&str; 10] = [
+const FIXED: [&str; 11] = [
     "model",
     "layers",
     "width",
@@ -25,6 +26,7 @@ const FIXED: [&str; 10] = [
     "optimizer",
     "seed",
     "data",
+    "sampler",
 ];
 
 impl RunConfig {
@@ -122,6 +124,11 @@ impl RunConfig {
             oom_recovery: Some(self.oom_recovery),
             deterministic: Some(self.deterministic),
             data_parallel: Some(self.data_parallel),
+            sampler: Some(self.sampler),
+            workers: Some(self.workers),
+            prefetch: Some(self.prefetch),
+            host_memory: self.host_memory.map(headroom_memory::ByteSize),
+            pin_memory: Some(self.pin_memory),
             zero_stage: Some(s.placement.zero_stage),
             zero_prefetch: Some(self.zero_prefetch),
             collective_timeout: Some(self.collective_timeout_s),

@@ -3,6 +3,7 @@
 //!
 //! Not for: reading files and flags (see `keys`).
 
+use crate::data::SamplerKind;
 use headroom_strategy::Strategy;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -47,6 +48,21 @@ pub struct RunConfig {
     /// Seconds a collective waits for the other ranks before the run fails.
     #[serde(default = "ten_minutes")]
     pub collective_timeout_s: f64,
+    /// Order of training windows.
+    #[serde(default)]
+    pub sampler: SamplerKind,
+    /// Data-loader worker threads (0: batches collated on the trainer's thread).
+    #[serde(default)]
+    pub workers: usize,
+    /// Most batches queued ahead of the trainer.
+    #[serde(default = "two")]
+    pub prefetch: usize,
+    /// Host bytes the data loader may take.
+    #[serde(default)]
+    pub host_memory: Option<u64>,
+    /// Page-lock the loader's staging buffers when permitted.
+    #[serde(default = "yes")]
+    pub pin_memory: bool,
 }
 
 fn one() -> usize {
@@ -55,6 +71,14 @@ fn one() -> usize {
 
 fn ten_minutes() -> f64 {
     600.0
+}
+
+fn two() -> usize {
+    2
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl RunConfig {

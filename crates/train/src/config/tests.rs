@@ -142,3 +142,39 @@ fn a_resolved_configuration_is_its_own_keys() {
         TrainConfig::default().resolve().unwrap()
     );
 }
+
+#[test]
+fn data_loader_keys_read_from_toml_and_resume_may_change_them() {
+    let (_d, path) = file(
+        "workers = 2\nprefetch = 4\nhost_memory = \"64MiB\"\npin_memory = false\nsampler = \"sequential\"\n",
+    );
+    let run = TrainConfig::from_file(&path).unwrap().resolve().unwrap();
+    assert_eq!((run.workers, run.prefetch), (2, 4));
+    assert_eq!(run.host_memory, Some(64 << 20));
+    assert!(!run.pin_memory);
+    assert_eq!(run.sampler, crate::data::SamplerKind::Sequential);
+    // Defaults: no workers, a queue of 2, page-locked, shuffled.
+    let d = TrainConfig::default().resolve().unwrap();
+    assert_eq!((d.workers, d.prefetch, d.pin_memory), (0, 2, true));
+    assert_eq!(d.sampler, crate::data::SamplerKind::Shuffled);
+    // The loader's keys leave the batches as they are: a resume may change them, not the
+    // sampler, which changes the order of the data.
+    let more = TrainConfig {
+        workers: Some(4),
+        ..Default::default()
+    };
+    let (resumed, changes) = run.resumed_with(&more).unwrap();
+    assert_eq!(resumed.workers, 4);
+    assert_eq!(changes, ["workers: 2 → 4"]);
+    let reorder = TrainConfig {
+        sampler: Some(crate::data::SamplerKind::Shuffled),
+        ..Default::default()
+    };
+    let e = run.resumed_with(&reorder).unwrap_err().to_string();
+    assert!(e.contains("sampler"), "{e}");
+    let zero = TrainConfig {
+        prefetch: Some(0),
+        ..Default::default()
+    };
+    assert!(zero.resolve().unwrap_err().to_string().contains("prefetch"));
+}

@@ -1,5 +1,6 @@
 //! The text a run trains on: Milton's *Paradise Lost* bundled in the binary (public domain; see
-//! `data/SOURCE.md`), or any UTF-8 or byte text file a user names.
+//! `data/SOURCE.md`), or any UTF-8 or byte text file a user names (a prepared token file is
+//! only named here: see `source`).
 //!
 //! Not for: tokenizing or batching (see `tokenizer`, `sampler`).
 
@@ -24,6 +25,14 @@ pub enum CorpusError {
     TooSmall {
         name: String,
         bytes: usize,
+        needed: usize,
+    },
+    #[error(
+        "the token file {name} has {tokens} tokens, too few for sequences of {needed} tokens with a validation split; prepare a larger corpus or use a shorter --seq-len"
+    )]
+    TooFewTokens {
+        name: String,
+        tokens: usize,
         needed: usize,
     },
 }
@@ -54,6 +63,16 @@ impl Corpus {
             name: path.display().to_string(),
             bytes: Cow::Owned(bytes),
         })
+    }
+
+    /// A token file prepared by `headroom data prepare`, named only: the run's `data` key
+    /// names it, and the loader memory-maps its tokens (`data::source`), so no byte of it is
+    /// read here and `bytes` is empty.
+    pub fn prepared(path: &Path) -> Corpus {
+        Corpus {
+            name: format!("{} (prepared tokens)", path.display()),
+            bytes: Cow::Borrowed(&[]),
+        }
     }
 
     pub fn len(&self) -> usize {

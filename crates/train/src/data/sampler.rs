@@ -1,14 +1,19 @@
 //! Deterministic batches: the token stream is split into a training part and a validation tail;
 //! the training part is cut into windows of `seq_len + 1` tokens (stride `seq_len`), visited in
-//! an order shuffled per epoch from the seed, so the same seed gives the same batches and a
-//! checkpoint's `DataPosition` resumes exactly where it stopped.
+//! an order shuffled per epoch from the seed (or in file order), so the same seed gives the same
+//! batches and a checkpoint's `DataPosition` resumes exactly where it stopped.
 //!
-//! Not for: moving batches to the device (the trainer copies them into `input` tensors).
+//! Not for: moving batches to the device (the trainer copies them into `input` tensors) or
+//! drawing them ahead on worker threads (see `loader`, which shares this sampler's windows and
+//! orders).
 
 use super::corpus::{Corpus, CorpusError};
+use super::dataset::{IterableDataset, MapDataset, Tokens, Windows, collate};
+use super::order::{EpochOrders, SamplerKind};
+use super::token_file::TokenFileError;
 use super::tokenizer::ByteTokenizer;
-use headroom_memory::synthetic::SplitMix64;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// Which part of the corpus.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,11 +43,11 @@ pub struct DataPosition {
 /// The sampler over one tokenized corpus.
 #[derive(Debug, Clone)]
 pub struct TokenSampler {
-    tokens: Vec<u32>,
-    train_len: usize,
+    train: Arc<Windows>,
+    validation: Windows,
     seq_len: usize,
-    seed: u64,
-    order: Vec<u32>,
+    orders: Arc<EpochOrders>,
+    order: Arc<Vec<u32>>,
     position: DataPosition,
 }
 
@@ -54,37 +59,69 @@ impl TokenSampler {
         validation_fraction: f64,
         seed: u64,
     ) -> Result<TokenSampler, CorpusError> {
-        let tokens = ByteTokenizer.encode(&corpus.bytes);
-        let val_len = ((tokens.len() as f64) * validation_fraction.clamp(0.0, 0.5)) as usize;
-        let train_len = tokens.len() - val_len;
+        let tokens = Tokens::Owned(ByteTokenizer.encode(&corpus.bytes));
+        TokenSampler::over(
+            tokens,
+            seq_len,
+            validation_fraction,
+            seed,
+            SamplerKind::Shuffled,
+        )
+        .map_err(|needed| CorpusError::TooSmall {
+            name: corpus.name.clone(),
+            bytes: corpus.len(),
+            needed,
+        })
+    }
+
+    /// A sampler over `tokens` (a text tokenized in memory or a mapped token file); the error
+    /// is the number of tokens needed when there are too few.
+    pub fn over(
+        tokens: Tokens,
+        seq_len: usize,
+        validation_fraction: f64,
+        seed: u64,
+        kind: SamplerKind,
+    ) -> Result<TokenSampler, usize> {
+        let len = tokens.len();
+        let val_len = ((len as f64) * validation_fraction.clamp(0.0, 0.5)) as usize;
+        let train_len = len - val_len;
         // At least two training windows and one validation window.
         let needed = 2 * seq_len + 1;
         if seq_len == 0 || train_len < needed || val_len < seq_len + 1 {
-            return Err(CorpusError::TooSmall {
-                name: corpus.name.clone(),
-                bytes: corpus.len(),
-                needed: needed + seq_len + 1,
-            });
+            return Err(needed + seq_len + 1);
         }
-        let mut sampler = TokenSampler {
-            tokens,
-            train_len,
+        let tokens = Arc::new(tokens);
+        let train = Arc::new(Windows::within(tokens.clone(), 0..train_len, seq_len));
+        let validation = Windows::within(tokens, train_len..len, seq_len);
+        let orders = Arc::new(EpochOrders::new(kind, train.len(), seed));
+        Ok(TokenSampler {
+            order: orders.epoch(0),
+            train,
+            validation,
             seq_len,
-            seed,
-            order: Vec::new(),
+            orders,
             position: DataPosition::default(),
-        };
-        sampler.shuffle_epoch();
-        Ok(sampler)
+        })
     }
 
     /// Number of training windows per epoch.
     pub fn windows_per_epoch(&self) -> usize {
-        (self.train_len - 1) / self.seq_len
+        self.train.len()
     }
 
     pub fn position(&self) -> DataPosition {
         self.position
+    }
+
+    /// Windows consumed since the start of training: epoch × windows per epoch + cursor.
+    pub fn stream_index(&self) -> u64 {
+        self.position.epoch * self.windows_per_epoch() as u64 + self.position.cursor
+    }
+
+    /// The training windows and their orders, which the loader's workers share.
+    pub fn shared(&self) -> (Arc<Windows>, Arc<EpochOrders>) {
+        (self.train.clone(), self.orders.clone())
     }
 
     /// Continues from a checkpoint's position.
@@ -97,37 +134,43 @@ impl TokenSampler {
         self.position.cursor = position.cursor.min(self.order.len() as u64);
     }
 
-    /// Fisher–Yates over the window indices, seeded by (seed, epoch).
+    /// The order of the current epoch's windows.
     fn shuffle_epoch(&mut self) {
-        let n = self.windows_per_epoch();
-        self.order = (0..n as u32).collect();
-        let mut rng =
-            SplitMix64::new(self.seed ^ self.position.epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        for i in (1..n).rev() {
-            let j = rng.range(0, i as u64 + 1) as usize;
-            self.order.swap(i, j);
-        }
-    }
-
-    fn window(&self, start: usize, batch: &mut TokenBatch) {
-        let w = &self.tokens[start..start + self.seq_len + 1];
-        batch.inputs.extend_from_slice(&w[..self.seq_len]);
-        batch.targets.extend_from_slice(&w[1..]);
+        self.order = self.orders.epoch(self.position.epoch);
     }
 
     /// The next training micro-batch of `batch` sequences; epochs roll over.
+    ///
+    /// # Panics
+    /// When a prepared token file holds a token outside its vocabulary (it was changed after
+    /// it was checked); [`Self::try_next_train`] returns that as an error.
     pub fn next_train(&mut self, batch: usize) -> TokenBatch {
+        self.try_next_train(batch).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The next training micro-batch of `batch` sequences; epochs roll over.
+    pub fn try_next_train(&mut self, batch: usize) -> Result<TokenBatch, TokenFileError> {
+        let windows = self.next_windows(batch);
         let mut out = TokenBatch {
             batch,
             seq_len: self.seq_len,
-            inputs: Vec::with_capacity(batch * self.seq_len),
-            targets: Vec::with_capacity(batch * self.seq_len),
+            inputs: vec![0; batch * self.seq_len],
+            targets: vec![0; batch * self.seq_len],
         };
-        for _ in 0..batch {
-            let start = self.next_window() * self.seq_len;
-            self.window(start, &mut out);
-        }
-        out
+        let mut scratch = vec![0; self.seq_len + 1];
+        collate(
+            self.train.as_ref(),
+            windows.into_iter(),
+            &mut out.inputs,
+            &mut out.targets,
+            &mut scratch,
+        )?;
+        Ok(out)
+    }
+
+    /// The windows of the next `batch` sequences, moving past them.
+    pub(crate) fn next_windows(&mut self, batch: usize) -> Vec<usize> {
+        (0..batch).map(|_| self.next_window()).collect()
     }
 
     /// Moves past `batch` training sequences exactly as [`Self::next_train`] would, without
@@ -153,27 +196,38 @@ impl TokenSampler {
     }
 
     /// Validation batches in order (the same every time): up to `max_batches` of `batch` rows.
+    ///
+    /// # Panics
+    /// As [`Self::next_train`]; [`Self::try_validation_batches`] returns the error.
     pub fn validation_batches(&self, batch: usize, max_batches: usize) -> Vec<TokenBatch> {
-        let starts: Vec<usize> = (self.train_len..self.tokens.len() - self.seq_len)
-            .step_by(self.seq_len)
-            .collect();
-        starts
-            .chunks(batch)
-            .filter(|c| c.len() == batch)
-            .take(max_batches)
-            .map(|chunk| {
-                let mut out = TokenBatch {
-                    batch,
-                    seq_len: self.seq_len,
-                    inputs: Vec::new(),
-                    targets: Vec::new(),
-                };
-                for &s in chunk {
-                    self.window(s, &mut out);
-                }
-                out
-            })
-            .collect()
+        self.try_validation_batches(batch, max_batches)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Validation batches in order, read from the held-out tail as a stream.
+    pub fn try_validation_batches(
+        &self,
+        batch: usize,
+        max_batches: usize,
+    ) -> Result<Vec<TokenBatch>, TokenFileError> {
+        let full = (self.validation.len() / batch.max(1)).min(max_batches);
+        let mut windows = self.validation.iter_shard(0, 1);
+        let mut out = Vec::with_capacity(full);
+        for _ in 0..full {
+            let mut b = TokenBatch {
+                batch,
+                seq_len: self.seq_len,
+                inputs: Vec::with_capacity(batch * self.seq_len),
+                targets: Vec::with_capacity(batch * self.seq_len),
+            };
+            for w in windows.by_ref().take(batch) {
+                let w = w?;
+                b.inputs.extend_from_slice(&w[..self.seq_len]);
+                b.targets.extend_from_slice(&w[1..]);
+            }
+            out.push(b);
+        }
+        Ok(out)
     }
 }
 

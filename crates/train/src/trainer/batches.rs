@@ -1,7 +1,8 @@
-//! The batches a step feeds the model: token tensors uploaded from the sampler (or allocated
-//! shape-only on a dry run) and the tape-free validation pass that consumes them.
+//! The batches a step feeds the model: token tensors uploaded from the loader's staging buffers
+//! (the copy into device memory is tagged `input`), allocated shape-only on a dry run, and the
+//! tape-free validation pass that consumes them.
 
-use super::{TrainError, Trainer};
+use super::{TrainError, TrainEvent, Trainer};
 use crate::data::TokenBatch;
 use crate::report::ValLoss;
 use headroom_memory::Category;
@@ -14,7 +15,9 @@ impl Trainer {
         self.device.lock().trace_mut().set_phase("validation");
         let batches = self
             .sampler
-            .validation_batches(self.config.micro_batch(), self.config.eval_batches);
+            .sampler()
+            .try_validation_batches(self.config.micro_batch(), self.config.eval_batches)
+            .map_err(crate::data::DataError::from)?;
         let mut sum = 0.0;
         for batch in &batches {
             let (x, y) = self.batch_tensors(batch)?;
@@ -55,6 +58,35 @@ impl Trainer {
             Some("targets"),
         )?;
         Ok((x, y))
+    }
+
+    /// The next training micro-batch from the loader, uploaded; the loader's warnings (a
+    /// shortened queue, a host running out of memory) are passed on.
+    pub(super) fn next_batch_tensors(
+        &mut self,
+        micro_batch: usize,
+        on_event: &mut dyn FnMut(TrainEvent),
+    ) -> Result<(Tensor, Tensor), TrainError> {
+        let batch = self.sampler.next_batch(micro_batch)?;
+        for warning in self.sampler.take_warnings() {
+            self.report.warnings.push(warning.clone());
+            on_event(TrainEvent::Warning(warning));
+        }
+        let shape = [batch.batch, batch.seq_len];
+        let upload = |ids: &[i64], name| {
+            Tensor::from_i64(
+                &self.device,
+                &shape,
+                ids,
+                DType::I64,
+                Category::Input,
+                Some(name),
+            )
+        };
+        Ok((
+            upload(batch.inputs(), "tokens")?,
+            upload(batch.targets(), "targets")?,
+        ))
     }
 
     pub(super) fn batch_tensors(&self, batch: &TokenBatch) -> Result<(Tensor, Tensor), TrainError> {

@@ -4,7 +4,7 @@
 //! Not for: the report at the end (see `crate::report`).
 
 use crate::config::ConfigError;
-use crate::data::CorpusError;
+use crate::data::{CorpusError, DataError};
 use crate::save::SaveError;
 use headroom_dist::CommError;
 use headroom_memory::OutOfMemory;
@@ -20,6 +20,8 @@ pub enum TrainError {
     Communication(#[from] CommError),
     #[error(transparent)]
     Corpus(#[from] CorpusError),
+    #[error(transparent)]
+    Data(DataError),
     #[error(transparent)]
     Model(#[from] ModelSpecError),
     #[error("{0}")]
@@ -38,6 +40,16 @@ pub enum TrainError {
     Diverged { step: u64, loss: f64 },
     #[error("injected fault at step {step} (HEADROOM_FAULT)")]
     Injected { step: u64 },
+}
+
+impl From<DataError> for TrainError {
+    /// A corpus that cannot be used stays a corpus error, as before there was a loader.
+    fn from(e: DataError) -> TrainError {
+        match e {
+            DataError::Corpus(c) => TrainError::Corpus(c),
+            other => TrainError::Data(other),
+        }
+    }
 }
 
 impl From<TensorError> for TrainError {

@@ -33,7 +33,8 @@ pub use schedule::learning_rate;
 use build::{master_weights, optimizer_config};
 
 use crate::config::RunConfig;
-use crate::data::{Corpus, TokenSampler};
+use crate::data::source::run_loader;
+use crate::data::{Corpus, Loader};
 use crate::recompute::policy::{BudgetDecision, recompute_for};
 use crate::report::{CacheRelease, TrainReport};
 use crate::scaler::{LossScaler, ScalerConfig};
@@ -61,7 +62,7 @@ pub struct Trainer {
     grads: Gradients,
     optimizer: Optimizer,
     scaler: Option<LossScaler>,
-    sampler: TokenSampler,
+    sampler: Loader,
     seq_len: usize,
     recompute: Recompute,
     /// How `budget:SIZE` was met, when that is the policy.
@@ -140,7 +141,8 @@ impl Trainer {
         let precision = config.strategy.precision;
         let spec = model_spec(&config)?;
         let seq_len = config.seq_len.unwrap_or_else(|| spec.default_seq_len());
-        let sampler = TokenSampler::new(corpus, seq_len, 0.1, config.seed)?;
+        let ranks = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.world_size()));
+        let sampler = run_loader(&config, corpus, &spec, seq_len, ranks, !device.is_backed())?;
         let (recompute, budget_decision) = recompute_for(
             config.strategy.checkpoint,
             &spec,
@@ -412,6 +414,7 @@ impl Trainer {
         self.report.skipped_steps = self.scaler.map_or(0, |s| s.skipped_steps);
         let stats = self.device.stats();
         self.report.set_memory(&stats);
+        self.report.set_loader(self.sampler.report());
         Ok(&self.report)
     }
 

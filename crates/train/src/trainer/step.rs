@@ -91,8 +91,7 @@ impl Trainer {
                 self.sampler.skip_train(micro_batch);
                 self.dry_batch_tensors(micro_batch)?
             } else {
-                let batch = self.sampler.next_train(micro_batch);
-                self.batch_tensors(&batch)?
+                self.next_batch_tensors(micro_batch, on_event)?
             };
             let factor = scale / (accumulation * world) as f32;
             let value = self.with_zero(|t| t.forward_backward(micro, &x, &y, factor, &separate))?;

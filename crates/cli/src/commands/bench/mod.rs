@@ -2,6 +2,7 @@
 //! `--json` for tools and pictures where a curve says more than a table.
 
 pub mod checkpoint;
+pub mod loader;
 pub mod predict;
 pub mod speed;
 
@@ -17,6 +18,10 @@ pub enum BenchCommand {
     /// (precision × micro-batch × accumulation × checkpoint policy × attention): the dry run's
     /// error and the planner's analytical model's.
     Predict(predict::PredictBenchArgs),
+    /// The data loader: its throughput alone against what training consumes, the share of step
+    /// time spent waiting for data with 0, 1 and 2 workers (default and input-bound models), and
+    /// page-locked against pageable copy bandwidth into device memory.
+    Loader(loader::LoaderBenchArgs),
     /// How well --auto's speed model predicts and ranks the step time of each strategy against
     /// measured steps.
     Speed(speed::SpeedBenchArgs),
@@ -27,5 +32,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Checkpoint(args) => checkpoint::run(args),
         BenchCommand::Predict(args) => predict::run(args),
         BenchCommand::Speed(args) => speed::run(args),
+        BenchCommand::Loader(args) => loader::run(args),
     }
 }

@@ -1,0 +1,109 @@
+//! Which tokens a run reads and how its loader is set up: the prepared token file that the
+//! run's `data` key names (memory-mapped; checked whole before a real run, by its header and
+//! length only for a dry run, which reads no tokens), or else the corpus text tokenized in
+//! memory as before.
+//!
+//! Not for: the token file's format (see `token_file`) or the loader itself (see `loader`).
+
+use super::corpus::{Corpus, CorpusError};
+use super::dataset::Tokens;
+use super::error::DataError;
+use super::loader::{Loader, LoaderConfig};
+use super::order::DistributedSampler;
+use super::sampler::TokenSampler;
+use super::token_file::{TokenFile, Verify, is_token_file};
+use crate::config::RunConfig;
+use headroom_nn::models::ModelSpec;
+
+/// Share of the tokens held out for validation.
+pub const VALIDATION_FRACTION: f64 = 0.1;
+
+/// The sampler of a run: over the prepared token file `config.data` names, or over `corpus`.
+pub fn run_sampler(
+    config: &RunConfig,
+    corpus: &Corpus,
+    spec: &ModelSpec,
+    seq_len: usize,
+    verify: Verify,
+) -> Result<TokenSampler, DataError> {
+    let kind = config.sampler;
+    let seed = config.seed;
+    match config.data.as_deref().filter(|p| is_token_file(p)) {
+        Some(path) => {
+            let file = TokenFile::open(path, verify)?;
+            let model_vocab = model_vocab(spec);
+            if file.header().vocab_size > model_vocab as u64 {
+                return Err(DataError::Vocabulary {
+                    path: path.into(),
+                    vocab: file.header().vocab_size,
+                    model_vocab,
+                });
+            }
+            let tokens = file.len();
+            TokenSampler::over(
+                Tokens::Mapped(file),
+                seq_len,
+                VALIDATION_FRACTION,
+                seed,
+                kind,
+            )
+            .map_err(|needed| {
+                CorpusError::TooFewTokens {
+                    name: path.display().to_string(),
+                    tokens,
+                    needed,
+                }
+                .into()
+            })
+        }
+        None => {
+            let tokens = Tokens::Owned(super::ByteTokenizer.encode(&corpus.bytes));
+            TokenSampler::over(tokens, seq_len, VALIDATION_FRACTION, seed, kind).map_err(|needed| {
+                CorpusError::TooSmall {
+                    name: corpus.name.clone(),
+                    bytes: corpus.len(),
+                    needed,
+                }
+                .into()
+            })
+        }
+    }
+}
+
+/// The loader of rank `rank` of `world`: workers and staging as configured for a real run; a
+/// dry run (`dry`) collates nothing and starts no worker.
+pub fn run_loader(
+    config: &RunConfig,
+    corpus: &Corpus,
+    spec: &ModelSpec,
+    seq_len: usize,
+    (rank, world): (usize, usize),
+    dry: bool,
+) -> Result<Loader, DataError> {
+    let verify = if dry { Verify::Shape } else { Verify::Contents };
+    let sampler = run_sampler(config, corpus, spec, seq_len, verify)?;
+    let shard = DistributedSampler {
+        rank,
+        world,
+        chunk: config.batch_per_rank(),
+    };
+    Loader::new(
+        sampler,
+        LoaderConfig {
+            workers: if dry { 0 } else { config.workers },
+            prefetch: config.prefetch,
+            host_memory: config.host_memory,
+            pin_memory: config.pin_memory && !dry,
+            micro_batch: config.micro_batch(),
+            shard,
+        },
+    )
+}
+
+/// Tokens the model's embedding holds.
+pub fn model_vocab(spec: &ModelSpec) -> usize {
+    match spec {
+        ModelSpec::Gpt(c) => c.vocab,
+        ModelSpec::Resmlp(c) => c.vocab,
+    }
+}
