@@ -69,7 +69,8 @@ pub enum CommError {
     },
 }
 
-/// Collectives a rank joined and the elements it contributed, per kind.
+/// Collectives a rank joined and the elements it contributed, per kind (calls, elements), and
+/// the wall time it spent inside them, waiting for the others included.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct CollectiveCounts {
     pub all_reduce: (u64, u64),
@@ -77,6 +78,8 @@ pub struct CollectiveCounts {
     pub all_gather: (u64, u64),
     pub broadcast: (u64, u64),
     pub barrier: (u64, u64),
+    /// Nanoseconds inside collectives (0 on a shape-only rank, which moves nothing).
+    pub busy_ns: u64,
 }
 
 impl CollectiveCounts {
@@ -91,6 +94,38 @@ impl CollectiveCounts {
         };
         slot.0 += 1;
         slot.1 += elements as u64;
+    }
+
+    /// Adds the time since `started` to the time spent inside collectives.
+    pub fn add_busy(&mut self, started: std::time::Instant) {
+        self.busy_ns += started.elapsed().as_nanos() as u64;
+    }
+
+    /// Seconds spent inside collectives.
+    pub fn busy_s(&self) -> f64 {
+        self.busy_ns as f64 * 1e-9
+    }
+
+    /// Calls over every collective.
+    pub fn calls(&self) -> u64 {
+        self.all_reduce.0
+            + self.reduce_scatter.0
+            + self.all_gather.0
+            + self.broadcast.0
+            + self.barrier.0
+    }
+
+    /// The counts since `earlier` (a snapshot of the same rank's counts).
+    pub fn since(&self, earlier: &CollectiveCounts) -> CollectiveCounts {
+        let d = |a: (u64, u64), b: (u64, u64)| (a.0 - b.0, a.1 - b.1);
+        CollectiveCounts {
+            all_reduce: d(self.all_reduce, earlier.all_reduce),
+            reduce_scatter: d(self.reduce_scatter, earlier.reduce_scatter),
+            all_gather: d(self.all_gather, earlier.all_gather),
+            broadcast: d(self.broadcast, earlier.broadcast),
+            barrier: d(self.barrier, earlier.barrier),
+            busy_ns: self.busy_ns - earlier.busy_ns,
+        }
     }
 
     /// Elements this rank sends over the network in a group of `world` ranks if every

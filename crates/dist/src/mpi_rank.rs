@@ -128,9 +128,13 @@ impl MpiRank {
         Ok(())
     }
 
-    fn done(&self) {
-        if let Ok(mut w) = self.waiting.lock() {
-            *w = None;
+    /// The collective in progress has ended: the watchdog stops watching it, and its time is
+    /// added to the time spent inside collectives.
+    fn done(&mut self) {
+        if let Ok(mut w) = self.waiting.lock()
+            && let Some((began, _, _)) = w.take()
+        {
+            self.counts.add_busy(began);
         }
     }
 

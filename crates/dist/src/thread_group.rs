@@ -65,6 +65,7 @@ impl ThreadGroup {
                 shared: Arc::clone(&shared),
                 sequence: 0,
                 counts: CollectiveCounts::default(),
+                began: None,
             })
             .collect()
     }
@@ -97,9 +98,18 @@ pub struct ThreadRank {
     /// Collectives this rank has joined.
     sequence: u64,
     counts: CollectiveCounts,
+    /// When the collective in progress began (set by `exchange`, taken by `settle`).
+    began: Option<Instant>,
 }
 
 impl ThreadRank {
+    /// Adds the collective that just ended to the time spent inside collectives.
+    fn settle(&mut self) {
+        if let Some(t) = self.began.take() {
+            self.counts.add_busy(t);
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Board> {
         // A rank that panicked while holding the lock cannot leave the board half-updated: no
         // code below panics between reading and writing it.
@@ -174,7 +184,9 @@ impl ThreadRank {
         root: usize,
         data: Vec<f32>,
     ) -> Result<Vec<Arc<Vec<f32>>>, CommError> {
-        let until = Instant::now() + self.shared.deadline;
+        let began = Instant::now();
+        self.began = Some(began);
+        let until = began + self.shared.deadline;
         let seq = self.sequence;
         let board = self.lock();
         // The previous collective must have been read by every rank before its slots are reused.
@@ -271,6 +283,7 @@ impl Communicator for ThreadRank {
     fn all_reduce_sum(&mut self, data: &mut [f32]) -> Result<(), CommError> {
         let parts = self.exchange(Collective::AllReduce, data.len(), 0, data.to_vec())?;
         sum_in_rank_order(&parts, 0..data.len(), data);
+        self.settle();
         Ok(())
     }
 
@@ -291,6 +304,7 @@ impl Communicator for ThreadRank {
         let chunk = output.len();
         let start = self.rank * chunk;
         sum_in_rank_order(&parts, start..start + chunk, output);
+        self.settle();
         Ok(())
     }
 
@@ -311,6 +325,7 @@ impl Communicator for ThreadRank {
         for (chunk, part) in output.chunks_mut(input.len().max(1)).zip(&parts) {
             chunk.copy_from_slice(part);
         }
+        self.settle();
         Ok(())
     }
 
@@ -326,12 +341,14 @@ impl Communicator for ThreadRank {
         };
         let parts = self.exchange(kind, data.len(), root, contribution)?;
         data.copy_from_slice(&parts[root]);
+        self.settle();
         Ok(())
     }
 
     fn barrier(&mut self) -> Result<(), CommError> {
-        self.exchange(Collective::Barrier, 0, 0, Vec::new())
-            .map(drop)
+        self.exchange(Collective::Barrier, 0, 0, Vec::new())?;
+        self.settle();
+        Ok(())
     }
 
     fn fail(&mut self, reason: &str) {

@@ -126,28 +126,42 @@ fn zero1_is_bitwise_ddp_and_holds_only_its_shard_of_the_optimizer_state() {
                     0
                 };
                 assert_eq!(master, expected_master, "{label}");
-                // Communication buffers come from the allocator, one at a time: DDP's all-reduce
-                // bucket of the largest block; ZeRO-1's gather of the widest padded block.
+                // Communication buffers come from the allocator, one collective at a time:
+                // DDP's all-reduce bucket of the largest block; ZeRO-1's reduce-scatter of the
+                // widest padded block, N shards in and one out (both live), its gather of N
+                // shards being smaller.
                 let comm = |m: &headroom_memory::MemoryPeaks| {
                     m.peak_bytes_by_category[Category::Communication] as usize
                 };
                 let largest = got.blocks.iter().copied().max().unwrap();
-                let widest = got
-                    .blocks
-                    .iter()
-                    .map(|&p| p.div_ceil(ranks) * ranks)
-                    .max()
-                    .unwrap();
+                let widest = got.blocks.iter().map(|&p| p.div_ceil(ranks)).max().unwrap();
                 assert_eq!(comm(&want.memory), bytes(largest), "{label}");
-                assert_eq!(comm(&got.memory), bytes(widest), "{label}");
-                // Per step, besides DDP's: one all-gather of every block's padded shard.
-                let padded: u64 = got.blocks.iter().map(|&p| p.div_ceil(ranks) as u64).sum();
                 assert_eq!(
-                    got.counts.all_gather.1,
-                    want.counts.all_gather.1 + 20 * padded,
+                    comm(&got.memory),
+                    bytes(widest * ranks) + bytes(widest),
                     "{label}"
                 );
-                assert_eq!(got.counts.all_reduce, want.counts.all_reduce, "{label}");
+                // Per step, against DDP's all-reduce of every block (Ψ elements): one
+                // reduce-scatter of every block's N padded shards in, one all-gather of every
+                // block's padded shard; the bookkeeping all-reduce (1 element, the stop vote)
+                // stays.
+                let blocks = got.blocks.len() as u64;
+                let psi: u64 = got.blocks.iter().map(|&p| p as u64).sum();
+                let padded: u64 = got.blocks.iter().map(|&p| p.div_ceil(ranks) as u64).sum();
+                let n = ranks as u64;
+                assert_eq!(want.counts.all_reduce, (20 * (blocks + 1), 20 * (psi + 1)));
+                assert_eq!(got.counts.all_reduce, (20, 20), "{label}");
+                assert_eq!(
+                    got.counts.reduce_scatter,
+                    (20 * blocks, 20 * n * padded),
+                    "{label}"
+                );
+                // The gradient norm's partial sums (3 elements) are gathered too.
+                assert_eq!(
+                    got.counts.all_gather.1,
+                    want.counts.all_gather.1 + 20 * (padded + 3),
+                    "{label}"
+                );
             }
         }
     }

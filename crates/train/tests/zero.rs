@@ -56,9 +56,9 @@ fn zero3_regathers_for_recomputation_and_prefetches_without_changing_a_bit() {
 
 /// Per step, besides the bookkeeping every stage shares (one all-reduce of 1 element to agree
 /// on stopping, one all-gather of 1 loss), by hand: DDP all-reduces every block (Ψ elements);
-/// ZeRO-1 adds an all-gather of every block's padded shard (P = Σ ⌈Ψ_b / N⌉); ZeRO-2
-/// reduce-scatters every block (N·P elements in) instead of the all-reduce and gathers the
-/// gradient norm's partial sums (3 elements); ZeRO-3 does not gather after the step but before
+/// ZeRO-1 and ZeRO-2 reduce-scatter every block (N·P elements in, P = Σ ⌈Ψ_b / N⌉) instead of
+/// the all-reduce, gather the gradient norm's partial sums (3 elements) and all-gather every
+/// block's padded shard after the update; ZeRO-3 does not gather after the step but before
 /// every block computes, forward and backward: 2B + 1 gathers on a tied GPT of B blocks, whose
 /// embedding block is read again by the output head in forward; its final validation pass
 /// gathers the B + 1 of a forward once more.
@@ -76,7 +76,7 @@ fn each_stage_communicates_what_the_zero_paper_says() {
         let n = ranks as u64;
         let (all_reduce, reduce_scatter, all_gather) = match stage {
             0 => ((blocks + 1, psi + 1), (0, 0), (1, 1)),
-            1 => ((blocks + 1, psi + 1), (0, 0), (blocks + 1, padded + 1)),
+            1 => ((1, 1), (blocks, n * padded), (blocks + 2, padded + 4)),
             2 => ((1, 1), (blocks, n * padded), (blocks + 2, padded + 4)),
             _ => (
                 (1, 1),
@@ -112,8 +112,7 @@ fn each_stage_communicates_what_the_zero_paper_says() {
         let sent = (r.counts.ring_elements(ranks) - ((n - 1) * validation.1) as f64) / steps as f64;
         let expected = match stage {
             0 => 2.0 * psi as f64 * (n - 1) as f64 / n as f64,
-            1 => 2.0 * psi as f64 * (n - 1) as f64 / n as f64 + ((n - 1) * padded) as f64,
-            2 => 2.0 * ((n - 1) * padded) as f64,
+            1 | 2 => 2.0 * ((n - 1) * padded) as f64,
             _ => 3.0 * ((n - 1) * padded) as f64 + ((n - 1) * embed) as f64,
         };
         assert!(
@@ -249,5 +248,67 @@ fn a_zero3_save_resumes_bitwise_at_4_ranks_and_whole_at_2_and_1() {
             assert_eq!(reloaded[group], saved[group], "{group} at {ranks} ranks");
         }
         assert!(run_saving(&c, 4, Some(&again.join("step-000002")), None) == straight);
+    }
+}
+
+/// The report's communication section: the theory is the ZeRO paper's volume for the model's
+/// Ψ, derived here; the measured volume is what the counts give on a ring; and rank 0's table of
+/// every rank's peaks, gathered after training, holds each rank's own measured peaks.
+#[test]
+fn the_report_sets_communication_against_theory_and_lists_every_ranks_peaks() {
+    use headroom_dist::ThreadGroup;
+    use headroom_memory::{AllocatorConfig, Device};
+    use headroom_train::Trainer;
+    let ranks = 3;
+    for stage in [1u8, 3] {
+        let c = zero(config(Optimizer::AdamW, 2, 1, ranks), stage);
+        let corpus = Corpus::bundled();
+        let results = ThreadGroup::run(ranks, std::time::Duration::from_secs(60), |comm| {
+            let device = Device::cpu(c.device_memory, AllocatorConfig::default());
+            let mut t = Trainer::on_rank(c.clone(), &corpus, device, Box::new(comm)).unwrap();
+            t.train(&mut |_| {}).unwrap();
+            let counts = t.collective_counts().unwrap();
+            let table = t.gather_rank_peaks().unwrap().to_vec();
+            (t.report().clone(), counts, table)
+        });
+        let results: Vec<_> = results.into_iter().map(|r| r.unwrap()).collect();
+        for (rank, (report, counts, table)) in results.iter().enumerate() {
+            let label = format!("ZeRO-{stage} rank {rank}");
+            let comm = report
+                .communication
+                .as_ref()
+                .expect("a data-parallel report");
+            let psi = report.parameters as f64;
+            let passes = if stage == 3 { 3.0 } else { 2.0 };
+            assert_eq!(
+                comm.theory_elements_per_step,
+                passes * psi * 2.0 / 3.0,
+                "{label}"
+            );
+            assert_eq!(comm.steps, 20);
+            assert_eq!(comm.counts.calls(), counts.calls(), "{label}");
+            assert_eq!(
+                comm.sent_elements_per_step,
+                counts.ring_elements(ranks) / 20.0,
+                "{label}"
+            );
+            assert_eq!(comm.sent_bytes_per_step, 4.0 * comm.sent_elements_per_step);
+            assert!(
+                comm.collective_s > 0.0 && comm.collective_fraction < 1.0,
+                "{label}"
+            );
+            // Every rank's table lists every rank's own measurement, in rank order.
+            assert_eq!(table.len(), ranks, "{label}");
+            for (r, row) in table.iter().enumerate() {
+                let own = &results[r].0.memory;
+                assert_eq!(row.rank, r);
+                assert_eq!(
+                    row.peak_allocated_bytes, own.peak_allocated_bytes,
+                    "{label}"
+                );
+                assert_eq!(row.peak_reserved_bytes, own.peak_reserved_bytes, "{label}");
+                assert_eq!(row.collective_ns, results[r].1.busy_ns, "{label}");
+            }
+        }
     }
 }

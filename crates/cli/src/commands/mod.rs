@@ -6,6 +6,6 @@ pub mod estimate;
 pub mod memory;
 pub mod params;
 pub mod plan;
-mod plan_output;
+pub mod plan_output;
 mod plan_own;
 pub mod train;

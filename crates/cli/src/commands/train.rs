@@ -309,7 +309,10 @@ impl RankRun<'_> {
             }
             None => None,
         };
-        // Every collective of the run is behind this rank now.
+        // Rank 0 reports every rank's peaks; then every collective of the run is behind this
+        // rank.
+        let mut report = report;
+        report.ranks = trainer.gather_rank_peaks().map_err(explain)?.to_vec();
         trainer.complete();
         if !lead {
             return Ok(None);

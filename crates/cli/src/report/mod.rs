@@ -1,5 +1,6 @@
 //! What the `headroom` binary shows people: pictures and tables built from the libraries' data.
 
+pub mod communication;
 pub mod plot;
 pub mod progress;
 pub mod timeline;

@@ -111,6 +111,7 @@ pub fn print_report(report: &TrainReport, device: &Device, timeline: Option<&Pat
         );
     }
     print_loader(report);
+    super::communication::print_communication(report);
     for w in &report.warnings {
         println!("warning: {w}");
     }

@@ -36,7 +36,9 @@ use crate::config::RunConfig;
 use crate::data::source::run_loader;
 use crate::data::{Corpus, Loader};
 use crate::recompute::policy::{BudgetDecision, recompute_for};
-use crate::report::{CacheRelease, TrainReport};
+use crate::report::{
+    CacheRelease, CommunicationReport, RANK_PEAKS_ELEMENTS, RankPeaks, TrainReport,
+};
 use crate::scaler::{LossScaler, ScalerConfig};
 use headroom_dist::Communicator;
 use headroom_memory::{AllocatorConfig, Device};
@@ -367,6 +369,7 @@ impl Trainer {
     ) -> Result<&TrainReport, TrainError> {
         let started = Instant::now();
         let mut tokens = 0u64;
+        let counted_from = (self.collective_counts().unwrap_or_default(), self.step);
         while self.step < self.config.steps {
             let t0 = Instant::now();
             let position = self.sampler.position();
@@ -415,7 +418,48 @@ impl Trainer {
         let stats = self.device.stats();
         self.report.set_memory(&stats);
         self.report.set_loader(self.sampler.report());
+        if let Some(counts) = self.collective_counts() {
+            let (rank_steps, world) = (self.step - counted_from.1, self.rank().1);
+            let run_s: f64 = self
+                .report
+                .step_times_s
+                .iter()
+                .rev()
+                .take(rank_steps as usize)
+                .sum();
+            self.report.communication = Some(CommunicationReport::new(
+                counts.since(&counted_from.0),
+                rank_steps,
+                run_s,
+                self.model.num_params() as u64,
+                self.zero_stage(),
+                world,
+            ));
+        }
         Ok(&self.report)
+    }
+
+    /// Every rank's peaks and time in collectives, gathered into each rank's report (`ranks`);
+    /// every rank of a group must call it, after `train`. One all-gather of 12 elements.
+    pub fn gather_rank_peaks(&mut self) -> Result<&[RankPeaks], TrainError> {
+        let Some(comm) = self.comm.as_mut() else {
+            return Ok(&self.report.ranks);
+        };
+        let stats = self.device.stats();
+        let mine = RankPeaks {
+            rank: comm.rank(),
+            peak_allocated_bytes: stats.allocated_bytes.all.peak as u64,
+            peak_reserved_bytes: stats.reserved_bytes.all.peak as u64,
+            collective_ns: comm.counts().busy_ns,
+        };
+        let mut all = vec![0.0f32; RANK_PEAKS_ELEMENTS * comm.world_size()];
+        comm.all_gather(&mine.encode(), &mut all)?;
+        self.report.ranks = all
+            .chunks_exact(RANK_PEAKS_ELEMENTS)
+            .enumerate()
+            .map(|(rank, e)| RankPeaks::decode(rank, e))
+            .collect();
+        Ok(&self.report.ranks)
     }
 
     /// Whether a stop was asked for; in a group every rank agrees (any rank's request stops

@@ -9,7 +9,7 @@
 //! Not for: the update rule (the optimizer) or when the collectives run (`step`, `zero`).
 
 use super::TrainError;
-use super::precision::store_f32;
+use super::precision::{store_f32, store_f32_at};
 use headroom_dist::Communicator;
 use headroom_memory::{Category, Device, DeviceBuffer};
 use headroom_tensor::{DType, Tensor};
@@ -93,16 +93,17 @@ pub(super) fn gather_params(
     gather_into(comm, flat, flat.numel(), &part, padded)
 }
 
-/// ZeRO-2 and 3: a block's full gradient summed over ranks in rank order, this rank's shard of
-/// the sum added to `shard` (a `(padded,)` tensor of the gradient's dtype).
-pub(super) fn reduce_scatter_into(
+/// A block's full gradient `grad` summed over ranks in rank order (a reduce-scatter through
+/// buckets from the device allocator); `store` receives this rank's shard of the sum, `padded`
+/// elements. On a shape-only device the buckets are counted and `store` is not called.
+fn reduce_scatter_with(
     comm: &mut dyn Communicator,
     grad: &Tensor,
-    shard: &Tensor,
+    padded: usize,
     label: &str,
+    store: impl FnOnce(&[f32]) -> Result<(), TrainError>,
 ) -> Result<(), TrainError> {
     let device = grad.device();
-    let padded = shard.numel();
     let mut bucket = f32_bucket(&device, padded * comm.world_size(), label)?;
     let mut mine = f32_bucket(&device, padded, label)?;
     let (Some(all), Some(out)) = (bucket_values(&mut bucket), bucket_values(&mut mine)) else {
@@ -112,13 +113,44 @@ pub(super) fn reduce_scatter_into(
     read_f32(grad, &mut all[..numel])?;
     all[numel..].fill(0.0);
     comm.reduce_scatter_sum(all, out)?;
-    let mut sum = vec![0.0f32; padded];
-    read_f32(shard, &mut sum)?;
-    for (s, o) in sum.iter_mut().zip(out.iter()) {
-        *s += *o;
-    }
-    store_f32(shard, &sum)?;
-    Ok(())
+    store(out)
+}
+
+/// ZeRO-2 and 3: a block's full gradient summed over ranks, this rank's shard of the sum added
+/// to `shard` (a `(padded,)` tensor of the gradient's dtype), once per micro-batch.
+pub(super) fn reduce_scatter_into(
+    comm: &mut dyn Communicator,
+    grad: &Tensor,
+    shard: &Tensor,
+    label: &str,
+) -> Result<(), TrainError> {
+    let padded = shard.numel();
+    reduce_scatter_with(comm, grad, padded, label, |out| {
+        let mut sum = vec![0.0f32; padded];
+        read_f32(shard, &mut sum)?;
+        for (s, o) in sum.iter_mut().zip(out) {
+            *s += *o;
+        }
+        store_f32(shard, &sum)?;
+        Ok(())
+    })
+}
+
+/// ZeRO-1: after accumulation, a block's full gradient summed over ranks and this rank's shard
+/// of the sum written over `range` of the gradient itself (the elements its optimizer state
+/// covers; the rest of the buffer keeps this rank's own contribution, which nothing reads).
+/// Half the elements of DDP's all-reduce: the ZeRO paper's 2Ψ with the parameters' gather.
+pub(super) fn reduce_scatter_in_place(
+    comm: &mut dyn Communicator,
+    grad: &Tensor,
+    range: Range<usize>,
+    padded: usize,
+    label: &str,
+) -> Result<(), TrainError> {
+    reduce_scatter_with(comm, grad, padded, label, |out| {
+        store_f32_at(grad, range.start, &out[..range.len()])?;
+        Ok(())
+    })
 }
 
 #[cfg(test)]

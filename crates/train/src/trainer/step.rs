@@ -9,7 +9,9 @@
 use super::fault::{Fault, FaultKind};
 use super::precision::{f32_range_copy, store_f32, store_f32_at, with_grads};
 use super::schedule::learning_rate;
-use super::shard::{bucket_values, f32_bucket, gather_into, ranges_within, shard_of};
+use super::shard::{
+    bucket_values, f32_bucket, gather_into, ranges_within, reduce_scatter_in_place, shard_of,
+};
 use super::zero::ZeroHooks;
 use super::{TrainError, TrainEvent, Trainer};
 use crate::report::{PHASE_STEPS, Phase, PhaseBytes};
@@ -275,17 +277,25 @@ impl Trainer {
     /// DDP: every block's gradient becomes the sum over ranks (each already scaled by
     /// 1/(accumulation × world)), summed in rank order; one all-reduce per block (the block
     /// is the bucket) through an f32 bucket from the device allocator, tagged
-    /// `communication` and freed after it.
+    /// `communication` and freed after it. ZeRO-1: a reduce-scatter per block instead, each
+    /// rank receiving the sum over its own shard (the only part its optimizer reads).
     fn reduce_gradients(&mut self) -> Result<(), TrainError> {
-        if self.zero_stage() >= 2 {
+        let stage = self.zero_stage();
+        if stage >= 2 {
             return Ok(()); // reduce-scattered block by block in backward
         }
+        let (rank, world) = self.rank();
         let Some(comm) = self.comm.as_mut() else {
             return Ok(());
         };
         for block in self.model.blocks() {
             let grad = block.flat_grad();
             let label = format!("{}.grad.bucket", block.name());
+            if stage == 1 {
+                let (range, padded) = shard_of(block.numel(), rank, world);
+                reduce_scatter_in_place(comm.as_mut(), grad, range, padded, &label)?;
+                continue;
+            }
             let mut bucket = f32_bucket(&self.device, block.numel(), &label)?;
             let Some(values) = bucket_values(&mut bucket) else {
                 continue; // a dry run: the bucket's bytes are counted, nothing is reduced
@@ -313,9 +323,10 @@ impl Trainer {
         }
     }
 
-    /// Global norm and finiteness of all gradients, in block order. Under ZeRO-2/3 each rank
-    /// holds a shard of every gradient: its partial sums are gathered and added in rank order
-    /// (as f64, each sent as two f32 halves), so every rank gets the same statistics.
+    /// Global norm and finiteness of all gradients, in block order. Under ZeRO each rank holds
+    /// the reduced sum of a shard of every gradient only (ZeRO-1: a range of the full buffer;
+    /// ZeRO-2/3: a shard buffer): its partial sums are gathered and added in rank order (as
+    /// f64, each sent as two f32 halves), so every rank gets the same statistics.
     fn gradient_stats(&mut self) -> Result<GradStats, TrainError> {
         let mut total = GradStats {
             sum_squares: 0.0,
@@ -324,7 +335,8 @@ impl Trainer {
         if self.dry {
             return Ok(total);
         }
-        let sharded = self.zero_stage() >= 2;
+        let (rank, world) = self.rank();
+        let sharded = self.zero_stage() >= 1;
         for block in self.model.blocks() {
             let s = match block
                 .shard()
@@ -332,6 +344,10 @@ impl Trainer {
             {
                 Some((g, range)) if sharded => {
                     with_grads(g, |g| grad_stats([g.range(0..range.len())]))?
+                }
+                _ if sharded => {
+                    let (range, _) = shard_of(block.numel(), rank, world);
+                    with_grads(block.flat_grad(), |g| grad_stats([g.range(range)]))?
                 }
                 _ => with_grads(block.flat_grad(), |g| grad_stats([g]))?,
             };

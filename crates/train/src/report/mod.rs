@@ -4,7 +4,14 @@
 //! resolved configuration, what the dry run and `--auto` predicted, and the bytes per category at
 //! each phase of the first steps (start, after each forward and backward, after the step).
 //!
+//! A data-parallel run adds what it communicated (`communication`) and every rank's peaks.
+//!
 //! Not for: measuring (the trainer fills it from the device's statistics).
+
+mod communication;
+
+pub(crate) use communication::RANK_PEAKS_ELEMENTS;
+pub use communication::{CommunicationReport, RankPeaks, theory_elements};
 
 use crate::config::RunConfig;
 use crate::data::LoaderReport;
@@ -98,6 +105,10 @@ pub struct TrainReport {
     pub loader: Option<LoaderReport>,
     /// This process's resident memory at the end of the run (its peak RSS included).
     pub host: Option<ProcessMemory>,
+    /// Data-parallel runs: what this rank communicated, against theory.
+    pub communication: Option<CommunicationReport>,
+    /// Data-parallel runs: every rank's peaks, in rank order (`Trainer::gather_rank_peaks`).
+    pub ranks: Vec<RankPeaks>,
 }
 
 impl TrainReport {
@@ -122,6 +133,8 @@ impl TrainReport {
             phases: Vec::new(),
             loader: None,
             host: None,
+            communication: None,
+            ranks: Vec::new(),
         }
     }
 
