@@ -151,20 +151,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             }
             outcome
         });
-        let mut first = None;
-        for (rank, outcome) in outcomes.into_iter().enumerate() {
-            match outcome {
-                Ok(Ok(stop)) if rank == 0 => first = Some(Ok(stop)),
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    first.get_or_insert(Err(e.context(format!("rank {rank}"))));
-                }
-                Err(_) => {
-                    first.get_or_insert(Err(anyhow::anyhow!("rank {rank} panicked")));
-                }
-            }
-        }
-        first.unwrap_or_else(|| Err(anyhow::anyhow!("no rank finished")))?
+        group_outcome(outcomes)?
     };
     if let (Some((step, at, root)), Some(signal)) = (stopped, signals.received()) {
         eprintln!(
@@ -177,6 +164,56 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         return Err(Interrupted { signal }.into());
     }
     Ok(())
+}
+
+/// A thread group's result: rank 0's, or the error that ended the group, told by the rank it
+/// happened on (its own error or its panic), before the errors of the ranks it left waiting.
+fn group_outcome(
+    outcomes: Vec<std::thread::Result<anyhow::Result<Option<Stopped>>>>,
+) -> anyhow::Result<Option<Stopped>> {
+    let mut lead = None;
+    let mut cause = None;
+    let mut abandoned = None;
+    for (rank, outcome) in outcomes.into_iter().enumerate() {
+        match outcome {
+            Ok(Ok(stop)) if rank == 0 => lead = Some(stop),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                let slot = if left_waiting(&e) {
+                    &mut abandoned
+                } else {
+                    &mut cause
+                };
+                // A collective's error names its rank already.
+                let named = e.downcast_ref::<TrainError>().is_some_and(|t| {
+                    matches!(t, TrainError::Communication(_))
+                });
+                slot.get_or_insert(if named {
+                    e
+                } else {
+                    e.context(format!("rank {rank}"))
+                });
+            }
+            Err(_) => {
+                cause.get_or_insert(anyhow::anyhow!("rank {rank} panicked"));
+            }
+        }
+    }
+    match (cause.or(abandoned), lead) {
+        (Some(e), _) => Err(e),
+        (None, Some(stop)) => Ok(stop),
+        (None, None) => Err(anyhow::anyhow!("no rank finished")),
+    }
+}
+
+/// Whether a rank's error is only that another rank failed while it waited.
+fn left_waiting(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<TrainError>(),
+        Some(TrainError::Communication(
+            headroom_dist::CommError::PeerFailed { .. }
+        ))
+    )
 }
 
 /// This process's rank when `mpirun` started it (the `mpi` build); refuses a --data-parallel
