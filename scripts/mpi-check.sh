@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The MPI communicator against the in-process one: the same runs under `mpirun -n N` and with
-# `--data-parallel N` (threads) must report the same losses, bit for bit, and the same bytes
-# per category on rank 0 — DDP at 2 and 3 ranks, ZeRO-1 at 2.
+# `--data-parallel N` (threads) must report the same losses, bit for bit, the same bytes per
+# category on rank 0 and the same collectives (calls and elements) — DDP at 2 and 3 ranks,
+# ZeRO-1 at 2, ZeRO-2 at 3, ZeRO-3 at 2 and 4. Then faults, each bounded in time: a rank that
+# cannot read its data, that returns an error or panics at step 3, ends the job non-zero within
+# 5 s of a healthy run's time to step 3, naming the rank; a rank that sleeps is ended by the
+# watchdog (--collective-timeout) within the deadline + 5 s.
 #
 # Usage: scripts/mpi-check.sh HEADROOM_BINARY_BUILT_WITH_--features_mpi
 # Needs Open MPI's mpirun (Debian: openmpi-bin). Runs as root and oversubscribed, as CI does.
@@ -13,18 +17,25 @@ trap 'rm -rf "$work"' EXIT
 cd "$work"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader
-run=(train --model gpt-tiny --dropout 0 --micro-batch 2 --steps 6 --eval-batches 1
-     --no-timeline --no-auto --deterministic)
+base=(train --model gpt-tiny --dropout 0 --micro-batch 2 --eval-batches 1
+      --no-timeline --no-auto --deterministic)
+run=("${base[@]}" --steps 6)
 same() {
   python3 - "$1" "$2" <<'PY'
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
-ok = a["losses"] == b["losses"] and a["peak_bytes_by_category"] == b["peak_bytes_by_category"]
+def counts(r):
+    c = dict(r["communication"]["counts"])
+    c.pop("busy_ns")
+    return c
+ok = (a["losses"] == b["losses"]
+      and a["peak_bytes_by_category"] == b["peak_bytes_by_category"]
+      and counts(a) == counts(b))
 sys.exit(0 if ok else 1)
 PY
 }
 passed=0; failed=0
-for case in "2 0" "3 0" "2 1"; do
+for case in "2 0" "3 0" "2 1" "3 2" "2 3" "4 3"; do
   set -- $case
   timeout 120 mpirun -n "$1" "$bin" "${run[@]}" --zero "$2" --json-report "mpi-$1-$2.json" \
     >/dev/null 2>"mpi-$1-$2.err" || { cat "mpi-$1-$2.err" >&2; }
@@ -52,5 +63,28 @@ else
   failed=$((failed + 1)); echo "a failing rank did not end the job cleanly (exit $rc after $took s)" >&2
   cat fail.out >&2
 fi
+# Injected faults (HEADROOM_FAULT=RANK:KIND@STEP): against a healthy run's time to step 3.
+start=$(date +%s%N)
+timeout 120 mpirun -n 3 "$bin" "${base[@]}" --zero 2 --steps 3 >/dev/null 2>healthy.err \
+  || { cat healthy.err >&2; }
+healthy_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+fault() {  # fault SPEC BOUND_MS EXPECTED_TEXT [flags…]
+  local spec=$1 bound=$2 text=$3 rc t0 took
+  shift 3
+  t0=$(date +%s%N)
+  if HEADROOM_FAULT=$spec timeout 120 mpirun -n 3 "$bin" "${base[@]}" --zero 2 --steps 8 "$@" \
+    >fault.out 2>&1; then rc=0; else rc=$?; fi
+  took=$(( ($(date +%s%N) - t0) / 1000000 ))
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$took" -lt "$bound" ] && grep -qF "$text" fault.out; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "HEADROOM_FAULT=$spec: exit $rc after $took ms (bound $bound ms, healthy $healthy_ms ms to step 3), expected '$text'" >&2
+    cat fault.out >&2
+  fi
+}
+fault 1:error@3 $((healthy_ms + 5000)) "rank 1: injected fault at step 3"
+fault 1:panic@3 $((healthy_ms + 5000)) "rank 1: panicked"
+fault 1:sleep@3 $((healthy_ms + 3000 + 5000)) "still waiting after 3s" --collective-timeout 3
 echo "mpi-check: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

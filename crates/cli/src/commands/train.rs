@@ -134,7 +134,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         stop: &signals.requested,
     };
     let stopped = if let Some(comm) = mpi {
-        run.train(Some(comm))?
+        let rank = comm.rank();
+        run.train(Some(comm)).map_err(|e| on_rank(e, rank))?
     } else if config.data_parallel == 1 {
         run.train(None)?
     } else {
@@ -184,15 +185,7 @@ fn group_outcome(
                 } else {
                     &mut cause
                 };
-                // A collective's error names its rank already.
-                let named = e.downcast_ref::<TrainError>().is_some_and(|t| {
-                    matches!(t, TrainError::Communication(_))
-                });
-                slot.get_or_insert(if named {
-                    e
-                } else {
-                    e.context(format!("rank {rank}"))
-                });
+                slot.get_or_insert(on_rank(e, rank));
             }
             Err(_) => {
                 cause.get_or_insert(anyhow::anyhow!("rank {rank} panicked"));
@@ -203,6 +196,18 @@ fn group_outcome(
         (Some(e), _) => Err(e),
         (None, Some(stop)) => Ok(stop),
         (None, None) => Err(anyhow::anyhow!("no rank finished")),
+    }
+}
+
+/// A rank's error, naming the rank (a collective's error names it already).
+fn on_rank(e: anyhow::Error, rank: usize) -> anyhow::Error {
+    let named = e
+        .downcast_ref::<TrainError>()
+        .is_some_and(|t| matches!(t, TrainError::Communication(_)));
+    if named {
+        e
+    } else {
+        e.context(format!("rank {rank}"))
     }
 }
 
