@@ -176,10 +176,67 @@ fn train_chooses_a_strategy_when_no_lever_is_given_and_keeps_pinned_ones() {
     assert_eq!(r["config"]["precision"], "fp32");
 }
 
+/// `headroom plan --data-parallel N` plans one rank of N: every ZeRO stage is searched and
+/// ranked, each stage holds a rank's share of the optimizer state (AdamW's 8 bytes per
+/// parameter, sharded from stage 1 on), and `--zero` pins one.
+#[test]
+fn plan_ranks_the_zero_stages_for_data_parallel_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "plan",
+        "--model",
+        "gpt-small",
+        "--device-memory",
+        "64MiB",
+        "--data-parallel",
+        "4",
+        "--precision",
+        "fp32",
+        "--optimizer",
+        "adamw",
+        "--top",
+        "40",
+        "--json",
+    ];
+    let o = headroom(&args, dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o.stdout);
+    assert_eq!(v["hardware"]["world_size"], 4);
+    assert_eq!(
+        v["workload"]["global_batch"].as_u64().unwrap(),
+        4 * v["workload"]["batch_per_rank"].as_u64().unwrap()
+    );
+    let plans = v["plans"].as_array().unwrap();
+    let stage = |p: &Value| p["strategy"]["zero_stage"].as_u64().unwrap();
+    let mut stages: Vec<u64> = plans.iter().map(stage).collect();
+    stages.sort_unstable();
+    stages.dedup();
+    assert_eq!(stages, vec![0, 1, 2, 3]);
+    // gpt-small's 842,496 parameters: AdamW's two fp32 moments, 6,739,968 bytes whole, about a
+    // quarter of it per rank when sharded (each block's shard rounded up to 512 bytes).
+    let psi = 842_496u64;
+    for p in plans {
+        let optim = p["memory"]["by_category"]["optimizer_state"]
+            .as_u64()
+            .unwrap();
+        if stage(p) == 0 {
+            assert_eq!(optim, 8 * psi, "{p}");
+        } else {
+            assert!(optim >= 2 * psi && optim < 2 * psi + 16 * 1024, "{p}");
+        }
+    }
+    let mut pinned = args.to_vec();
+    pinned.extend(["--zero", "3"]);
+    let o = headroom(&pinned, dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o.stdout);
+    assert!(v["plans"].as_array().unwrap().iter().all(|p| stage(p) == 3));
+}
+
 #[test]
 fn inputs_that_do_not_apply_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 7] = [
         (&["plan", "--model", "gpt-tiny"], "--device-memory"),
         (
             &[
@@ -191,7 +248,35 @@ fn inputs_that_do_not_apply_are_clear_errors() {
                 "--zero",
                 "2",
             ],
-            "ZeRO stage 0",
+            "add --data-parallel N",
+        ),
+        (
+            &[
+                "plan",
+                "--model",
+                "gpt-tiny",
+                "--device-memory",
+                "8MiB",
+                "--data-parallel",
+                "3",
+                "--global-batch",
+                "16",
+            ],
+            "does not split over --data-parallel 3",
+        ),
+        (
+            &[
+                "plan",
+                "--model",
+                "gpt2",
+                "--gpu",
+                "A100-80GB",
+                "--seq-len",
+                "128",
+                "--data-parallel",
+                "2",
+            ],
+            "--gpus-per-node",
         ),
         (
             &[

@@ -28,6 +28,26 @@ impl std::fmt::Display for Collective {
     }
 }
 
+impl Collective {
+    /// Elements one rank sends in this collective of `elements` (as counted: the data of an
+    /// all-reduce or broadcast, the input of a reduce-scatter or all-gather) among `world`
+    /// ranks when it runs as a ring, the bandwidth-optimal schedule (Patarasuk & Yuan 2009):
+    /// an all-reduce 2(N−1)/N·n, a reduce-scatter (N−1)/N·n, an all-gather (N−1)·n, a
+    /// pipelined broadcast about n, a barrier nothing.
+    pub fn ring_elements(self, elements: u64, world: usize) -> f64 {
+        let n = world.max(1) as f64;
+        let e = elements as f64;
+        match self {
+            _ if world <= 1 => 0.0,
+            Collective::AllReduce => 2.0 * (n - 1.0) / n * e,
+            Collective::ReduceScatter => (n - 1.0) / n * e,
+            Collective::AllGather => (n - 1.0) * e,
+            Collective::Broadcast => e,
+            Collective::Barrier => 0.0,
+        }
+    }
+}
+
 /// Why a collective failed; every variant names the rank that saw it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CommError {
@@ -129,20 +149,17 @@ impl CollectiveCounts {
     }
 
     /// Elements this rank sends over the network in a group of `world` ranks if every
-    /// collective runs as a ring (the bandwidth-optimal schedule; Patarasuk & Yuan 2009): an
-    /// all-reduce of n sends 2(N−1)/N·n, a reduce-scatter of an n-element input (N−1)/N·n, an
-    /// all-gather of an n-element input (N−1)·n, a pipelined broadcast of n about n.
+    /// collective runs as a ring (see [`Collective::ring_elements`]).
     pub fn ring_elements(&self, world: usize) -> f64 {
-        let n = world.max(1) as f64;
-        let part = (n - 1.0) / n;
-        2.0 * part * self.all_reduce.1 as f64
-            + part * self.reduce_scatter.1 as f64
-            + (n - 1.0) * self.all_gather.1 as f64
-            + if world > 1 {
-                self.broadcast.1 as f64
-            } else {
-                0.0
-            }
+        [
+            (Collective::AllReduce, self.all_reduce.1),
+            (Collective::ReduceScatter, self.reduce_scatter.1),
+            (Collective::AllGather, self.all_gather.1),
+            (Collective::Broadcast, self.broadcast.1),
+        ]
+        .iter()
+        .map(|&(kind, elements)| kind.ring_elements(elements, world))
+        .sum()
     }
 
     /// Elements contributed over every collective.
@@ -176,6 +193,18 @@ pub trait Communicator: Send {
     fn fail(&mut self, reason: &str);
     /// What this rank has communicated so far.
     fn counts(&self) -> CollectiveCounts;
+    /// A collective of `elements` (counted as the data-moving call would count them) whose
+    /// buffers hold no bytes: a dry run on a shape-only device. Only a shape-only rank takes
+    /// it; a communicator that moves data refuses it.
+    fn without_data(&mut self, kind: Collective, elements: usize) -> Result<(), CommError> {
+        Err(CommError::BadArguments {
+            rank: self.rank(),
+            collective: kind,
+            reason: format!(
+                "no data for {elements} elements: shape-only buffers reached a communicator that moves data"
+            ),
+        })
+    }
     /// Marks this rank's work complete: dropping a rank that never completed means it failed
     /// (an error returned early), which a transport that would otherwise hang (MPI) turns into
     /// ending the job.

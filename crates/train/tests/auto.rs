@@ -242,6 +242,8 @@ fn a_dry_run_counts_the_work_of_a_step() {
             f16: 1e9,
         },
         kernel_overhead_s: 0.0,
+        collective_elements_per_s: 0.0,
+        collective_overhead_s: 0.0,
     };
     // Accumulating 4 micro-batches of 2 (the dry run runs 2 of them and extrapolates the rest)
     // does 4 times the work of one.

@@ -119,6 +119,19 @@ fn each_stage_communicates_what_the_zero_paper_says() {
             (sent - expected).abs() < 8.0 * n as f64,
             "{label}: {sent} sent per step, theory {expected}"
         );
+        // The dry run counts the same collectives into a step's work, which the speed model
+        // times: a steady step's ring elements are the real run's per step.
+        let dry = headroom_train::predict::dry_run_counted(&c, &Corpus::bundled()).unwrap();
+        let counted = dry.step_work.collective_elements;
+        assert!(
+            (counted - sent).abs() <= 1e-9 * sent,
+            "{label}: dry run {counted}, measured {sent}"
+        );
+        assert_eq!(
+            dry.step_work.collectives * steps,
+            r.counts.calls() - validation.0,
+            "{label}"
+        );
     }
 }
 

@@ -138,6 +138,11 @@ pub struct PlanArgs {
     /// Batches each rank's loader queues ahead (with --workers).
     #[arg(long, value_name = "K", default_value_t = 2, requires = "workers")]
     pub prefetch: u64,
+    /// headroom's own models: plan one rank of N data-parallel ranks (as `headroom train
+    /// --data-parallel N` runs them), the ZeRO stage searched unless --zero pins it; the
+    /// budget is per rank and --global-batch is split over the ranks.
+    #[arg(long, value_name = "N")]
+    pub data_parallel: Option<usize>,
     /// Pin the precision: fp32, bf16-mixed, fp16-mixed, bf16.
     #[arg(long, value_parser = parse_flag::<Precision>)]
     pub precision: Option<Precision>,
@@ -199,6 +204,11 @@ pub fn run(args: PlanArgs) -> Result<()> {
     if args.device_memory.is_some() {
         bail!(
             "--device-memory is the budget of headroom's own models; for a Hugging Face model give --gpu and, to change its memory, --gpu-memory"
+        );
+    }
+    if args.data_parallel.is_some() {
+        bail!(
+            "--data-parallel plans headroom's own models; for a Hugging Face model give --gpus-per-node and --nodes"
         );
     }
     let Some(seq_len) = args.seq_len else {

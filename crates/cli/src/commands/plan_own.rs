@@ -101,12 +101,15 @@ fn reject_planner_only_flags(args: &PlanArgs) -> Result<()> {
             "{flag} applies to the analytical planner (Hugging Face models); headroom's own models are planned by dry runs on one device"
         );
     }
-    if args.zero.is_some_and(|z| z.number() != 0)
-        || args.offload_optimizer.is_some_and(|o| o != Offload::None)
+    if args.offload_optimizer.is_some_and(|o| o != Offload::None)
         || args.offload_params.is_some_and(|o| o != Offload::None)
     {
+        bail!("headroom's engine keeps every state on the device; drop --offload-*");
+    }
+    if args.zero.is_some_and(|z| z.number() != 0) && ranks(args) < 2 {
         bail!(
-            "headroom's single-device engine runs ZeRO stage 0 without offload; drop --zero and --offload-*"
+            "--zero {} shards over data-parallel ranks: add --data-parallel N (N ≥ 2), or drop --zero",
+            args.zero.map_or(0, |z| z.number())
         );
     }
     Ok(())
@@ -129,10 +132,25 @@ fn budget(args: &PlanArgs) -> Result<(u64, Option<String>)> {
     )
 }
 
-/// The run to plan: the model, sequence, effective batch and budget (the rest at defaults).
+/// The data-parallel ranks planned for (`--data-parallel`, 1 by default).
+fn ranks(args: &PlanArgs) -> usize {
+    args.data_parallel.unwrap_or(1)
+}
+
+/// The run to plan: the model, sequence, effective batch per rank, ranks and budget (the rest
+/// at defaults).
 fn run_config(args: &PlanArgs, budget: u64) -> Result<RunConfig> {
-    let (micro_batch, accumulation) = match (args.global_batch, args.micro_batch, args.accumulation)
-    {
+    let n = ranks(args);
+    if n == 0 {
+        bail!("--data-parallel 0: a run needs at least one rank");
+    }
+    let per_rank = match args.global_batch {
+        Some(g) if g % n as u64 != 0 => bail!(
+            "--global-batch {g} does not split over --data-parallel {n} ranks; give a multiple of {n}"
+        ),
+        g => g.map(|g| g / n as u64),
+    };
+    let (micro_batch, accumulation) = match (per_rank, args.micro_batch, args.accumulation) {
         (Some(0), ..) => bail!("--global-batch 0: a batch needs at least one sequence"),
         (Some(g), m, a) => {
             let m = m.unwrap_or(g / a.unwrap_or(1).max(1));
@@ -150,6 +168,7 @@ fn run_config(args: &PlanArgs, budget: u64) -> Result<RunConfig> {
         micro_batch: Some(micro_batch as usize),
         accumulation: Some(accumulation as usize),
         device_memory: Some(headroom_memory::ByteSize(budget)),
+        data_parallel: Some(n),
         ..Default::default()
     };
     Ok(config.resolve()?)
@@ -175,6 +194,7 @@ fn pins(args: &PlanArgs) -> Result<Pins> {
         attention: args.attention,
         micro_batch: args.micro_batch,
         accumulation: args.accumulation,
+        zero_stage: args.zero,
         ..Pins::default()
     })
 }
@@ -200,14 +220,15 @@ fn to_json(
         "hardware": {
             "device": "headroom CPU engine",
             "gpu": gpu,
-            "world_size": 1,
+            "world_size": config.data_parallel,
             "device_memory_bytes": config.device_memory,
             "speed": outcome.speed,
         },
         "workload": {
             "seq_len": outcome.seq_len,
-            "global_batch": outcome.effective_batch,
-            "tokens_per_step": outcome.seq_len * outcome.effective_batch,
+            "batch_per_rank": outcome.effective_batch,
+            "global_batch": outcome.effective_batch * config.data_parallel,
+            "tokens_per_step": outcome.seq_len * outcome.effective_batch * config.data_parallel,
         },
         "cost_model": {
             "memory": "dry run: the trainer's steps on a shape-only device through the real caching allocator",
@@ -239,15 +260,25 @@ fn to_text(
         group_digits(spec.num_params() as u64),
         spec.depth()
     );
+    let n = config.data_parallel;
+    let ranks = match n {
+        1 => String::new(),
+        n => format!(" per rank, {n} data-parallel ranks"),
+    };
     out += &format!(
-        "Device    headroom CPU engine, budget {}\n",
+        "Device    headroom CPU engine, budget {}{ranks}\n",
         format_bytes(config.device_memory)
     );
     out += &format!(
-        "Workload  seq {} × batch {} = {} tokens per step\n",
+        "Workload  seq {} × batch {}{} = {} tokens per step\n",
         outcome.seq_len,
         outcome.effective_batch,
-        group_digits((outcome.seq_len * outcome.effective_batch) as u64)
+        if n > 1 {
+            format!(" per rank × {n} ranks")
+        } else {
+            String::new()
+        },
+        group_digits((outcome.seq_len * outcome.effective_batch * n) as u64)
     );
     out += &format!(
         "Searched  {} dry runs in {:.2} s (speed model measured on this machine); {} fit\n\n",

@@ -66,6 +66,10 @@ pub struct Work {
     /// The part of the matmul and attention FLOPs spent re-running checkpointed forwards
     /// (already included in the fields above).
     pub recompute_flops: f64,
+    /// Collectives joined (a data-parallel rank of a dry run: see [`collective`]).
+    pub collectives: u64,
+    /// Elements those collectives send from this rank on a ring.
+    pub collective_elements: f64,
 }
 
 impl Work {
@@ -85,6 +89,12 @@ impl Work {
                 self.kernels.saturating_sub(o.kernels)
             },
             recompute_flops: self.recompute_flops + sign * o.recompute_flops,
+            collectives: if sign > 0.0 {
+                self.collectives + o.collectives
+            } else {
+                self.collectives.saturating_sub(o.collectives)
+            },
+            collective_elements: self.collective_elements + sign * o.collective_elements,
         }
     }
 }
@@ -98,6 +108,8 @@ impl Work {
             elementwise_bytes: PerWidth::default().plus(self.elementwise_bytes, n),
             kernels: (self.kernels as f64 * n).round() as u64,
             recompute_flops: self.recompute_flops * n,
+            collectives: (self.collectives as f64 * n).round() as u64,
+            collective_elements: self.collective_elements * n,
         }
     }
 }
@@ -157,6 +169,17 @@ fn record(f: impl FnOnce(&mut Work)) {
         if let Some(w) = m.borrow_mut().as_mut() {
             w.kernels += 1;
             f(w);
+        }
+    });
+}
+
+/// A collective that sends `sent_elements` from this rank (on a ring), joined inside a
+/// [`count_work`] scope; called by the shape-only communicator of a dry run. Not a kernel.
+pub fn collective(sent_elements: f64) {
+    METER.with(|m| {
+        if let Some(w) = m.borrow_mut().as_mut() {
+            w.collectives += 1;
+            w.collective_elements += sent_elements;
         }
     });
 }
@@ -238,5 +261,15 @@ mod tests {
             recomputing(|| matmul(DType::F32, 1, 4, 4, 4));
         });
         assert_eq!((r.matmul_flops.f32, r.recompute_flops), (144.0, 128.0));
+        let ((), c) = count_work(|| {
+            collective(1.5);
+            collective(2.5);
+        });
+        assert_eq!(
+            (c.collectives, c.collective_elements, c.kernels),
+            (2, 4.0, 0)
+        );
+        assert_eq!(c.times(3.0).collectives, 6);
+        assert_eq!((c - c.times(0.5)).collective_elements, 2.0);
     }
 }

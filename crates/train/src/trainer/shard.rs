@@ -4,13 +4,13 @@
 //! — and the collectives that move shards: gradients summed and scattered (reduce-scatter),
 //! parameters gathered (all-gather). Every collective runs through f32 buckets from the device
 //! allocator, tagged `communication` and freed after it; on a shape-only device (a dry run)
-//! the buckets are counted and nothing moves.
+//! the buckets and the collectives are counted and nothing moves.
 //!
 //! Not for: the update rule (the optimizer) or when the collectives run (`step`, `zero`).
 
 use super::TrainError;
 use super::precision::{store_f32, store_f32_at};
-use headroom_dist::Communicator;
+use headroom_dist::{Collective, Communicator};
 use headroom_memory::{Category, Device, DeviceBuffer};
 use headroom_tensor::{DType, Tensor};
 use std::ops::Range;
@@ -63,6 +63,7 @@ pub(super) fn gather_into(
     let device = flat.device();
     let mut bucket = f32_bucket(&device, padded * comm.world_size(), "params.gather.bucket")?;
     let Some(all) = bucket_values(&mut bucket) else {
+        comm.without_data(Collective::AllGather, padded)?;
         return Ok(());
     };
     let mut part = shard.to_vec();
@@ -86,6 +87,7 @@ pub(super) fn gather_params(
             padded * comm.world_size(),
             "params.gather.bucket",
         )?;
+        comm.without_data(Collective::AllGather, padded)?;
         return Ok(());
     }
     let mut part = vec![0.0f32; padded];
@@ -107,6 +109,7 @@ fn reduce_scatter_with(
     let mut bucket = f32_bucket(&device, padded * comm.world_size(), label)?;
     let mut mine = f32_bucket(&device, padded, label)?;
     let (Some(all), Some(out)) = (bucket_values(&mut bucket), bucket_values(&mut mine)) else {
+        comm.without_data(Collective::ReduceScatter, padded * comm.world_size())?;
         return Ok(());
     };
     let numel = grad.numel();

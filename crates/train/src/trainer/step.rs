@@ -16,6 +16,7 @@ use super::zero::ZeroHooks;
 use super::{TrainError, TrainEvent, Trainer};
 use crate::report::{PHASE_STEPS, Phase, PhaseBytes};
 use crate::scaler::ScalerDecision;
+use headroom_dist::Collective;
 use headroom_memory::Category;
 use headroom_nn::grad::{GradStats, grad_multiplier, grad_stats};
 use headroom_nn::optim::FlatParams;
@@ -298,7 +299,9 @@ impl Trainer {
             }
             let mut bucket = f32_bucket(&self.device, block.numel(), &label)?;
             let Some(values) = bucket_values(&mut bucket) else {
-                continue; // a dry run: the bucket's bytes are counted, nothing is reduced
+                // A dry run: the bucket's bytes and the collective are counted, nothing moves.
+                comm.without_data(Collective::AllReduce, block.numel())?;
+                continue;
             };
             grad.with_slice::<f32, _>(|g| values.copy_from_slice(g))
                 .or_else(|_| grad.to_vec_f32().map(|g| values.copy_from_slice(&g)))?;
@@ -332,11 +335,14 @@ impl Trainer {
             sum_squares: 0.0,
             all_finite: true,
         };
-        if self.dry {
-            return Ok(total);
-        }
         let (rank, world) = self.rank();
         let sharded = self.zero_stage() >= 1;
+        if self.dry {
+            if let (true, Some(comm)) = (sharded, self.comm.as_mut()) {
+                comm.without_data(Collective::AllGather, 3)?;
+            }
+            return Ok(total);
+        }
         for block in self.model.blocks() {
             let s = match block
                 .shard()
@@ -419,9 +425,10 @@ impl Trainer {
             };
             if self.dry {
                 // Same allocations as a real update (state, scratch), no arithmetic.
-                if (1..3).contains(&stage) {
+                if let (1 | 2, Some(comm)) = (stage, self.comm.as_deref_mut()) {
                     let label = "params.gather.bucket";
                     let _bucket = f32_bucket(&self.device, padded * world, label)?;
+                    comm.without_data(Collective::AllGather, padded)?;
                 }
                 continue;
             }

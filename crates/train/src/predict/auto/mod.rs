@@ -115,7 +115,14 @@ pub fn plan(config: &RunConfig, corpus: &Corpus, pins: &Pins) -> Result<AutoPlan
     let largest = batch_splits(effective_batch, pins.micro_batch, pins.accumulation)
         .first()
         .map_or(1, |&(m, _)| m as usize);
-    let speed = SpeedModel::measure(calibration_shapes(&spec, seq_len, largest))?;
+    let mut shapes = calibration_shapes(&spec, seq_len, largest);
+    if config.data_parallel > 1 {
+        // A block's flat buffer is a few of the largest matmul's weights (a GPT block 12·w²,
+        // its FFN weight 4·w²).
+        let (_, k, n) = shapes.matmul;
+        shapes.collectives = Some((config.data_parallel, (3 * k * n).clamp(1 << 12, 1 << 22)));
+    }
+    let speed = SpeedModel::measure(shapes)?;
     let has_attention = matches!(spec, headroom_nn::models::ModelSpec::Gpt(_));
     let evaluator = DryRunEvaluator::new(config, corpus, spec, speed, effective_batch);
     let outcome = search(&evaluator, pins, Some(&config.strategy))?;

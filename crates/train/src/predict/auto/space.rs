@@ -50,18 +50,18 @@ pub(crate) fn engine_space(spec: &ModelSpec, pins: &Pins, world: usize) -> Space
         (None, true) => vec![Attention::Naive, Attention::MemoryEfficient],
         (None, false) => vec![Attention::Naive],
     };
-    // Every state stays on the device; with several ranks, optimizer states may be sharded
-    // (ZeRO-1), which only lowers a rank's memory: tried when the search needs it. ZeRO-2 and 3
-    // run when pinned (--zero); the search does not weigh their extra communication yet.
+    // Every state stays on the device; with several ranks, model states may be sharded
+    // (ZeRO-1, 2, 3): each stage lowers a rank's memory, and its collectives are timed by the
+    // speed model (ZeRO-3 sends 3Ψ where the others send 2Ψ), so a stage is chosen when it fits
+    // where a lower one does not, or when it is faster.
     let placements = match (pins.zero_stage, world > 1) {
         (Some(zero_stage), _) => vec![Placement {
             zero_stage,
             ..Placement::default()
         }],
-        (None, true) => [0, 1]
-            .into_iter()
+        (None, true) => (0..=3)
             .map(|n| Placement {
-                zero_stage: ZeroStage::new(n).expect("stages 0 and 1 exist"),
+                zero_stage: ZeroStage::new(n).expect("stages 0 to 3 exist"),
                 ..Placement::default()
             })
             .collect(),
@@ -101,12 +101,14 @@ pub fn calibration_shapes(
                 matmul: (rows_for(c.width, c.ffn), c.width, c.ffn),
                 activation_elements: activation(c.width),
                 attention: Some((heads, seq_len, d)),
+                collectives: None,
             }
         }
         ModelSpec::Resmlp(c) => CalibrationShapes {
             matmul: (rows_for(c.width, c.hidden), c.width, c.hidden),
             activation_elements: activation(c.width),
             attention: None,
+            collectives: None,
         },
     }
 }

@@ -11,14 +11,20 @@
 //! - matmul FLOP/s per input width (16-bit inputs widened around the GEMM, as the engine does):
 //!   forward and backward of the model's own largest linear layer (micro-batch × sequence rows,
 //!   width × FFN), so backward's transposed operands count as in a step;
-//! - fused-attention FLOP/s: forward and backward at the model's head shape (GPTs only).
+//! - fused-attention FLOP/s: forward and backward at the model's head shape (GPTs only);
+//! - data-parallel runs: a collective's fixed cost (a one-element all-reduce) and the elements
+//!   per second a rank sends on a ring (a reduce-scatter, an all-gather and an all-reduce of a
+//!   block's size), on an in-process group of the run's world size.
 //!
 //! The step time is the sum over widths of matmul FLOPs / R_width, plus attention FLOPs /
-//! R_att, plus the sum over widths of bytes / BW_width, plus kernels × overhead. The model has
-//! no overlap or cache effects; its error against measured steps is in docs/benchmarks.md.
+//! R_att, plus the sum over widths of bytes / BW_width, plus kernels × overhead, plus
+//! collectives × their overhead and ring elements / R_comm (the engine's collectives are
+//! synchronous: nothing overlaps them). The model has no overlap or cache effects; its error
+//! against measured steps is in docs/benchmarks.md.
 //!
 //! Not for: memory (the dry run measures that) or GPU time (the planner's analytical model).
 
+use headroom_dist::{Collective, CommError, Communicator, ThreadGroup};
 use headroom_memory::{AllocatorConfig, Category, Device};
 pub use headroom_plan::cost::StepTime;
 use headroom_tensor::backend::work::{PerWidth, Work, count_work};
@@ -51,6 +57,11 @@ pub struct SpeedModel {
     pub attention_flops_per_s: f64,
     pub elementwise_bytes_per_s: Rates,
     pub kernel_overhead_s: f64,
+    /// Data-parallel runs: elements a rank sends per second on a ring (0: not measured, a
+    /// single rank).
+    pub collective_elements_per_s: f64,
+    /// The fixed cost of one collective.
+    pub collective_overhead_s: f64,
 }
 
 /// The shapes the rates are measured at.
@@ -63,6 +74,8 @@ pub struct CalibrationShapes {
     pub activation_elements: usize,
     /// `(batch × heads, sequence, head width)` of the attention, if the model has one.
     pub attention: Option<(usize, usize, usize)>,
+    /// `(world size, elements)` of a data-parallel run's collectives (a block's size).
+    pub collectives: Option<(usize, usize)>,
 }
 
 /// How long each measurement repeats its workload (best of three such batches).
@@ -127,11 +140,17 @@ impl SpeedModel {
             }
             None => matmul.f32,
         };
+        let (collective_overhead_s, collective_elements_per_s) = match shapes.collectives {
+            Some((world, elements)) if world > 1 => measure_collectives(world, elements),
+            _ => (0.0, 0.0),
+        };
         Ok(SpeedModel {
             matmul_flops_per_s: matmul,
             attention_flops_per_s: attention,
             elementwise_bytes_per_s: bandwidth,
             kernel_overhead_s: overhead,
+            collective_elements_per_s,
+            collective_overhead_s,
         })
     }
 
@@ -143,7 +162,13 @@ impl SpeedModel {
             .elementwise_bytes
             .over(&self.elementwise_bytes_per_s.per_width());
         let kernel_overhead_s = work.kernels as f64 * self.kernel_overhead_s;
-        let step_s = compute_s + memory_bound_s + kernel_overhead_s;
+        let communication_s = work.collectives as f64 * self.collective_overhead_s
+            + if self.collective_elements_per_s > 0.0 {
+                work.collective_elements / self.collective_elements_per_s
+            } else {
+                0.0
+            };
+        let step_s = compute_s + memory_bound_s + kernel_overhead_s + communication_s;
         let model_flops = work.flops() - work.recompute_flops;
         StepTime {
             step_s,
@@ -154,12 +179,65 @@ impl SpeedModel {
             memory_bound_s,
             kernel_overhead_s,
             optimizer_s: 0.0,
-            exposed_communication_s: 0.0,
+            exposed_communication_s: communication_s,
             offload_s: 0.0,
-            communication_bytes_per_device: 0.0,
+            communication_bytes_per_device: 4.0 * work.collective_elements,
             mfu: model_flops / step_s / self.matmul_flops_per_s.f32,
         }
     }
+}
+
+/// A collective's fixed cost and the ring elements per second a rank sends, on an in-process
+/// group of `world` ranks moving blocks of `elements`.
+fn measure_collectives(world: usize, elements: usize) -> (f64, f64) {
+    let elements = elements.div_ceil(world).max(1) * world;
+    // One element: the fixed cost (each run also broadcasts whether to go on: two collectives).
+    let latency = time_on_group(world, &|c| c.all_reduce_sum(&mut [1.0])) / 2.0;
+    let data = vec![0.5f32; elements];
+    let blocks = time_on_group(world, &|c| {
+        let mut shard = vec![0.0f32; elements / world];
+        let mut whole = vec![0.0f32; elements];
+        c.reduce_scatter_sum(&data, &mut shard)?;
+        c.all_gather(&shard, &mut whole)?;
+        c.all_reduce_sum(&mut whole)
+    });
+    let sent = Collective::ReduceScatter.ring_elements(elements as u64, world)
+        + Collective::AllGather.ring_elements((elements / world) as u64, world)
+        + Collective::AllReduce.ring_elements(elements as u64, world);
+    // Three collectives and the broadcast per run.
+    let moving = (blocks - 4.0 * latency).max(blocks * 0.05);
+    (latency, sent / moving)
+}
+
+/// Seconds per run of `f` on every rank of an in-process group of `world`: the best of three
+/// batches of at least [`MEASURE_FOR`], the slowest rank's.
+fn time_on_group(
+    world: usize,
+    f: &(dyn Fn(&mut dyn Communicator) -> std::result::Result<(), CommError> + Sync),
+) -> f64 {
+    ThreadGroup::run(world, Duration::from_secs(60), |mut rank| {
+        let mut best = f64::INFINITY;
+        for _ in 0..3 {
+            let started = Instant::now();
+            let mut runs = 0u32;
+            // Every rank runs as often as rank 0 says.
+            loop {
+                f(&mut rank)?;
+                runs += 1;
+                let go_on = runs < 2 || started.elapsed() < MEASURE_FOR;
+                let mut vote = [f32::from(u8::from(go_on))];
+                rank.broadcast(&mut vote, 0)?;
+                if vote[0] == 0.0 {
+                    break;
+                }
+            }
+            best = best.min(started.elapsed().as_secs_f64() / f64::from(runs));
+        }
+        Ok::<f64, CommError>(best)
+    })
+    .into_iter()
+    .filter_map(|r| r.ok().and_then(std::result::Result::ok))
+    .fold(0.0f64, f64::max)
 }
 
 /// One calibration: the workload's counted work and its best measured time.
@@ -219,6 +297,8 @@ mod tests {
             attention_flops_per_s: 2e8,
             elementwise_bytes_per_s: rates(1e9, 2.5e8, 1e8),
             kernel_overhead_s: 1e-6,
+            collective_elements_per_s: 1e6,
+            collective_overhead_s: 1e-3,
         };
         let width = |f32, bf16, f16| PerWidth { f32, bf16, f16 };
         let work = Work {
@@ -227,13 +307,18 @@ mod tests {
             elementwise_bytes: width(5e8, 5e7, 1e7),
             kernels: 1000,
             recompute_flops: 1e9,
+            collectives: 10,
+            collective_elements: 2e5,
         };
         let t = speed.step_time(&work, 1000.0);
-        // 2 + 2 + 1 s of compute; 0.5 + 0.2 + 0.1 s memory bound; 1 ms of kernel overhead.
+        // 2 + 2 + 1 s of compute; 0.5 + 0.2 + 0.1 s memory bound; 1 ms of kernel overhead;
+        // 10 ms of collectives' overhead and 0.2 s sending 2e5 elements at 1e6 per second.
         assert!((t.compute_s - 5.0).abs() < 1e-12);
         assert!((t.memory_bound_s - 0.8).abs() < 1e-12);
-        assert!((t.step_s - 5.801).abs() < 1e-12);
+        assert!((t.exposed_communication_s - 0.21).abs() < 1e-12);
+        assert_eq!(t.communication_bytes_per_device, 8e5);
+        assert!((t.step_s - 6.011).abs() < 1e-12);
         assert_eq!(t.model_flops, 2.2e9);
-        assert!((t.tokens_per_s - 1000.0 / 5.801).abs() < 1e-9);
+        assert!((t.tokens_per_s - 1000.0 / 6.011).abs() < 1e-9);
     }
 }
