@@ -10,6 +10,7 @@ use super::fault::{Fault, FaultKind};
 use super::precision::{f32_range_copy, store_f32, store_f32_at, with_grads};
 use super::schedule::learning_rate;
 use super::shard::{bucket_values, f32_bucket, gather_into, ranges_within, shard_of};
+use super::trust::{BlockShard, update_shard};
 use super::zero::ZeroHooks;
 use super::{TrainError, TrainEvent, Trainer};
 use crate::report::{PHASE_STEPS, Phase, PhaseBytes};
@@ -357,7 +358,8 @@ impl Trainer {
     /// The optimizer update on fp32 weights: the parameters themselves (fp32), the master copies
     /// (mixed modes, then cast back), or a temporary fp32 copy (pure bf16). Under ZeRO each rank
     /// updates its shard of every block only (its optimizer state and master weights cover just
-    /// that), reading its gradient shard under ZeRO-2/3; the updated parameters are then
+    /// that), reading its gradient shard under ZeRO-2/3 (LAMB completes the sums of the weights
+    /// its shard cuts over ranks, see `trust`); the updated parameters are then
     /// gathered from every rank (ZeRO-1/2), or stay sharded until the next forward gathers them
     /// (ZeRO-3).
     fn update_weights(&mut self, multiplier: f32, lr: f32) -> Result<(), TrainError> {
@@ -379,7 +381,8 @@ impl Trainer {
         self.optimizer.begin_step();
         for (i, block) in self.model.blocks().iter().enumerate() {
             let (range, padded) = shards[i].clone();
-            let ranges = ranges_within(&block.ranges(), &range);
+            let weights_at = block.ranges();
+            let ranges = ranges_within(&weights_at, &range);
             // Where the rank's parameters and gradients live, and the shard's place in each.
             let shard = block.shard();
             let (params, at_params) = match shard.and_then(|s| s.params.as_ref()) {
@@ -416,6 +419,7 @@ impl Trainer {
                 0..range.len()
             };
             let optimizer = &mut self.optimizer;
+            let comm = self.comm.as_deref_mut().filter(|_| stage >= 1);
             with_grads(grads, |g| {
                 weights.with_slice_mut::<f32, _>(|w| {
                     let mut group = FlatParams {
@@ -423,7 +427,12 @@ impl Trainer {
                         grads: g.range(at_grads.clone()),
                         tensors: &ranges,
                     };
-                    optimizer.update_group(i, &mut group, multiplier, lr)
+                    let shard = BlockShard {
+                        weights: &weights_at,
+                        shard: &range,
+                        padded,
+                    };
+                    update_shard(optimizer, comm, i, &mut group, shard, (multiplier, lr))
                 })
             })???;
             // The rank's updated values, cast into the compute parameters when they are a copy.
