@@ -59,12 +59,6 @@ impl Strategy {
                 Optimizer::engine_accepted()
             ));
         }
-        if self.placement.zero_stage.shards_optimizer() && self.optimizer == Optimizer::Lamb {
-            return Some(format!(
-                "--optimizer lamb with --zero {}: LAMB's per-tensor trust ratio needs whole tensors, which a rank's shard cuts; use adamw or sgd-momentum, or --zero 0",
-                self.placement.zero_stage
-            ));
-        }
         if self.placement.offload_optimizer.is_offloaded()
             || self.placement.offload_params.is_offloaded()
         {
@@ -163,15 +157,18 @@ mod tests {
             ..strategy()
         };
         assert_eq!(zero1.engine_incompatibility(), None);
-        let lamb = Strategy {
-            optimizer: Optimizer::Lamb,
-            ..zero1
-        };
-        assert!(
-            lamb.engine_incompatibility()
-                .unwrap()
-                .contains("trust ratio")
-        );
+        // LAMB too: its trust ratios' sums over the weights a shard cuts are all-reduced.
+        for stage in 1..=3 {
+            let lamb = Strategy {
+                optimizer: Optimizer::Lamb,
+                placement: Placement {
+                    zero_stage: ZeroStage::new(stage).unwrap(),
+                    ..Placement::default()
+                },
+                ..strategy()
+            };
+            assert_eq!(lamb.engine_incompatibility(), None, "ZeRO-{stage}");
+        }
         let s = Strategy {
             optimizer: Optimizer::Lamb,
             placement: Placement {

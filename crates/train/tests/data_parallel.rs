@@ -2,9 +2,9 @@
 //! and its share of every global batch, gradients summed over ranks in rank order, give losses
 //! and weights bitwise equal to one process accumulating the same N micro-batches in
 //! deterministic mode (each micro-batch's gradient summed whole, in order) — SGD-momentum at
-//! N ∈ {2, 3, 4}, AdamW at N ∈ {1, 2, 3, 4, 8} — and each rank communicates what the method
-//! says; ZeRO-1 is bitwise DDP and holds only its shards; saves resume; the planner's model
-//! of a rank agrees but for the framework buckets.
+//! N ∈ {2, 3, 4}, AdamW at N ∈ {1, 2, 3, 4, 8}, LAMB at N ∈ {2, 3} — and each rank
+//! communicates what the method says; ZeRO-1 is bitwise DDP and holds only its shards; saves
+//! resume; the planner's model of a rank agrees but for the framework buckets.
 
 mod common;
 
@@ -23,6 +23,7 @@ fn ddp_is_bitwise_the_single_process_run_accumulating_the_same_micro_batches() {
     for (optimizer, all_ranks) in [
         (Optimizer::SgdMomentum, &[2, 3, 4][..]),
         (Optimizer::AdamW, &[1, 2, 3, 4, 8][..]),
+        (Optimizer::Lamb, &[2, 3][..]),
     ] {
         for &ranks in all_ranks {
             let mut single = Trainer::new(config(optimizer, 2, ranks, 1), &corpus).unwrap();

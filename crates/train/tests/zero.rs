@@ -1,6 +1,6 @@
 //! ZeRO-2 and ZeRO-3 on the in-process thread group: bitwise the DDP run (itself bitwise the
 //! single-process run, see `data_parallel.rs`) with a parameter count that does not divide by
-//! the ranks; each rank's bytes per category at every phase of the first four steps against the
+//! the ranks, LAMB at every stage too (its per-weight sums completed over ranks); each rank's bytes per category at every phase of the first four steps against the
 //! ZeRO paper's accounting (Rajbhandari et al. 2020, §3: 2 + 2 + 12 bytes per parameter in
 //! mixed precision, sharded per stage) derived here by hand; the collectives each stage issues
 //! per step; the dry run's prediction of a rank; sharded saves resumed at other rank counts.
@@ -37,6 +37,72 @@ fn zero2_and_zero3_are_bitwise_ddp() {
                 }
             }
         }
+    }
+}
+
+/// LAMB's trust ratio ‖w‖ / ‖u‖ is per weight, and a rank's shard cuts some weights: each
+/// rank sums its piece, and the pieces' sums are all-reduced. By hand, per step and block, on
+/// top of what AdamW communicates at the same stage: one all-reduce when the shard boundaries
+/// (multiples of P = ⌈Ψ_b / N⌉) fall inside some weight, of 2 × 41 elements per such weight
+/// (‖w‖² and ‖u‖², each an exact 640-bit integer as 40 digits of 16 bits, whose sums over up
+/// to 256 ranks stay exact f32 integers, and one non-finite flag); nothing at DDP.
+fn lamb_extra_all_reduce(
+    weights: &[Vec<std::ops::Range<usize>>],
+    blocks: &[usize],
+    n: usize,
+) -> (u64, u64) {
+    let (mut calls, mut elements) = (0, 0);
+    for (ranges, &numel) in weights.iter().zip(blocks) {
+        let p = numel.div_ceil(n);
+        let cut = ranges
+            .iter()
+            .filter(|r| (1..n).any(|k| r.start < k * p && k * p < r.end))
+            .count() as u64;
+        if cut > 0 {
+            calls += 1;
+            elements += 2 * 41 * cut;
+        }
+    }
+    (calls, elements)
+}
+
+#[test]
+fn lamb_under_zero1_2_and_3_is_bitwise_ddp() {
+    let steps = 20;
+    for ranks in [2, 3] {
+        let ddp = config(Optimizer::Lamb, 2, 1, ranks);
+        let expected = run_ranks(&ddp, ranks);
+        for stage in [1, 2, 3] {
+            let got = run_ranks(&zero(ddp.clone(), stage), ranks);
+            let adamw = run_ranks(&zero(config(Optimizer::AdamW, 2, 1, ranks), stage), ranks);
+            for (rank, (g, w)) in got.iter().zip(&expected).enumerate() {
+                let label = format!("LAMB ZeRO-{stage}, rank {rank}/{ranks}");
+                assert_eq!(g.bits.0, w.bits.0, "losses: {label}");
+                assert!(g.bits.1 == w.bits.1, "weights differ: {label}");
+                let (calls, elements) = lamb_extra_all_reduce(&g.weights, &g.blocks, ranks);
+                // gpt-tiny's blocks are cut inside a weight at 2 and 3 ranks: the sums travel.
+                assert!(calls > 0, "{label}");
+                let base = adamw[rank].counts;
+                assert_eq!(
+                    g.counts.all_reduce,
+                    (
+                        base.all_reduce.0 + steps * calls,
+                        base.all_reduce.1 + steps * elements
+                    ),
+                    "{label}"
+                );
+                assert_eq!(g.counts.reduce_scatter, base.reduce_scatter, "{label}");
+                assert_eq!(g.counts.all_gather, base.all_gather, "{label}");
+            }
+        }
+        // DDP itself communicates what AdamW's DDP does.
+        let adamw = run_ranks(&config(Optimizer::AdamW, 2, 1, ranks), ranks);
+        let (a, b) = (expected[0].counts, adamw[0].counts);
+        assert_eq!(
+            (a.all_reduce, a.reduce_scatter, a.all_gather, a.broadcast),
+            (b.all_reduce, b.reduce_scatter, b.all_gather, b.broadcast),
+            "DDP at {ranks} ranks"
+        );
     }
 }
 
@@ -218,18 +284,24 @@ fn each_rank_holds_what_its_stage_shards_at_every_phase() {
 
 #[test]
 fn the_dry_run_predicts_a_zero2_and_a_zero3_rank_exactly() {
-    for stage in [2, 3] {
-        let mut c = zero(config(Optimizer::AdamW, 2, 1, 3), stage);
+    // LAMB's sums of cut weights are a few host floats: its prediction is exact too.
+    for (optimizer, stage) in [
+        (Optimizer::AdamW, 2),
+        (Optimizer::AdamW, 3),
+        (Optimizer::Lamb, 2),
+        (Optimizer::Lamb, 3),
+    ] {
+        let mut c = zero(config(optimizer, 2, 1, 3), stage);
         c.steps = 3;
         let predicted = headroom_train::predict::predict(&c, &Corpus::bundled()).unwrap();
         let measured = run_ranks(&c, 3).remove(0).memory;
         assert_eq!(
             predicted.memory.peak_bytes_by_category, measured.peak_bytes_by_category,
-            "ZeRO-{stage}"
+            "{optimizer} ZeRO-{stage}"
         );
         assert_eq!(
             predicted.memory.peak_allocated_bytes, measured.peak_allocated_bytes,
-            "ZeRO-{stage}"
+            "{optimizer} ZeRO-{stage}"
         );
     }
 }

@@ -32,7 +32,15 @@ impl AdamStep {
     }
 }
 
-/// Updates the moments in place and returns nothing else; shared by AdamW and LAMB.
+/// The moments after gradient `g`, in f32 (before any rounding to the state's format).
+#[inline]
+pub(crate) fn next_moments(g: f32, m: f32, v: f32, h: &AdamStep) -> (f32, f32) {
+    let mn = h.beta1 * m + (1.0 - h.beta1) * g;
+    let vn = h.beta2 * v + (1.0 - h.beta2) * g * g;
+    (mn, vn)
+}
+
+/// Updates the moments in place and returns their f32 values; shared by AdamW and LAMB.
 #[inline]
 pub(crate) fn update_moments<S: StateElem>(
     g: f32,
@@ -40,8 +48,7 @@ pub(crate) fn update_moments<S: StateElem>(
     v: &mut S,
     h: &AdamStep,
 ) -> (f32, f32) {
-    let mn = h.beta1 * m.load() + (1.0 - h.beta1) * g;
-    let vn = h.beta2 * v.load() + (1.0 - h.beta2) * g * g;
+    let (mn, vn) = next_moments(g, m.load(), v.load(), h);
     *m = S::store(mn);
     *v = S::store(vn);
     (mn, vn)

@@ -11,11 +11,13 @@
 mod adamw;
 mod lamb;
 mod sgd;
+mod square_sum;
 mod state;
 
 pub use adamw::{AdamStep, adamw_update};
-pub use lamb::lamb_update;
+pub use lamb::{TensorSums, lamb_apply, lamb_sums, lamb_update};
 pub use sgd::{SgdStep, sgd_update};
+pub use square_sum::SquareSum;
 pub use state::{StateDtype, StateElem};
 
 use crate::grad::Grads;
@@ -129,6 +131,13 @@ pub struct Optimizer {
     state: Vec<Vec<DeviceBuffer>>,
 }
 
+fn typed<S: StateElem>(buffer: &DeviceBuffer) -> &[S] {
+    let bytes = buffer
+        .as_bytes()
+        .expect("optimizer state lives on a backed device");
+    bytemuck::cast_slice(bytes)
+}
+
 fn typed_mut<S: StateElem>(buffer: &mut DeviceBuffer) -> &mut [S] {
     let bytes = buffer
         .as_bytes_mut()
@@ -222,16 +231,55 @@ impl Optimizer {
         grad_multiplier: f32,
         lr: f32,
     ) -> Result<(), OutOfMemory> {
+        self.update_group_with(index, group, grad_multiplier, lr, None)
+    }
+
+    /// Whether the update rule needs sums over whole tensors ([`Optimizer::tensor_sums`]): LAMB's
+    /// trust ratio does.
+    pub fn needs_tensor_sums(&self) -> bool {
+        self.config.kind == UpdateRule::Lamb
+    }
+
+    /// LAMB: the sums of each of `group`'s tensors (or the pieces of them it holds) that this
+    /// step's update of buffer `index` would compute; nothing changes but the state's
+    /// allocation on first use. Empty for the other rules.
+    pub fn tensor_sums(
+        &mut self,
+        index: usize,
+        group: &FlatParams<'_>,
+        grad_multiplier: f32,
+        lr: f32,
+    ) -> Result<Vec<TensorSums>, OutOfMemory> {
+        if !self.needs_tensor_sums() {
+            return Ok(Vec::new());
+        }
+        self.ensure_state(index, group.params.len())?;
+        let h = adam_step(&self.config, grad_multiplier, lr, self.step.max(1));
+        let (m, v) = (&self.state[index][0], &self.state[index][1]);
+        let (params, grads, tensors) = (&*group.params, group.grads, group.tensors);
+        Ok(match self.config.state_dtype {
+            StateDtype::F32 => lamb_sums::<f32>(params, grads, typed(m), typed(v), tensors, h),
+            StateDtype::Bf16 => lamb_sums::<bf16>(params, grads, typed(m), typed(v), tensors, h),
+        })
+    }
+
+    /// [`Optimizer::update_group`] with the sums of `group`'s whole tensors given (one per
+    /// tensor: a ZeRO shard's pieces completed over ranks); LAMB computes them itself without.
+    pub fn update_group_with(
+        &mut self,
+        index: usize,
+        group: &mut FlatParams<'_>,
+        grad_multiplier: f32,
+        lr: f32,
+        sums: Option<&[TensorSums]>,
+    ) -> Result<(), OutOfMemory> {
         self.ensure_state(index, group.params.len())?;
         let c = self.config;
-        let step = self.step.max(1);
+        let h = adam_step(&c, grad_multiplier, lr, self.step.max(1));
+        let state = &mut self.state[index];
         match c.state_dtype {
-            StateDtype::F32 => {
-                update::<f32>(&c, &mut self.state[index], group, grad_multiplier, lr, step)
-            }
-            StateDtype::Bf16 => {
-                update::<bf16>(&c, &mut self.state[index], group, grad_multiplier, lr, step)
-            }
+            StateDtype::F32 => update::<f32>(&c, state, group, h, sums),
+            StateDtype::Bf16 => update::<bf16>(&c, state, group, h, sums),
         }
         Ok(())
     }
@@ -282,15 +330,9 @@ impl Optimizer {
     }
 }
 
-fn update<S: StateElem>(
-    c: &OptimizerConfig,
-    state: &mut [DeviceBuffer],
-    group: &mut FlatParams<'_>,
-    grad_multiplier: f32,
-    lr: f32,
-    step: u64,
-) {
-    let adam = AdamStep {
+/// The Adam-family hyperparameters of step `step` (1-based).
+fn adam_step(c: &OptimizerConfig, grad_multiplier: f32, lr: f32, step: u64) -> AdamStep {
+    AdamStep {
         lr,
         beta1: c.beta1,
         beta2: c.beta2,
@@ -298,7 +340,17 @@ fn update<S: StateElem>(
         weight_decay: c.weight_decay,
         step,
         grad_multiplier,
-    };
+    }
+}
+
+fn update<S: StateElem>(
+    c: &OptimizerConfig,
+    state: &mut [DeviceBuffer],
+    group: &mut FlatParams<'_>,
+    adam: AdamStep,
+    sums: Option<&[TensorSums]>,
+) {
+    let (lr, step, grad_multiplier) = (adam.lr, adam.step, adam.grad_multiplier);
     match c.kind {
         UpdateRule::Sgd => {
             let h = SgdStep {
@@ -315,10 +367,11 @@ fn update<S: StateElem>(
         UpdateRule::AdamW | UpdateRule::Lamb => {
             let (m, v) = state.split_at_mut(1);
             let (m, v) = (typed_mut::<S>(&mut m[0]), typed_mut::<S>(&mut v[0]));
-            if c.kind == UpdateRule::AdamW {
-                adamw_update(group.params, group.grads, m, v, adam);
-            } else {
-                lamb_update(group.params, group.grads, m, v, group.tensors, adam);
+            let (params, grads, tensors) = (&mut *group.params, group.grads, group.tensors);
+            match (c.kind, sums) {
+                (UpdateRule::AdamW, _) => adamw_update(params, grads, m, v, adam),
+                (_, Some(sums)) => lamb_apply(params, grads, m, v, tensors, sums, adam),
+                (_, None) => lamb_update(params, grads, m, v, tensors, adam),
             }
         }
     }

@@ -92,6 +92,68 @@ fn lamb_scales_the_adam_update_by_the_trust_ratio() {
 }
 
 #[test]
+fn lamb_on_two_pieces_with_completed_sums_is_bitwise_lamb_on_the_whole() {
+    // Two tensors (0..700, 700..1000) updated whole by one optimizer, and cut at 450 (inside
+    // the first tensor) into two "shards" by two optimizers whose pieces' sums are added.
+    let grads: Vec<f32> = (0..1000)
+        .map(|i| ((i as f32) * 0.37).sin() * 1e-3)
+        .collect();
+    let init: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.01).cos()).collect();
+    let config = OptimizerConfig::new(UpdateRule::Lamb);
+    let mut whole = init.clone();
+    let mut one = Optimizer::new(config, device());
+    let tensors = [0..700, 700..1000];
+    let (mut left, mut right) = (init[..450].to_vec(), init[450..].to_vec());
+    let mut two = [
+        Optimizer::new(config, device()),
+        Optimizer::new(config, device()),
+    ];
+    let left_piece = 0..450;
+    let pieces: [&[Range<usize>]; 2] = [std::slice::from_ref(&left_piece), &[0..250, 250..550]];
+    for _ in 0..3 {
+        one.step(
+            &mut [FlatParams {
+                params: &mut whole,
+                grads: Grads::F32(&grads),
+                tensors: &tensors,
+            }],
+            1.0,
+            1e-2,
+        )
+        .unwrap();
+        let mut groups = [
+            FlatParams {
+                params: &mut left,
+                grads: Grads::F32(&grads[..450]),
+                tensors: pieces[0],
+            },
+            FlatParams {
+                params: &mut right,
+                grads: Grads::F32(&grads[450..]),
+                tensors: pieces[1],
+            },
+        ];
+        let mut sums = Vec::new();
+        for (opt, group) in two.iter_mut().zip(&groups) {
+            opt.begin_step();
+            sums.push(opt.tensor_sums(0, group, 1.0, 1e-2).unwrap());
+        }
+        // The first tensor's total: the left piece plus the right's first piece.
+        let mut first = sums[0][0];
+        first.add(&sums[1][0]);
+        let completed = [vec![first], vec![first, sums[1][1]]];
+        for ((opt, group), sums) in two.iter_mut().zip(&mut groups).zip(&completed) {
+            opt.update_group_with(0, group, 1.0, 1e-2, Some(sums))
+                .unwrap();
+        }
+    }
+    let pieced: Vec<u32> = left.iter().chain(&right).map(|w| w.to_bits()).collect();
+    let expected: Vec<u32> = whole.iter().map(|w| w.to_bits()).collect();
+    assert!(pieced == expected);
+    assert!(whole != init);
+}
+
+#[test]
 fn bf16_state_halves_the_bytes_and_tracks_f32_closely() {
     let grads: Vec<f32> = (0..1000).map(|i| ((i as f32) * 0.37).sin()).collect();
     let mut a: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.01).cos()).collect();

@@ -21,6 +21,7 @@ mod save;
 mod schedule;
 mod shard;
 mod step;
+mod trust;
 mod zero;
 
 pub use build::model_spec;

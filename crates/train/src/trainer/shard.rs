@@ -19,12 +19,32 @@ pub use headroom_tensor::shard_range as shard_of;
 
 /// The weights' element ranges that fall inside `shard`, relative to the shard's start.
 pub fn ranges_within(ranges: &[Range<usize>], shard: &Range<usize>) -> Vec<Range<usize>> {
+    pieces_within(ranges, shard)
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect()
+}
+
+/// [`ranges_within`] with the index of the weight each piece belongs to.
+pub fn pieces_within(ranges: &[Range<usize>], shard: &Range<usize>) -> Vec<(usize, Range<usize>)> {
     ranges
         .iter()
-        .filter_map(|r| {
+        .enumerate()
+        .filter_map(|(t, r)| {
             let (lo, hi) = (r.start.max(shard.start), r.end.min(shard.end));
-            (lo < hi).then(|| lo - shard.start..hi - shard.start)
+            (lo < hi).then(|| (t, lo - shard.start..hi - shard.start))
         })
+        .collect()
+}
+
+/// The weights that shards of `padded` elements cut: whose first and last elements lie in
+/// different shards.
+pub fn cut_weights(ranges: &[Range<usize>], padded: usize) -> Vec<usize> {
+    ranges
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.is_empty() && r.start / padded != (r.end - 1) / padded)
+        .map(|(t, _)| t)
         .collect()
 }
 
@@ -165,5 +185,11 @@ mod tests {
         let ranges = [0..3, 3..9, 9..10];
         assert_eq!(ranges_within(&ranges, &(4..8)), vec![0..4]);
         assert_eq!(ranges_within(&ranges, &(2..10)), vec![0..1, 1..7, 7..8]);
+        assert_eq!(pieces_within(&ranges, &(4..8)), vec![(1, 0..4)]);
+        // Shards of 4: 0..4, 4..8, 8..10; 3..9 spans all three, 0..3 and 9..10 lie in one.
+        assert_eq!(cut_weights(&ranges, 4), vec![1]);
+        assert_eq!(cut_weights(&ranges, 3), vec![1]);
+        assert_eq!(cut_weights(&ranges, 2), vec![0, 1]);
+        assert_eq!(cut_weights(&ranges, 10), Vec::<usize>::new());
     }
 }

@@ -12,6 +12,7 @@ use super::schedule::learning_rate;
 use super::shard::{
     bucket_values, f32_bucket, gather_into, ranges_within, reduce_scatter_in_place, shard_of,
 };
+use super::trust::{BlockShard, count_shard_sums, update_shard};
 use super::zero::ZeroHooks;
 use super::{TrainError, TrainEvent, Trainer};
 use crate::report::{PHASE_STEPS, Phase, PhaseBytes};
@@ -379,7 +380,8 @@ impl Trainer {
     /// The optimizer update on fp32 weights: the parameters themselves (fp32), the master copies
     /// (mixed modes, then cast back), or a temporary fp32 copy (pure bf16). Under ZeRO each rank
     /// updates its shard of every block only (its optimizer state and master weights cover just
-    /// that), reading its gradient shard under ZeRO-2/3; the updated parameters are then
+    /// that), reading its gradient shard under ZeRO-2/3 (LAMB completes the sums of the weights
+    /// its shard cuts over ranks, see `trust`); the updated parameters are then
     /// gathered from every rank (ZeRO-1/2), or stay sharded until the next forward gathers them
     /// (ZeRO-3).
     fn update_weights(&mut self, multiplier: f32, lr: f32) -> Result<(), TrainError> {
@@ -401,7 +403,8 @@ impl Trainer {
         self.optimizer.begin_step();
         for (i, block) in self.model.blocks().iter().enumerate() {
             let (range, padded) = shards[i].clone();
-            let ranges = ranges_within(&block.ranges(), &range);
+            let weights_at = block.ranges();
+            let ranges = ranges_within(&weights_at, &range);
             // Where the rank's parameters and gradients live, and the shard's place in each.
             let shard = block.shard();
             let (params, at_params) = match shard.and_then(|s| s.params.as_ref()) {
@@ -424,7 +427,16 @@ impl Trainer {
                 }
             };
             if self.dry {
-                // Same allocations as a real update (state, scratch), no arithmetic.
+                // Same allocations and collectives as a real update (state, scratch), no
+                // arithmetic.
+                if let (1.., Some(comm)) = (stage, self.comm.as_deref_mut()) {
+                    let at = BlockShard {
+                        weights: &weights_at,
+                        shard: &range,
+                        padded,
+                    };
+                    count_shard_sums(&self.optimizer, comm, &at)?;
+                }
                 if let (1 | 2, Some(comm)) = (stage, self.comm.as_deref_mut()) {
                     let label = "params.gather.bucket";
                     let _bucket = f32_bucket(&self.device, padded * world, label)?;
@@ -439,6 +451,7 @@ impl Trainer {
                 0..range.len()
             };
             let optimizer = &mut self.optimizer;
+            let comm = self.comm.as_deref_mut().filter(|_| stage >= 1);
             with_grads(grads, |g| {
                 weights.with_slice_mut::<f32, _>(|w| {
                     let mut group = FlatParams {
@@ -446,7 +459,12 @@ impl Trainer {
                         grads: g.range(at_grads.clone()),
                         tensors: &ranges,
                     };
-                    optimizer.update_group(i, &mut group, multiplier, lr)
+                    let shard = BlockShard {
+                        weights: &weights_at,
+                        shard: &range,
+                        padded,
+                    };
+                    update_shard(optimizer, comm, i, &mut group, shard, (multiplier, lr))
                 })
             })???;
             // The rank's updated values, cast into the compute parameters when they are a copy.

@@ -55,12 +55,13 @@ pub fn outcome(t: &mut Trainer) -> (Vec<u64>, Vec<u32>) {
 }
 
 /// One rank's run: losses and weights (bits), its memory, what it communicated, the model's
-/// block sizes, and its report.
+/// block sizes and each block's weights' ranges in its flat buffer, and its report.
 pub struct RankOutcome {
     pub bits: (Vec<u64>, Vec<u32>),
     pub memory: MemoryPeaks,
     pub counts: CollectiveCounts,
     pub blocks: Vec<usize>,
+    pub weights: Vec<Vec<std::ops::Range<usize>>>,
     pub report: TrainReport,
 }
 
@@ -72,6 +73,7 @@ pub fn run_ranks(c: &RunConfig, ranks: usize) -> Vec<RankOutcome> {
         let mut t = Trainer::on_rank(c.clone(), &corpus, device, Box::new(comm)).unwrap();
         t.train(&mut |_| {}).unwrap();
         let blocks = t.model().blocks().iter().map(|b| b.numel()).collect();
+        let weights = t.model().blocks().iter().map(|b| b.ranges()).collect();
         // What training communicated, before gathering the weights to compare them.
         let counts = t.collective_counts().unwrap();
         let bits = outcome(&mut t);
@@ -80,6 +82,7 @@ pub fn run_ranks(c: &RunConfig, ranks: usize) -> Vec<RankOutcome> {
             memory: t.report().memory,
             counts,
             blocks,
+            weights,
             report: t.report().clone(),
         }
     })

@@ -94,7 +94,7 @@ impl Evaluator for DryRunEvaluator<'_> {
         false
     }
 
-    /// Only what the engine runs (LAMB cannot be sharded, for one).
+    /// Only what the engine runs (not Adafactor or 8-bit AdamW, nor offloaded placements).
     fn worth_trying(&self, strategy: &Strategy, _pins: &Pins) -> bool {
         strategy.engine_incompatibility().is_none()
     }
