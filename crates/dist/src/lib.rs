@@ -14,6 +14,8 @@
 
 mod communicator;
 #[cfg(feature = "mpi")]
+mod mpi_plain;
+#[cfg(feature = "mpi")]
 mod mpi_rank;
 mod shape_only;
 mod thread_group;

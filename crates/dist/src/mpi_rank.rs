@@ -1,8 +1,10 @@
 //! `MpiRank`: one process of an `mpirun` job as a rank (the `mpi` feature; Open MPI through the
-//! `mpi` crate). Collectives give the same results as the thread group's, bitwise: all-reduce
-//! and reduce-scatter gather every rank's contribution and sum it here in rank order (MPI's own
-//! reduction order is the library's choice). Before each collective the ranks exchange what
-//! they are about to call, so a mismatch is an error instead of a hang.
+//! `mpi` crate). Collectives give the same results as the thread group's, bitwise: MPI's own
+//! reduction order is the library's choice, so a reduce-scatter is an `MPI_Alltoall` (chunk r
+//! of every rank's input reaches rank r) summed here in rank order, and an all-reduce is that
+//! reduce-scatter followed by an `MPI_Allgather` of the summed chunks — each rank sends
+//! 2(N−1)/N of the data, as a ring all-reduce does. Before each collective the ranks exchange
+//! what they are about to call, so a mismatch is an error instead of a hang.
 //!
 //! MPI errors are fatal by design, and the `mpi` crate finalizes MPI when its universe drops —
 //! which would hang the job if a panicking rank unwound into it while the others wait. So a
@@ -138,11 +140,17 @@ impl MpiRank {
         }
     }
 
-    /// Every rank's `data`, in rank order.
-    fn gather(&self, data: &[f32]) -> Vec<f32> {
-        let mut all = vec![0.0f32; data.len() * self.size];
-        self.world.all_gather_into(data, &mut all[..]);
-        all
+    /// The MPI world this rank belongs to (for `mpi_plain`'s comparisons).
+    pub(crate) fn world(&self) -> &SimpleCommunicator {
+        &self.world
+    }
+
+    /// This rank's chunk (of `chunk` elements) of the rank-order sum of every rank's `input`
+    /// (`size` chunks), through one all-to-all.
+    fn summed_chunk(&self, input: &[f32], chunk: usize, out: &mut [f32]) {
+        let mut parts = vec![0.0f32; chunk * self.size];
+        self.world.all_to_all_into(input, &mut parts[..]);
+        sum_parts(&parts, out);
     }
 }
 
@@ -156,15 +164,14 @@ fn kind_of(code: u64) -> Collective {
     }
 }
 
-/// `out[i] = parts[0][i] + parts[1][i] + …` over `len`-element parts, in rank order.
-fn sum_parts(all: &[f32], len: usize, offset: usize, out: &mut [f32]) {
-    let range = offset..offset + out.len();
-    let mut parts = all.chunks_exact(len.max(1));
+/// `out[i] = parts[0][i] + parts[1][i] + …` over `out.len()`-element parts, in rank order.
+fn sum_parts(all: &[f32], out: &mut [f32]) {
+    let mut parts = all.chunks_exact(out.len().max(1));
     if let Some(first) = parts.next() {
-        out.copy_from_slice(&first[range.clone()]);
+        out.copy_from_slice(&first[..out.len()]);
     }
     for part in parts {
-        for (o, x) in out.iter_mut().zip(&part[range.clone()]) {
+        for (o, x) in out.iter_mut().zip(part) {
             *o += *x;
         }
     }
@@ -181,8 +188,19 @@ impl Communicator for MpiRank {
 
     fn all_reduce_sum(&mut self, data: &mut [f32]) -> Result<(), CommError> {
         self.agree(Collective::AllReduce, data.len(), 0)?;
-        let all = self.gather(data);
-        sum_parts(&all, data.len(), 0, data);
+        let chunk = data.len().div_ceil(self.size).max(1);
+        let mut mine = vec![0.0f32; chunk];
+        if data.len() == chunk * self.size {
+            self.summed_chunk(data, chunk, &mut mine);
+            self.world.all_gather_into(&mine[..], data);
+        } else {
+            // Padded to equal chunks (pads are zero and dropped after).
+            let mut padded = data.to_vec();
+            padded.resize(chunk * self.size, 0.0);
+            self.summed_chunk(&padded, chunk, &mut mine);
+            self.world.all_gather_into(&mine[..], &mut padded[..]);
+            data.copy_from_slice(&padded[..data.len()]);
+        }
         self.done();
         Ok(())
     }
@@ -201,8 +219,7 @@ impl Communicator for MpiRank {
             });
         }
         self.agree(Collective::ReduceScatter, input.len(), 0)?;
-        let all = self.gather(input);
-        sum_parts(&all, input.len(), self.rank * output.len(), output);
+        self.summed_chunk(input, output.len(), output);
         self.done();
         Ok(())
     }

@@ -2,6 +2,7 @@
 //! `--json` for tools and pictures where a curve says more than a table.
 
 pub mod checkpoint;
+pub mod collectives;
 pub mod loader;
 pub mod predict;
 pub mod speed;
@@ -14,6 +15,9 @@ pub enum BenchCommand {
     /// (none, all, √n, budget), and on the GPT the step-time overhead of each policy and the
     /// longest sequence that fits a device budget.
     Checkpoint(checkpoint::CheckpointBenchArgs),
+    /// The communicators' bandwidth per collective and size: the in-process thread group, and
+    /// under mpirun (the mpi build) headroom's MPI communicator against plain MPI.
+    Collectives(collectives::CollectivesBenchArgs),
     /// Predicted against measured memory over 32 configurations of the GPT and the residual MLP
     /// (precision × micro-batch × accumulation × checkpoint policy × attention): the dry run's
     /// error and the planner's analytical model's.
@@ -30,6 +34,7 @@ pub enum BenchCommand {
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Checkpoint(args) => checkpoint::run(args),
+        BenchCommand::Collectives(args) => collectives::run(args),
         BenchCommand::Predict(args) => predict::run(args),
         BenchCommand::Speed(args) => speed::run(args),
         BenchCommand::Loader(args) => loader::run(args),
