@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The MPI communicator against the in-process one: the same runs under `mpirun -n N` and with
 # `--data-parallel N` (threads) must report the same losses, bit for bit, the same bytes per
-# category on rank 0 and the same collectives (calls and elements) — DDP at 2 and 3 ranks,
-# ZeRO-1 at 2, ZeRO-2 at 3, ZeRO-3 at 2 and 4. Then faults, each bounded in time: a rank that
-# cannot read its data, that returns an error or panics at step 3, ends the job non-zero within
-# 5 s of a healthy run's time to step 3, naming the rank; a rank that sleeps is ended by the
-# watchdog (--collective-timeout) within the deadline + 5 s.
+# category on rank 0 and the same collectives (calls and elements), over 20 steps — DDP at 2 and
+# 3 ranks, ZeRO-1 at 2, ZeRO-2 at 3, ZeRO-3 at 2 and 4 with AdamW; SGD with momentum at ZeRO-1
+# and 2; LAMB at ZeRO-3. Then faults, each bounded in time: a rank that cannot read its data,
+# that returns an error or panics at step 3, ends the job non-zero within 5 s of a healthy run's
+# time to step 3, naming the rank; a rank that sleeps is ended by the watchdog
+# (--collective-timeout) within the deadline + 5 s; ranks that call different collectives end
+# with the mismatch named, not a hang.
 #
 # Usage: scripts/mpi-check.sh HEADROOM_BINARY_BUILT_WITH_--features_mpi
 # Needs Open MPI's mpirun (Debian: openmpi-bin). Runs as root and oversubscribed, as CI does.
@@ -19,7 +21,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader
 base=(train --model gpt-tiny --dropout 0 --micro-batch 2 --eval-batches 1
       --no-timeline --no-auto --deterministic)
-run=("${base[@]}" --steps 6)
+run=("${base[@]}" --steps 20)
 same() {
   python3 - "$1" "$2" <<'PY'
 import json, sys
@@ -35,16 +37,18 @@ sys.exit(0 if ok else 1)
 PY
 }
 passed=0; failed=0
-for case in "2 0" "3 0" "2 1" "3 2" "2 3" "4 3"; do
+for case in "2 0 adamw" "3 0 adamw" "2 1 adamw" "3 2 adamw" "2 3 adamw" "4 3 adamw" \
+  "3 1 sgd-momentum" "4 2 sgd-momentum" "3 3 lamb"; do
   set -- $case
-  timeout 120 mpirun -n "$1" "$bin" "${run[@]}" --zero "$2" --json-report "mpi-$1-$2.json" \
-    >/dev/null 2>"mpi-$1-$2.err" || { cat "mpi-$1-$2.err" >&2; }
-  timeout 120 "$bin" "${run[@]}" --zero "$2" --data-parallel "$1" \
-    --json-report "threads-$1-$2.json" >/dev/null 2>&1 || true
-  if [ -f "mpi-$1-$2.json" ] && same "mpi-$1-$2.json" "threads-$1-$2.json"; then
+  name="$1-$2-$3"
+  timeout 120 mpirun -n "$1" "$bin" "${run[@]}" --zero "$2" --optimizer "$3" \
+    --json-report "mpi-$name.json" >/dev/null 2>"mpi-$name.err" || { cat "mpi-$name.err" >&2; }
+  timeout 120 "$bin" "${run[@]}" --zero "$2" --optimizer "$3" --data-parallel "$1" \
+    --json-report "threads-$name.json" >/dev/null 2>&1 || true
+  if [ -f "mpi-$name.json" ] && same "mpi-$name.json" "threads-$name.json"; then
     passed=$((passed + 1))
   else
-    failed=$((failed + 1)); echo "mpirun -n $1 --zero $2 differs from threads" >&2
+    failed=$((failed + 1)); echo "mpirun -n $1 --zero $2 --optimizer $3 differs from threads" >&2
   fi
 done
 # A failing rank (rank 1 cannot read its data) ends the whole job, non-zero, with its error,
@@ -86,5 +90,17 @@ fault() {  # fault SPEC BOUND_MS EXPECTED_TEXT [flags…]
 fault 1:error@3 $((healthy_ms + 5000)) "rank 1: injected fault at step 3"
 fault 1:panic@3 $((healthy_ms + 5000)) "rank 1: panicked"
 fault 1:sleep@3 $((healthy_ms + 3000 + 5000)) "still waiting after 3s" --collective-timeout 3
+# Rank 1 shards its optimizer state, rank 0 does not: their first gradient collectives differ.
+cat > rank1-differs.sh <<'SH'
+#!/usr/bin/env bash
+if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exec "$@" --zero 1; else exec "$@" --zero 0; fi
+SH
+chmod +x rank1-differs.sh
+if timeout 60 mpirun -n 2 ./rank1-differs.sh "$bin" "${base[@]}" --steps 3 >mismatch.out 2>&1; then rc=0; else rc=$?; fi
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q "mismatched" mismatch.out; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "mismatched collectives under mpirun: exit $rc" >&2; cat mismatch.out >&2
+fi
 echo "mpi-check: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -81,6 +81,37 @@ fn a_rank_that_fails_mid_run_ends_every_rank_with_an_error_naming_it() {
     }
 }
 
+/// A rank that runs out of memory mid-step does not retry alone (the others would wait for it in
+/// a collective): it fails, the others are released at once with its reason, and every rank's
+/// error says what to do. The budget holds the model states but not the step's activations.
+#[test]
+fn out_of_memory_in_a_group_ends_every_rank_instead_of_retrying_alone() {
+    let corpus = Corpus::bundled();
+    let mut c = config(Optimizer::AdamW, 64, 1, 3);
+    c.device_memory = 2 << 20;
+    c.oom_recovery = true; // on, as in `headroom train`: the group must not use it
+    let started = std::time::Instant::now();
+    let results = ThreadGroup::run(3, Duration::from_secs(60), |comm| {
+        let device = Device::cpu(c.device_memory, AllocatorConfig::default());
+        let mut t = Trainer::on_rank(c.clone(), &corpus, device, Box::new(comm)).unwrap();
+        let e = t.train(&mut |_| {}).map(|_| ()).unwrap_err();
+        (e.to_string(), t.report().warnings.clone())
+    });
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let mut ran_out = 0;
+    for r in results {
+        let (e, warnings) = r.unwrap();
+        assert!(
+            warnings.iter().all(|w| !w.contains("retrying")),
+            "{warnings:?}"
+        );
+        assert!(e.contains("out of memory"), "{e}");
+        assert!(e.contains("cannot be retried on one rank"), "{e}");
+        ran_out += usize::from(e.starts_with("rank "));
+    }
+    assert!(ran_out >= 1);
+}
+
 fn zero1(c: RunConfig) -> RunConfig {
     zero(c, 1)
 }

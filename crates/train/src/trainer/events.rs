@@ -40,6 +40,15 @@ pub enum TrainError {
     Diverged { step: u64, loss: f64 },
     #[error("injected fault at step {step} (HEADROOM_FAULT)")]
     Injected { step: u64 },
+    #[error(
+        "rank {rank} of {world}: {oom} at step {step}; a data-parallel step cannot be retried on one rank while the others wait in its collectives, so the group stops: lower --micro-batch, or let --find-batch-size or --auto choose it by dry runs (the same on every rank)"
+    )]
+    GroupOutOfMemory {
+        rank: usize,
+        world: usize,
+        step: u64,
+        oom: OutOfMemory,
+    },
 }
 
 impl From<DataError> for TrainError {

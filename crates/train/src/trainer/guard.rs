@@ -98,6 +98,23 @@ impl Trainer {
         Ok(())
     }
 
+    /// A rank of a group ran out of memory: the others are (or will be) waiting for it in a
+    /// collective, so instead of retrying alone it marks itself failed, which releases them at
+    /// once with the reason, and the whole group ends with it.
+    pub(super) fn group_out_of_memory(&mut self, oom: OutOfMemory) -> TrainError {
+        let (rank, world) = self.rank();
+        let e = TrainError::GroupOutOfMemory {
+            rank,
+            world,
+            step: self.step,
+            oom,
+        };
+        if let Some(comm) = self.comm.as_mut() {
+            comm.fail(&e.to_string());
+        }
+        e
+    }
+
     /// Compares the bytes held between steps, and the step's peak, with the steady state after
     /// warm-up.
     pub(super) fn check_leaks(&mut self, on_event: &mut dyn FnMut(TrainEvent)) {

@@ -378,6 +378,9 @@ impl Trainer {
             self.weights_touched = false;
             let loss = match self.train_step(on_event) {
                 Ok(loss) => loss,
+                Err(TrainError::OutOfMemory(oom)) if self.rank().1 > 1 && !self.dry => {
+                    return Err(self.group_out_of_memory(oom));
+                }
                 Err(TrainError::OutOfMemory(oom))
                     if self.config.oom_recovery && !self.weights_touched =>
                 {
