@@ -47,7 +47,7 @@ pub enum TrainError {
         rank: usize,
         world: usize,
         step: u64,
-        oom: OutOfMemory,
+        oom: Box<OutOfMemory>,
     },
 }
 

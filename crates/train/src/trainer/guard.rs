@@ -107,7 +107,7 @@ impl Trainer {
             rank,
             world,
             step: self.step,
-            oom,
+            oom: Box::new(oom),
         };
         if let Some(comm) = self.comm.as_mut() {
             comm.fail(&e.to_string());
