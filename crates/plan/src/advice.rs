@@ -5,12 +5,13 @@
 //!
 //! Not for: computing costs (see `cost`) or ranking (see `search`).
 
+use crate::cost::memory::Phase;
 use crate::cost::{Plan, Problem, activation, memory};
 use crate::hardware::{self, Hardware};
 use crate::search::search;
 use crate::strategy::{Attention, Checkpoint, Offload, Pins, Placement, Strategy};
 use crate::workload::{BatchSpec, Workload};
-use headroom_memory::{Category, format_bytes};
+use headroom_memory::format_bytes;
 use serde::Serialize;
 
 /// The reasons behind a plan, one sentence each.
@@ -29,6 +30,9 @@ pub fn explain(problem: &Problem, plan: &Plan) -> Vec<String> {
     let pl = s.placement;
     if pl.zero_stage.number() > 0 || pl.offload_optimizer != Offload::None {
         let how = match (pl.zero_stage, pl.offload_optimizer, pl.offload_params) {
+            (z, Offload::None, _) if n == 1 => format!(
+                "ZeRO-{z} on one GPU shards nothing (each state has a single shard, as replicated)"
+            ),
             (z, Offload::None, _) => format!("ZeRO-{z} shards them over {n} GPUs"),
             (z, o, Offload::None) => format!("ZeRO-{z} with optimizer states offloaded to {o}"),
             (z, o, p) => format!("ZeRO-{z} with optimizer states on {o} and parameters on {p}"),
@@ -55,7 +59,11 @@ pub fn explain(problem: &Problem, plan: &Plan) -> Vec<String> {
     let e = s.precision.activation_bytes() as f64;
     let plain =
         activation::model_activations(&problem.spec, seq, b, e, Attention::Naive, Checkpoint::None);
-    let act = plan.memory.breakdown.at_peak[Category::Activation];
+    // The activations the plan keeps during backward (at an optimizer-step peak they are freed
+    // and the breakdown at the peak holds none).
+    let act = activation::model_activations(&problem.spec, seq, b, e, s.attention, s.checkpoint)
+        .round() as u64;
+    let at_step = plan.memory.peak_phase == Phase::OptimizerStep;
     if s.checkpoint != Checkpoint::None || s.attention == Attention::MemoryEfficient {
         let recompute = 100.0 * plan.time.recompute_flops / plan.time.model_flops;
         let mut levers = Vec::new();
@@ -75,17 +83,29 @@ pub fn explain(problem: &Problem, plan: &Plan) -> Vec<String> {
             levers.join(" and "),
             if levers.len() == 1 { "brings" } else { "bring" },
             format_bytes(act)
-        ));
+        ) + if at_step {
+            " They do not lower the peak: it is in the optimizer step, after the activations are freed."
+        } else {
+            ""
+        });
     } else {
         out.push(format!(
-            "Activations: {} per GPU fit without checkpointing.",
-            format_bytes(act)
+            "Activations: {} per GPU fit without checkpointing{}.",
+            format_bytes(act),
+            if at_step {
+                " (the peak is in the optimizer step, after they are freed)"
+            } else {
+                ""
+            }
         ));
     }
 
     out.push(format!(
-        "Batch: global batch {} = micro-batch {} × {} accumulation steps × {n} GPUs.",
-        problem.workload.global_batch, s.micro_batch, s.accumulation
+        "Batch: global batch {} = micro-batch {} × {} accumulation steps × {n} GPU{}.",
+        problem.workload.global_batch,
+        s.micro_batch,
+        s.accumulation,
+        if n == 1 { "" } else { "s" }
     ));
     out.push(format!(
         "Reserve: {} of CUDA context and {:.0}% fragmentation reserve are counted in 'other'; plans must stay under {} ({:.0}% margin below {}).",

@@ -60,6 +60,18 @@ impl LoaderSpec {
     }
 }
 
+/// A warning when `seq_len` exceeds the context the model was trained for (rotary or relative
+/// positions, where nothing stops a longer sequence but quality degrades without extension).
+pub fn context_warning(model: &ModelSpec, seq_len: u64) -> Option<String> {
+    let max = model.trained_context?;
+    (seq_len > max).then(|| {
+        format!(
+            "--seq-len {seq_len} exceeds max_position_embeddings {max} of {}: the model was not trained on sequences this long (the plan counts the memory, but quality needs a context extension such as RoPE scaling)",
+            model.name
+        )
+    })
+}
+
 impl Workload {
     /// Validates the batch against the model and the data-parallel world size.
     pub fn new(

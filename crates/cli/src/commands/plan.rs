@@ -7,14 +7,14 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use headroom_memory::ByteSize;
 use headroom_plan::cost::{CostModel, Problem};
-use headroom_plan::export::{accelerate, deepspeed, headroom, write_export};
+use headroom_plan::export::{ExportOptions, accelerate, deepspeed, headroom, write_export};
 use headroom_plan::hardware::{self, Hardware, HardwareOverrides};
 use headroom_plan::model::load_model;
 use headroom_plan::search::search;
 use headroom_plan::strategy::{
     Attention, Checkpoint, Offload, Optimizer, Pins, Precision, ZeroStage, parse_flag,
 };
-use headroom_plan::workload::{BatchSpec, LoaderSpec, Workload};
+use headroom_plan::workload::{BatchSpec, LoaderSpec, Workload, context_warning};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -183,6 +183,17 @@ pub struct PlanArgs {
     /// acc.yaml`, `--emit headroom train.toml` (repeatable).
     #[arg(long, num_args = 2, value_names = ["KIND", "FILE"], action = clap::ArgAction::Append)]
     pub emit: Vec<String>,
+    /// Directory on each node's NVMe for offloaded states, written into the exports
+    /// (ds_config `nvme_path`, Accelerate `offload_*_nvme_path`).
+    #[arg(long, value_name = "DIR", default_value = "/local_nvme")]
+    pub nvme_path: String,
+    /// Address of the machine of rank 0 for a multi-node Accelerate export (`main_process_ip`).
+    #[arg(long, value_name = "HOST")]
+    pub main_process_ip: Option<String>,
+    /// Port on the machine of rank 0 for a multi-node Accelerate export (`main_process_port`;
+    /// 29500 is torchrun's default).
+    #[arg(long, value_name = "PORT", default_value_t = 29500)]
+    pub main_process_port: u16,
 }
 
 const EMIT_KINDS: &str = "deepspeed, accelerate, headroom";
@@ -215,6 +226,10 @@ pub fn run(args: PlanArgs) -> Result<()> {
         bail!("--seq-len is required for a Hugging Face model (e.g. --seq-len 4096)");
     };
     let spec = load_model(&args.model).with_context(|| format!("--model {}", args.model))?;
+    let warnings: Vec<String> = context_warning(&spec, seq_len).into_iter().collect();
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
     let hw = build_hardware(&args)?;
     let batch = match (
         args.global_batch,
@@ -280,7 +295,8 @@ pub fn run(args: PlanArgs) -> Result<()> {
     let started = Instant::now();
     let outcome = search(&problem, &pins, None)?;
     let elapsed = started.elapsed();
-    let report = plan_output::Report::new(&problem, &pins, &outcome, elapsed, args.top);
+    let report = plan_output::Report::new(&problem, &pins, &outcome, elapsed, args.top)
+        .with_warnings(warnings);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report.to_json())?);
     } else {
@@ -288,16 +304,26 @@ pub fn run(args: PlanArgs) -> Result<()> {
     }
     let Some(best) = outcome.recommended() else {
         bail!(
-            "no plan fits: {} missing per GPU at best (see the suggestions above)",
-            headroom_memory::format_bytes(report.missing_bytes())
+            "no plan fits: {} missing per GPU at best ({})",
+            headroom_memory::format_bytes(report.missing_bytes()),
+            if args.json {
+                "the changes that would fit are in the JSON's shortfall.suggestions"
+            } else {
+                "see the suggestions above"
+            }
         );
+    };
+    let opts = ExportOptions {
+        nvme_path: args.nvme_path.clone(),
+        main_process_ip: args.main_process_ip.clone(),
+        main_process_port: args.main_process_port,
     };
     for (kind, path) in emits {
         let text = match kind.as_str() {
             "deepspeed" => {
-                serde_json::to_string_pretty(&deepspeed::ds_config(&problem, best)?)? + "\n"
+                serde_json::to_string_pretty(&deepspeed::ds_config(&problem, best, &opts)?)? + "\n"
             }
-            "accelerate" => accelerate::accelerate_config(&problem, best)?,
+            "accelerate" => accelerate::accelerate_config(&problem, best, &opts)?,
             _ => headroom::headroom_toml(&problem, best),
         };
         write_export(&path, &text).with_context(|| format!("--emit {kind}"))?;
@@ -324,14 +350,16 @@ fn build_hardware(args: &PlanArgs) -> Result<Hardware> {
             hardware::gpu_preset_names().join(", ")
         );
     };
-    let mut hw = hardware::preset(&gpu)?;
+    let flags = args.hw.overrides();
+    let figures: Vec<&HardwareOverrides> = file.iter().chain([&flags]).collect();
+    let mut hw = hardware::resolve(&gpu, &figures)?;
     if let Some(f) = &file {
         hw.apply(&HardwareOverrides {
             gpu: None,
             ..f.clone()
         })?;
     }
-    hw.apply(&args.hw.overrides())?;
+    hw.apply(&flags)?;
     Ok(hw)
 }
 

@@ -21,6 +21,7 @@ pub struct Report<'a> {
     reasons: Vec<String>,
     shortfall: Option<Shortfall>,
     largest_layer: (String, u64),
+    warnings: Vec<String>,
 }
 
 impl<'a> Report<'a> {
@@ -50,7 +51,14 @@ impl<'a> Report<'a> {
             reasons,
             shortfall,
             largest_layer: (name.to_string(), params),
+            warnings: Vec::new(),
         }
+    }
+
+    /// Warnings about the inputs (also printed on stderr), listed under `warnings` in the JSON.
+    pub fn with_warnings(mut self, warnings: Vec<String>) -> Report<'a> {
+        self.warnings = warnings;
+        self
     }
 
     /// Bytes the closest plan lacks per GPU (0 when a plan fits).
@@ -89,6 +97,7 @@ impl<'a> Report<'a> {
             "recommended": self.outcome.recommended(),
             "advice": self.reasons,
             "shortfall": self.shortfall,
+            "warnings": self.warnings,
         })
     }
 

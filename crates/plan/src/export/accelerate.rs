@@ -1,22 +1,38 @@
 //! An Accelerate config YAML (`accelerate launch --config_file`) for a plan: FSDP settings when
 //! FSDP can express the plan (ZeRO-3 → FULL_SHARD, ZeRO-1/2 → SHARD_GRAD_OP, ZeRO-0 on several
 //! GPUs → NO_SHARD; CPU offload of parameters and optimizer together → `fsdp_offload_params`),
-//! otherwise Accelerate's DeepSpeed plugin section (optimizer-only offload, NVMe). Written by a
-//! small emitter: every value is a scalar or a flat map.
+//! otherwise Accelerate's DeepSpeed plugin section (optimizer-only offload, NVMe, with the
+//! `offload_*_nvme_path` keys). Keys are those of huggingface.co/docs/accelerate (the
+//! `accelerate config` file, usage_guides/fsdp, usage_guides/deepspeed). Refused: pure bf16 (no
+//! Accelerate key keeps master weights and states in bf16) and checkpointing policies other than
+//! none/all under FSDP (`fsdp_activation_checkpointing` is every block); several nodes need
+//! rank 0's address (`--main-process-ip`). Written by a small emitter: every value is a scalar
+//! or a flat map.
 
+use super::{ExportOptions, fidelity};
 use crate::cost::{Plan, Problem};
-use crate::error::Result;
+use crate::error::{PlanError, Result};
 use crate::strategy::{Checkpoint, Offload, Precision};
 
 /// Builds the YAML text of `plan`.
-pub fn accelerate_config(problem: &Problem, plan: &Plan) -> Result<String> {
+pub fn accelerate_config(problem: &Problem, plan: &Plan, opts: &ExportOptions) -> Result<String> {
     let s = &plan.strategy;
     let hw = &problem.hardware;
     let world = hw.world_size();
     let mixed = match s.precision {
-        Precision::Bf16Mixed | Precision::Bf16 => "bf16",
+        Precision::Bf16Mixed => "bf16",
         Precision::Fp16Mixed => "fp16",
         Precision::Fp32 => "'no'",
+        Precision::Bf16 => {
+            return Err(fidelity::refuse_pure_bf16(
+                problem,
+                plan,
+                "accelerate",
+                "Accelerate has no setting for that (mixed_precision bf16 keeps fp32 master \
+                 weights; the deepspeed_config keys have no bf16 state options); use --emit \
+                 deepspeed at ZeRO ≥ 1 and point Accelerate's deepspeed_config_file at it",
+            ));
+        }
     };
     let fsdp_can = s.placement.offload_optimizer == Offload::None
         || (s.placement.offload_optimizer == Offload::Cpu
@@ -29,6 +45,13 @@ pub fn accelerate_config(problem: &Problem, plan: &Plan) -> Result<String> {
             if world > 1 { "MULTI_GPU" } else { "'NO'" }
         );
     } else if fsdp_can {
+        if !matches!(s.checkpoint, Checkpoint::None | Checkpoint::ALL_BLOCKS) {
+            return Err(fidelity::refuse_partial_checkpointing(
+                problem,
+                plan,
+                "accelerate",
+            ));
+        }
         let strategy = match s.placement.zero_stage.number() {
             3 => "FULL_SHARD",
             _ => "SHARD_GRAD_OP",
@@ -37,7 +60,7 @@ pub fn accelerate_config(problem: &Problem, plan: &Plan) -> Result<String> {
         let items = [
             (
                 "fsdp_activation_checkpointing",
-                (s.checkpoint != Checkpoint::None).to_string(),
+                (s.checkpoint == Checkpoint::ALL_BLOCKS).to_string(),
             ),
             ("fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP".into()),
             ("fsdp_backward_prefetch", "BACKWARD_PRE".into()),
@@ -67,14 +90,47 @@ pub fn accelerate_config(problem: &Problem, plan: &Plan) -> Result<String> {
             "  offload_optimizer_device: {}\n",
             s.placement.offload_optimizer
         );
+        if s.placement.offload_optimizer == Offload::Nvme {
+            y += &format!("  offload_optimizer_nvme_path: {}\n", opts.nvme_path);
+        }
         y += &format!("  offload_param_device: {}\n", s.placement.offload_params);
+        if s.placement.offload_params == Offload::Nvme {
+            y += &format!("  offload_param_nvme_path: {}\n", opts.nvme_path);
+        }
         y += &format!(
             "  zero3_init_flag: {}\n",
             s.placement.zero_stage.shards_parameters()
         );
         y += &format!("  zero_stage: {}\n", s.placement.zero_stage);
     }
-    y += "downcast_bf16: 'no'\nmachine_rank: 0\nmain_training_function: main\n";
+    if y.contains("distributed_type: FSDP") || s.checkpoint == Checkpoint::None {
+    } else {
+        y += &format!(
+            "# --checkpoint {} is a model setting here: call gradient_checkpointing_enable() (every block) or apply the policy in the model code\n",
+            s.checkpoint
+        );
+    }
+    y += "downcast_bf16: 'no'\n";
+    if hw.nodes > 1 {
+        let Some(ip) = &opts.main_process_ip else {
+            return Err(PlanError::Export {
+                format: "accelerate".into(),
+                reason: format!(
+                    "a run on {} nodes needs the address of the machine of rank 0 \
+                     (main_process_ip); pass --main-process-ip HOST (and --main-process-port, \
+                     default {})",
+                    hw.nodes, opts.main_process_port
+                ),
+            });
+        };
+        y += "# machine_rank: this file is for the machine of rank 0; set 1, 2, … on the others\n";
+        y += "machine_rank: 0\n";
+        y += &format!("main_process_ip: {ip}\n");
+        y += &format!("main_process_port: {}\n", opts.main_process_port);
+    } else {
+        y += "machine_rank: 0\n";
+    }
+    y += "main_training_function: main\n";
     y += &format!("mixed_precision: {mixed}\n");
     y += &format!("num_machines: {}\nnum_processes: {world}\n", hw.nodes);
     y += "rdzv_backend: static\nsame_network: true\ntpu_env: []\ntpu_use_cluster: false\ntpu_use_sudo: false\nuse_cpu: false\n";

@@ -1,24 +1,50 @@
-//! A DeepSpeed `ds_config.json` for a plan (keys of deepspeed/runtime/zero/config.py and
-//! offload_config.py; docs/sources.md §8). Bucket sizes are the ones the cost model charged.
+//! A DeepSpeed `ds_config.json` for a plan (keys of deepspeed.ai/docs/config-json and of
+//! deepspeed/runtime/zero/config.py and offload_config.py; docs/sources.md §8), written for the
+//! Hugging Face Trainer's DeepSpeed integration (huggingface.co/docs/transformers/deepspeed):
+//! the training hyper-parameters the integration fills from `TrainingArguments` are `"auto"`;
+//! the batch split and the precision, which decide the memory, are explicit, and the integration
+//! refuses to start when `TrainingArguments` disagree with them. Bucket sizes are the ones the
+//! cost model charged. Pure bf16 uses the `bf16` section's `bf16_master_weights_and_grads` and
+//! `bf16_optimizer_states` (DeepSpeed PR #7700, blogs/core_api_update), which DeepSpeed accepts
+//! with ZeRO stage 1–3 only; at stage 0 the export is refused with the cost of fp32 states.
 //! Activation checkpointing and attention kind are model-side settings in Hugging Face
 //! (`gradient_checkpointing_enable()`, `attn_implementation`) and are not part of ds_config.
 
+use super::{ExportOptions, fidelity};
 use crate::cost::{Plan, Problem};
 use crate::error::{PlanError, Result};
 use crate::strategy::{Offload, Optimizer, Precision};
 use serde_json::{Value, json};
 
 /// Builds the ds_config of `plan`.
-pub fn ds_config(problem: &Problem, plan: &Plan) -> Result<Value> {
+pub fn ds_config(problem: &Problem, plan: &Plan, opts: &ExportOptions) -> Result<Value> {
     let s = &plan.strategy;
     let mut cfg = json!({
         "train_batch_size": problem.workload.global_batch,
         "train_micro_batch_size_per_gpu": s.micro_batch,
         "gradient_accumulation_steps": s.accumulation,
-        "gradient_clipping": 1.0,
+        // TrainingArguments.max_grad_norm.
+        "gradient_clipping": "auto",
     });
     match s.precision {
-        Precision::Bf16Mixed | Precision::Bf16 => cfg["bf16"] = json!({ "enabled": true }),
+        Precision::Bf16Mixed => cfg["bf16"] = json!({ "enabled": true }),
+        Precision::Bf16 => {
+            if !s.placement.zero_stage.shards_optimizer() {
+                return Err(fidelity::refuse_pure_bf16(
+                    problem,
+                    plan,
+                    "deepspeed",
+                    "DeepSpeed keeps master weights and optimizer states in bf16 \
+                     (bf16_master_weights_and_grads, bf16_optimizer_states) only under ZeRO stage \
+                     1–3 and the plan is ZeRO-0; pin --zero 1 or higher",
+                ));
+            }
+            cfg["bf16"] = json!({
+                "enabled": true,
+                "bf16_master_weights_and_grads": true,
+                "bf16_optimizer_states": true,
+            })
+        }
         Precision::Fp16Mixed => {
             cfg["fp16"] = json!({
                 "enabled": true, "loss_scale": 0, "initial_scale_power": 16,
@@ -27,14 +53,18 @@ pub fn ds_config(problem: &Problem, plan: &Plan) -> Result<Value> {
         }
         Precision::Fp32 => {}
     }
+    let auto_params =
+        json!({ "lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto" });
     match s.optimizer {
-        Optimizer::AdamW => {
-            cfg["optimizer"] = json!({
-                "type": "AdamW",
-                "params": { "lr": 1e-4, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01 }
-            })
+        // Pure bf16 with bf16_optimizer_states keeps AdamW's states in bf16 (adamw-bf16's).
+        Optimizer::AdamW => cfg["optimizer"] = json!({ "type": "AdamW", "params": auto_params }),
+        Optimizer::AdamWBf16 if s.precision == Precision::Bf16 => {
+            cfg["optimizer"] = json!({ "type": "AdamW", "params": auto_params })
         }
-        Optimizer::Lamb => cfg["optimizer"] = json!({ "type": "Lamb", "params": { "lr": 1e-3 } }),
+        Optimizer::Lamb => {
+            cfg["optimizer"] =
+                json!({ "type": "Lamb", "params": { "lr": "auto", "weight_decay": "auto" } })
+        }
         other => {
             return Err(PlanError::Export {
                 format: "deepspeed".into(),
@@ -56,7 +86,7 @@ pub fn ds_config(problem: &Problem, plan: &Plan) -> Result<Value> {
     let offload = |device: Offload| {
         let mut o = json!({ "device": device.name(), "pin_memory": true });
         if device == Offload::Nvme {
-            o["nvme_path"] = json!("/local_nvme");
+            o["nvme_path"] = json!(opts.nvme_path);
         }
         o
     };

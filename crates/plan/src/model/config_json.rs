@@ -61,6 +61,14 @@ impl Fields<'_> {
         }
     }
 
+    /// An optional positive integer without a default.
+    fn opt_size(&self, field: &str) -> Result<Option<u64>> {
+        match self.obj.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => positive(field, v).map(Some),
+        }
+    }
+
     /// An optional positive integer; `null` counts as absent (as in transformers).
     fn size_or(&self, field: &str, default: u64) -> Result<u64> {
         match self.obj.get(field) {
@@ -139,6 +147,7 @@ fn decoder_llama_like(name: &str, family: Family, f: &Fields) -> Result<ModelSpe
         num_experts,
         experts_per_token,
         max_learned_positions: None,
+        trained_context: f.opt_size("max_position_embeddings")?,
         // LlamaConfig, MistralConfig, MixtralConfig and Qwen2Config default to untied.
         tie_word_embeddings: f.flag_or("tie_word_embeddings", false)?,
         dropout: f.prob_or("attention_dropout", 0.0)? > 0.0,
@@ -167,6 +176,7 @@ fn gpt2(name: &str, f: &Fields) -> Result<ModelSpec> {
         num_experts: 1,
         experts_per_token: 1,
         max_learned_positions: Some(f.size_or("n_positions", 1024)?),
+        trained_context: None,
         tie_word_embeddings: f.flag_or("tie_word_embeddings", true)?,
         dropout: f.prob_or("resid_pdrop", 0.1)? > 0.0 || f.prob_or("attn_pdrop", 0.1)? > 0.0,
         bias: true,
@@ -193,6 +203,7 @@ fn gpt_neox(name: &str, f: &Fields) -> Result<ModelSpec> {
         num_experts: 1,
         experts_per_token: 1,
         max_learned_positions: None,
+        trained_context: f.opt_size("max_position_embeddings")?,
         tie_word_embeddings: f.flag_or("tie_word_embeddings", false)?,
         dropout: f.prob_or("hidden_dropout", 0.0)? > 0.0
             || f.prob_or("attention_dropout", 0.0)? > 0.0,
@@ -220,6 +231,7 @@ fn bert(name: &str, f: &Fields) -> Result<ModelSpec> {
         num_experts: 1,
         experts_per_token: 1,
         max_learned_positions: Some(f.size_or("max_position_embeddings", 512)?),
+        trained_context: None,
         tie_word_embeddings: false,
         dropout: f.prob_or("hidden_dropout_prob", 0.1)? > 0.0,
         bias: true,
@@ -257,6 +269,7 @@ fn t5(name: &str, f: &Fields) -> Result<ModelSpec> {
         num_experts: 1,
         experts_per_token: 1,
         max_learned_positions: None,
+        trained_context: f.opt_size("max_position_embeddings")?,
         tie_word_embeddings: f.flag_or("tie_word_embeddings", true)?,
         dropout: f.prob_or("dropout_rate", 0.1)? > 0.0,
         bias: false,

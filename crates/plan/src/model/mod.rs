@@ -95,6 +95,10 @@ pub struct ModelSpec {
     pub experts_per_token: u64,
     /// Limit of learned absolute position embeddings (GPT-2, BERT); `None` for RoPE/relative.
     pub max_learned_positions: Option<u64>,
+    /// Context the model was trained for, where positions are rotary or relative and nothing
+    /// stops a longer sequence (`max_position_embeddings` of Llama-family and GPT-NeoX configs);
+    /// a longer `--seq-len` is a warning, not an error.
+    pub trained_context: Option<u64>,
     pub tie_word_embeddings: bool,
     /// Whether the model applies dropout in training (adds 1-byte masks to the activations).
     pub dropout: bool,
@@ -134,6 +138,7 @@ impl ModelSpec {
             num_experts: 1,
             experts_per_token: 1,
             max_learned_positions: None,
+            trained_context: None,
             tie_word_embeddings: false,
             dropout: false,
             bias: true,

@@ -8,6 +8,10 @@
 //!
 //! Not for: deciding what runs where (that is the strategy and the cost model).
 
+mod custom;
+
+pub use custom::resolve;
+
 use crate::error::{PlanError, Result};
 use headroom_memory::ByteSize;
 use serde::{Deserialize, Serialize};
@@ -224,6 +228,30 @@ impl Hardware {
             self.nodes = keep.nodes;
         }
         let g = &mut self.gpu;
+        // Peaks given without the others describe the same GPU at another speed: the peaks
+        // not given scale by the ratio of the first one given (bf16, fp16, TF32, fp32 order) to
+        // the value it replaces, so a lowered bf16 peak does not leave fp32 at the preset's.
+        let peaks = [
+            (o.bf16_tflops, g.bf16_tflops),
+            (o.fp16_tflops, g.fp16_tflops),
+            (o.tf32_tflops, g.tf32_tflops),
+            (o.fp32_tflops, g.fp32_tflops),
+        ];
+        let ratio = peaks
+            .iter()
+            .find_map(|(new, old)| new.filter(|_| *old > 0.0).map(|n| n / old));
+        if let Some(r) = ratio.filter(|r| r.is_finite()) {
+            for (field, given) in [
+                (&mut g.bf16_tflops, o.bf16_tflops),
+                (&mut g.fp16_tflops, o.fp16_tflops),
+                (&mut g.tf32_tflops, o.tf32_tflops),
+                (&mut g.fp32_tflops, o.fp32_tflops),
+            ] {
+                if given.is_none() {
+                    *field *= r;
+                }
+            }
+        }
         set(&mut g.memory_bytes, o.gpu_memory.map(|b| b.0));
         set(&mut g.bf16_tflops, o.bf16_tflops);
         set(&mut g.fp16_tflops, o.fp16_tflops);
@@ -366,6 +394,32 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("gpu_mem"), "{e}");
+    }
+
+    #[test]
+    fn a_peak_given_alone_scales_the_others() {
+        // RTX-4090 datasheet row: bf16 165.2, fp16 165.2, TF32 82.6, fp32 82.6 TFLOPS; a bf16
+        // peak of 82.6 is half of it, so fp16 becomes 82.6 and TF32 and fp32 41.3.
+        let mut hw = preset("RTX-4090").unwrap();
+        hw.apply(&HardwareOverrides {
+            bf16_tflops: Some(82.6),
+            ..Default::default()
+        })
+        .unwrap();
+        let g = &hw.gpu;
+        assert_eq!(g.bf16_tflops, 82.6);
+        assert!((g.fp16_tflops - 82.6).abs() < 1e-9, "{}", g.fp16_tflops);
+        assert!((g.tf32_tflops - 41.3).abs() < 1e-9, "{}", g.tf32_tflops);
+        assert!((g.fp32_tflops - 41.3).abs() < 1e-9, "{}", g.fp32_tflops);
+        // Given together, each keeps its value.
+        let mut hw = preset("RTX-4090").unwrap();
+        hw.apply(&HardwareOverrides {
+            bf16_tflops: Some(82.6),
+            fp32_tflops: Some(80.0),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!((hw.gpu.bf16_tflops, hw.gpu.fp32_tflops), (82.6, 80.0));
     }
 
     #[test]

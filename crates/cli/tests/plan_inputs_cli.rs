@@ -1,0 +1,184 @@
+//! `headroom plan` inputs end to end: a hardware file naming its own GPU, a lone bf16 peak, a
+//! sequence beyond the model's trained context (warned), the no-fit message under --json, and
+//! the export flags (rank 0's address, the NVMe path).
+
+use serde_json::Value;
+use std::process::{Command, Output};
+
+fn headroom(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(args)
+        .output()
+        .expect("run headroom")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(o)))
+}
+
+#[test]
+fn a_hardware_file_may_name_its_own_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let hw = dir.path().join("hw.toml");
+    // RTX 3090: 24 GiB, 936 GB/s, fp16/bf16 tensor 71 TFLOPS, fp32 35.6 (GA102 whitepaper).
+    std::fs::write(
+        &hw,
+        "gpu = \"RTX-3090\"\ngpu_memory = \"24GiB\"\nbf16_tflops = 71\nfp16_tflops = 71\nfp32_tflops = 35.6\nmemory_bandwidth_gbps = 936\n",
+    )
+    .unwrap();
+    let o = headroom(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--hardware",
+        hw.to_str().unwrap(),
+        "--seq-len",
+        "1024",
+        "--global-batch",
+        "8",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["hardware"]["gpu"]["name"], "RTX-3090");
+    assert_eq!(v["hardware"]["gpu"]["memory_bytes"], 24u64 << 30);
+}
+
+#[test]
+fn a_lone_bf16_peak_scales_the_fp32_peak_too() {
+    // RTX-4090 preset: bf16 165.2, fp32 82.6 TFLOPS; --bf16-tflops 82.6 halves the GPU's
+    // speed, so fp32 becomes 41.3 and stays half the bf16 peak: fp32 is not the fastest.
+    let o = headroom(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--gpu",
+        "RTX-4090",
+        "--bf16-tflops",
+        "82.6",
+        "--seq-len",
+        "1024",
+        "--global-batch",
+        "8",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    let fp32 = v["hardware"]["gpu"]["fp32_tflops"].as_f64().unwrap();
+    assert!((fp32 - 41.3).abs() < 1e-9, "{fp32}");
+    assert_ne!(
+        v["recommended"]["strategy"]["precision"], "fp32",
+        "{}",
+        v["recommended"]
+    );
+}
+
+#[test]
+fn a_sequence_beyond_the_trained_context_is_warned() {
+    let args = |seq: &'static str| {
+        [
+            "plan",
+            "--model",
+            "llama-2-7b",
+            "--gpu",
+            "H100-80GB",
+            "--gpus-per-node",
+            "8",
+            "--seq-len",
+            seq,
+            "--global-batch",
+            "8",
+            "--json",
+        ]
+    };
+    let o = headroom(&args("32768"));
+    // llama-2-7b's config.json: max_position_embeddings 4096.
+    let want = "--seq-len 32768 exceeds max_position_embeddings 4096";
+    assert!(
+        stderr(&o).contains(&format!("warning: {want}")),
+        "{}",
+        stderr(&o)
+    );
+    let w = json(&o)["warnings"].as_array().unwrap().clone();
+    assert_eq!(w.len(), 1);
+    assert!(w[0].as_str().unwrap().contains(want), "{w:?}");
+    let o = headroom(&args("4096"));
+    assert_eq!(json(&o)["warnings"], serde_json::json!([]));
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
+}
+
+#[test]
+fn the_json_no_fit_message_points_into_the_json() {
+    let o = headroom(&[
+        "plan",
+        "--model",
+        "llama-2-70b",
+        "--gpu",
+        "L4",
+        "--seq-len",
+        "2048",
+        "--global-batch",
+        "1",
+        "--offload-optimizer",
+        "none",
+        "--json",
+    ]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("no plan fits") && !e.contains("above"), "{e}");
+    assert!(e.contains("shortfall.suggestions"), "{e}");
+}
+
+#[test]
+fn multi_node_accelerate_exports_take_rank_0_and_the_nvme_path_from_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let acc = dir.path().join("acc.yaml");
+    let base = [
+        "plan",
+        "--model",
+        "llama-2-7b",
+        "--gpu",
+        "A100-80GB",
+        "--gpus-per-node",
+        "8",
+        "--nodes",
+        "2",
+        "--seq-len",
+        "2048",
+        "--global-batch",
+        "16",
+        "--zero",
+        "3",
+        "--offload-optimizer",
+        "nvme",
+        "--offload-params",
+        "nvme",
+        "--precision",
+        "bf16-mixed",
+        "--emit",
+        "accelerate",
+    ];
+    let mut args = base.to_vec();
+    args.push(acc.to_str().unwrap());
+    let o = headroom(&args);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--main-process-ip"), "{}", stderr(&o));
+    args.extend(["--main-process-ip", "10.1.2.3", "--nvme-path", "/mnt/nvme0"]);
+    let o = headroom(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let yaml = std::fs::read_to_string(&acc).unwrap();
+    for line in [
+        "main_process_ip: 10.1.2.3",
+        "main_process_port: 29500",
+        "num_machines: 2",
+        "machine_rank: 0",
+        "  offload_optimizer_nvme_path: /mnt/nvme0",
+        "  offload_param_nvme_path: /mnt/nvme0",
+    ] {
+        assert!(yaml.lines().any(|l| l == line), "{line} not in\n{yaml}");
+    }
+}

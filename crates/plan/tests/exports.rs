@@ -1,0 +1,272 @@
+//! The exports implement the plan or refuse with the reason: pure bf16 in DeepSpeed's bf16
+//! state options (refused at ZeRO-0 and by Accelerate, with the bytes fp32 states cost),
+//! every-k-th checkpointing refused by Accelerate's FSDP, the Trainer's "auto" values, the
+//! multi-node rendezvous and the NVMe paths; every emitted key is checked against the tool's
+//! documented schema (tests/support/schemas.rs, with the source of each list).
+
+mod support;
+
+use headroom_memory::format_bytes;
+use headroom_plan::cost::{CostModel, Plan, Problem, evaluate};
+use headroom_plan::export::{ExportOptions, accelerate::accelerate_config, deepspeed::ds_config};
+use headroom_plan::hardware;
+use headroom_plan::model::load_model;
+use headroom_plan::strategy::{
+    Attention, Checkpoint, Offload, Optimizer, Placement, Precision, Strategy, ZeroStage,
+};
+use headroom_plan::workload::{BatchSpec, Workload};
+use support::schemas::{check_accelerate, check_deepspeed};
+
+/// Llama-2-7B: 6,738,415,616 parameters (the count of LlamaForCausalLM for
+/// meta-llama/Llama-2-7b-hf, also asserted in tests/param_counts.rs).
+const LLAMA2_7B: u64 = 6_738_415_616;
+
+fn problem(model: &str, gpu: &str, per_node: u64, nodes: u64, seq: u64, batch: u64) -> Problem {
+    let spec = load_model(model).unwrap();
+    let mut hw = hardware::preset(gpu).unwrap();
+    hw.gpus_per_node = per_node;
+    hw.nodes = nodes;
+    let w = Workload::new(
+        &spec,
+        seq,
+        BatchSpec::Samples(batch),
+        None,
+        None,
+        hw.world_size(),
+    )
+    .unwrap();
+    Problem::new(spec, hw, w, CostModel::default())
+}
+
+fn plan(
+    p: &Problem,
+    precision: Precision,
+    zero: u8,
+    opt: Offload,
+    params: Offload,
+    ckpt: Checkpoint,
+) -> Plan {
+    let world = p.hardware.world_size();
+    evaluate(
+        p,
+        &Strategy {
+            precision,
+            optimizer: Optimizer::AdamW,
+            placement: Placement {
+                zero_stage: ZeroStage::new(zero).unwrap(),
+                offload_optimizer: opt,
+                offload_params: params,
+            },
+            checkpoint: ckpt,
+            attention: Attention::MemoryEfficient,
+            micro_batch: 1,
+            accumulation: p.workload.global_batch / world,
+        },
+    )
+}
+
+#[test]
+fn pure_bf16_uses_deepspeeds_bf16_state_options_at_zero_1() {
+    let p = problem("llama-2-7b", "H100-80GB", 8, 1, 2048, 8);
+    let pl = plan(
+        &p,
+        Precision::Bf16,
+        1,
+        Offload::None,
+        Offload::None,
+        Checkpoint::ALL_BLOCKS,
+    );
+    let cfg = ds_config(&p, &pl, &ExportOptions::default()).unwrap();
+    check_deepspeed(&cfg);
+    // DeepSpeed blogs/core_api_update: both options true keep master weights, gradients and
+    // optimizer states in bf16.
+    assert_eq!(cfg["bf16"]["enabled"], true);
+    assert_eq!(cfg["bf16"]["bf16_master_weights_and_grads"], true);
+    assert_eq!(cfg["bf16"]["bf16_optimizer_states"], true);
+    assert_eq!(cfg["optimizer"]["type"], "AdamW");
+    // Mixed precision keeps DeepSpeed's default (fp32 masters): no state options.
+    let mixed = plan(
+        &p,
+        Precision::Bf16Mixed,
+        1,
+        Offload::None,
+        Offload::None,
+        Checkpoint::ALL_BLOCKS,
+    );
+    let cfg = ds_config(&p, &mixed, &ExportOptions::default()).unwrap();
+    assert!(cfg["bf16"].get("bf16_optimizer_states").is_none(), "{cfg}");
+}
+
+#[test]
+fn pure_bf16_without_zero_is_refused_with_the_cost_of_fp32_states() {
+    // One GPU, ZeRO-0: the plan holds AdamW's two states in bf16 (2 × 2 B) and no master copy;
+    // DeepSpeed and Accelerate would hold fp32 masters (4 B) and fp32 states (2 × 4 B):
+    // 4 + 8 − 4 = 8 B per parameter more.
+    let p = problem("llama-2-7b", "H200-141GB", 1, 1, 512, 1);
+    let pl = plan(
+        &p,
+        Precision::Bf16,
+        0,
+        Offload::None,
+        Offload::None,
+        Checkpoint::ALL_BLOCKS,
+    );
+    let extra = format_bytes(8 * LLAMA2_7B);
+    let ds = ds_config(&p, &pl, &ExportOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(ds.contains(&format!("{extra} more per GPU")), "{ds}");
+    assert!(ds.contains("--zero 1"), "{ds}");
+    let acc = accelerate_config(&p, &pl, &ExportOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(acc.contains(&format!("{extra} more per GPU")), "{acc}");
+    assert!(acc.contains("fp32 master weights"), "{acc}");
+}
+
+#[test]
+fn accelerate_refuses_every_kth_checkpointing_under_fsdp() {
+    let p = problem("llama-2-7b", "A100-80GB", 8, 1, 2048, 8);
+    let every4 = plan(
+        &p,
+        Precision::Bf16Mixed,
+        3,
+        Offload::None,
+        Offload::None,
+        Checkpoint::EveryNth(4),
+    );
+    let e = accelerate_config(&p, &every4, &ExportOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("--checkpoint every:4") && e.contains("fsdp_activation_checkpointing"),
+        "{e}"
+    );
+    assert!(e.contains("--checkpoint all"), "{e}");
+    let all = plan(
+        &p,
+        Precision::Bf16Mixed,
+        3,
+        Offload::None,
+        Offload::None,
+        Checkpoint::ALL_BLOCKS,
+    );
+    let kv = check_accelerate(&accelerate_config(&p, &all, &ExportOptions::default()).unwrap());
+    assert_eq!(kv["fsdp_config.fsdp_activation_checkpointing"], "true");
+    assert_eq!(kv["fsdp_config.fsdp_sharding_strategy"], "FULL_SHARD");
+}
+
+#[test]
+fn deepspeed_leaves_the_trainers_hyper_parameters_auto_and_the_batch_explicit() {
+    let p = problem("llama-2-7b", "A100-80GB", 8, 1, 2048, 64);
+    let pl = plan(
+        &p,
+        Precision::Bf16Mixed,
+        3,
+        Offload::None,
+        Offload::None,
+        Checkpoint::ALL_BLOCKS,
+    );
+    let cfg = ds_config(&p, &pl, &ExportOptions::default()).unwrap();
+    check_deepspeed(&cfg);
+    for k in ["lr", "betas", "eps", "weight_decay"] {
+        assert_eq!(cfg["optimizer"]["params"][k], "auto", "{k}");
+    }
+    assert_eq!(cfg["gradient_clipping"], "auto");
+    // The plan's split: 1 × 8 accumulation × 8 GPUs = 64.
+    assert_eq!(cfg["train_batch_size"], 64);
+    assert_eq!(cfg["train_micro_batch_size_per_gpu"], 1);
+    assert_eq!(cfg["gradient_accumulation_steps"], 8);
+    assert_eq!(cfg["bf16"]["enabled"], true);
+}
+
+#[test]
+fn multi_node_accelerate_names_the_rank_0_machine() {
+    let p = problem("llama-2-7b", "A100-80GB", 8, 2, 2048, 16);
+    let pl = plan(
+        &p,
+        Precision::Bf16Mixed,
+        3,
+        Offload::None,
+        Offload::None,
+        Checkpoint::None,
+    );
+    let e = accelerate_config(&p, &pl, &ExportOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--main-process-ip"), "{e}");
+    let opts = ExportOptions {
+        main_process_ip: Some("10.1.2.3".into()),
+        ..ExportOptions::default()
+    };
+    let kv = check_accelerate(&accelerate_config(&p, &pl, &opts).unwrap());
+    assert_eq!(kv["main_process_ip"], "10.1.2.3");
+    assert_eq!(kv["main_process_port"], "29500");
+    assert_eq!(kv["num_machines"], "2");
+    assert_eq!(kv["machine_rank"], "0");
+    assert_eq!(kv["num_processes"], "16");
+}
+
+#[test]
+fn nvme_offload_writes_the_nvme_paths() {
+    let p = problem("llama-2-7b", "A100-80GB", 8, 1, 2048, 8);
+    let pl = plan(
+        &p,
+        Precision::Bf16Mixed,
+        3,
+        Offload::Nvme,
+        Offload::Nvme,
+        Checkpoint::ALL_BLOCKS,
+    );
+    let opts = ExportOptions {
+        nvme_path: "/mnt/nvme0".into(),
+        ..ExportOptions::default()
+    };
+    let kv = check_accelerate(&accelerate_config(&p, &pl, &opts).unwrap());
+    assert_eq!(kv["distributed_type"], "DEEPSPEED");
+    assert_eq!(kv["deepspeed_config.offload_optimizer_device"], "nvme");
+    assert_eq!(
+        kv["deepspeed_config.offload_optimizer_nvme_path"],
+        "/mnt/nvme0"
+    );
+    assert_eq!(kv["deepspeed_config.offload_param_nvme_path"], "/mnt/nvme0");
+    let cfg = ds_config(&p, &pl, &opts).unwrap();
+    check_deepspeed(&cfg);
+    let z = &cfg["zero_optimization"];
+    assert_eq!(z["offload_optimizer"]["nvme_path"], "/mnt/nvme0");
+    assert_eq!(z["offload_param"]["nvme_path"], "/mnt/nvme0");
+}
+
+#[test]
+fn single_gpu_and_cpu_offload_exports_match_the_schemas() {
+    let p = problem("gpt2", "RTX-4090", 1, 1, 1024, 8);
+    for pl in [
+        plan(
+            &p,
+            Precision::Bf16Mixed,
+            0,
+            Offload::None,
+            Offload::None,
+            Checkpoint::None,
+        ),
+        plan(
+            &p,
+            Precision::Fp32,
+            2,
+            Offload::Cpu,
+            Offload::None,
+            Checkpoint::None,
+        ),
+        plan(
+            &p,
+            Precision::Bf16Mixed,
+            3,
+            Offload::Cpu,
+            Offload::Cpu,
+            Checkpoint::ALL_BLOCKS,
+        ),
+    ] {
+        check_accelerate(&accelerate_config(&p, &pl, &ExportOptions::default()).unwrap());
+        check_deepspeed(&ds_config(&p, &pl, &ExportOptions::default()).unwrap());
+    }
+}

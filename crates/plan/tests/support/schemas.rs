@@ -1,0 +1,278 @@
+//! The documented schemas the exports are checked against: every key name (and, where the docs
+//! list them, every value) with its source. Shared by the export tests.
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// DeepSpeed ds_config keys, by section. Source: https://www.deepspeed.ai/docs/config-json/
+/// ("Batch Size related parameters", "Optimizer Parameters", "FP16 training options", "BFLOAT16
+/// training options", "ZeRO Optimizations for FP16 Training", offload_param/offload_optimizer),
+/// plus `bf16_master_weights_and_grads` and `bf16_optimizer_states` from DeepSpeed's
+/// blogs/core_api_update ("Low-precision master params, grads, and optimizer states", PR #7700,
+/// github.com/deepspeedai/DeepSpeed/pull/7700).
+pub fn deepspeed_keys(section: &str) -> &'static [&'static str] {
+    match section {
+        "" => &[
+            "train_batch_size",
+            "train_micro_batch_size_per_gpu",
+            "gradient_accumulation_steps",
+            "gradient_clipping",
+            "optimizer",
+            "scheduler",
+            "fp16",
+            "bf16",
+            "zero_optimization",
+        ],
+        "optimizer" => &["type", "params"],
+        // AdamW (torch.optim.AdamW arguments) and Lamb ("lr", "weight_decay", "bias_correction",
+        // "max_coeff", "min_coeff" in the Lamb example of the config docs).
+        "optimizer.params" => &[
+            "lr",
+            "betas",
+            "eps",
+            "weight_decay",
+            "bias_correction",
+            "max_coeff",
+            "min_coeff",
+        ],
+        "fp16" => &[
+            "enabled",
+            "auto_cast",
+            "loss_scale",
+            "initial_scale_power",
+            "loss_scale_window",
+            "hysteresis",
+            "consecutive_hysteresis",
+            "min_loss_scale",
+        ],
+        "bf16" => &[
+            "enabled",
+            "immediate_grad_update",
+            "check_grad_overflow",
+            "bf16_master_weights_and_grads",
+            "bf16_optimizer_states",
+        ],
+        "zero_optimization" => &[
+            "stage",
+            "allgather_partitions",
+            "allgather_bucket_size",
+            "overlap_comm",
+            "reduce_scatter",
+            "reduce_bucket_size",
+            "contiguous_gradients",
+            "offload_param",
+            "offload_optimizer",
+            "stage3_max_live_parameters",
+            "stage3_max_reuse_distance",
+            "stage3_prefetch_bucket_size",
+            "stage3_param_persistence_threshold",
+            "stage3_gather_16bit_weights_on_model_save",
+            "sub_group_size",
+        ],
+        "zero_optimization.offload_param" => &[
+            "device",
+            "nvme_path",
+            "pin_memory",
+            "buffer_count",
+            "buffer_size",
+            "max_in_cpu",
+        ],
+        "zero_optimization.offload_optimizer" => &[
+            "device",
+            "nvme_path",
+            "pin_memory",
+            "ratio",
+            "buffer_count",
+            "fast_init",
+        ],
+        _ => &[],
+    }
+}
+
+/// Keys the Hugging Face Trainer's DeepSpeed integration may find as `"auto"` and fills from
+/// TrainingArguments. Source: https://huggingface.co/docs/transformers/deepspeed ("DeepSpeed and
+/// Trainer parameters": batch sizes, gradient clipping, optimizer lr/betas/eps/weight_decay,
+/// scheduler parameters, fp16/bf16 enabled, the ZeRO bucket sizes and stage-3 thresholds).
+pub const HF_AUTO: &[&str] = &[
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "gradient_clipping",
+    "optimizer.params.lr",
+    "optimizer.params.betas",
+    "optimizer.params.eps",
+    "optimizer.params.weight_decay",
+    "fp16.enabled",
+    "bf16.enabled",
+    "zero_optimization.reduce_bucket_size",
+    "zero_optimization.stage3_prefetch_bucket_size",
+    "zero_optimization.stage3_param_persistence_threshold",
+];
+
+/// Checks every key of a ds_config against [`deepspeed_keys`], `"auto"` only where
+/// [`HF_AUTO`] allows it, and the documented values of `optimizer.type` (config docs: "Adam,
+/// AdamW, OneBitAdam, Lamb, and OneBitLamb") and offload `device` ("none", "cpu", "nvme").
+pub fn check_deepspeed(cfg: &Value) {
+    fn walk(v: &Value, path: &str) {
+        let Value::Object(map) = v else { return };
+        let allowed = deepspeed_keys(path);
+        for (k, child) in map {
+            let full = if path.is_empty() {
+                k.clone()
+            } else {
+                format!("{path}.{k}")
+            };
+            assert!(
+                allowed.contains(&k.as_str()),
+                "ds_config key {full} is not documented"
+            );
+            if child == "auto" {
+                assert!(
+                    HF_AUTO.contains(&full.as_str()),
+                    "{full} cannot be \"auto\""
+                );
+            }
+            if k == "type" {
+                let t = child.as_str().unwrap();
+                assert!(
+                    ["Adam", "AdamW", "OneBitAdam", "Lamb", "OneBitLamb"].contains(&t),
+                    "{t}"
+                );
+            }
+            if k == "device" {
+                let d = child.as_str().unwrap();
+                assert!(["none", "cpu", "nvme"].contains(&d), "{d}");
+            }
+            if child.is_object() {
+                walk(child, &full);
+            }
+        }
+    }
+    walk(cfg, "");
+}
+
+/// Accelerate config keys and values. Sources: https://huggingface.co/docs/accelerate/package_reference/cli
+/// (`accelerate config`/`launch`: compute_environment, distributed_type, mixed_precision "no,
+/// fp16, bf16, fp8", num_machines, num_processes, machine_rank, main_process_ip,
+/// main_process_port, rdzv_backend "static, c10d", same_network, main_training_function,
+/// downcast_bf16, tpu_*, use_cpu, debug); https://huggingface.co/docs/accelerate/usage_guides/fsdp
+/// (fsdp_config keys, sharding strategies, backward prefetch, state dict types);
+/// https://huggingface.co/docs/accelerate/usage_guides/deepspeed (deepspeed_config keys:
+/// offload_*_device "none, cpu, nvme", offload_*_nvme_path, zero3_init_flag, zero_stage 0–3).
+pub fn accelerate_schema() -> BTreeMap<&'static str, &'static [&'static str]> {
+    BTreeMap::from([
+        (
+            "compute_environment",
+            &["LOCAL_MACHINE", "AMAZON_SAGEMAKER"][..],
+        ),
+        ("debug", &["true", "false"][..]),
+        (
+            "distributed_type",
+            &["NO", "MULTI_GPU", "FSDP", "DEEPSPEED"][..],
+        ),
+        ("downcast_bf16", &["no", "yes"][..]),
+        ("machine_rank", &[][..]),
+        ("main_process_ip", &[][..]),
+        ("main_process_port", &[][..]),
+        ("main_training_function", &[][..]),
+        ("mixed_precision", &["no", "fp16", "bf16", "fp8"][..]),
+        ("num_machines", &[][..]),
+        ("num_processes", &[][..]),
+        ("rdzv_backend", &["static", "c10d"][..]),
+        ("same_network", &["true", "false"][..]),
+        ("tpu_env", &[][..]),
+        ("tpu_use_cluster", &["false", "true"][..]),
+        ("tpu_use_sudo", &["false", "true"][..]),
+        ("use_cpu", &["false", "true"][..]),
+        ("fsdp_config", &[][..]),
+        ("deepspeed_config", &[][..]),
+        (
+            "fsdp_config.fsdp_activation_checkpointing",
+            &["true", "false"][..],
+        ),
+        (
+            "fsdp_config.fsdp_auto_wrap_policy",
+            &["TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"][..],
+        ),
+        (
+            "fsdp_config.fsdp_backward_prefetch",
+            &["BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"][..],
+        ),
+        (
+            "fsdp_config.fsdp_cpu_ram_efficient_loading",
+            &["true", "false"][..],
+        ),
+        ("fsdp_config.fsdp_forward_prefetch", &["true", "false"][..]),
+        ("fsdp_config.fsdp_offload_params", &["true", "false"][..]),
+        (
+            "fsdp_config.fsdp_sharding_strategy",
+            &[
+                "FULL_SHARD",
+                "SHARD_GRAD_OP",
+                "NO_SHARD",
+                "HYBRID_SHARD",
+                "HYBRID_SHARD_ZERO2",
+            ][..],
+        ),
+        (
+            "fsdp_config.fsdp_state_dict_type",
+            &["FULL_STATE_DICT", "LOCAL_STATE_DICT", "SHARDED_STATE_DICT"][..],
+        ),
+        (
+            "fsdp_config.fsdp_sync_module_states",
+            &["true", "false"][..],
+        ),
+        ("fsdp_config.fsdp_transformer_layer_cls_to_wrap", &[][..]),
+        ("fsdp_config.fsdp_use_orig_params", &["true", "false"][..]),
+        ("deepspeed_config.gradient_accumulation_steps", &[][..]),
+        ("deepspeed_config.gradient_clipping", &[][..]),
+        (
+            "deepspeed_config.offload_optimizer_device",
+            &["none", "cpu", "nvme"][..],
+        ),
+        (
+            "deepspeed_config.offload_param_device",
+            &["none", "cpu", "nvme"][..],
+        ),
+        ("deepspeed_config.offload_optimizer_nvme_path", &[][..]),
+        ("deepspeed_config.offload_param_nvme_path", &[][..]),
+        ("deepspeed_config.zero3_init_flag", &["true", "false"][..]),
+        (
+            "deepspeed_config.zero3_save_16bit_model",
+            &["true", "false"][..],
+        ),
+        ("deepspeed_config.zero_stage", &["0", "1", "2", "3"][..]),
+    ])
+}
+
+/// Parses the exporter's YAML (flat maps one level deep, `#` comment lines) into
+/// `section.key → value`, checking each against [`accelerate_schema`].
+pub fn check_accelerate(yaml: &str) -> BTreeMap<String, String> {
+    let schema = accelerate_schema();
+    let mut out = BTreeMap::new();
+    let mut section = String::new();
+    for line in yaml.lines() {
+        if line.trim_start().starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let (k, v) = line
+            .split_once(':')
+            .unwrap_or_else(|| panic!("not key: value: {line}"));
+        let v = v.trim().trim_matches('\'').to_string();
+        let key = if let Some(inner) = k.strip_prefix("  ") {
+            format!("{section}.{inner}")
+        } else {
+            section = k.to_string();
+            k.to_string()
+        };
+        let allowed = schema
+            .get(key.as_str())
+            .unwrap_or_else(|| panic!("Accelerate key {key} is not documented"));
+        assert!(
+            allowed.is_empty() || allowed.contains(&v.as_str()),
+            "{key}: {v} not among {allowed:?}"
+        );
+        out.insert(key, v);
+    }
+    out
+}
