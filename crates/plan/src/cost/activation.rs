@@ -114,7 +114,10 @@ pub fn checkpointed_blocks(policy: Checkpoint, n: u64) -> u64 {
 
 /// The policy the analytical model charges for `policy`: `budget:SIZE` becomes the policy with
 /// the least recomputation among none and every:K (K = n … 1) whose activations fit SIZE, or
-/// every block when none does; other policies are themselves.
+/// every block when none does; selective recomputation with memory-efficient attention is
+/// none (the fused kernel keeps no s² scores and already recomputes them in its backward, so
+/// selective recomputation has nothing to drop or re-run: Korthikanti et al. §5 recompute the
+/// core attention that FlashAttention never stores); other policies are themselves.
 pub fn effective_policy(
     spec: &ModelSpec,
     s: f64,
@@ -123,6 +126,9 @@ pub fn effective_policy(
     attention: Attention,
     policy: Checkpoint,
 ) -> Checkpoint {
+    if policy == Checkpoint::Selective && attention == Attention::MemoryEfficient {
+        return Checkpoint::None;
+    }
     let Checkpoint::Budget(budget) = policy else {
         return policy;
     };
@@ -151,6 +157,7 @@ pub fn model_activations(
     let blk = block(spec, s, b, e, attention);
     let n = spec.total_blocks();
     let outside = outside_blocks(spec, s, b, e);
+    let policy = effective_policy(spec, s, b, e, attention, policy);
     let blocks = match policy {
         Checkpoint::None => n as f64 * blk.full(),
         Checkpoint::Selective => n as f64 * blk.linear_part + blk.core_attention,
@@ -164,10 +171,7 @@ pub fn model_activations(
             segments * blk.input + len as f64 * blk.full() - blk.input
         }
         Checkpoint::Sqrt => 0.0,
-        Checkpoint::Budget(_) => {
-            let resolved = effective_policy(spec, s, b, e, attention, policy);
-            return model_activations(spec, s, b, e, attention, resolved);
-        }
+        Checkpoint::Budget(_) => unreachable!("effective_policy resolves a budget"),
     };
     blocks + outside
 }
