@@ -9,3 +9,4 @@ pub mod plan;
 pub mod plan_output;
 mod plan_own;
 pub mod train;
+mod train_group;

@@ -15,6 +15,7 @@ mod batches;
 mod build;
 mod events;
 mod fault;
+mod group;
 mod guard;
 mod precision;
 mod save;
@@ -37,9 +38,7 @@ use crate::config::RunConfig;
 use crate::data::source::run_loader;
 use crate::data::{Corpus, Loader};
 use crate::recompute::policy::{BudgetDecision, recompute_for};
-use crate::report::{
-    CacheRelease, CommunicationReport, RANK_PEAKS_ELEMENTS, RankPeaks, TrainReport,
-};
+use crate::report::{CacheRelease, TrainReport};
 use crate::scaler::{LossScaler, ScalerConfig};
 use headroom_dist::Communicator;
 use headroom_memory::{AllocatorConfig, Device};
@@ -422,48 +421,8 @@ impl Trainer {
         let stats = self.device.stats();
         self.report.set_memory(&stats);
         self.report.set_loader(self.sampler.report());
-        if let Some(counts) = self.collective_counts() {
-            let (rank_steps, world) = (self.step - counted_from.1, self.rank().1);
-            let run_s: f64 = self
-                .report
-                .step_times_s
-                .iter()
-                .rev()
-                .take(rank_steps as usize)
-                .sum();
-            self.report.communication = Some(CommunicationReport::new(
-                counts.since(&counted_from.0),
-                rank_steps,
-                run_s,
-                self.model.num_params() as u64,
-                self.zero_stage(),
-                world,
-            ));
-        }
+        self.report.communication = self.communication_since(counted_from);
         Ok(&self.report)
-    }
-
-    /// Every rank's peaks and time in collectives, gathered into each rank's report (`ranks`);
-    /// every rank of a group must call it, after `train`. One all-gather of 12 elements.
-    pub fn gather_rank_peaks(&mut self) -> Result<&[RankPeaks], TrainError> {
-        let Some(comm) = self.comm.as_mut() else {
-            return Ok(&self.report.ranks);
-        };
-        let stats = self.device.stats();
-        let mine = RankPeaks {
-            rank: comm.rank(),
-            peak_allocated_bytes: stats.allocated_bytes.all.peak as u64,
-            peak_reserved_bytes: stats.reserved_bytes.all.peak as u64,
-            collective_ns: comm.counts().busy_ns,
-        };
-        let mut all = vec![0.0f32; RANK_PEAKS_ELEMENTS * comm.world_size()];
-        comm.all_gather(&mine.encode(), &mut all)?;
-        self.report.ranks = all
-            .chunks_exact(RANK_PEAKS_ELEMENTS)
-            .enumerate()
-            .map(|(rank, e)| RankPeaks::decode(rank, e))
-            .collect();
-        Ok(&self.report.ranks)
     }
 
     /// Whether a stop was asked for; in a group every rank agrees (any rank's request stops

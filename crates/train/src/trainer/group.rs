@@ -1,0 +1,58 @@
+//! A trainer as one rank of a data-parallel group: what it communicated over a run, against
+//! theory, and every rank's peaks gathered so that rank 0 can report them.
+//!
+//! Not for: the collectives of a step (`step`, `zero`, `shard`).
+
+use super::{TrainError, Trainer};
+use crate::report::{CommunicationReport, RANK_PEAKS_ELEMENTS, RankPeaks};
+use headroom_dist::CollectiveCounts;
+
+impl Trainer {
+    /// This rank's communication since `counted_from` (its counts and the step then), over
+    /// the steps run since; `None` without a group.
+    pub(super) fn communication_since(
+        &self,
+        counted_from: (CollectiveCounts, u64),
+    ) -> Option<CommunicationReport> {
+        let counts = self.collective_counts()?;
+        let (rank_steps, world) = (self.step - counted_from.1, self.rank().1);
+        let run_s: f64 = self
+            .report
+            .step_times_s
+            .iter()
+            .rev()
+            .take(rank_steps as usize)
+            .sum();
+        Some(CommunicationReport::new(
+            counts.since(&counted_from.0),
+            rank_steps,
+            run_s,
+            self.model.num_params() as u64,
+            self.zero_stage(),
+            world,
+        ))
+    }
+
+    /// Every rank's peaks and time in collectives, gathered into each rank's report (`ranks`);
+    /// every rank of a group must call it, after `train`. One all-gather of 12 elements.
+    pub fn gather_rank_peaks(&mut self) -> Result<&[RankPeaks], TrainError> {
+        let Some(comm) = self.comm.as_mut() else {
+            return Ok(&self.report.ranks);
+        };
+        let stats = self.device.stats();
+        let mine = RankPeaks {
+            rank: comm.rank(),
+            peak_allocated_bytes: stats.allocated_bytes.all.peak as u64,
+            peak_reserved_bytes: stats.reserved_bytes.all.peak as u64,
+            collective_ns: comm.counts().busy_ns,
+        };
+        let mut all = vec![0.0f32; RANK_PEAKS_ELEMENTS * comm.world_size()];
+        comm.all_gather(&mine.encode(), &mut all)?;
+        self.report.ranks = all
+            .chunks_exact(RANK_PEAKS_ELEMENTS)
+            .enumerate()
+            .map(|(rank, e)| RankPeaks::decode(rank, e))
+            .collect();
+        Ok(&self.report.ranks)
+    }
+}
