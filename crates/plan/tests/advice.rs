@@ -1,21 +1,18 @@
 //! The advice says what the levers do at the peak the plan actually has, and speaks of one GPU
 //! as one GPU.
 
+mod support;
+
 use headroom_plan::advice::explain;
 use headroom_plan::cost::memory::Phase;
-use headroom_plan::cost::{CostModel, Problem, evaluate};
-use headroom_plan::hardware;
-use headroom_plan::model::load_model;
+use headroom_plan::cost::{Problem, evaluate};
 use headroom_plan::strategy::{
     Attention, Checkpoint, Optimizer, Placement, Precision, Strategy, ZeroStage,
 };
-use headroom_plan::workload::{BatchSpec, Workload};
+use support::problem;
 
 fn one_gpu(model: &str, gpu: &str, seq: u64, batch: u64) -> Problem {
-    let spec = load_model(model).unwrap();
-    let hw = hardware::preset(gpu).unwrap();
-    let w = Workload::new(&spec, seq, BatchSpec::Samples(batch), None, None, 1).unwrap();
-    Problem::new(spec, hw, w, CostModel::default())
+    problem(model, gpu, 1, 1, seq, batch)
 }
 
 fn strategy(zero: u8, attention: Attention, micro_batch: u64, accumulation: u64) -> Strategy {

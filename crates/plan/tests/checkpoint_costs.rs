@@ -4,20 +4,16 @@
 //! so with it selective recomputation must cost and save exactly what no checkpointing does —
 //! the case: llama-3-8b on 8 × H100-80GB, 8192 tokens, ZeRO-3, micro-batch 1.
 
-use headroom_plan::cost::{CostModel, Problem, evaluate};
-use headroom_plan::hardware;
-use headroom_plan::model::load_model;
+mod support;
+
+use headroom_plan::cost::{Problem, evaluate};
 use headroom_plan::strategy::{
     Attention, Checkpoint, Optimizer, Placement, Precision, Strategy, ZeroStage,
 };
-use headroom_plan::workload::{BatchSpec, Workload};
+use support::problem;
 
 fn llama_on_8_h100() -> Problem {
-    let spec = load_model("llama-3-8b").unwrap();
-    let mut hw = hardware::preset("H100-80GB").unwrap();
-    hw.gpus_per_node = 8;
-    let w = Workload::new(&spec, 8192, BatchSpec::Samples(8), None, None, 8).unwrap();
-    Problem::new(spec, hw, w, CostModel::default())
+    problem("llama-3-8b", "H100-80GB", 8, 1, 8192, 8)
 }
 
 fn strategy(checkpoint: Checkpoint, attention: Attention) -> Strategy {

@@ -7,36 +7,17 @@
 mod support;
 
 use headroom_memory::format_bytes;
-use headroom_plan::cost::{CostModel, Plan, Problem, evaluate};
+use headroom_plan::cost::{Plan, Problem, evaluate};
 use headroom_plan::export::{ExportOptions, accelerate::accelerate_config, deepspeed::ds_config};
-use headroom_plan::hardware;
-use headroom_plan::model::load_model;
 use headroom_plan::strategy::{
     Attention, Checkpoint, Offload, Optimizer, Placement, Precision, Strategy, ZeroStage,
 };
-use headroom_plan::workload::{BatchSpec, Workload};
+use support::problem;
 use support::schemas::{check_accelerate, check_deepspeed};
 
 /// Llama-2-7B: 6,738,415,616 parameters (the count of LlamaForCausalLM for
 /// meta-llama/Llama-2-7b-hf, also asserted in tests/param_counts.rs).
 const LLAMA2_7B: u64 = 6_738_415_616;
-
-fn problem(model: &str, gpu: &str, per_node: u64, nodes: u64, seq: u64, batch: u64) -> Problem {
-    let spec = load_model(model).unwrap();
-    let mut hw = hardware::preset(gpu).unwrap();
-    hw.gpus_per_node = per_node;
-    hw.nodes = nodes;
-    let w = Workload::new(
-        &spec,
-        seq,
-        BatchSpec::Samples(batch),
-        None,
-        None,
-        hw.world_size(),
-    )
-    .unwrap();
-    Problem::new(spec, hw, w, CostModel::default())
-}
 
 fn plan(
     p: &Problem,

@@ -2,32 +2,17 @@
 //! never raise per-device model states; checkpointing never raises activations; a plan marked
 //! as fitting is under capacity; every plan's categories sum to its peak.
 
+mod support;
+
 use headroom_memory::Category;
-use headroom_plan::cost::{CostModel, Problem, activation, evaluate, memory};
-use headroom_plan::hardware;
+use headroom_plan::cost::{Problem, activation, evaluate, memory};
 use headroom_plan::model::load_model;
 use headroom_plan::search::{search, strategies};
 use headroom_plan::strategy::{
     Attention, Checkpoint, Offload, Optimizer, Pins, Placement, Precision, Strategy, ZeroStage,
 };
 use headroom_plan::workload::{BatchSpec, LoaderSpec, Workload};
-
-fn problem(model: &str, gpu: &str, per_node: u64, nodes: u64, seq: u64, batch: u64) -> Problem {
-    let spec = load_model(model).unwrap();
-    let mut hw = hardware::preset(gpu).unwrap();
-    hw.gpus_per_node = per_node;
-    hw.nodes = nodes;
-    let w = Workload::new(
-        &spec,
-        seq,
-        BatchSpec::Samples(batch),
-        None,
-        None,
-        hw.world_size(),
-    )
-    .unwrap();
-    Problem::new(spec, hw, w, CostModel::default())
-}
+use support::problem;
 
 fn adam(zero_stage: u8) -> Strategy {
     Strategy {
