@@ -95,26 +95,30 @@ impl HostPool {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Counts one buffer of `bytes` against the budget (or refuses it, the account unchanged);
+    /// says whether its pages are to be locked.
+    fn take(&self, bytes: u64) -> Result<bool, OverBudget> {
+        let mut s = self.lock();
+        if let Some(budget) = s.stats.budget_bytes
+            && s.stats.held_bytes + bytes > budget
+        {
+            return Err(OverBudget {
+                requested: bytes,
+                held: s.stats.held_bytes,
+                budget,
+            });
+        }
+        s.stats.held_bytes += bytes;
+        s.stats.peak_bytes = s.stats.peak_bytes.max(s.stats.held_bytes);
+        s.stats.buffers += 1;
+        s.stats.peak_buffers = s.stats.peak_buffers.max(s.stats.buffers);
+        Ok(s.lock_pages)
+    }
+
     /// A zeroed buffer of `len` elements, counted against the budget.
     pub fn alloc<T: Copy + Default>(&self, len: usize) -> Result<HostBuffer<T>, OverBudget> {
         let bytes = (len * std::mem::size_of::<T>()) as u64;
-        let lock_pages = {
-            let mut s = self.lock();
-            if let Some(budget) = s.stats.budget_bytes
-                && s.stats.held_bytes + bytes > budget
-            {
-                return Err(OverBudget {
-                    requested: bytes,
-                    held: s.stats.held_bytes,
-                    budget,
-                });
-            }
-            s.stats.held_bytes += bytes;
-            s.stats.peak_bytes = s.stats.peak_bytes.max(s.stats.held_bytes);
-            s.stats.buffers += 1;
-            s.stats.peak_buffers = s.stats.peak_buffers.max(s.stats.buffers);
-            s.lock_pages
-        };
+        let lock_pages = self.take(bytes)?;
         let data = vec![T::default(); len];
         let pinned = lock_pages && bytes > 0 && {
             let locked = page_lock(data.as_ptr().cast(), bytes as usize);
@@ -141,6 +145,38 @@ impl HostPool {
 
     pub fn stats(&self) -> HostPoolStats {
         self.lock().stats.clone()
+    }
+
+    /// `bytes` counted against the budget as one buffer, with nothing allocated: what a
+    /// buffer of that size would hold, for a dry run that predicts the pool without filling it.
+    pub fn reserve(&self, bytes: u64) -> Result<HostReservation, OverBudget> {
+        self.take(bytes)?;
+        Ok(HostReservation {
+            bytes,
+            pool: self.clone(),
+        })
+    }
+}
+
+/// Bytes counted by a [`HostPool`] without memory behind them ([`HostPool::reserve`]); they go
+/// back to the account when it drops.
+#[derive(Debug)]
+pub struct HostReservation {
+    bytes: u64,
+    pool: HostPool,
+}
+
+impl HostReservation {
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for HostReservation {
+    fn drop(&mut self) {
+        let mut s = self.pool.lock();
+        s.stats.held_bytes -= self.bytes;
+        s.stats.buffers -= 1;
     }
 }
 
@@ -239,6 +275,12 @@ mod tests {
         );
         assert!(c.iter().all(|&x| x == 0) && b.len() == 1000);
         drop((b, c));
+        assert_eq!(pool.stats().held_bytes, 0);
+        // A reservation counts like a buffer of its size, and is refused the same way.
+        let r = pool.reserve(6_000).unwrap();
+        assert_eq!((pool.stats().held_bytes, pool.stats().buffers), (6_000, 1));
+        assert_eq!(pool.reserve(5_000).unwrap_err().held, 6_000);
+        drop(r);
         assert_eq!(pool.stats().held_bytes, 0);
         assert!(!pool.stats().pinned, "not asked to lock pages");
     }

@@ -59,11 +59,6 @@ impl Strategy {
                 Optimizer::engine_accepted()
             ));
         }
-        if self.placement.offload_optimizer.is_offloaded()
-            || self.placement.offload_params.is_offloaded()
-        {
-            return Some("offload is not available in the engine yet; use none".into());
-        }
         None
     }
 

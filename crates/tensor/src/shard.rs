@@ -30,9 +30,10 @@ pub struct ShardLayout {
 }
 
 impl ShardLayout {
-    /// Whether any buffer is sharded.
+    /// Whether any buffer is sharded (in a group of one the shard is the whole block: ZeRO-3
+    /// alone, for parameter offload).
     pub fn shards_anything(&self) -> bool {
-        self.world > 1 && (self.gradients || self.parameters)
+        self.gradients || self.parameters
     }
 }
 

@@ -112,6 +112,7 @@ pub fn print_report(report: &TrainReport, device: &Device, timeline: Option<&Pat
     }
     print_loader(report);
     super::communication::print_communication(report);
+    super::offload::print_offload(report);
     for w in &report.warnings {
         println!("warning: {w}");
     }

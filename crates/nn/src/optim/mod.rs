@@ -131,20 +131,6 @@ pub struct Optimizer {
     state: Vec<Vec<DeviceBuffer>>,
 }
 
-fn typed<S: StateElem>(buffer: &DeviceBuffer) -> &[S] {
-    let bytes = buffer
-        .as_bytes()
-        .expect("optimizer state lives on a backed device");
-    bytemuck::cast_slice(bytes)
-}
-
-fn typed_mut<S: StateElem>(buffer: &mut DeviceBuffer) -> &mut [S] {
-    let bytes = buffer
-        .as_bytes_mut()
-        .expect("optimizer state lives on a backed device");
-    bytemuck::cast_slice_mut(bytes)
-}
-
 impl Optimizer {
     pub fn new(config: OptimizerConfig, device: Device) -> Self {
         Optimizer {
@@ -254,13 +240,21 @@ impl Optimizer {
             return Ok(Vec::new());
         }
         self.ensure_state(index, group.params.len())?;
-        let h = adam_step(&self.config, grad_multiplier, lr, self.step.max(1));
-        let (m, v) = (&self.state[index][0], &self.state[index][1]);
-        let (params, grads, tensors) = (&*group.params, group.grads, group.tensors);
-        Ok(match self.config.state_dtype {
-            StateDtype::F32 => lamb_sums::<f32>(params, grads, typed(m), typed(v), tensors, h),
-            StateDtype::Bf16 => lamb_sums::<bf16>(params, grads, typed(m), typed(v), tensors, h),
-        })
+        let state: Vec<&[u8]> = self.state[index]
+            .iter()
+            .map(|b| {
+                b.as_bytes()
+                    .expect("optimizer state lives on a backed device")
+            })
+            .collect();
+        Ok(sums_of(
+            &self.config,
+            self.step,
+            &state,
+            group,
+            grad_multiplier,
+            lr,
+        ))
     }
 
     /// [`Optimizer::update_group`] with the sums of `group`'s whole tensors given (one per
@@ -274,14 +268,69 @@ impl Optimizer {
         sums: Option<&[TensorSums]>,
     ) -> Result<(), OutOfMemory> {
         self.ensure_state(index, group.params.len())?;
-        let c = self.config;
-        let h = adam_step(&c, grad_multiplier, lr, self.step.max(1));
-        let state = &mut self.state[index];
-        match c.state_dtype {
-            StateDtype::F32 => update::<f32>(&c, state, group, h, sums),
-            StateDtype::Bf16 => update::<bf16>(&c, state, group, h, sums),
-        }
+        let mut state: Vec<&mut [u8]> = self.state[index]
+            .iter_mut()
+            .map(|b| {
+                b.as_bytes_mut()
+                    .expect("optimizer state lives on a backed device")
+            })
+            .collect();
+        apply(
+            &self.config,
+            self.step,
+            &mut state,
+            group,
+            grad_multiplier,
+            lr,
+            sums,
+        );
         Ok(())
+    }
+
+    /// The state bytes of a flat buffer of `len` parameters, one entry per state tensor (what
+    /// a tier outside the device must hold for [`Optimizer::update_external`]).
+    pub fn state_layout(&self, len: usize) -> Vec<(&'static str, usize)> {
+        let count = self.config.kind.states_per_param(self.config.momentum);
+        self.config.kind.state_names()[..count]
+            .iter()
+            .map(|&n| (n, len * self.config.state_dtype.size_bytes() as usize))
+            .collect()
+    }
+
+    /// [`Optimizer::update_group_with`] on state held outside the device (an offload tier):
+    /// `state` is the bytes of each state tensor in [`Optimizer::state_layout`]'s order. The
+    /// arithmetic is the device update's, so the results are bitwise equal.
+    pub fn update_external(
+        &self,
+        state: &mut [&mut [u8]],
+        group: &mut FlatParams<'_>,
+        grad_multiplier: f32,
+        lr: f32,
+        sums: Option<&[TensorSums]>,
+    ) {
+        apply(
+            &self.config,
+            self.step,
+            state,
+            group,
+            grad_multiplier,
+            lr,
+            sums,
+        );
+    }
+
+    /// [`Optimizer::tensor_sums`] on state held outside the device.
+    pub fn tensor_sums_external(
+        &self,
+        state: &[&[u8]],
+        group: &FlatParams<'_>,
+        grad_multiplier: f32,
+        lr: f32,
+    ) -> Vec<TensorSums> {
+        if !self.needs_tensor_sums() {
+            return Vec::new();
+        }
+        sums_of(&self.config, self.step, state, group, grad_multiplier, lr)
     }
 
     /// State buffers by name (`group0.exp_avg`, …) with their bytes, for checkpoints.
@@ -343,9 +392,52 @@ fn adam_step(c: &OptimizerConfig, grad_multiplier: f32, lr: f32, step: u64) -> A
     }
 }
 
+/// LAMB's sums of `group`'s tensors from state bytes `state` (m, v).
+fn sums_of(
+    c: &OptimizerConfig,
+    step: u64,
+    state: &[&[u8]],
+    group: &FlatParams<'_>,
+    grad_multiplier: f32,
+    lr: f32,
+) -> Vec<TensorSums> {
+    let h = adam_step(c, grad_multiplier, lr, step.max(1));
+    let (params, grads, tensors) = (&*group.params, group.grads, group.tensors);
+    let (m, v) = (state[0], state[1]);
+    match c.state_dtype {
+        StateDtype::F32 => lamb_sums::<f32>(params, grads, cast(m), cast(v), tensors, h),
+        StateDtype::Bf16 => lamb_sums::<bf16>(params, grads, cast(m), cast(v), tensors, h),
+    }
+}
+
+fn cast<S: StateElem>(bytes: &[u8]) -> &[S] {
+    bytemuck::cast_slice(bytes)
+}
+
+fn cast_mut<S: StateElem>(bytes: &mut [u8]) -> &mut [S] {
+    bytemuck::cast_slice_mut(bytes)
+}
+
+/// One update of `group` at optimizer step `step` with state bytes `state`, wherever they live.
+fn apply(
+    c: &OptimizerConfig,
+    step: u64,
+    state: &mut [&mut [u8]],
+    group: &mut FlatParams<'_>,
+    grad_multiplier: f32,
+    lr: f32,
+    sums: Option<&[TensorSums]>,
+) {
+    let h = adam_step(c, grad_multiplier, lr, step.max(1));
+    match c.state_dtype {
+        StateDtype::F32 => update::<f32>(c, state, group, h, sums),
+        StateDtype::Bf16 => update::<bf16>(c, state, group, h, sums),
+    }
+}
+
 fn update<S: StateElem>(
     c: &OptimizerConfig,
-    state: &mut [DeviceBuffer],
+    state: &mut [&mut [u8]],
     group: &mut FlatParams<'_>,
     adam: AdamStep,
     sums: Option<&[TensorSums]>,
@@ -361,12 +453,12 @@ fn update<S: StateElem>(
                 first_step: step == 1,
                 grad_multiplier,
             };
-            let buf = state.first_mut().map(typed_mut::<S>);
+            let buf = state.first_mut().map(|b| cast_mut::<S>(b));
             sgd_update(group.params, group.grads, buf, h);
         }
         UpdateRule::AdamW | UpdateRule::Lamb => {
             let (m, v) = state.split_at_mut(1);
-            let (m, v) = (typed_mut::<S>(&mut m[0]), typed_mut::<S>(&mut v[0]));
+            let (m, v) = (cast_mut::<S>(m[0]), cast_mut::<S>(v[0]));
             let (params, grads, tensors) = (&mut *group.params, group.grads, group.tensors);
             match (c.kind, sums) {
                 (UpdateRule::AdamW, _) => adamw_update(params, grads, m, v, adam),

@@ -170,12 +170,19 @@ pub struct TrainConfig {
         help = "Leave the data loader's staging buffers pageable instead of page-locking them"
     )]
     pub pin_memory: Option<bool>,
-    /// Tier of optimizer states (the single-device engine keeps them on the device: none).
-    #[arg(skip)]
+    /// Where optimizer states and fp32 master weights live: none (the device), cpu (host
+    /// memory, the update runs there: ZeRO-Offload) or nvme (files under --offload-dir, read
+    /// and written around each block's update: ZeRO-Infinity). Needs --zero 1, 2 or 3.
+    #[arg(long, value_name = "TIER", value_parser = parse_flag::<Offload>)]
     pub offload_optimizer: Option<Offload>,
-    /// Tier of parameters (the single-device engine keeps them on the device: none).
-    #[arg(skip)]
+    /// Where ZeRO-3's parameter shards live between uses: none, cpu or nvme. Needs --zero 3
+    /// and --offload-optimizer.
+    #[arg(long, value_name = "TIER", value_parser = parse_flag::<Offload>)]
     pub offload_params: Option<Offload>,
+    /// Directory for the nvme tier's files (default: the system's temporary directory). Put
+    /// it on the fastest local disk; the files are scratch, removed when the run ends.
+    #[arg(long, value_name = "DIR")]
+    pub offload_dir: Option<PathBuf>,
 }
 
 impl TrainConfig {
@@ -240,7 +247,8 @@ impl TrainConfig {
             host_memory,
             pin_memory,
             offload_optimizer,
-            offload_params
+            offload_params,
+            offload_dir
         )
     }
 
@@ -350,6 +358,7 @@ impl TrainConfig {
             prefetch,
             host_memory: self.host_memory.map(|b| b.0),
             pin_memory: self.pin_memory.unwrap_or(true),
+            offload_dir: self.offload_dir,
         })
     }
 

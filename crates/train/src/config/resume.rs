@@ -134,6 +134,7 @@ impl RunConfig {
             collective_timeout: Some(self.collective_timeout_s),
             offload_optimizer: Some(s.placement.offload_optimizer),
             offload_params: Some(s.placement.offload_params),
+            offload_dir: self.offload_dir.clone(),
         }
     }
 }

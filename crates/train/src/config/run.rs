@@ -63,6 +63,9 @@ pub struct RunConfig {
     /// Page-lock the loader's staging buffers when permitted.
     #[serde(default = "yes")]
     pub pin_memory: bool,
+    /// Directory of the nvme tier's scratch files (default: the system's temporary directory).
+    #[serde(default)]
+    pub offload_dir: Option<PathBuf>,
 }
 
 fn one() -> usize {

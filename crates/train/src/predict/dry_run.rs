@@ -34,6 +34,9 @@ pub struct Prediction {
     /// Whether the run fits its device budget (a dry run with that capacity completed).
     pub fits: bool,
     pub seconds: f64,
+    /// Offloaded runs: the host and disk tiers' bytes per category, swap buffers included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload: Option<crate::report::OffloadReport>,
 }
 
 /// What one dry run leaves: the device (for its statistics), whether the run completed
@@ -43,6 +46,7 @@ struct DryOutcome {
     device: Device,
     completed: bool,
     micro_work: Option<Work>,
+    offload: Option<crate::report::OffloadReport>,
 }
 
 /// Runs the trainer on a shape-only device of `capacity` bytes for up to three steps (at least
@@ -61,6 +65,7 @@ fn dry_run(
     c.oom_recovery = false;
     let device = Device::shape_only(capacity, AllocatorConfig::default());
     let mut micro_work = None;
+    let mut offload = None;
     // A rank of a data-parallel group: rank 0, which holds the largest shards.
     let world = c.data_parallel;
     let built = if world > 1 {
@@ -76,6 +81,7 @@ fn dry_run(
     let outcome = built.and_then(|mut trainer| {
         let r = trainer.train(on_event).map(drop);
         micro_work = trainer.last_micro_batch_work();
+        offload = trainer.report().offload.clone();
         r
     });
     let completed = match outcome {
@@ -87,6 +93,7 @@ fn dry_run(
         device,
         completed,
         micro_work,
+        offload,
     })
 }
 
@@ -158,6 +165,7 @@ pub fn dry_run_counted(config: &RunConfig, corpus: &Corpus) -> Result<DryRun, Tr
             memory: MemoryPeaks::of(&stats),
             fits,
             seconds: started.elapsed().as_secs_f64(),
+            offload: unlimited.offload,
         },
         step_work,
     })

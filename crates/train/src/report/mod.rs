@@ -9,9 +9,11 @@
 //! Not for: measuring (the trainer fills it from the device's statistics).
 
 mod communication;
+mod offload;
 
 pub(crate) use communication::RANK_PEAKS_ELEMENTS;
 pub use communication::{CommunicationReport, RankPeaks, theory_elements};
+pub use offload::OffloadReport;
 
 use crate::config::RunConfig;
 use crate::data::LoaderReport;
@@ -109,6 +111,9 @@ pub struct TrainReport {
     pub communication: Option<CommunicationReport>,
     /// Data-parallel runs: every rank's peaks, in rank order (`Trainer::gather_rank_peaks`).
     pub ranks: Vec<RankPeaks>,
+    /// Offloaded runs: this rank's host and disk tiers.
+    #[serde(default)]
+    pub offload: Option<OffloadReport>,
 }
 
 impl TrainReport {
@@ -135,6 +140,7 @@ impl TrainReport {
             host: None,
             communication: None,
             ranks: Vec::new(),
+            offload: None,
         }
     }
 

@@ -31,6 +31,8 @@ pub enum TrainError {
     #[error(transparent)]
     Save(#[from] SaveError),
     #[error(transparent)]
+    Offload(#[from] headroom_offload::OffloadError),
+    #[error(transparent)]
     Policy(#[from] crate::recompute::policy::PolicyError),
     #[error("planner: {0}")]
     Planner(String),

@@ -17,6 +17,7 @@ mod events;
 mod fault;
 mod group;
 mod guard;
+mod offload;
 mod precision;
 mod save;
 mod schedule;
@@ -29,6 +30,7 @@ pub use build::model_spec;
 pub use events::{TrainError, TrainEvent, TrainerHooks};
 pub use fault::{Fault, FaultKind, fault_for_rank};
 pub use guard::LeakGuard;
+pub use offload::{IO_WORKERS, SWAP_BUFFERS};
 pub use precision::compute_dtype;
 pub use schedule::learning_rate;
 
@@ -75,8 +77,11 @@ pub struct Trainer {
     hooks: TrainerHooks,
     /// Set from outside (a signal handler) to stop after the current step.
     stop: Option<Arc<AtomicBool>>,
-    /// This rank's communicator when the run is data-parallel.
+    /// This rank's communicator when the run is data-parallel (or, alone, offloads ZeRO-3
+    /// parameters: a group of one).
     comm: Option<Box<dyn Communicator>>,
+    /// Offloaded states (`--offload-optimizer`, `--offload-params`).
+    offload: Option<offload::Offloaded>,
     report: TrainReport,
     /// Whether the current step has started changing weights (then an OOM is not recoverable).
     weights_touched: bool,
@@ -96,6 +101,30 @@ impl std::fmt::Debug for Trainer {
             .field("model", &self.model.name())
             .field("step", &self.step)
             .finish()
+    }
+}
+
+/// The ZeRO stage a run of `world` ranks applies: the configured one in a group, 0 alone
+/// (nothing to shard), except that offloading ZeRO-3 parameters runs stage 3 in a group of one.
+fn effective_stage(config: &RunConfig, world: usize) -> u8 {
+    let placement = config.strategy.placement;
+    match world {
+        1 if !placement.offload_params.is_offloaded() => 0,
+        _ => placement.zero_stage.number(),
+    }
+}
+
+/// A group of one rank: a thread group of size one, or for a dry run a shape-only rank.
+fn solo_rank(config: &RunConfig, dry: bool) -> Box<dyn Communicator> {
+    match dry {
+        true => Box::new(headroom_dist::ShapeOnlyRank::new(0, 1)),
+        false => {
+            let deadline = std::time::Duration::from_secs_f64(config.collective_timeout_s.max(1.0));
+            let rank = headroom_dist::ThreadGroup::ranks(1, deadline)
+                .pop()
+                .expect("a group of one has one rank");
+            Box::new(rank)
+        }
     }
 }
 
@@ -154,15 +183,23 @@ impl Trainer {
         )?;
         headroom_tensor::rng::manual_seed(config.seed);
         device.lock().trace_mut().set_phase("init");
+        let placement = config.strategy.placement;
+        // Offloading ZeRO-3 parameters alone takes ZeRO-3's machinery in a group of one.
+        let comm = match comm {
+            None if placement.offload_params.is_offloaded() => {
+                Some(solo_rank(&config, !device.is_backed()))
+            }
+            comm => comm,
+        };
         let (rank, world) = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.world_size()));
-        let stage = config.strategy.placement.zero_stage;
+        let stage = effective_stage(&config, world);
         // ZeRO-2/3: blocks are built sharded, so no rank ever holds the whole model's
         // gradients (or, under ZeRO-3, parameters).
         let layout = ShardLayout {
             rank,
             world,
-            gradients: stage.shards_gradients(),
-            parameters: stage.shards_parameters(),
+            gradients: stage >= 2,
+            parameters: stage >= 3,
         };
         let model = with_sharding(layout, || {
             build_model(
@@ -177,17 +214,33 @@ impl Trainer {
         for block in model.blocks() {
             block.bind_grads(&mut grads)?;
         }
-        let sharded = world > 1 && stage.shards_optimizer();
+        let sharded = stage >= 1;
+        let optimizer = Optimizer::new(optimizer_config(&config)?, device.clone());
+        let dry = !device.is_backed();
+        // Host memory left to the offload tiers once the loader has its share.
+        let pool = headroom_memory::host_pool::HostPool::new(
+            config
+                .host_memory
+                .map(|b| b.saturating_sub(sampler.report().buffer_bytes)),
+            config.pin_memory,
+        );
+        let offload = offload::build(
+            &config,
+            model.as_ref(),
+            &optimizer,
+            (rank, world, stage),
+            &pool,
+            dry,
+        )?;
         let master = match (precision.master_weights(), sharded) {
+            _ if offload.is_some() => None,
             (false, _) => None,
             (true, false) => Some(master_weights(model.as_ref(), None)?),
             (true, true) => Some(master_weights(model.as_ref(), Some((rank, world)))?),
         };
-        let optimizer = Optimizer::new(optimizer_config(&config)?, device.clone());
         let scaler = precision
             .loss_scaling()
             .then(|| LossScaler::new(ScalerConfig::default()));
-        let dry = !device.is_backed();
         let report = TrainReport::new(&config, model.num_params() as u64);
         Ok(Trainer {
             config,
@@ -209,6 +262,7 @@ impl Trainer {
             hooks: TrainerHooks::default(),
             stop: None,
             comm,
+            offload,
             report,
             weights_touched: false,
             kept: Vec::new(),
@@ -234,10 +288,7 @@ impl Trainer {
 
     /// The ZeRO stage in effect: the configured one in a group of several ranks, else 0.
     fn zero_stage(&self) -> u8 {
-        match self.rank().1 {
-            1 => 0,
-            _ => self.config.strategy.placement.zero_stage.number(),
-        }
+        effective_stage(&self.config, self.rank().1)
     }
 
     /// This rank and the group's size (0 of 1 without a communicator).
@@ -422,6 +473,7 @@ impl Trainer {
         self.report.set_memory(&stats);
         self.report.set_loader(self.sampler.report());
         self.report.communication = self.communication_since(counted_from);
+        self.report.offload = self.offload.as_ref().map(|o| o.report());
         Ok(&self.report)
     }
 

@@ -25,7 +25,7 @@ fn stored_dtype(d: DType) -> StoredDtype {
 }
 
 /// The raw little-endian bytes of a float tensor.
-fn read_bytes(t: &Tensor) -> Result<Vec<u8>, TrainError> {
+pub(super) fn read_bytes(t: &Tensor) -> Result<Vec<u8>, TrainError> {
     Ok(match t.dtype() {
         DType::BF16 => {
             t.with_slice::<half::bf16, _>(|s| bytemuck::cast_slice::<_, u8>(s).to_vec())?
@@ -37,7 +37,7 @@ fn read_bytes(t: &Tensor) -> Result<Vec<u8>, TrainError> {
     })
 }
 
-fn write_bytes(t: &Tensor, data: &[u8]) -> Result<(), TrainError> {
+pub(super) fn write_bytes(t: &Tensor, data: &[u8]) -> Result<(), TrainError> {
     match t.dtype() {
         DType::BF16 => t.with_slice_mut::<half::bf16, _>(|s| {
             bytemuck::cast_slice_mut::<_, u8>(s).copy_from_slice(data)
@@ -153,18 +153,19 @@ impl Trainer {
     /// it: under ZeRO-3 each block's shards are gathered).
     pub fn parameters_f32(&mut self) -> Result<Vec<f32>, TrainError> {
         let mut all = Vec::with_capacity(self.model.num_params());
-        for block in self.model.blocks() {
-            match (block.shard(), self.comm.as_mut()) {
-                (
-                    Some(headroom_tensor::BlockShard {
-                        params: Some(p),
-                        padded,
-                        ..
-                    }),
-                    Some(c),
-                ) => {
+        let blocks = self.model.blocks().to_vec();
+        for (i, block) in blocks.iter().enumerate() {
+            let shard = match block.shard().and_then(|s| s.params.as_ref()) {
+                Some(p) => Some(super::offload::widen(
+                    &self.param_shard_bytes(i, p)?,
+                    p.dtype(),
+                )),
+                None => None,
+            };
+            match (block.shard(), shard, self.comm.as_mut()) {
+                (Some(headroom_tensor::BlockShard { padded, .. }), Some(values), Some(c)) => {
                     let mut whole = vec![0.0f32; padded * c.world_size()];
-                    c.all_gather(&p.to_vec_f32()?, &mut whole)?;
+                    c.all_gather(&values, &mut whole)?;
                     all.extend_from_slice(&whole[..block.numel()]);
                 }
                 _ => all.extend(block.flat().to_vec_f32()?),
@@ -178,19 +179,25 @@ impl Trainer {
     fn whole_parameters(&mut self) -> Result<Option<Tensors>, TrainError> {
         let lead = self.rank().0 == 0;
         let mut model = BTreeMap::new();
-        for block in self.model.blocks() {
-            let t = match (block.shard(), self.comm.as_mut()) {
+        let blocks = self.model.blocks().to_vec();
+        for (i, block) in blocks.iter().enumerate() {
+            let shard_bytes = match block.shard().and_then(|s| s.params.as_ref()) {
+                Some(p) => Some(self.param_shard_bytes(i, p)?),
+                None => None,
+            };
+            let t = match (block.shard(), shard_bytes, self.comm.as_mut()) {
                 (
                     Some(
                         shard @ headroom_tensor::BlockShard {
                             params: Some(p), ..
                         },
                     ),
+                    Some(bytes),
                     Some(c),
                 ) => {
                     let dtype = stored_dtype(p.dtype());
                     let size = dtype.size_bytes();
-                    let bytes = read_bytes(p)?[..shard.range.len() * size].to_vec();
+                    let bytes = bytes[..shard.range.len() * size].to_vec();
                     let data = gather_stored(c.as_mut(), &bytes, dtype, block.numel())?;
                     StoredTensor {
                         dtype,
@@ -226,13 +233,13 @@ impl Trainer {
                 data,
             })
         };
+        let (masters, states) = self.local_state()?;
         let mut master = None;
-        if let Some(copies) = &self.master {
+        if let Some(masters) = masters {
             let mut m = BTreeMap::new();
-            for (i, (block, t)) in self.model.blocks().iter().zip(copies).enumerate() {
-                let bytes = read_bytes(t)?;
+            for (i, bytes) in masters.into_iter().enumerate() {
                 let s = whole(self.comm.as_mut(), bytes, StoredDtype::F32, numels[i])?;
-                m.insert(block.name().to_string(), s);
+                m.insert(self.model.blocks()[i].name().to_string(), s);
             }
             master = Some(m);
         }
@@ -240,12 +247,6 @@ impl Trainer {
             StateDtype::F32 => StoredDtype::F32,
             StateDtype::Bf16 => StoredDtype::Bf16,
         };
-        let states: Vec<(String, Vec<u8>)> = self
-            .optimizer
-            .state_bytes()
-            .into_iter()
-            .map(|(name, bytes)| (name, bytes.to_vec()))
-            .collect();
         let per_block = states.len() / numels.len().max(1);
         let mut optimizer = BTreeMap::new();
         for (k, (name, bytes)) in states.into_iter().enumerate() {
@@ -253,6 +254,59 @@ impl Trainer {
             optimizer.insert(name, whole(self.comm.as_mut(), bytes, state_dtype, numel)?);
         }
         Ok((master, optimizer))
+    }
+
+    /// This rank's master weights per block (when the precision keeps them) and optimizer
+    /// states by name (`group{i}.{state}`), from the device or the offload store.
+    #[allow(clippy::type_complexity)]
+    fn local_state(
+        &mut self,
+    ) -> Result<(Option<Vec<Vec<u8>>>, Vec<(String, Vec<u8>)>), TrainError> {
+        if let Some(off) = self.offload.as_mut() {
+            let mut masters = Vec::new();
+            let mut states = Vec::new();
+            for i in 0..self.model.blocks().len() {
+                let (master, block_states) = off.block_state(i)?;
+                masters.push(master);
+                let len = self.optimizer.state_layout(0);
+                for ((name, _), bytes) in len.iter().zip(block_states) {
+                    states.push((format!("group{i}.{name}"), bytes));
+                }
+            }
+            let masters = self.precision.master_weights().then_some(masters);
+            return Ok((masters, states));
+        }
+        let masters = match &self.master {
+            Some(copies) => Some(
+                copies
+                    .iter()
+                    .map(read_bytes)
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            None => None,
+        };
+        let states = self
+            .optimizer
+            .state_bytes()
+            .into_iter()
+            .map(|(name, bytes)| (name, bytes.to_vec()))
+            .collect();
+        Ok((masters, states))
+    }
+
+    /// Block `i`'s ZeRO-3 parameter shard `p` as bytes: from the offload store when the
+    /// shards are offloaded.
+    fn param_shard_bytes(&mut self, i: usize, p: &Tensor) -> Result<Vec<u8>, TrainError> {
+        match self
+            .offload
+            .as_mut()
+            .map(|o| o.param_shard(i))
+            .transpose()?
+            .flatten()
+        {
+            Some(bytes) => Ok(bytes),
+            None => read_bytes(p),
+        }
     }
 
     /// Restores the state saved by [`Trainer::save`] into this freshly built trainer
@@ -300,7 +354,8 @@ impl Trainer {
         let model = groups
             .get("model")
             .ok_or_else(|| corrupt("no model tensors".into()))?;
-        for block in self.model.blocks() {
+        let blocks = self.model.blocks().to_vec();
+        for (i, block) in blocks.iter().enumerate() {
             let t = model
                 .get(block.name())
                 .ok_or_else(|| corrupt(format!("block {} is missing", block.name())))?;
@@ -321,7 +376,10 @@ impl Trainer {
                 Some((shard, p)) => {
                     let mut bytes = shard_bytes(&t.data, &shard.range, size);
                     bytes.resize(shard.padded * size, 0);
-                    write_bytes(p, &bytes)?;
+                    match self.offload.as_mut().filter(|o| o.params.is_some()) {
+                        Some(off) => off.load_param_shard(i, &bytes)?,
+                        None => write_bytes(p, &bytes)?,
+                    }
                 }
                 None => write_bytes(block.flat(), &t.data)?,
             }
@@ -374,9 +432,46 @@ impl Trainer {
             let range = shards.get(group)?;
             (t.data.len() >= range.end * size).then(|| shard_bytes(&t.data, range, size))
         };
-        self.optimizer
-            .load_state(steps, &lens, &shard_of_key)
-            .map_err(corrupt)?;
+        if self.offload.is_some() {
+            // The store's regions take the master weights (saved, or the restored weights
+            // themselves when the precision keeps none) and the states; the optimizer only
+            // its step count.
+            let saved_master = groups.get("master");
+            let names = self.optimizer.state_layout(0);
+            for (i, block) in blocks.iter().enumerate() {
+                let master = match saved_master.and_then(|m| m.get(block.name())) {
+                    Some(m) => shard_bytes(&m.data, &shards[i], 4),
+                    None => {
+                        let values = match block.shard().and_then(|s| s.params.as_ref()) {
+                            Some(p) => {
+                                let bytes = self.param_shard_bytes(i, p)?;
+                                super::offload::widen(&bytes, p.dtype())[..shards[i].len()].to_vec()
+                            }
+                            None => block.flat().to_vec_f32()?[shards[i].clone()].to_vec(),
+                        };
+                        bytemuck::cast_slice(&values).to_vec()
+                    }
+                };
+                let states: Vec<Option<Vec<u8>>> = names
+                    .iter()
+                    .map(|(name, _)| shard_of_key(&format!("group{i}.{name}")))
+                    .collect();
+                if !opt.is_empty() && states.iter().any(Option::is_none) {
+                    return Err(corrupt(format!(
+                        "the optimizer state of block {i} is missing"
+                    )));
+                }
+                let off = self.offload.as_mut().expect("checked above");
+                off.load_block_state(i, &master, &states)?;
+            }
+            self.optimizer
+                .load_state(steps, &[], &|_| None)
+                .map_err(corrupt)?;
+        } else {
+            self.optimizer
+                .load_state(steps, &lens, &shard_of_key)
+                .map_err(corrupt)?;
+        }
         self.scaler = manifest.scaler;
         self.sampler.seek(manifest.data_position);
         headroom_tensor::rng::set_state(headroom_tensor::rng::RngState {

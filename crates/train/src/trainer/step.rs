@@ -204,14 +204,23 @@ impl Trainer {
         }
         let comm = self.comm.take().expect("a sharded run has a communicator");
         let blocks = self.model.blocks().to_vec();
-        let hooks = Rc::new(ZeroHooks::new(comm, blocks, self.config.zero_prefetch));
+        let params = self.offload.as_mut().and_then(|o| o.params.take());
+        let hooks = Rc::new(ZeroHooks::new(
+            comm,
+            blocks,
+            self.config.zero_prefetch,
+            params,
+        ));
         let result = with_block_hooks(hooks.clone(), || f(self));
         let finished = result.as_ref().ok().map(|_| hooks.finish());
         let hooks = Rc::try_unwrap(hooks)
             .ok()
             .expect("the hooks are uninstalled when the pass returns");
-        let (comm, error) = hooks.into_comm();
+        let (comm, params, error) = hooks.into_parts();
         self.comm = Some(comm);
+        if let Some(o) = self.offload.as_mut() {
+            o.params = o.params.take().or(params);
+        }
         if let Some(e) = error {
             return Err(e);
         }
@@ -385,6 +394,9 @@ impl Trainer {
     /// gathered from every rank (ZeRO-1/2), or stay sharded until the next forward gathers them
     /// (ZeRO-3).
     fn update_weights(&mut self, multiplier: f32, lr: f32) -> Result<(), TrainError> {
+        if self.offload.is_some() {
+            return self.update_offloaded(multiplier, lr);
+        }
         let (rank, world) = self.rank();
         let stage = self.zero_stage();
         let shards: Vec<(Range<usize>, usize)> = self
@@ -464,7 +476,15 @@ impl Trainer {
                         shard: &range,
                         padded,
                     };
-                    update_shard(optimizer, comm, i, &mut group, shard, (multiplier, lr))
+                    update_shard(
+                        optimizer,
+                        comm,
+                        i,
+                        &mut group,
+                        shard,
+                        (multiplier, lr),
+                        None,
+                    )
                 })
             })???;
             // The rank's updated values, cast into the compute parameters when they are a copy.

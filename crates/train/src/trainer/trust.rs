@@ -23,8 +23,9 @@ pub(super) struct BlockShard<'a> {
     pub padded: usize,
 }
 
-/// Updates buffer `index` (`group`, the rank's shard) within the current step; with `comm`
-/// (a sharded run) a rule that needs whole weights' sums gets them completed over ranks.
+/// Updates buffer `index` (`group`, the rank's shard) within the current step, with the
+/// optimizer's device state or, offloaded, the state bytes `external`; with `comm` (a sharded
+/// run) a rule that needs whole weights' sums gets them completed over ranks.
 pub(super) fn update_shard(
     optimizer: &mut Optimizer,
     comm: Option<&mut (dyn Communicator + 'static)>,
@@ -32,16 +33,28 @@ pub(super) fn update_shard(
     group: &mut FlatParams<'_>,
     at: BlockShard<'_>,
     (grad_multiplier, lr): (f32, f32),
+    external: Option<&mut [&mut [u8]]>,
 ) -> Result<(), TrainError> {
     let sums = match comm {
         Some(comm) if optimizer.needs_tensor_sums() && comm.world_size() > 1 => {
-            let mut sums = optimizer.tensor_sums(index, group, grad_multiplier, lr)?;
+            let mut sums = match &external {
+                Some(state) => {
+                    let state: Vec<&[u8]> = state.iter().map(|s| &**s).collect();
+                    optimizer.tensor_sums_external(&state, group, grad_multiplier, lr)
+                }
+                None => optimizer.tensor_sums(index, group, grad_multiplier, lr)?,
+            };
             complete_sums(comm, &at, &mut sums)?;
             Some(sums)
         }
         _ => None,
     };
-    optimizer.update_group_with(index, group, grad_multiplier, lr, sums.as_deref())?;
+    match external {
+        Some(state) => {
+            optimizer.update_external(state, group, grad_multiplier, lr, sums.as_deref())
+        }
+        None => optimizer.update_group_with(index, group, grad_multiplier, lr, sums.as_deref())?,
+    }
     Ok(())
 }
 

@@ -14,13 +14,17 @@
 //! their backward is done (one gather per block per backward, not two).
 //!
 //! The collectives run on the compute thread, so prefetching moves gathers earlier (more blocks
-//! resident, as the planner charges) without overlapping them with compute.
+//! resident, as the planner charges) without overlapping them with compute. With offloaded
+//! parameters (`--offload-params`) a block's shard is read from its store for the gather, and
+//! the store starts reading the block after the prefetched ones (on disk, behind compute).
 //!
 //! Not for: the optimizer step on shards (`step`) or the shards' arithmetic (`shard`).
 
 use super::TrainError;
-use super::shard::{gather_params, reduce_scatter_into};
+use super::offload::widen;
+use super::shard::{gather_into, gather_params, reduce_scatter_into};
 use headroom_dist::Communicator;
+use headroom_offload::OffloadStore;
 use headroom_tensor::{BlockHooks, ParamBlock, TensorError};
 use std::cell::RefCell;
 
@@ -33,6 +37,8 @@ pub(super) struct ZeroHooks {
     state: RefCell<State>,
     /// The collective error behind a hook's failure, returned instead of the tensor error.
     error: RefCell<Option<TrainError>>,
+    /// Offloaded parameter shards (ZeRO-3 with `--offload-params`).
+    params: Option<RefCell<OffloadStore>>,
 }
 
 #[derive(Default)]
@@ -51,6 +57,7 @@ impl ZeroHooks {
         comm: Box<dyn Communicator>,
         blocks: Vec<ParamBlock>,
         prefetch: usize,
+        params: Option<OffloadStore>,
     ) -> ZeroHooks {
         let n = blocks.len();
         ZeroHooks {
@@ -62,12 +69,24 @@ impl ZeroHooks {
                 ..State::default()
             }),
             error: RefCell::new(None),
+            params: params.map(RefCell::new),
         }
     }
 
-    /// The communicator back, and the collective error behind a failed hook, if any.
-    pub(super) fn into_comm(self) -> (Box<dyn Communicator>, Option<TrainError>) {
-        (self.comm.into_inner(), self.error.into_inner())
+    /// The communicator and the parameter store back, and the collective error behind a failed
+    /// hook, if any.
+    pub(super) fn into_parts(
+        self,
+    ) -> (
+        Box<dyn Communicator>,
+        Option<OffloadStore>,
+        Option<TrainError>,
+    ) {
+        (
+            self.comm.into_inner(),
+            self.params.map(RefCell::into_inner),
+            self.error.into_inner(),
+        )
     }
 
     /// Ends a pass: the running scope's backward ends, every block whose full gradient still
@@ -107,8 +126,26 @@ impl ZeroHooks {
         let Some(shard) = block.shard().and_then(|s| s.params.as_ref()) else {
             return Ok(());
         };
-        if block.materialize_params()? {
-            gather_params(self.comm.borrow_mut().as_mut(), block.flat(), shard)?;
+        if !block.materialize_params()? {
+            return Ok(());
+        }
+        match &self.params {
+            Some(store) => {
+                let dtype = shard.dtype();
+                let values = store
+                    .borrow_mut()
+                    .read(i, |r| r.map(|r| widen(r.parts[0], dtype)))?;
+                let mut comm = self.comm.borrow_mut();
+                let values = values.as_deref().unwrap_or(&[]);
+                gather_into(
+                    comm.as_mut(),
+                    block.flat(),
+                    block.numel(),
+                    values,
+                    shard.numel(),
+                )?;
+            }
+            None => gather_params(self.comm.borrow_mut().as_mut(), block.flat(), shard)?,
         }
         Ok(())
     }
@@ -129,8 +166,19 @@ impl ZeroHooks {
                 (0..first).rev().take(self.prefetch).collect()
             }
         };
-        for b in ahead {
+        for &b in &ahead {
             self.gather(b)?;
+        }
+        // The offloaded shard after those starts moving now.
+        if let Some(store) = &self.params {
+            let last = ahead.last().or(blocks.last()).copied().unwrap_or(0);
+            let beyond = match forward {
+                true => last + 1,
+                false => last.wrapping_sub(1),
+            };
+            if beyond < n {
+                store.borrow_mut().prefetch(beyond)?;
+            }
         }
         Ok(())
     }

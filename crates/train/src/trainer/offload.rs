@@ -1,0 +1,508 @@
+//! Offload in the trainer (ZeRO-Offload, Ren et al. 2021; ZeRO-Infinity, Rajbhandari et al.
+//! 2021): with `--offload-optimizer cpu|nvme` each block shard's fp32 master weights and
+//! optimizer states live in one region of an offload store (host memory, or a file under
+//! `--offload-dir`) and the update runs there: the shard's gradient is copied into a host f32
+//! buffer (ZeRO-Offload's fp32 gradient partition; the next block's copy runs on a second
+//! thread while the current block updates), the optimizer steps the region in place with the
+//! same arithmetic as on the device (so losses are bitwise those of a run without offload), and
+//! the updated weights are cast into the compute parameters. With `--offload-params cpu|nvme`
+//! (ZeRO-3) each block's parameter shard lives in a second store: the ZeRO hooks gather a block
+//! from it (reading the next block ahead) and the update writes it back.
+//!
+//! On a dry run the stores count the same host and disk bytes and move nothing, and the
+//! device-side allocations and collectives are the real step's.
+//!
+//! Not for: the stores themselves (`headroom_offload`) or the update rule (`headroom_nn::optim`).
+
+use super::shard::{gather_into, ranges_within, shard_of};
+use super::trust::{BlockShard, count_shard_sums, update_shard};
+use super::{TrainError, Trainer};
+use crate::config::RunConfig;
+use crate::report::OffloadReport;
+use headroom_dist::Collective;
+use headroom_memory::Category;
+use headroom_memory::host_pool::{HostPool, HostReservation};
+use headroom_nn::Model;
+use headroom_nn::grad::Grads;
+use headroom_nn::optim::{FlatParams, Optimizer};
+use headroom_offload::{AlignedBytes, OffloadStore, Part, StoreOptions, TierKind};
+use headroom_strategy::Offload;
+use headroom_tensor::{DType, Tensor};
+use std::ops::Range;
+use std::time::Instant;
+
+/// Host swap buffers of a disk store: one worked on, one being read ahead, one written behind.
+pub const SWAP_BUFFERS: usize = 3;
+/// I/O worker threads of a disk store (requests in flight at once).
+pub const IO_WORKERS: usize = 2;
+
+/// The offloaded states of one rank.
+#[derive(Debug)]
+pub(super) struct Offloaded {
+    /// Region i: block i's shard as [fp32 master weights | optimizer state…].
+    pub optimizer: OffloadStore,
+    /// Region i: block i's parameter shard in the compute dtype (`--offload-params`).
+    pub params: Option<OffloadStore>,
+    /// Host f32 gradient buffers (two: one updated from, one being filled).
+    staging: Staging,
+    /// Each block's shard of the flat buffers and the padded shard length.
+    shards: Vec<(Range<usize>, usize)>,
+    /// Gradient copies to the host: seconds copying, and seconds the update waited for them.
+    copy_seconds: f64,
+    copy_waited_seconds: f64,
+}
+
+#[derive(Debug)]
+enum Staging {
+    Real([AlignedBytes; 2]),
+    Counted(#[allow(dead_code)] [HostReservation; 2]),
+}
+
+fn tier(offload: Offload) -> TierKind {
+    match offload {
+        Offload::Nvme => TierKind::Disk,
+        _ => TierKind::Host,
+    }
+}
+
+fn store(
+    pool: &HostPool,
+    config: &RunConfig,
+    what: &str,
+    rank: usize,
+    offload: Offload,
+    dry: bool,
+) -> Result<OffloadStore, TrainError> {
+    Ok(OffloadStore::new(
+        pool.clone(),
+        StoreOptions {
+            name: format!("{what}.rank{rank}"),
+            tier: tier(offload),
+            dir: config.offload_dir.clone(),
+            swap_buffers: SWAP_BUFFERS,
+            io_workers: IO_WORKERS,
+            dry,
+        },
+    )?)
+}
+
+/// A block's weights as f32: its shard of the flat buffer, or under ZeRO-3 its parameter shard.
+fn shard_values(
+    block: &headroom_tensor::ParamBlock,
+    range: &Range<usize>,
+) -> Result<Vec<f32>, TrainError> {
+    Ok(match block.shard().and_then(|s| s.params.as_ref()) {
+        Some(p) => p.to_vec_f32()?[..range.len()].to_vec(),
+        None => block.flat().to_vec_f32()?[range.clone()].to_vec(),
+    })
+}
+
+/// Writes f32 `values` into `bytes` as `dtype` (round to nearest even), zeros after them.
+fn cast_into(values: &[f32], dtype: DType, bytes: &mut [u8]) {
+    match dtype {
+        DType::BF16 => {
+            let out: &mut [half::bf16] = bytemuck::cast_slice_mut(bytes);
+            out.fill(half::bf16::ZERO);
+            out.iter_mut()
+                .zip(values)
+                .for_each(|(o, &v)| *o = half::bf16::from_f32(v));
+        }
+        DType::F16 => {
+            let out: &mut [half::f16] = bytemuck::cast_slice_mut(bytes);
+            out.fill(half::f16::ZERO);
+            out.iter_mut()
+                .zip(values)
+                .for_each(|(o, &v)| *o = half::f16::from_f32(v));
+        }
+        _ => {
+            let out: &mut [f32] = bytemuck::cast_slice_mut(bytes);
+            out.fill(0.0);
+            out[..values.len()].copy_from_slice(values);
+        }
+    }
+}
+
+/// `bytes` of `dtype` elements read as f32.
+pub(super) fn widen(bytes: &[u8], dtype: DType) -> Vec<f32> {
+    match dtype {
+        DType::BF16 => bytemuck::cast_slice::<_, half::bf16>(bytes)
+            .iter()
+            .map(|x| x.to_f32())
+            .collect(),
+        DType::F16 => bytemuck::cast_slice::<_, half::f16>(bytes)
+            .iter()
+            .map(|x| x.to_f32())
+            .collect(),
+        _ => bytemuck::cast_slice::<_, f32>(bytes).to_vec(),
+    }
+}
+
+/// Builds the offload stores of `config`'s placement for `model` (`None` when nothing is
+/// offloaded), filled with the model's current weights and zero optimizer state. Under ZeRO-3
+/// with `--offload-params` the blocks' device parameter shards are released afterwards.
+pub(super) fn build(
+    config: &RunConfig,
+    model: &dyn Model,
+    optimizer: &Optimizer,
+    (rank, world, stage): (usize, usize, u8),
+    pool: &HostPool,
+    dry: bool,
+) -> Result<Option<Offloaded>, TrainError> {
+    let placement = config.strategy.placement;
+    if !placement.offload_optimizer.is_offloaded() {
+        return Ok(None);
+    }
+    let shards: Vec<(Range<usize>, usize)> = model
+        .blocks()
+        .iter()
+        .map(|b| match stage {
+            0 => (0..b.numel(), b.numel()),
+            _ => shard_of(b.numel(), rank, world),
+        })
+        .collect();
+    let mut states = store(
+        pool,
+        config,
+        "optimizer",
+        rank,
+        placement.offload_optimizer,
+        dry,
+    )?;
+    for (block, (range, _)) in model.blocks().iter().zip(&shards) {
+        let len = range.len();
+        let mut parts = vec![Part {
+            category: Category::MasterWeight,
+            bytes: 4 * len,
+        }];
+        parts.extend(
+            optimizer
+                .state_layout(len)
+                .into_iter()
+                .map(|(_, bytes)| Part {
+                    category: Category::OptimizerState,
+                    bytes,
+                }),
+        );
+        let values = match dry {
+            true => Vec::new(),
+            false => shard_values(block, range)?,
+        };
+        states.add_region(parts, |mut r| {
+            bytemuck::cast_slice_mut::<_, f32>(&mut *r.parts[0]).copy_from_slice(&values);
+        })?;
+    }
+    let params = match (placement.offload_params.is_offloaded(), stage) {
+        (true, 3) => {
+            let mut store = store(pool, config, "params", rank, placement.offload_params, dry)?;
+            for block in model.blocks() {
+                let shard = block
+                    .shard()
+                    .and_then(|s| s.params.as_ref())
+                    .expect("ZeRO-3 blocks hold a parameter shard");
+                let bytes = shard.numel() * shard.dtype().size_in_bytes();
+                let parts = vec![Part {
+                    category: Category::Parameter,
+                    bytes,
+                }];
+                let values = match dry {
+                    true => Vec::new(),
+                    false => super::save::read_bytes(shard)?,
+                };
+                store.add_region(parts, |mut r| r.parts[0].copy_from_slice(&values))?;
+                shard.release_storage();
+            }
+            store.wait_idle()?;
+            Some(store)
+        }
+        _ => None,
+    };
+    // The initial regions are on disk (or the disk's error is known) before training starts.
+    states.wait_idle()?;
+    let largest = shards.iter().map(|(r, _)| r.len()).max().unwrap_or(0);
+    let staging = match dry {
+        true => Staging::Counted([
+            pool.reserve(headroom_offload::page_rounded(4 * largest) as u64)
+                .map_err(headroom_offload::OffloadError::from)?,
+            pool.reserve(headroom_offload::page_rounded(4 * largest) as u64)
+                .map_err(headroom_offload::OffloadError::from)?,
+        ]),
+        false => Staging::Real([
+            AlignedBytes::new(pool, 4 * largest).map_err(headroom_offload::OffloadError::from)?,
+            AlignedBytes::new(pool, 4 * largest).map_err(headroom_offload::OffloadError::from)?,
+        ]),
+    };
+    Ok(Some(Offloaded {
+        optimizer: states,
+        params,
+        staging,
+        shards,
+        copy_seconds: 0.0,
+        copy_waited_seconds: 0.0,
+    }))
+}
+
+impl Offloaded {
+    pub(super) fn report(&self) -> OffloadReport {
+        let mut stores = vec![self.optimizer.stats()];
+        stores.extend(self.params.as_ref().map(OffloadStore::stats));
+        let each = match &self.staging {
+            Staging::Real(b) => b[0].len() as u64,
+            Staging::Counted(r) => r[0].bytes(),
+        };
+        let mut host = headroom_memory::CategoryBytes::ZERO;
+        let mut disk = headroom_memory::CategoryBytes::ZERO;
+        let mut swap_bytes = 0;
+        for s in &stores {
+            for (c, b) in s.host.iter() {
+                host[c] += b;
+            }
+            for (c, b) in s.disk.iter() {
+                disk[c] += b;
+            }
+            swap_bytes += s.swap_buffers as u64 * s.swap_buffer_bytes;
+        }
+        host[Category::Gradient] += 2 * each;
+        OffloadReport {
+            stores,
+            gradient_buffers: 2,
+            gradient_buffer_bytes: each,
+            gradient_copy_seconds: self.copy_seconds,
+            gradient_copy_waited_seconds: self.copy_waited_seconds,
+            host,
+            swap_bytes,
+            disk,
+        }
+    }
+
+    /// Block `i`'s master weights (f32 bytes) and each optimizer state's bytes, read from the
+    /// store (a save).
+    pub(super) fn block_state(&mut self, i: usize) -> Result<(Vec<u8>, Vec<Vec<u8>>), TrainError> {
+        Ok(self.optimizer.read(i, |r| {
+            let r = r.expect("saves run on a backed device");
+            let master = r.parts[0].to_vec();
+            let states = r.parts[1..].iter().map(|p| p.to_vec()).collect();
+            (master, states)
+        })?)
+    }
+
+    /// Replaces block `i`'s master weights and optimizer states (a resume). `None` for a state
+    /// leaves it zero.
+    pub(super) fn load_block_state(
+        &mut self,
+        i: usize,
+        master: &[u8],
+        states: &[Option<Vec<u8>>],
+    ) -> Result<(), TrainError> {
+        Ok(self.optimizer.write(i, |r| {
+            let r = r.expect("resume runs on a backed device");
+            let mut parts = r.parts.into_iter();
+            parts.next().expect("a master part").copy_from_slice(master);
+            for (part, s) in parts.zip(states) {
+                match s {
+                    Some(s) => part.copy_from_slice(s),
+                    None => part.fill(0),
+                }
+            }
+        })?)
+    }
+
+    /// Block `i`'s parameter shard bytes (`--offload-params`).
+    pub(super) fn param_shard(&mut self, i: usize) -> Result<Option<Vec<u8>>, TrainError> {
+        match &mut self.params {
+            None => Ok(None),
+            Some(s) => {
+                Ok(Some(s.read(i, |r| {
+                    r.map(|r| r.parts[0].to_vec()).unwrap_or_default()
+                })?))
+            }
+        }
+    }
+
+    /// Replaces block `i`'s parameter shard bytes (`--offload-params`, a resume).
+    pub(super) fn load_param_shard(&mut self, i: usize, bytes: &[u8]) -> Result<(), TrainError> {
+        if let Some(s) = &mut self.params {
+            s.write(i, |r| {
+                if let Some(r) = r {
+                    r.parts
+                        .into_iter()
+                        .next()
+                        .expect("one part")
+                        .copy_from_slice(bytes);
+                }
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Copies the `range` of a gradient tensor into `out` as f32.
+fn stage_gradient(grads: &Tensor, range: Range<usize>, out: &mut [f32]) -> Result<(), TrainError> {
+    super::precision::with_grads(grads, |g| {
+        let g = g.range(range);
+        match g {
+            Grads::F32(s) => out[..s.len()].copy_from_slice(s),
+            _ => out
+                .iter_mut()
+                .take(g.len())
+                .enumerate()
+                .for_each(|(k, o)| *o = g.get(k)),
+        }
+    })?;
+    Ok(())
+}
+
+/// Where block `b`'s reduced gradient for the rank's shard lives: the gradient shard (ZeRO-2/3)
+/// or the shard's range of the full gradient.
+fn gradient_of(
+    block: &headroom_tensor::ParamBlock,
+    range: &Range<usize>,
+) -> (Tensor, Range<usize>) {
+    match block.shard().and_then(|s| s.grads.as_ref()) {
+        Some(g) => (g.clone(), 0..range.len()),
+        None => (block.flat_grad().clone(), range.clone()),
+    }
+}
+
+impl Trainer {
+    /// The optimizer step with offloaded states: each block's region visited in order (on disk
+    /// the next one read while this one updates), its gradient copied to the host, updated in
+    /// place, and the new weights cast into the compute parameters (or the parameter store),
+    /// then, under ZeRO-1/2, gathered from every rank.
+    pub(super) fn update_offloaded(&mut self, multiplier: f32, lr: f32) -> Result<(), TrainError> {
+        let stage = self.zero_stage();
+        let world = self.rank().1;
+        let Trainer {
+            model,
+            optimizer,
+            comm,
+            offload,
+            weights_touched,
+            ..
+        } = self;
+        let off = offload.as_mut().expect("called with offloaded states");
+        let blocks = model.blocks();
+        let order: Vec<usize> = (0..blocks.len()).collect();
+        *weights_touched = true;
+        optimizer.begin_step();
+        let Offloaded {
+            optimizer: states,
+            params,
+            staging,
+            shards,
+            copy_seconds,
+            copy_waited_seconds,
+        } = off;
+        let mut staging_bytes = match staging {
+            Staging::Real(b) => Some(b),
+            Staging::Counted(_) => None,
+        };
+        // The first block's gradient before the loop; each later one while the previous updates.
+        if let Some(b) = staging_bytes.as_deref_mut() {
+            let (range, _) = &shards[0];
+            let (g, at) = gradient_of(&blocks[0], range);
+            let start = Instant::now();
+            stage_gradient(&g, at, bytemuck::cast_slice_mut(b[0].as_bytes_mut()))?;
+            *copy_seconds += start.elapsed().as_secs_f64();
+        }
+        states.visit(&order, |i, region| -> Result<(), TrainError> {
+            let block = &blocks[i];
+            let (range, padded) = shards[i].clone();
+            let weights_at = block.ranges();
+            let at = BlockShard {
+                weights: &weights_at,
+                shard: &range,
+                padded,
+            };
+            let mut comm = comm.as_deref_mut().filter(|_| stage >= 1);
+            let Some(region) = region else {
+                if let Some(comm) = comm {
+                    count_shard_sums(optimizer, comm, &at)?;
+                    if matches!(stage, 1 | 2) {
+                        let device = block.flat().device();
+                        let _bucket = super::shard::f32_bucket(
+                            &device,
+                            padded * world,
+                            "params.gather.bucket",
+                        )?;
+                        comm.without_data(Collective::AllGather, padded)?;
+                    }
+                }
+                if let Some(p) = params.as_mut() {
+                    p.write(i, |_| ())?;
+                }
+                return Ok(());
+            };
+            let buffers = staging_bytes
+                .as_deref_mut()
+                .expect("a real run has staging buffers");
+            let (cur, next) = match i % 2 {
+                0 => {
+                    let (a, b) = buffers.split_at_mut(1);
+                    (&mut a[0], &mut b[0])
+                }
+                _ => {
+                    let (a, b) = buffers.split_at_mut(1);
+                    (&mut b[0], &mut a[0])
+                }
+            };
+            let grads: &[f32] = &bytemuck::cast_slice::<_, f32>(cur.as_bytes())[..range.len()];
+            let next_block = (i + 1 < blocks.len()).then(|| {
+                let (r, _) = &shards[i + 1];
+                gradient_of(&blocks[i + 1], r)
+            });
+            let mut parts = region.parts;
+            let (master, state) = parts.split_first_mut().expect("a master part");
+            let master: &mut [f32] = bytemuck::cast_slice_mut(master);
+            let ranges = ranges_within(&weights_at, &range);
+            let mut state: Vec<&mut [u8]> = state.iter_mut().map(|p| &mut **p).collect();
+            let (copied, updated) = std::thread::scope(|s| {
+                let copier = next_block.map(|(g, at)| {
+                    let out: &mut [f32] = bytemuck::cast_slice_mut(next.as_bytes_mut());
+                    s.spawn(move || {
+                        let start = Instant::now();
+                        stage_gradient(&g, at, out).map(|()| start.elapsed().as_secs_f64())
+                    })
+                });
+                let mut group = FlatParams {
+                    params: master,
+                    grads: Grads::F32(grads),
+                    tensors: &ranges,
+                };
+                let updated = update_shard(
+                    optimizer,
+                    comm.as_deref_mut(),
+                    i,
+                    &mut group,
+                    at,
+                    (multiplier, lr),
+                    Some(&mut state),
+                );
+                let waited = Instant::now();
+                let copied = copier.map(|h| h.join().expect("the gradient copy does not panic"));
+                (copied.map(|c| (c, waited.elapsed().as_secs_f64())), updated)
+            });
+            updated?;
+            if let Some((seconds, waited)) = copied {
+                *copy_seconds += seconds?;
+                *copy_waited_seconds += waited;
+            }
+            // The new weights into the compute parameters.
+            let master: &[f32] = master;
+            match (
+                params.as_mut(),
+                block.shard().and_then(|s| s.params.as_ref()),
+            ) {
+                (Some(p), Some(shard)) => {
+                    let dtype = shard.dtype();
+                    p.write(i, |r| cast_into(master, dtype, r.expect("backed").parts[0]))?;
+                }
+                (None, Some(shard)) => super::precision::store_f32_at(shard, 0, master)?,
+                (_, None) => super::precision::store_f32_at(block.flat(), range.start, master)?,
+            }
+            if let (1 | 2, Some(comm)) = (stage, comm) {
+                gather_into(comm, block.flat(), block.numel(), master, padded)?;
+            }
+            Ok(())
+        })
+    }
+}
