@@ -289,7 +289,10 @@ impl ParamBlock {
         if self.flat_grad.is_resident() {
             self.flat_grad.fill_(0.0)?;
         }
-        if let Some(g) = self.shard.as_ref().and_then(|s| s.grads.as_ref()) {
+        // A shard whose sum lives elsewhere (offloaded to the host) holds no bytes.
+        if let Some(g) = self.shard.as_ref().and_then(|s| s.grads.as_ref())
+            && g.is_resident()
+        {
             g.fill_(0.0)?;
         }
         Ok(())

@@ -101,12 +101,10 @@ fn reject_planner_only_flags(args: &PlanArgs) -> Result<()> {
             "{flag} applies to the analytical planner (Hugging Face models); headroom's own models are planned by dry runs on one device"
         );
     }
-    if args.offload_optimizer.is_some_and(|o| o != Offload::None)
-        || args.offload_params.is_some_and(|o| o != Offload::None)
-    {
-        bail!("headroom's engine keeps every state on the device; drop --offload-*");
-    }
-    if args.zero.is_some_and(|z| z.number() != 0) && ranks(args) < 2 {
+    let offloaded = args.offload_optimizer.is_some_and(|o| o != Offload::None)
+        || args.offload_params.is_some_and(|o| o != Offload::None);
+    // Alone, a ZeRO stage only serves offload (DeepSpeed's rule: offload needs a stage).
+    if args.zero.is_some_and(|z| z.number() != 0) && ranks(args) < 2 && !offloaded {
         bail!(
             "--zero {} shards over data-parallel ranks: add --data-parallel N (N ≥ 2), or drop --zero",
             args.zero.map_or(0, |z| z.number())
@@ -195,7 +193,8 @@ fn pins(args: &PlanArgs) -> Result<Pins> {
         micro_batch: args.micro_batch,
         accumulation: args.accumulation,
         zero_stage: args.zero,
-        ..Pins::default()
+        offload_optimizer: args.offload_optimizer,
+        offload_params: args.offload_params,
     })
 }
 

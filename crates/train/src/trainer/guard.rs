@@ -72,9 +72,7 @@ impl Trainer {
         if micro < 2 || !micro.is_multiple_of(2) {
             return Err(TrainError::OutOfMemory(oom));
         }
-        for block in self.model.blocks() {
-            block.zero_grad()?;
-        }
+        self.zero_grads()?;
         self.backward_passes = 0;
         self.sampler.seek(position);
         headroom_tensor::rng::set_state(rng);

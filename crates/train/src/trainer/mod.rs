@@ -17,6 +17,7 @@ mod events;
 mod fault;
 mod group;
 mod guard;
+mod host_grads;
 mod offload;
 mod precision;
 mod save;

@@ -14,6 +14,7 @@
 //!
 //! Not for: the stores themselves (`headroom_offload`) or the update rule (`headroom_nn::optim`).
 
+use super::host_grads::{HostBytes, HostGrads};
 use super::shard::{gather_into, ranges_within, shard_of};
 use super::trust::{BlockShard, count_shard_sums, update_shard};
 use super::{TrainError, Trainer};
@@ -21,11 +22,11 @@ use crate::config::RunConfig;
 use crate::report::OffloadReport;
 use headroom_dist::Collective;
 use headroom_memory::Category;
-use headroom_memory::host_pool::{HostPool, HostReservation};
+use headroom_memory::host_pool::HostPool;
 use headroom_nn::Model;
 use headroom_nn::grad::Grads;
 use headroom_nn::optim::{FlatParams, Optimizer};
-use headroom_offload::{AlignedBytes, OffloadStore, Part, StoreOptions, TierKind};
+use headroom_offload::{OffloadStore, Part, StoreOptions, TierKind};
 use headroom_strategy::Offload;
 use headroom_tensor::{DType, Tensor};
 use std::ops::Range;
@@ -43,19 +44,16 @@ pub(super) struct Offloaded {
     pub optimizer: OffloadStore,
     /// Region i: block i's parameter shard in the compute dtype (`--offload-params`).
     pub params: Option<OffloadStore>,
-    /// Host f32 gradient buffers (two: one updated from, one being filled).
-    staging: Staging,
+    /// ZeRO-2/3: each block's reduced gradient shard in host memory (none on the device).
+    pub host_grads: Option<HostGrads>,
+    /// ZeRO-0/1: two host f32 buffers each block's gradient is copied into (one updated from,
+    /// one being filled); none under ZeRO-2/3.
+    staging: Vec<HostBytes>,
     /// Each block's shard of the flat buffers and the padded shard length.
     shards: Vec<(Range<usize>, usize)>,
     /// Gradient copies to the host: seconds copying, and seconds the update waited for them.
     copy_seconds: f64,
     copy_waited_seconds: f64,
-}
-
-#[derive(Debug)]
-enum Staging {
-    Real([AlignedBytes; 2]),
-    Counted(#[allow(dead_code)] [HostReservation; 2]),
 }
 
 fn tier(offload: Offload) -> TierKind {
@@ -219,21 +217,35 @@ pub(super) fn build(
     // The initial regions are on disk (or the disk's error is known) before training starts.
     states.wait_idle()?;
     let largest = shards.iter().map(|(r, _)| r.len()).max().unwrap_or(0);
-    let staging = match dry {
-        true => Staging::Counted([
-            pool.reserve(headroom_offload::page_rounded(4 * largest) as u64)
-                .map_err(headroom_offload::OffloadError::from)?,
-            pool.reserve(headroom_offload::page_rounded(4 * largest) as u64)
-                .map_err(headroom_offload::OffloadError::from)?,
-        ]),
-        false => Staging::Real([
-            AlignedBytes::new(pool, 4 * largest).map_err(headroom_offload::OffloadError::from)?,
-            AlignedBytes::new(pool, 4 * largest).map_err(headroom_offload::OffloadError::from)?,
-        ]),
+    // ZeRO-2/3: reduced gradients go to the host; the device's shards give their bytes back.
+    let host_grads = match stage {
+        2 | 3 => {
+            let mut padded = Vec::new();
+            let mut dtype = DType::F32;
+            for block in model.blocks() {
+                let g = block
+                    .shard()
+                    .and_then(|s| s.grads.as_ref())
+                    .expect("ZeRO-2/3 blocks hold a gradient shard");
+                padded.push(g.numel());
+                dtype = g.dtype();
+                g.release_storage();
+            }
+            Some(HostGrads::new(pool, padded, dtype, dry)?)
+        }
+        _ => None,
+    };
+    let staging = match host_grads {
+        Some(_) => Vec::new(),
+        None => vec![
+            HostBytes::new(pool, 4 * largest, dry)?,
+            HostBytes::new(pool, 4 * largest, dry)?,
+        ],
     };
     Ok(Some(Offloaded {
         optimizer: states,
         params,
+        host_grads,
         staging,
         shards,
         copy_seconds: 0.0,
@@ -245,10 +257,7 @@ impl Offloaded {
     pub(super) fn report(&self) -> OffloadReport {
         let mut stores = vec![self.optimizer.stats()];
         stores.extend(self.params.as_ref().map(OffloadStore::stats));
-        let each = match &self.staging {
-            Staging::Real(b) => b[0].len() as u64,
-            Staging::Counted(r) => r[0].bytes(),
-        };
+        let each = self.staging.first().map_or(0, HostBytes::len);
         let mut host = headroom_memory::CategoryBytes::ZERO;
         let mut disk = headroom_memory::CategoryBytes::ZERO;
         let mut swap_bytes = 0;
@@ -261,10 +270,11 @@ impl Offloaded {
             }
             swap_bytes += s.swap_buffers as u64 * s.swap_buffer_bytes;
         }
-        host[Category::Gradient] += 2 * each;
+        host[Category::Gradient] +=
+            self.staging.len() as u64 * each + self.host_grads.as_ref().map_or(0, HostGrads::total);
         OffloadReport {
             stores,
-            gradient_buffers: 2,
+            gradient_buffers: self.staging.len(),
             gradient_buffer_bytes: each,
             gradient_copy_seconds: self.copy_seconds,
             gradient_copy_waited_seconds: self.copy_waited_seconds,
@@ -387,21 +397,21 @@ impl Trainer {
         let Offloaded {
             optimizer: states,
             params,
+            host_grads,
             staging,
             shards,
             copy_seconds,
             copy_waited_seconds,
         } = off;
-        let mut staging_bytes = match staging {
-            Staging::Real(b) => Some(b),
-            Staging::Counted(_) => None,
-        };
-        // The first block's gradient before the loop; each later one while the previous updates.
-        if let Some(b) = staging_bytes.as_deref_mut() {
+        // ZeRO-0/1: the first block's gradient to the host before the loop; each later one
+        // while the previous block updates.
+        if let [first, _] = staging.as_mut_slice()
+            && let Some(out) = first.bytes_mut()
+        {
             let (range, _) = &shards[0];
             let (g, at) = gradient_of(&blocks[0], range);
             let start = Instant::now();
-            stage_gradient(&g, at, bytemuck::cast_slice_mut(b[0].as_bytes_mut()))?;
+            stage_gradient(&g, at, bytemuck::cast_slice_mut(out))?;
             *copy_seconds += start.elapsed().as_secs_f64();
         }
         states.visit(&order, |i, region| -> Result<(), TrainError> {
@@ -432,59 +442,63 @@ impl Trainer {
                 }
                 return Ok(());
             };
-            let buffers = staging_bytes
-                .as_deref_mut()
-                .expect("a real run has staging buffers");
-            let (cur, next) = match i % 2 {
-                0 => {
-                    let (a, b) = buffers.split_at_mut(1);
-                    (&mut a[0], &mut b[0])
-                }
-                _ => {
-                    let (a, b) = buffers.split_at_mut(1);
-                    (&mut b[0], &mut a[0])
-                }
-            };
-            let grads: &[f32] = &bytemuck::cast_slice::<_, f32>(cur.as_bytes())[..range.len()];
-            let next_block = (i + 1 < blocks.len()).then(|| {
-                let (r, _) = &shards[i + 1];
-                gradient_of(&blocks[i + 1], r)
-            });
             let mut parts = region.parts;
             let (master, state) = parts.split_first_mut().expect("a master part");
             let master: &mut [f32] = bytemuck::cast_slice_mut(master);
             let ranges = ranges_within(&weights_at, &range);
             let mut state: Vec<&mut [u8]> = state.iter_mut().map(|p| &mut **p).collect();
-            let (copied, updated) = std::thread::scope(|s| {
-                let copier = next_block.map(|(g, at)| {
-                    let out: &mut [f32] = bytemuck::cast_slice_mut(next.as_bytes_mut());
-                    s.spawn(move || {
-                        let start = Instant::now();
-                        stage_gradient(&g, at, out).map(|()| start.elapsed().as_secs_f64())
-                    })
-                });
+            let mut update = |grads: Grads<'_>| {
                 let mut group = FlatParams {
-                    params: master,
-                    grads: Grads::F32(grads),
+                    params: &mut *master,
+                    grads,
                     tensors: &ranges,
                 };
-                let updated = update_shard(
+                update_shard(
                     optimizer,
                     comm.as_deref_mut(),
                     i,
                     &mut group,
-                    at,
+                    BlockShard {
+                        weights: &weights_at,
+                        shard: &range,
+                        padded,
+                    },
                     (multiplier, lr),
                     Some(&mut state),
-                );
-                let waited = Instant::now();
-                let copied = copier.map(|h| h.join().expect("the gradient copy does not panic"));
-                (copied.map(|c| (c, waited.elapsed().as_secs_f64())), updated)
-            });
-            updated?;
-            if let Some((seconds, waited)) = copied {
-                *copy_seconds += seconds?;
-                *copy_waited_seconds += waited;
+                )
+            };
+            match (host_grads.as_ref(), staging.as_mut_slice()) {
+                (Some(h), _) => update(h.grads(i, range.len()).expect("a real run has bytes"))?,
+                (None, [a, b]) => {
+                    let (cur, next) = if i % 2 == 0 { (a, b) } else { (b, a) };
+                    let cur = cur.bytes().expect("a real run has bytes");
+                    let grads = Grads::F32(&bytemuck::cast_slice::<_, f32>(cur)[..range.len()]);
+                    let next_block = (i + 1 < blocks.len()).then(|| {
+                        let (r, _) = &shards[i + 1];
+                        gradient_of(&blocks[i + 1], r)
+                    });
+                    let next = next.bytes_mut().expect("a real run has bytes");
+                    let (copied, updated) = std::thread::scope(|s| {
+                        let copier = next_block.map(|(g, at)| {
+                            let out: &mut [f32] = bytemuck::cast_slice_mut(next);
+                            s.spawn(move || {
+                                let start = Instant::now();
+                                stage_gradient(&g, at, out).map(|()| start.elapsed().as_secs_f64())
+                            })
+                        });
+                        let updated = update(grads);
+                        let waited = Instant::now();
+                        let copied =
+                            copier.map(|h| h.join().expect("the gradient copy does not panic"));
+                        (copied.map(|c| (c, waited.elapsed().as_secs_f64())), updated)
+                    });
+                    updated?;
+                    if let Some((seconds, waited)) = copied {
+                        *copy_seconds += seconds?;
+                        *copy_waited_seconds += waited;
+                    }
+                }
+                (None, _) => unreachable!("ZeRO-0/1 offload has two staging buffers"),
             }
             // The new weights into the compute parameters.
             let master: &[f32] = master;

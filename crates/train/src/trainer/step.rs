@@ -13,7 +13,7 @@ use super::shard::{
     bucket_values, f32_bucket, gather_into, ranges_within, reduce_scatter_in_place, shard_of,
 };
 use super::trust::{BlockShard, count_shard_sums, update_shard};
-use super::zero::ZeroHooks;
+use super::zero::{OffloadedParts, ZeroHooks};
 use super::{TrainError, TrainEvent, Trainer};
 use crate::report::{PHASE_STEPS, Phase, PhaseBytes};
 use crate::scaler::ScalerDecision;
@@ -138,9 +138,7 @@ impl Trainer {
             self.update_weights(multiplier, lr)?;
         }
         if !self.hooks.skip_zero_grad {
-            for block in self.model.blocks() {
-                block.zero_grad()?;
-            }
+            self.zero_grads()?;
             self.backward_passes = 0;
         }
         drop(history);
@@ -204,22 +202,29 @@ impl Trainer {
         }
         let comm = self.comm.take().expect("a sharded run has a communicator");
         let blocks = self.model.blocks().to_vec();
-        let params = self.offload.as_mut().and_then(|o| o.params.take());
+        let offloaded = match self.offload.as_mut() {
+            Some(o) => OffloadedParts {
+                params: o.params.take(),
+                host_grads: o.host_grads.take(),
+            },
+            None => OffloadedParts::default(),
+        };
         let hooks = Rc::new(ZeroHooks::new(
             comm,
             blocks,
             self.config.zero_prefetch,
-            params,
+            offloaded,
         ));
         let result = with_block_hooks(hooks.clone(), || f(self));
         let finished = result.as_ref().ok().map(|_| hooks.finish());
         let hooks = Rc::try_unwrap(hooks)
             .ok()
             .expect("the hooks are uninstalled when the pass returns");
-        let (comm, params, error) = hooks.into_parts();
+        let (comm, offloaded, error) = hooks.into_parts();
         self.comm = Some(comm);
         if let Some(o) = self.offload.as_mut() {
-            o.params = o.params.take().or(params);
+            o.params = o.params.take().or(offloaded.params);
+            o.host_grads = o.host_grads.take().or(offloaded.host_grads);
         }
         if let Some(e) = error {
             return Err(e);
@@ -248,6 +253,17 @@ impl Trainer {
             buffers.push(buffer);
         }
         Ok((buffers, std::cell::RefCell::new(grads)))
+    }
+
+    /// Every gradient back to zero: the blocks' buffers and the host's reduced shards.
+    pub(super) fn zero_grads(&mut self) -> Result<(), TrainError> {
+        for block in self.model.blocks() {
+            block.zero_grad()?;
+        }
+        if let Some(h) = self.offload.as_mut().and_then(|o| o.host_grads.as_mut()) {
+            h.zero();
+        }
+        Ok(())
     }
 
     /// Records the device's bytes per category at `phase` during the first steps.
@@ -353,11 +369,16 @@ impl Trainer {
             }
             return Ok(total);
         }
-        for block in self.model.blocks() {
+        let host_grads = self.offload.as_ref().and_then(|o| o.host_grads.as_ref());
+        for (i, block) in self.model.blocks().iter().enumerate() {
             let s = match block
                 .shard()
                 .and_then(|s| s.grads.as_ref().map(|g| (g, &s.range)))
             {
+                Some((_, range)) if sharded && host_grads.is_some() => {
+                    let host = host_grads.expect("checked");
+                    grad_stats([host.grads(i, range.len()).expect("a real run has bytes")])
+                }
                 Some((g, range)) if sharded => {
                     with_grads(g, |g| grad_stats([g.range(0..range.len())]))?
                 }

@@ -21,8 +21,9 @@
 //! Not for: the optimizer step on shards (`step`) or the shards' arithmetic (`shard`).
 
 use super::TrainError;
+use super::host_grads::HostGrads;
 use super::offload::widen;
-use super::shard::{gather_into, gather_params, reduce_scatter_into};
+use super::shard::{gather_into, gather_params, reduce_scatter_into, reduce_scatter_into_host};
 use headroom_dist::Communicator;
 use headroom_offload::OffloadStore;
 use headroom_tensor::{BlockHooks, ParamBlock, TensorError};
@@ -39,6 +40,15 @@ pub(super) struct ZeroHooks {
     error: RefCell<Option<TrainError>>,
     /// Offloaded parameter shards (ZeRO-3 with `--offload-params`).
     params: Option<RefCell<OffloadStore>>,
+    /// Reduced gradient shards in host memory (ZeRO-2/3 with offloaded optimizer states).
+    host_grads: Option<RefCell<HostGrads>>,
+}
+
+/// What the hooks borrow from the trainer's offload for one pass and give back.
+#[derive(Default)]
+pub(super) struct OffloadedParts {
+    pub params: Option<OffloadStore>,
+    pub host_grads: Option<HostGrads>,
 }
 
 #[derive(Default)]
@@ -57,7 +67,7 @@ impl ZeroHooks {
         comm: Box<dyn Communicator>,
         blocks: Vec<ParamBlock>,
         prefetch: usize,
-        params: Option<OffloadStore>,
+        offloaded: OffloadedParts,
     ) -> ZeroHooks {
         let n = blocks.len();
         ZeroHooks {
@@ -69,24 +79,19 @@ impl ZeroHooks {
                 ..State::default()
             }),
             error: RefCell::new(None),
-            params: params.map(RefCell::new),
+            params: offloaded.params.map(RefCell::new),
+            host_grads: offloaded.host_grads.map(RefCell::new),
         }
     }
 
     /// The communicator and the parameter store back, and the collective error behind a failed
     /// hook, if any.
-    pub(super) fn into_parts(
-        self,
-    ) -> (
-        Box<dyn Communicator>,
-        Option<OffloadStore>,
-        Option<TrainError>,
-    ) {
-        (
-            self.comm.into_inner(),
-            self.params.map(RefCell::into_inner),
-            self.error.into_inner(),
-        )
+    pub(super) fn into_parts(self) -> (Box<dyn Communicator>, OffloadedParts, Option<TrainError>) {
+        let offloaded = OffloadedParts {
+            params: self.params.map(RefCell::into_inner),
+            host_grads: self.host_grads.map(RefCell::into_inner),
+        };
+        (self.comm.into_inner(), offloaded, self.error.into_inner())
     }
 
     /// Ends a pass: the running scope's backward ends, every block whose full gradient still
@@ -207,7 +212,16 @@ impl ZeroHooks {
         {
             let label = format!("{}.grad.bucket", block.name());
             let mut comm = self.comm.borrow_mut();
-            reduce_scatter_into(comm.as_mut(), block.flat_grad(), shard, &label)?;
+            match &self.host_grads {
+                Some(host) => {
+                    let mut host = host.borrow_mut();
+                    let dtype = host.dtype;
+                    let (grad, padded) = (block.flat_grad(), shard.numel());
+                    let bytes = host.shard_mut(i);
+                    reduce_scatter_into_host(comm.as_mut(), grad, padded, &label, bytes, dtype)?;
+                }
+                None => reduce_scatter_into(comm.as_mut(), block.flat_grad(), shard, &label)?,
+            }
             block.release_grads();
         }
         block.release_params();

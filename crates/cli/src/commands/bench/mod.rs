@@ -4,6 +4,7 @@
 pub mod checkpoint;
 pub mod collectives;
 pub mod loader;
+pub mod offload;
 pub mod predict;
 pub mod speed;
 
@@ -26,6 +27,11 @@ pub enum BenchCommand {
     /// time spent waiting for data with 0, 1 and 2 workers (default and input-bound models), and
     /// page-locked against pageable copy bandwidth into device memory.
     Loader(loader::LoaderBenchArgs),
+    /// Offload on this machine: the host optimizer step against the engine's and a plain loop,
+    /// device↔host copies, the disk tier against plain sequential I/O, and the step time of
+    /// each offload mode (on the default model, and on one that only fits with offload);
+    /// `--write-hardware` saves the rates for `headroom plan --hardware`.
+    Offload(offload::OffloadBenchArgs),
     /// How well --auto's speed model predicts and ranks the step time of each strategy against
     /// measured steps.
     Speed(speed::SpeedBenchArgs),
@@ -38,5 +44,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Predict(args) => predict::run(args),
         BenchCommand::Speed(args) => speed::run(args),
         BenchCommand::Loader(args) => loader::run(args),
+        BenchCommand::Offload(args) => offload::run(args),
     }
 }

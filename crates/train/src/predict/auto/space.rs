@@ -50,22 +50,29 @@ pub(crate) fn engine_space(spec: &ModelSpec, pins: &Pins, world: usize) -> Space
         (None, true) => vec![Attention::Naive, Attention::MemoryEfficient],
         (None, false) => vec![Attention::Naive],
     };
-    // Every state stays on the device; with several ranks, model states may be sharded
+    // With several ranks, model states may be sharded
     // (ZeRO-1, 2, 3): each stage lowers a rank's memory, and its collectives are timed by the
     // speed model (ZeRO-3 sends 3Ψ where the others send 2Ψ), so a stage is chosen when it fits
     // where a lower one does not, or when it is faster.
+    // Offload is tried only when pinned: the speed model does not time host updates or disk
+    // transfers, so it could not rank an offloaded plan against one that fits without.
+    let offload = Placement {
+        offload_optimizer: pins.offload_optimizer.unwrap_or_default(),
+        offload_params: pins.offload_params.unwrap_or_default(),
+        ..Placement::default()
+    };
     let placements = match (pins.zero_stage, world > 1) {
         (Some(zero_stage), _) => vec![Placement {
             zero_stage,
-            ..Placement::default()
+            ..offload
         }],
         (None, true) => (0..=3)
             .map(|n| Placement {
                 zero_stage: ZeroStage::new(n).expect("stages 0 to 3 exist"),
-                ..Placement::default()
+                ..offload
             })
             .collect(),
-        (None, false) => vec![Placement::default()],
+        (None, false) => vec![offload],
     };
     Space {
         precisions,
