@@ -215,3 +215,36 @@ fn host_regions_over_the_budget_are_refused() {
         "{e}"
     );
 }
+
+#[test]
+fn a_file_removed_or_truncated_behind_the_store_never_reads_as_zeros() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = HostPool::new(None, false);
+    let mut store =
+        OffloadStore::new(pool, options(TierKind::Disk, Some(dir.path()), false)).unwrap();
+    fill(&mut store, &LENS);
+    store.wait_idle().unwrap();
+    // Removed: the open descriptor keeps the bytes (POSIX unlink), so the run goes on.
+    let path = dir.path().join("states.bin");
+    std::fs::remove_file(&path).unwrap();
+    add_one(&mut store, &[0, 1, 2, 3]);
+    check(&mut store, 1);
+    // Truncated through another descriptor of the same (removed) file, found by its path
+    // among this process's descriptors: a short read is an error.
+    let ours = path.to_string_lossy().into_owned();
+    let link = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(Result::ok)
+        .find(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().starts_with(&ours))
+        })
+        .expect("the store holds the file open");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(link.path())
+        .unwrap()
+        .set_len(PAGE as u64)
+        .unwrap();
+    let e = store.read(3, |_| ()).unwrap_err().to_string();
+    assert!(e.contains("truncated"), "{e}");
+}

@@ -15,7 +15,7 @@
 //! Not for: the stores themselves (`headroom_offload`) or the update rule (`headroom_nn::optim`).
 
 use super::host_grads::{HostBytes, HostGrads};
-use super::shard::{gather_into, ranges_within, shard_of};
+use super::shard::{block_shards, gather_into, ranges_within};
 use super::trust::{BlockShard, count_shard_sums, update_shard};
 use super::{TrainError, Trainer};
 use crate::config::RunConfig;
@@ -150,14 +150,7 @@ pub(super) fn build(
     if !placement.offload_optimizer.is_offloaded() {
         return Ok(None);
     }
-    let shards: Vec<(Range<usize>, usize)> = model
-        .blocks()
-        .iter()
-        .map(|b| match stage {
-            0 => (0..b.numel(), b.numel()),
-            _ => shard_of(b.numel(), rank, world),
-        })
-        .collect();
+    let shards = block_shards(model, rank, world, stage);
     let mut states = store(
         pool,
         config,

@@ -17,6 +17,24 @@ use std::ops::Range;
 
 pub use headroom_tensor::shard_range as shard_of;
 
+/// Each block's elements this rank updates and the padded shard length: the whole block at
+/// stage 0, its shard of `world` otherwise.
+pub fn block_shards(
+    model: &dyn headroom_nn::Model,
+    rank: usize,
+    world: usize,
+    stage: u8,
+) -> Vec<(Range<usize>, usize)> {
+    model
+        .blocks()
+        .iter()
+        .map(|b| match stage {
+            0 => (0..b.numel(), b.numel()),
+            _ => shard_of(b.numel(), rank, world),
+        })
+        .collect()
+}
+
 /// The weights' element ranges that fall inside `shard`, relative to the shard's start.
 pub fn ranges_within(ranges: &[Range<usize>], shard: &Range<usize>) -> Vec<Range<usize>> {
     pieces_within(ranges, shard)

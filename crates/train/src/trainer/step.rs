@@ -10,7 +10,8 @@ use super::fault::{Fault, FaultKind};
 use super::precision::{f32_range_copy, store_f32, store_f32_at, with_grads};
 use super::schedule::learning_rate;
 use super::shard::{
-    bucket_values, f32_bucket, gather_into, ranges_within, reduce_scatter_in_place, shard_of,
+    block_shards, bucket_values, f32_bucket, gather_into, ranges_within, reduce_scatter_in_place,
+    shard_of,
 };
 use super::trust::{BlockShard, count_shard_sums, update_shard};
 use super::zero::{OffloadedParts, ZeroHooks};
@@ -23,7 +24,6 @@ use headroom_nn::grad::{GradStats, grad_multiplier, grad_stats};
 use headroom_nn::optim::FlatParams;
 use headroom_tensor::backend::work::work_so_far;
 use headroom_tensor::{DType, Tape, Tensor, with_block_hooks};
-use std::ops::Range;
 use std::rc::Rc;
 
 /// Fails as `fault` says.
@@ -420,15 +420,7 @@ impl Trainer {
         }
         let (rank, world) = self.rank();
         let stage = self.zero_stage();
-        let shards: Vec<(Range<usize>, usize)> = self
-            .model
-            .blocks()
-            .iter()
-            .map(|b| match stage {
-                0 => (0..b.numel(), b.numel()),
-                _ => shard_of(b.numel(), rank, world),
-            })
-            .collect();
+        let shards = block_shards(self.model.as_ref(), rank, world, stage);
         let lens: Vec<usize> = shards.iter().map(|(r, _)| r.len()).collect();
         self.optimizer.reserve_state(&lens)?;
         // From here on an out-of-memory error may leave some blocks updated: not recoverable.

@@ -449,12 +449,15 @@ fn training(steps: u64, dir: &std::path::Path) -> anyhow::Result<Vec<TrainingRow
                 none_s = Some(step_s);
             }
             let off = r.offload.as_ref();
-            let hidden = off.map(|o| {
-                o.stores
-                    .iter()
-                    .find(|s| s.tier == TierKind::Disk)
-                    .map_or(o.gradient_hidden_fraction(), |s| s.hidden_fraction())
-            });
+            // The disk's transfers, or else the gradient copies; none when nothing moved.
+            let hidden =
+                off.and_then(
+                    |o| match o.stores.iter().find(|s| s.tier == TierKind::Disk) {
+                        Some(s) => Some(s.hidden_fraction()),
+                        None if o.gradient_copy_seconds > 0.0 => Some(o.gradient_hidden_fraction()),
+                        None => None,
+                    },
+                );
             rows.push(TrainingRow {
                 model: model.into(),
                 mode,
