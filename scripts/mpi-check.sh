@@ -3,7 +3,8 @@
 # `--data-parallel N` (threads) must report the same losses, bit for bit, the same bytes per
 # category on rank 0 and the same collectives (calls and elements), over 20 steps — DDP at 2 and
 # 3 ranks, ZeRO-1 at 2, ZeRO-2 at 3, ZeRO-3 at 2 and 4 with AdamW; SGD with momentum at ZeRO-1
-# and 2; LAMB at ZeRO-3. Then faults, each bounded in time: a rank that cannot read its data,
+# and 2; LAMB at ZeRO-3; offload: ZeRO-2 with optimizer states in files, ZeRO-3 with states and
+# parameters in host memory. Then faults, each bounded in time: a rank that cannot read its data,
 # that returns an error or panics at step 3, ends the job non-zero within 5 s of a healthy run's
 # time to step 3, naming the rank; a rank that sleeps is ended by the watchdog
 # (--collective-timeout) within the deadline + 5 s; ranks that call different collectives end
@@ -38,17 +39,22 @@ PY
 }
 passed=0; failed=0
 for case in "2 0 adamw" "3 0 adamw" "2 1 adamw" "3 2 adamw" "2 3 adamw" "4 3 adamw" \
-  "3 1 sgd-momentum" "4 2 sgd-momentum" "3 3 lamb"; do
+  "3 1 sgd-momentum" "4 2 sgd-momentum" "3 3 lamb" \
+  "2 2 adamw --offload-optimizer nvme --offload-dir $work/offload" \
+  "2 3 adamw --offload-optimizer cpu --offload-params cpu"; do
   set -- $case
-  name="$1-$2-$3"
-  timeout 120 mpirun -n "$1" "$bin" "${run[@]}" --zero "$2" --optimizer "$3" \
+  ranks=$1 stage=$2 optimizer=$3
+  shift 3
+  name="$ranks-$stage-$optimizer${1:+-offload-$2}"
+  timeout 120 mpirun -n "$ranks" "$bin" "${run[@]}" --zero "$stage" --optimizer "$optimizer" "$@" \
     --json-report "mpi-$name.json" >/dev/null 2>"mpi-$name.err" || { cat "mpi-$name.err" >&2; }
-  timeout 120 "$bin" "${run[@]}" --zero "$2" --optimizer "$3" --data-parallel "$1" \
-    --json-report "threads-$name.json" >/dev/null 2>&1 || true
+  timeout 120 "$bin" "${run[@]}" --zero "$stage" --optimizer "$optimizer" "$@" \
+    --data-parallel "$ranks" --json-report "threads-$name.json" >/dev/null 2>&1 || true
   if [ -f "mpi-$name.json" ] && same "mpi-$name.json" "threads-$name.json"; then
     passed=$((passed + 1))
   else
-    failed=$((failed + 1)); echo "mpirun -n $1 --zero $2 --optimizer $3 differs from threads" >&2
+    failed=$((failed + 1))
+    echo "mpirun -n $ranks --zero $stage --optimizer $optimizer $* differs from threads" >&2
   fi
 done
 # A failing rank (rank 1 cannot read its data) ends the whole job, non-zero, with its error,
