@@ -36,6 +36,7 @@ impl Optimizer {
         Optimizer::SgdMomentum,
         Optimizer::AdamW,
         Optimizer::AdamWBf16,
+        Optimizer::AdamW8bit,
         Optimizer::Lamb,
     ];
 

@@ -9,16 +9,19 @@
 //! Not for: the gradient checks that decide the multiplier (see `grad`).
 
 mod adamw;
+mod adamw8bit;
 mod lamb;
+pub mod quant8;
 mod sgd;
 mod square_sum;
 mod state;
 
 pub use adamw::{AdamStep, adamw_update};
+pub use adamw8bit::adamw8bit_update;
 pub use lamb::{TensorSums, lamb_apply, lamb_sums, lamb_update};
 pub use sgd::{SgdStep, sgd_update};
 pub use square_sum::SquareSum;
-pub use state::{StateDtype, StateElem};
+pub use state::{StateBuffer, StateDtype, StateElem, StateElement};
 
 use crate::grad::Grads;
 use half::bf16;
@@ -96,15 +99,16 @@ impl OptimizerConfig {
         use headroom_strategy::{NumberFormat, Optimizer as O};
         let rule = match optimizer {
             O::Sgd | O::SgdMomentum => UpdateRule::Sgd,
-            O::AdamW | O::AdamWBf16 => UpdateRule::AdamW,
+            O::AdamW | O::AdamWBf16 | O::AdamW8bit => UpdateRule::AdamW,
             O::Lamb => UpdateRule::Lamb,
-            O::AdamW8bit | O::Adafactor => return None,
+            O::Adafactor => return None,
         };
         let mut c = OptimizerConfig::new(rule);
         if optimizer == O::Sgd {
             c.momentum = 0.0;
         }
         c.state_dtype = match optimizer.state_format(precision) {
+            _ if optimizer == O::AdamW8bit => StateDtype::Int8,
             NumberFormat::Bf16 => StateDtype::Bf16,
             NumberFormat::F32 | NumberFormat::F16 => StateDtype::F32,
         };
@@ -150,7 +154,8 @@ impl Optimizer {
         self.step
     }
 
-    /// Bytes of state this optimizer holds per parameter.
+    /// Bytes of full-size state per parameter (8-bit states: their codes, without the
+    /// per-block absmax).
     pub fn state_bytes_per_param(&self) -> u64 {
         self.config.kind.states_per_param(self.config.momentum) as u64
             * self.config.state_dtype.size_bytes()
@@ -161,16 +166,16 @@ impl Optimizer {
         while self.state.len() <= index {
             self.state.push(Vec::new());
         }
-        let count = self.config.kind.states_per_param(self.config.momentum);
-        if self.state[index].len() == count {
+        let layout = self.state_layout(len);
+        if self.state[index].len() == layout.len() {
             return Ok(());
         }
-        let bytes = len as u64 * self.config.state_dtype.size_bytes();
-        for name in &self.config.kind.state_names()[..count] {
-            let label = format!("group{index}.{name}");
-            let mut buffer = self
-                .device
-                .alloc(bytes, Category::OptimizerState, Some(&label))?;
+        for part in layout {
+            let label = format!("group{index}.{}", part.name);
+            let mut buffer =
+                self.device
+                    .alloc(part.bytes as u64, Category::OptimizerState, Some(&label))?;
+            // Zero bytes are zero values in every format (an 8-bit block with absmax 0).
             if let Some(b) = buffer.as_bytes_mut() {
                 b.fill(0);
             }
@@ -287,14 +292,38 @@ impl Optimizer {
         Ok(())
     }
 
-    /// The state bytes of a flat buffer of `len` parameters, one entry per state tensor (what
-    /// a tier outside the device must hold for [`Optimizer::update_external`]).
-    pub fn state_layout(&self, len: usize) -> Vec<(&'static str, usize)> {
+    /// The state buffers of a flat buffer of `len` parameters, in the order the update takes
+    /// them (what a tier outside the device must hold for [`Optimizer::update_external`]):
+    /// one per state tensor, or for 8-bit states both moments' codes then both absmax arrays.
+    pub fn state_layout(&self, len: usize) -> Vec<StateBuffer> {
         let count = self.config.kind.states_per_param(self.config.momentum);
-        self.config.kind.state_names()[..count]
-            .iter()
-            .map(|&n| (n, len * self.config.state_dtype.size_bytes() as usize))
-            .collect()
+        let names = &self.config.kind.state_names()[..count];
+        let full = |element, size: usize| -> Vec<StateBuffer> {
+            names
+                .iter()
+                .map(|&n| StateBuffer {
+                    name: n.to_string(),
+                    bytes: len * size,
+                    element,
+                })
+                .collect()
+        };
+        match self.config.state_dtype {
+            StateDtype::F32 => full(StateElement::F32, 4),
+            StateDtype::Bf16 => full(StateElement::Bf16, 2),
+            StateDtype::Int8 => {
+                let mut parts = full(StateElement::U8, 1);
+                for p in &mut parts {
+                    p.name.push_str(".codes");
+                }
+                parts.extend(names.iter().map(|&n| StateBuffer {
+                    name: format!("{n}.absmax"),
+                    bytes: 4 * quant8::blocks(len),
+                    element: StateElement::F32,
+                }));
+                parts
+            }
+        }
     }
 
     /// [`Optimizer::update_group_with`] on state held outside the device (an offload tier):
@@ -333,16 +362,25 @@ impl Optimizer {
         sums_of(&self.config, self.step, state, group, grad_multiplier, lr)
     }
 
-    /// State buffers by name (`group0.exp_avg`, …) with their bytes, for checkpoints.
-    pub fn state_bytes(&self) -> Vec<(String, &[u8])> {
-        let names = self.config.kind.state_names();
+    /// State buffers by name (`group0.exp_avg`, …) with their bytes and element type, for
+    /// checkpoints.
+    pub fn state_bytes(&self) -> Vec<(String, &[u8], StateElement)> {
         self.state
             .iter()
             .enumerate()
             .flat_map(|(i, bufs)| {
+                let len = bufs.first().map_or(0, |b| {
+                    b.len_bytes() as usize / self.config.state_dtype.size_bytes() as usize
+                });
                 bufs.iter()
-                    .zip(names)
-                    .map(move |(b, n)| (format!("group{i}.{n}"), b.as_bytes().unwrap_or(&[])))
+                    .zip(self.state_layout(len))
+                    .map(move |(b, part)| {
+                        (
+                            format!("group{i}.{}", part.name),
+                            b.as_bytes().unwrap_or(&[]),
+                            part.element,
+                        )
+                    })
             })
             .collect()
     }
@@ -352,15 +390,15 @@ impl Optimizer {
         &mut self,
         step: u64,
         lens: &[usize],
-        saved: &dyn Fn(&str) -> Option<Vec<u8>>,
+        saved: &dyn Fn(&str, &StateBuffer) -> Option<Vec<u8>>,
     ) -> Result<(), String> {
         for (i, &len) in lens.iter().enumerate() {
             self.ensure_state(i, len).map_err(|e| e.to_string())?;
-            let names = self.config.kind.state_names();
-            for (buffer, name) in self.state[i].iter_mut().zip(names) {
-                let key = format!("group{i}.{name}");
+            let layout = self.state_layout(len);
+            for (buffer, part) in self.state[i].iter_mut().zip(&layout) {
+                let key = format!("group{i}.{}", part.name);
                 let bytes =
-                    saved(&key).ok_or_else(|| format!("optimizer state {key} is missing"))?;
+                    saved(&key, part).ok_or_else(|| format!("optimizer state {key} is missing"))?;
                 let dst = buffer
                     .as_bytes_mut()
                     .ok_or("optimizer state on a shape-only device")?;
@@ -407,6 +445,7 @@ fn sums_of(
     match c.state_dtype {
         StateDtype::F32 => lamb_sums::<f32>(params, grads, cast(m), cast(v), tensors, h),
         StateDtype::Bf16 => lamb_sums::<bf16>(params, grads, cast(m), cast(v), tensors, h),
+        StateDtype::Int8 => unreachable!("LAMB keeps f32 or bf16 states"),
     }
 }
 
@@ -432,6 +471,18 @@ fn apply(
     match c.state_dtype {
         StateDtype::F32 => update::<f32>(c, state, group, h, sums),
         StateDtype::Bf16 => update::<bf16>(c, state, group, h, sums),
+        StateDtype::Int8 => {
+            let [mq, vq, ma, va] = state else {
+                panic!("8-bit AdamW keeps four state buffers, got {}", state.len());
+            };
+            adamw8bit_update(
+                group.params,
+                group.grads,
+                (mq, vq),
+                (bytemuck::cast_slice_mut(ma), bytemuck::cast_slice_mut(va)),
+                h,
+            );
+        }
     }
 }
 

@@ -200,3 +200,57 @@ fn grad_multiplier_unscales_inside_the_update() {
     assert_eq!(w[0], 0.75);
     assert!(opt.state_bytes().is_empty(), "plain SGD keeps no state");
 }
+
+#[test]
+fn eight_bit_adamw_keeps_a_byte_per_state_element_and_an_absmax_per_block() {
+    // 1,000 parameters: codes 1,000 B per moment (rounded to 1,024), ⌈1000/256⌉ = 4 absmax
+    // of 4 B per moment (16 B, rounded to 512): 2·1,024 + 2·512 = 3,072 bytes.
+    let mut w = vec![0.5f32; 1000];
+    let g: Vec<f32> = (0..1000).map(|i| ((i % 13) as f32 - 6.0) * 1e-2).collect();
+    let mut c = OptimizerConfig::new(UpdateRule::AdamW);
+    c.state_dtype = StateDtype::Int8;
+    let opt = run(c, &mut w, &g, 1, 0.01);
+    let stats = opt.device.stats();
+    assert_eq!(
+        stats.category_bytes[Category::OptimizerState.index()].current,
+        3072
+    );
+    let names: Vec<String> = opt.state_bytes().into_iter().map(|(n, ..)| n).collect();
+    assert_eq!(
+        names,
+        [
+            "group0.exp_avg.codes",
+            "group0.exp_avg_sq.codes",
+            "group0.exp_avg.absmax",
+            "group0.exp_avg_sq.absmax"
+        ]
+    );
+}
+
+#[test]
+fn eight_bit_adamw_follows_f32_adamw_within_the_codes_precision() {
+    // The first step is exact in direction: m̂ = g and v̂ = g² come from the f32 moments, so
+    // each weight moves by lr·g/(|g| + ε) as f32 AdamW's; later steps read moments that were
+    // quantized to 8 bits, so the weights drift apart by a small fraction of the distance they
+    // moved.
+    let n = 4096;
+    let g: Vec<f32> = (0..n)
+        .map(|i| ((i * 7919 % 101) as f32 - 50.0) * 1e-3)
+        .collect();
+    let mut c8 = OptimizerConfig::new(UpdateRule::AdamW);
+    c8.state_dtype = StateDtype::Int8;
+    let c32 = OptimizerConfig::new(UpdateRule::AdamW);
+    let (mut w8, mut w32) = (vec![1.0f32; n], vec![1.0f32; n]);
+    run(c8, &mut w8, &g, 1, 1e-2);
+    run(c32, &mut w32, &g, 1, 1e-2);
+    assert_eq!(w8, w32, "step 1 reads no quantized state");
+    let (mut w8, mut w32) = (vec![1.0f32; n], vec![1.0f32; n]);
+    run(c8, &mut w8, &g, 20, 1e-2);
+    run(c32, &mut w32, &g, 20, 1e-2);
+    let moved: f32 = w32.iter().map(|w| (w - 1.0).abs()).sum();
+    let apart: f32 = w8.iter().zip(&w32).map(|(a, b)| (a - b).abs()).sum();
+    assert!(
+        moved > 1.0 && apart < 0.02 * moved,
+        "apart {apart} of {moved}"
+    );
+}

@@ -74,8 +74,9 @@ pub fn optimizer_state_bytes(problem: &Problem, s: &Strategy) -> f64 {
             let states = s.optimizer.states_per_param().unwrap_or(0) as f64;
             states * p * state_bytes
         }
-        // uint8 m and v plus one fp32 absmax per block of 2048 per state (Dettmers et al. 2022).
-        Optimizer::AdamW8bit => 2.0 * p + 2.0 * 4.0 * (p / 2048.0).ceil(),
+        // uint8 m and v plus one fp32 absmax per block of 256 per state (Dettmers et al. 2022;
+        // bitsandbytes' block since v0.44, the engine's too; docs/sources.md §16).
+        Optimizer::AdamW8bit => 2.0 * p + 2.0 * 4.0 * (p / 256.0).ceil(),
         // Factored second moment in fp32 (Shazeer & Stern 2018), no first moment by default.
         Optimizer::Adafactor => problem.facts.adafactor_state_elements as f64 * 4.0,
     }

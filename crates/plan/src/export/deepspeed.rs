@@ -65,6 +65,12 @@ pub fn ds_config(problem: &Problem, plan: &Plan, opts: &ExportOptions) -> Result
             cfg["optimizer"] =
                 json!({ "type": "Lamb", "params": { "lr": "auto", "weight_decay": "auto" } })
         }
+        Optimizer::AdamW8bit => {
+            return Err(PlanError::Export {
+                format: "deepspeed".into(),
+                reason: "DeepSpeed has no 8-bit optimizer type; pass bitsandbytes' AdamW8bit as a client optimizer (deepspeed.initialize(optimizer=bitsandbytes.optim.AdamW8bit(...))), or with Hugging Face Trainer use --optim adamw_bnb_8bit and drop \"optimizer\" from the config; or pin --optimizer adamw".into(),
+            });
+        }
         other => {
             return Err(PlanError::Export {
                 format: "deepspeed".into(),

@@ -28,6 +28,8 @@ pub enum StoredDtype {
     Bf16,
     F16,
     I64,
+    /// Bytes (8-bit optimizer-state codes).
+    U8,
 }
 
 impl StoredDtype {
@@ -37,6 +39,7 @@ impl StoredDtype {
             StoredDtype::Bf16 => Dtype::BF16,
             StoredDtype::F16 => Dtype::F16,
             StoredDtype::I64 => Dtype::I64,
+            StoredDtype::U8 => Dtype::U8,
         }
     }
 
@@ -46,6 +49,7 @@ impl StoredDtype {
             Dtype::BF16 => StoredDtype::Bf16,
             Dtype::F16 => StoredDtype::F16,
             Dtype::I64 => StoredDtype::I64,
+            Dtype::U8 => StoredDtype::U8,
             _ => return None,
         })
     }
@@ -55,6 +59,7 @@ impl StoredDtype {
             StoredDtype::F32 => 4,
             StoredDtype::Bf16 | StoredDtype::F16 => 2,
             StoredDtype::I64 => 8,
+            StoredDtype::U8 => 1,
         }
     }
 }

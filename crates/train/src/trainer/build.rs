@@ -10,7 +10,7 @@ use crate::config::{ConfigError, RunConfig};
 use headroom_memory::Category;
 use headroom_nn::Model;
 use headroom_nn::models::ModelSpec;
-use headroom_nn::optim::OptimizerConfig;
+use headroom_nn::optim::{OptimizerConfig, StateDtype};
 use headroom_tensor::Tensor;
 
 /// The model `config` trains: its preset or file with the shape overrides, dropout and
@@ -87,6 +87,17 @@ pub(super) fn optimizer_config(config: &RunConfig) -> Result<OptimizerConfig, Tr
     })?;
     if let Some(wd) = config.weight_decay {
         c.weight_decay = wd;
+    }
+    // Blocks of 8-bit states run from each buffer's start; a ZeRO shard would cut them
+    // elsewhere and change the absmax of the blocks at its edges.
+    if c.state_dtype == StateDtype::Int8
+        && config.data_parallel > 1
+        && s.placement.zero_stage.number() >= 1
+    {
+        return Err(ConfigError::Strategy(headroom_strategy::StrategyError::Incompatible(
+            "--optimizer adamw-8bit quantizes each block's states in blocks of 256 from the block's start, which ZeRO's shards would cut differently: use --zero 0 with several ranks, or adamw / adamw-bf16 with ZeRO".into(),
+        ))
+        .into());
     }
     Ok(c)
 }

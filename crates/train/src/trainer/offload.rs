@@ -165,15 +165,10 @@ pub(super) fn build(
             category: Category::MasterWeight,
             bytes: 4 * len,
         }];
-        parts.extend(
-            optimizer
-                .state_layout(len)
-                .into_iter()
-                .map(|(_, bytes)| Part {
-                    category: Category::OptimizerState,
-                    bytes,
-                }),
-        );
+        parts.extend(optimizer.state_layout(len).into_iter().map(|part| Part {
+            category: Category::OptimizerState,
+            bytes: part.bytes,
+        }));
         let values = match dry {
             true => Vec::new(),
             false => shard_values(block, range)?,

@@ -10,7 +10,7 @@ use crate::save::{
     self, FORMAT_VERSION, Manifest, SaveError, StoredDtype, StoredTensor, TensorGroups,
 };
 use headroom_dist::Communicator;
-use headroom_nn::optim::StateDtype;
+use headroom_nn::optim::{StateBuffer, StateElement};
 use headroom_tensor::{DType, Tensor};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -103,6 +103,18 @@ fn gather_stored(
 
 /// Stored tensors by name.
 type Tensors = BTreeMap<String, StoredTensor>;
+
+/// A rank's master weights (per block, when the precision keeps them) and optimizer states
+/// (name, bytes, element type).
+type LocalState = (Option<Vec<Vec<u8>>>, Vec<(String, Vec<u8>, StateElement)>);
+
+fn stored_element(e: StateElement) -> StoredDtype {
+    match e {
+        StateElement::F32 => StoredDtype::F32,
+        StateElement::Bf16 => StoredDtype::Bf16,
+        StateElement::U8 => StoredDtype::U8,
+    }
+}
 
 /// Bytes `range` (in elements of `size` bytes) of a whole buffer's bytes.
 fn shard_bytes(bytes: &[u8], range: &std::ops::Range<usize>, size: usize) -> Vec<u8> {
@@ -243,34 +255,28 @@ impl Trainer {
             }
             master = Some(m);
         }
-        let state_dtype = match self.optimizer.config().state_dtype {
-            StateDtype::F32 => StoredDtype::F32,
-            StateDtype::Bf16 => StoredDtype::Bf16,
-        };
         let per_block = states.len() / numels.len().max(1);
         let mut optimizer = BTreeMap::new();
-        for (k, (name, bytes)) in states.into_iter().enumerate() {
+        for (k, (name, bytes, element)) in states.into_iter().enumerate() {
             let numel = numels[k / per_block.max(1)];
-            optimizer.insert(name, whole(self.comm.as_mut(), bytes, state_dtype, numel)?);
+            let dtype = stored_element(element);
+            optimizer.insert(name, whole(self.comm.as_mut(), bytes, dtype, numel)?);
         }
         Ok((master, optimizer))
     }
 
     /// This rank's master weights per block (when the precision keeps them) and optimizer
     /// states by name (`group{i}.{state}`), from the device or the offload store.
-    #[allow(clippy::type_complexity)]
-    fn local_state(
-        &mut self,
-    ) -> Result<(Option<Vec<Vec<u8>>>, Vec<(String, Vec<u8>)>), TrainError> {
+    fn local_state(&mut self) -> Result<LocalState, TrainError> {
         if let Some(off) = self.offload.as_mut() {
             let mut masters = Vec::new();
             let mut states = Vec::new();
             for i in 0..self.model.blocks().len() {
                 let (master, block_states) = off.block_state(i)?;
                 masters.push(master);
-                let len = self.optimizer.state_layout(0);
-                for ((name, _), bytes) in len.iter().zip(block_states) {
-                    states.push((format!("group{i}.{name}"), bytes));
+                let layout = self.optimizer.state_layout(0);
+                for (part, bytes) in layout.iter().zip(block_states) {
+                    states.push((format!("group{i}.{}", part.name), bytes, part.element));
                 }
             }
             let masters = self.precision.master_weights().then_some(masters);
@@ -289,7 +295,7 @@ impl Trainer {
             .optimizer
             .state_bytes()
             .into_iter()
-            .map(|(name, bytes)| (name, bytes.to_vec()))
+            .map(|(name, bytes, element)| (name, bytes.to_vec(), element))
             .collect();
         Ok((masters, states))
     }
@@ -420,25 +426,31 @@ impl Trainer {
         } else {
             shards.iter().map(|r| r.len()).collect()
         };
-        let size = self.optimizer.config().state_dtype.size_bytes() as usize;
         let steps = manifest
             .rng
             .get("optimizer_steps")
             .copied()
             .unwrap_or(manifest.step);
-        let shard_of_key = |key: &str| -> Option<Vec<u8>> {
+        // A state of one element per parameter takes this rank's shard; any other (8-bit
+        // states' per-block absmax, never sharded) is taken whole.
+        let shard_of_key = |key: &str, part: &StateBuffer| -> Option<Vec<u8>> {
             let t = opt.get(key)?;
             let group: usize = key.strip_prefix("group")?.split('.').next()?.parse().ok()?;
             let range = shards.get(group)?;
-            (t.data.len() >= range.end * size).then(|| shard_bytes(&t.data, range, size))
+            let size = stored_element(part.element).size_bytes();
+            if part.bytes == range.len() * size {
+                (t.data.len() >= range.end * size).then(|| shard_bytes(&t.data, range, size))
+            } else {
+                (t.data.len() == part.bytes).then(|| t.data.clone())
+            }
         };
         if self.offload.is_some() {
             // The store's regions take the master weights (saved, or the restored weights
             // themselves when the precision keeps none) and the states; the optimizer only
             // its step count.
             let saved_master = groups.get("master");
-            let names = self.optimizer.state_layout(0);
             for (i, block) in blocks.iter().enumerate() {
+                let layout = self.optimizer.state_layout(shards[i].len());
                 let master = match saved_master.and_then(|m| m.get(block.name())) {
                     Some(m) => shard_bytes(&m.data, &shards[i], 4),
                     None => {
@@ -452,9 +464,9 @@ impl Trainer {
                         bytemuck::cast_slice(&values).to_vec()
                     }
                 };
-                let states: Vec<Option<Vec<u8>>> = names
+                let states: Vec<Option<Vec<u8>>> = layout
                     .iter()
-                    .map(|(name, _)| shard_of_key(&format!("group{i}.{name}")))
+                    .map(|part| shard_of_key(&format!("group{i}.{}", part.name), part))
                     .collect();
                 if !opt.is_empty() && states.iter().any(Option::is_none) {
                     return Err(corrupt(format!(
@@ -465,7 +477,7 @@ impl Trainer {
                 off.load_block_state(i, &master, &states)?;
             }
             self.optimizer
-                .load_state(steps, &[], &|_| None)
+                .load_state(steps, &[], &|_, _| None)
                 .map_err(corrupt)?;
         } else {
             self.optimizer
