@@ -17,8 +17,16 @@ use rayon::prelude::*;
 /// Target depth of a k block (bf16 elements): the 64-column B block is `KC`·128 bytes, 32 KiB,
 /// which leaves room in a 32 KiB (Zen 4) or 48 KiB (Zen 5) L1D for the A sliver streaming by.
 const KC: usize = 256;
-/// Most slivers (of 6 rows) one task owns; also the size of its f32 tile of partial sums.
-const SLIVERS_PER_TASK: usize = 16;
+/// Most slivers (of 6 rows) one task owns; also the size of its f32 tile of partial sums
+/// (64 · 6 · 64 · 4 bytes = 96 KiB on the stack).
+const SLIVERS_PER_TASK: usize = 64;
+/// Bytes of packed A a task may keep for rereading: half of a 1 MiB L2 (Zen 4 and Zen 5).
+const A_IN_L2: usize = 512 << 10;
+/// Fewest slivers per task however deep k is (each B block from L1 serves at least these).
+const MIN_SLIVERS: usize = 8;
+/// Slivers (or panels) packed together: 96 rows, three cache lines of a transposed A per k;
+/// 1024 columns, 2 KiB of a row-major B row.
+const PACK_GROUP: usize = 16;
 
 /// bf16 `out (batch, m, n) = a @ b` on `VDPBF16PS`.
 ///
@@ -98,16 +106,57 @@ fn product(
 ) {
     let (m, n, k) = (d.m, d.n, d.k);
     let (pa, pb) = (&mut pa[..p.a_words()], &mut pb[..p.b_words()]);
-    let pack_a = |(s, dst): (usize, &mut [u32])| pack::pack_a(a, m, k, s, dst);
-    let pack_b = |(j, dst): (usize, &mut [u32])| pack::pack_b(b, k, n, j, dst);
+    let (block_pairs, _) = k_blocks(p.pairs);
+    // Both operands are stored k block by k block, so what a task reads for one block (its
+    // slivers, one panel) is one contiguous stream that hardware prefetchers follow.
+    let (a_block, b_block) = (p.slivers * block_pairs * MR, p.panels * block_pairs * NR);
+    // Packing units: a group of slivers (or panels) for one k block.
+    let pack_a = |blk: usize, g: usize, dst: &mut [u32]| {
+        let ps = blk * block_pairs..(blk * block_pairs + block_pairs).min(p.pairs);
+        // SAFETY: `product` runs only when `native_supported()` holds (asserted in `matmul`).
+        unsafe { pack::pack_a(a, m, k, g * PACK_GROUP, ps, dst) }
+    };
+    let pack_b = |blk: usize, g: usize, dst: &mut [u32]| {
+        let ps = blk * block_pairs..(blk * block_pairs + block_pairs).min(p.pairs);
+        // SAFETY: as for `pack_a`.
+        unsafe { pack::pack_b(b, k, n, g * PACK_GROUP, ps, dst) }
+    };
+    // A block holds `across` runs of equal length; a unit is PACK_GROUP of them.
+    let group = |block: &[u32], across: usize| PACK_GROUP * (block.len() / across);
     if parallel {
         rayon::join(
-            || pa.par_chunks_mut(p.pairs * MR).enumerate().for_each(pack_a),
-            || pb.par_chunks_mut(p.pairs * NR).enumerate().for_each(pack_b),
+            || {
+                pa.par_chunks_mut(a_block)
+                    .enumerate()
+                    .for_each(|(blk, blk_a)| {
+                        let size = group(blk_a, p.slivers);
+                        let units = blk_a.par_chunks_mut(size).enumerate();
+                        units.for_each(|(g, dst)| pack_a(blk, g, dst))
+                    })
+            },
+            || {
+                pb.par_chunks_mut(b_block)
+                    .enumerate()
+                    .for_each(|(blk, blk_b)| {
+                        let size = group(blk_b, p.panels);
+                        let units = blk_b.par_chunks_mut(size).enumerate();
+                        units.for_each(|(g, dst)| pack_b(blk, g, dst))
+                    })
+            },
         );
     } else {
-        pa.chunks_mut(p.pairs * MR).enumerate().for_each(pack_a);
-        pb.chunks_mut(p.pairs * NR).enumerate().for_each(pack_b);
+        for (blk, blk_a) in pa.chunks_mut(a_block).enumerate() {
+            let size = group(blk_a, p.slivers);
+            for (g, dst) in blk_a.chunks_mut(size).enumerate() {
+                pack_a(blk, g, dst);
+            }
+        }
+        for (blk, blk_b) in pb.chunks_mut(b_block).enumerate() {
+            let size = group(blk_b, p.panels);
+            for (g, dst) in blk_b.chunks_mut(size).enumerate() {
+                pack_b(blk, g, dst);
+            }
+        }
     }
     let grid = Grid::new(
         p,
@@ -127,6 +176,15 @@ fn product(
     }
 }
 
+/// k-pairs per k block and the number of blocks: `pairs` cut into equal blocks of at most
+/// `KC / 2` pairs (the last may be shorter). It depends on k alone, so it fixes the order in
+/// which every element of C adds its products.
+fn k_blocks(pairs: usize) -> (usize, usize) {
+    let blocks = pairs.div_ceil(KC / 2).max(1);
+    let block_pairs = pairs.div_ceil(blocks);
+    (block_pairs, pairs.div_ceil(block_pairs))
+}
+
 /// How C is cut into tasks: `sliver_step` slivers × `panel_step` panels each.
 #[derive(Debug, Clone, Copy)]
 struct Grid {
@@ -139,19 +197,28 @@ struct Grid {
 }
 
 impl Grid {
-    /// Aims at four tasks per thread, cutting rows first (each task reuses a B block across
-    /// its slivers) and panels only when there are too few slivers.
+    /// Cuts rows first, into as few tasks as the thread count and L2 allow. A task walks its
+    /// panels and, for each, all of k over its slivers: every sliver reuses each B block from
+    /// L1, so more slivers per task mean fewer B loads, but the task's packed A (slivers ×
+    /// k × 12 bytes) must stay in L2 to be reread for every panel, which caps the slivers at
+    /// large k. Panels are cut too when rows alone give fewer than two tasks per thread.
     fn new(p: Packed, threads: usize) -> Grid {
-        let target = if threads > 1 { 4 * threads } else { 1 };
-        let sliver_step = p.slivers.div_ceil(target).clamp(1, SLIVERS_PER_TASK);
+        let fit = (A_IN_L2 / (p.pairs * MR * 4)).clamp(MIN_SLIVERS, SLIVERS_PER_TASK);
+        let row_tasks = p
+            .slivers
+            .div_ceil(fit)
+            .next_multiple_of(threads.max(1))
+            .min(p.slivers);
+        let sliver_step = p.slivers.div_ceil(row_tasks);
         let row_tasks = p.slivers.div_ceil(sliver_step);
+        let target = if threads > 1 { 2 * threads } else { 1 };
         let panel_groups = target.div_ceil(row_tasks).clamp(1, p.panels);
-        let blocks = p.pairs.div_ceil(KC / 2).max(1);
+        let (block_pairs, blocks) = k_blocks(p.pairs);
         Grid {
             p,
             sliver_step,
             panel_step: p.panels.div_ceil(panel_groups),
-            block_pairs: p.pairs.div_ceil(blocks),
+            block_pairs,
             blocks,
         }
     }
@@ -191,8 +258,8 @@ impl Grid {
                     } else {
                         Store::Tile(part)
                     };
-                    let a = pa[(s * pairs + p0) * MR..][..np * MR].as_ptr();
-                    let b = pb[(j * pairs + p0) * NR..][..np * NR].as_ptr();
+                    let a = pa[(self.p.slivers * p0 + s * np) * MR..][..np * MR].as_ptr();
+                    let b = pb[(self.p.panels * p0 + j * np) * NR..][..np * NR].as_ptr();
                     // SAFETY: `product` runs only when `native_supported()` holds (asserted in
                     // `matmul`); the slices above hold np·MR and np·NR packed dwords; `part`
                     // is this task's MR·NR f32 of the stack tile, written by the previous

@@ -7,13 +7,14 @@
 //! How one product `C (m × n) = A (m × k) · B (k × n)` runs (BLIS-style, Van Zee & van de
 //! Geijn, "BLIS: A Framework for Rapidly Instantiating BLAS Functionality", 2015):
 //! 1. Pack both operands once into k-pair dwords (`pack`): A in 6-row slivers, B in 64-column
-//!    panels, from whatever strides the caller's layouts have (transposes cost nothing extra).
-//!    The packed copies live in `temporary` scratch from the device allocator.
-//! 2. Split C into tasks of up to `SLIVERS_PER_TASK` slivers × a range of panels, run in
-//!    parallel with rayon. A task walks its panels; for each panel it walks k in blocks of
-//!    about `KC` so that block of the B panel stays in L1 while every sliver of the task reuses
-//!    it (`kernel::tile_6x64`). Sums of earlier k blocks wait in a per-task f32 tile on the
-//!    stack (`SLIVERS_PER_TASK`·6·64·4 = 24 KiB, fixed, like a register file spill).
+//!    panels, both stored k block by k block, from whatever strides the caller's layouts have
+//!    (a transposed operand is packed from its own strides, no copy first). The packed copies
+//!    live in `temporary` scratch from the device allocator.
+//! 2. Split C into tasks of consecutive slivers × a range of panels, run in parallel with
+//!    rayon (`driver`). A task walks its panels; for each it walks k in blocks of about 256
+//!    so that the block of the B panel (32 KiB) stays in L1 while every sliver of the task
+//!    reuses it (`kernel::tile_6x64`). Sums of earlier k blocks wait in a per-task f32 tile on
+//!    the stack (at most 64 slivers · 6 · 64 · 4 bytes = 96 KiB, fixed, like a register spill).
 //! 3. The last k block rounds each f32 sum once to bf16 (round-to-nearest-even) into C.
 //!
 //! Deterministic: k is never split across threads. Every element of C is one f32 accumulator

@@ -4,9 +4,14 @@
 //! form of `VDPBF16PS`. An odd k leaves the last pair's high half zero, and rows or columns past
 //! the matrix edge are zero, so the kernel always runs whole 6×64 tiles.
 //!
-//! - A (m × k) becomes slivers of `MR` rows: sliver s, pair p, row r at `(s·pairs + p)·MR + r`.
-//! - B (k × n) becomes panels of `NR` columns: panel j, pair p, column c at
-//!   `(j·pairs + p)·NR + c`. Rows of a k block are therefore contiguous in both.
+//! - A (m × k) becomes slivers of `MR` rows, stored k block by k block: within the block of
+//!   pairs `p0..p0 + np`, sliver s, pair p, row r is at `(s·np + p − p0)·MR + r`.
+//! - B (k × n) becomes panels of `NR` columns, also k block by k block: within the block of
+//!   pairs `p0..p0 + np`, panel j, pair p, column c is at `(j·np + p − p0)·NR + c`.
+//!
+//! A task's reads for one k block (its slivers; one panel) are therefore contiguous. Packing
+//! runs in units of a group of slivers or panels for one k block; the packers are compiled for
+//! AVX-512 (they run only where the native kernel does), so the interleaves use zmm.
 //!
 //! Each operand has a fast path for unit stride along k or along its other dim (row-major and
 //! transposed tensors); any other stride (broadcasts, narrowed views) goes element by element.
@@ -14,6 +19,7 @@
 //! Not for: arithmetic or threads.
 
 use super::{MR, NR};
+use std::ops::Range;
 
 /// A strided matrix view over bf16 bits: element (i, j) is `data[off + i·rs + j·cs]`.
 #[derive(Debug, Clone, Copy)]
@@ -30,105 +36,203 @@ impl Strided<'_> {
     }
 }
 
+/// How many k-pairs ahead the transposed packers prefetch.
+const AHEAD: usize = 8;
+
+/// Asks for the cache line holding `x` (a hint: no fault, no effect on results).
+#[inline(always)]
+fn prefetch(x: &u16) {
+    // SAFETY: PREFETCHT0 only hints the cache; any address is allowed, and `x` is a live
+    // reference besides.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            (x as *const u16).cast(),
+        )
+    }
+}
+
 /// Two bf16 bit patterns as one dword: `lo` (even k) in bits 0..16, `hi` (odd k) above.
 #[inline(always)]
 fn pair(lo: u16, hi: u16) -> u32 {
     lo as u32 | (hi as u32) << 16
 }
 
-/// Packs sliver `s` of `a` (m × k) into `dst` (`pairs·MR` dwords).
-pub(super) fn pack_a(a: Strided, m: usize, k: usize, s: usize, dst: &mut [u32]) {
+/// Packs pairs `ps` of consecutive slivers of `a` (m × k), the first being sliver `s0`, into
+/// `dst`: one `ps.len()·MR`-dword run per sliver, as many slivers as `dst` holds.
+///
+/// # Safety
+/// The CPU supports AVX512F and AVX512BW.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) unsafe fn pack_a(
+    a: Strided,
+    m: usize,
+    k: usize,
+    s0: usize,
+    ps: Range<usize>,
+    dst: &mut [u32],
+) {
+    let run = ps.len() * MR;
+    if a.rs == 1 && a.cs != 1 {
+        transposed_a(a, m, k, s0, ps, dst);
+    } else {
+        for (g, out) in dst.chunks_mut(run).enumerate() {
+            sliver_a(a, m, k, s0 + g, ps.clone(), out);
+        }
+    }
+}
+
+/// A transposed (column-major) A: each k is one contiguous run of rows, so the whole group of
+/// slivers is filled k-pair by k-pair and every cache line read is used whole (packing sliver
+/// by sliver would read 12 bytes of each line).
+#[target_feature(enable = "avx512f,avx512bw")]
+fn transposed_a(a: Strided, m: usize, k: usize, s0: usize, ps: Range<usize>, dst: &mut [u32]) {
+    let np = ps.len();
+    let count = dst.len() / (np * MR);
+    let (r0, r1) = (s0 * MR, ((s0 + count) * MR).min(m));
+    if r1 - r0 < count * MR {
+        dst[(count - 1) * np * MR..].fill(0);
+    }
+    let end = ps.end;
+    for (i, p) in ps.enumerate() {
+        // The k rows are far apart: prefetch the pair AHEAD pairs on.
+        if p + AHEAD < end && 2 * (p + AHEAD) + 1 < k {
+            for kk in [2 * (p + AHEAD), 2 * (p + AHEAD) + 1] {
+                for at in (0..r1 - r0).step_by(32) {
+                    prefetch(&a.data[a.off + kk * a.cs + r0 + at]);
+                }
+            }
+        }
+        let lo = &a.data[a.off + 2 * p * a.cs + r0..][..r1 - r0];
+        let hi = (2 * p + 1 < k).then(|| &a.data[a.off + (2 * p + 1) * a.cs + r0..][..r1 - r0]);
+        for (g, lo) in lo.chunks(MR).enumerate() {
+            let out = &mut dst[(g * np + i) * MR..][..lo.len()];
+            match hi {
+                Some(hi) => {
+                    for ((o, &l), &h) in out.iter_mut().zip(lo).zip(&hi[g * MR..]) {
+                        *o = pair(l, h);
+                    }
+                }
+                None => {
+                    for (o, &l) in out.iter_mut().zip(lo) {
+                        *o = pair(l, 0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One sliver of a row-major (or arbitrarily strided) A.
+#[target_feature(enable = "avx512f,avx512bw")]
+fn sliver_a(a: Strided, m: usize, k: usize, s: usize, ps: Range<usize>, dst: &mut [u32]) {
     let (r0, rows) = (s * MR, MR.min(m - s * MR));
     if rows < MR {
         dst.fill(0);
     }
-    let full = k / 2;
+    // The k range of these pairs: k0..k1, of which the last may be a half pair.
+    let (k0, k1) = (2 * ps.start, (2 * ps.end).min(k));
     if a.cs == 1 {
-        // Row-major rows: each k-pair is one unaligned dword of the source row.
-        for r in 0..rows {
-            let start = a.off + (r0 + r) * a.rs;
-            let row = &a.data[start..start + k];
-            for (p, two) in row.chunks_exact(2).enumerate() {
-                dst[p * MR + r] = pair(two[0], two[1]);
-            }
-            if k % 2 == 1 {
-                dst[full * MR + r] = pair(row[k - 1], 0);
+        // Row-major rows: read the sliver's rows side by side and write the pairs in order.
+        // The rows' pieces are short (one k block) and far apart, so the next sliver's are
+        // prefetched: hardware prefetchers do not start on such short strided runs in time.
+        let len = k1 - k0;
+        let row = |r: usize| a.off + (r0 + r) * a.rs + k0;
+        if r0 + 2 * MR <= m {
+            for r in MR..2 * MR {
+                for at in (0..len).step_by(32) {
+                    prefetch(&a.data[row(r) + at]);
+                }
             }
         }
-    } else if a.rs == 1 {
-        // Transposed (column-major): the sliver's rows are contiguous for each k.
-        for p in 0..k.div_ceil(2) {
-            let lo = &a.data[a.off + 2 * p * a.cs + r0..][..rows];
-            let out = &mut dst[p * MR..p * MR + rows];
-            if 2 * p + 1 < k {
-                let hi = &a.data[a.off + (2 * p + 1) * a.cs + r0..][..rows];
-                for ((o, &l), &h) in out.iter_mut().zip(lo).zip(hi) {
-                    *o = pair(l, h);
-                }
-            } else {
-                for (o, &l) in out.iter_mut().zip(lo) {
-                    *o = pair(l, 0);
-                }
+        let mut src: [&[u16]; MR] = [&[]; MR];
+        for (r, src) in src.iter_mut().enumerate().take(rows) {
+            *src = &a.data[row(r)..row(r) + len];
+        }
+        for (p, out) in dst.chunks_exact_mut(MR).take(len / 2).enumerate() {
+            for (o, src) in out.iter_mut().zip(&src).take(rows) {
+                *o = pair(src[2 * p], src[2 * p + 1]);
+            }
+        }
+        if len % 2 == 1 {
+            for (r, src) in src.iter().enumerate().take(rows) {
+                dst[len / 2 * MR + r] = pair(src[len - 1], 0);
             }
         }
     } else {
-        for p in 0..k.div_ceil(2) {
+        for (i, p) in ps.enumerate() {
             for r in 0..rows {
                 let hi = if 2 * p + 1 < k {
                     a.at(r0 + r, 2 * p + 1)
                 } else {
                     0
                 };
-                dst[p * MR + r] = pair(a.at(r0 + r, 2 * p), hi);
+                dst[i * MR + r] = pair(a.at(r0 + r, 2 * p), hi);
             }
         }
     }
 }
 
-/// Packs panel `j` of `b` (k × n) into `dst` (`pairs·NR` dwords).
-pub(super) fn pack_b(b: Strided, k: usize, n: usize, j: usize, dst: &mut [u32]) {
-    let (c0, cols) = (j * NR, NR.min(n - j * NR));
-    if cols < NR {
-        dst.fill(0);
+/// Packs pairs `ps` of consecutive panels of `b` (k × n), the first being panel `j0`, into
+/// `dst`: one `ps.len()·NR`-dword run per panel, as many panels as `dst` holds.
+///
+/// # Safety
+/// The CPU supports AVX512F and AVX512BW.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) unsafe fn pack_b(
+    b: Strided,
+    k: usize,
+    n: usize,
+    j0: usize,
+    ps: Range<usize>,
+    dst: &mut [u32],
+) {
+    let np = ps.len();
+    let count = dst.len() / (np * NR);
+    let (c0, c1) = (j0 * NR, ((j0 + count) * NR).min(n));
+    if c1 - c0 < count * NR {
+        dst[(count - 1) * np * NR..].fill(0);
     }
-    let full = k / 2;
     if b.cs == 1 {
-        // Row-major (k × n): interleave two source rows of `cols` contiguous values.
-        for p in 0..k.div_ceil(2) {
-            let lo = &b.data[b.off + 2 * p * b.rs + c0..][..cols];
-            let out = &mut dst[p * NR..p * NR + cols];
-            if 2 * p + 1 < k {
-                let hi = &b.data[b.off + (2 * p + 1) * b.rs + c0..][..cols];
-                for ((o, &l), &h) in out.iter_mut().zip(lo).zip(hi) {
-                    *o = pair(l, h);
-                }
-            } else {
-                for (o, &l) in out.iter_mut().zip(lo) {
-                    *o = pair(l, 0);
+        // Row-major (k × n): interleave two source rows, reading each once, in full.
+        for (i, p) in ps.enumerate() {
+            let lo = &b.data[b.off + 2 * p * b.rs + c0..][..c1 - c0];
+            let hi = (2 * p + 1 < k).then(|| &b.data[b.off + (2 * p + 1) * b.rs + c0..][..c1 - c0]);
+            for (g, lo) in lo.chunks(NR).enumerate() {
+                let out = &mut dst[(g * np + i) * NR..][..lo.len()];
+                match hi {
+                    Some(hi) => {
+                        for ((o, &l), &h) in out.iter_mut().zip(lo).zip(&hi[g * NR..]) {
+                            *o = pair(l, h);
+                        }
+                    }
+                    None => {
+                        for (o, &l) in out.iter_mut().zip(lo) {
+                            *o = pair(l, 0);
+                        }
+                    }
                 }
             }
         }
     } else if b.rs == 1 {
         // Transposed (a weight read as Wᵀ): each column is contiguous along k.
-        for c in 0..cols {
-            let start = b.off + (c0 + c) * b.cs;
-            let col = &b.data[start..start + k];
-            for (p, two) in col.chunks_exact(2).enumerate() {
-                dst[p * NR + c] = pair(two[0], two[1]);
+        let (k0, k1) = (2 * ps.start, (2 * ps.end).min(k));
+        for c in c0..c1 {
+            let (g, cc) = ((c - c0) / NR, (c - c0) % NR);
+            let out = &mut dst[g * np * NR..][..np * NR];
+            let col = &b.data[b.off + c * b.cs + k0..][..k1 - k0];
+            for (i, two) in col.chunks_exact(2).enumerate() {
+                out[i * NR + cc] = pair(two[0], two[1]);
             }
-            if k % 2 == 1 {
-                dst[full * NR + c] = pair(col[k - 1], 0);
+            if (k1 - k0) % 2 == 1 {
+                out[(k1 - k0) / 2 * NR + cc] = pair(col[k1 - k0 - 1], 0);
             }
         }
     } else {
-        for p in 0..k.div_ceil(2) {
-            for c in 0..cols {
-                let hi = if 2 * p + 1 < k {
-                    b.at(2 * p + 1, c0 + c)
-                } else {
-                    0
-                };
-                dst[p * NR + c] = pair(b.at(2 * p, c0 + c), hi);
+        for (i, p) in ps.enumerate() {
+            for c in c0..c1 {
+                let (g, cc) = ((c - c0) / NR, (c - c0) % NR);
+                let hi = if 2 * p + 1 < k { b.at(2 * p + 1, c) } else { 0 };
+                dst[(g * np + i) * NR + cc] = pair(b.at(2 * p, c), hi);
             }
         }
     }
