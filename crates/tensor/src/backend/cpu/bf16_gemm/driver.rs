@@ -4,7 +4,7 @@
 //! Not for: the arithmetic (`kernel`) or the pair layouts (`pack`).
 
 use super::kernel::{self, Store};
-use super::pack::{self, Strided};
+use super::pack::{self, PACK_GROUP, Strided};
 use super::{MR, NR, Packed, native_supported, scratch, slots, small};
 use crate::backend::cpu::Scratch;
 use crate::backend::cpu::matmul::{Dims, split};
@@ -24,9 +24,6 @@ const SLIVERS_PER_TASK: usize = 64;
 const A_IN_L2: usize = 512 << 10;
 /// Fewest slivers per task however deep k is (each B block from L1 serves at least these).
 const MIN_SLIVERS: usize = 8;
-/// Slivers (or panels) packed together: 96 rows, three cache lines of a transposed A per k;
-/// 1024 columns, 2 KiB of a row-major B row.
-const PACK_GROUP: usize = 16;
 
 /// bf16 `out (batch, m, n) = a @ b` on `VDPBF16PS`.
 ///

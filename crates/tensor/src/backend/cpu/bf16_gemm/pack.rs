@@ -19,6 +19,7 @@
 //! Not for: arithmetic or threads.
 
 use super::{MR, NR};
+use std::arch::x86_64::*;
 use std::ops::Range;
 
 /// A strided matrix view over bf16 bits: element (i, j) is `data[off + i·rs + j·cs]`.
@@ -36,6 +37,9 @@ impl Strided<'_> {
     }
 }
 
+/// Slivers (or panels) per packing unit: 96 rows, three cache lines of a transposed A per k;
+/// 1024 columns, 2 KiB of a row-major B row.
+pub(super) const PACK_GROUP: usize = 16;
 /// How many k-pairs ahead the transposed packers prefetch.
 const AHEAD: usize = 8;
 
@@ -93,6 +97,7 @@ fn transposed_a(a: Strided, m: usize, k: usize, s0: usize, ps: Range<usize>, dst
         dst[(count - 1) * np * MR..].fill(0);
     }
     let end = ps.end;
+    let mut run = [0u32; PACK_GROUP * MR];
     for (i, p) in ps.enumerate() {
         // The k rows are far apart: prefetch the pair AHEAD pairs on.
         if p + AHEAD < end && 2 * (p + AHEAD) + 1 < k {
@@ -102,22 +107,22 @@ fn transposed_a(a: Strided, m: usize, k: usize, s0: usize, ps: Range<usize>, dst
                 }
             }
         }
+        // Interleave the two k rows of the whole group at once (wide vectors), then hand each
+        // sliver its 6 dwords.
         let lo = &a.data[a.off + 2 * p * a.cs + r0..][..r1 - r0];
-        let hi = (2 * p + 1 < k).then(|| &a.data[a.off + (2 * p + 1) * a.cs + r0..][..r1 - r0]);
-        for (g, lo) in lo.chunks(MR).enumerate() {
-            let out = &mut dst[(g * np + i) * MR..][..lo.len()];
-            match hi {
-                Some(hi) => {
-                    for ((o, &l), &h) in out.iter_mut().zip(lo).zip(&hi[g * MR..]) {
-                        *o = pair(l, h);
-                    }
-                }
-                None => {
-                    for (o, &l) in out.iter_mut().zip(lo) {
-                        *o = pair(l, 0);
-                    }
-                }
+        let both = &mut run[..r1 - r0];
+        if 2 * p + 1 < k {
+            let hi = &a.data[a.off + (2 * p + 1) * a.cs + r0..][..r1 - r0];
+            for ((o, &l), &h) in both.iter_mut().zip(lo).zip(hi) {
+                *o = pair(l, h);
             }
+        } else {
+            for (o, &l) in both.iter_mut().zip(lo) {
+                *o = pair(l, 0);
+            }
+        }
+        for (g, six) in both.chunks(MR).enumerate() {
+            dst[(g * np + i) * MR..][..six.len()].copy_from_slice(six);
         }
     }
 }
@@ -214,19 +219,7 @@ pub(super) unsafe fn pack_b(
             }
         }
     } else if b.rs == 1 {
-        // Transposed (a weight read as Wᵀ): each column is contiguous along k.
-        let (k0, k1) = (2 * ps.start, (2 * ps.end).min(k));
-        for c in c0..c1 {
-            let (g, cc) = ((c - c0) / NR, (c - c0) % NR);
-            let out = &mut dst[g * np * NR..][..np * NR];
-            let col = &b.data[b.off + c * b.cs + k0..][..k1 - k0];
-            for (i, two) in col.chunks_exact(2).enumerate() {
-                out[i * NR + cc] = pair(two[0], two[1]);
-            }
-            if (k1 - k0) % 2 == 1 {
-                out[(k1 - k0) / 2 * NR + cc] = pair(col[k1 - k0 - 1], 0);
-            }
-        }
+        transposed_b(b, k, c0..c1, ps, dst);
     } else {
         for (i, p) in ps.enumerate() {
             for c in c0..c1 {
@@ -236,4 +229,92 @@ pub(super) unsafe fn pack_b(
             }
         }
     }
+}
+
+/// A transposed B (a weight read as Wᵀ): each column is contiguous along k, so 16 columns ×
+/// 16 pairs are loaded as 16 zmm (one per column) and transposed in registers into 16 rows of
+/// the panel; the ragged edges go pair by pair.
+#[target_feature(enable = "avx512f,avx512bw")]
+fn transposed_b(b: Strided, k: usize, cs: Range<usize>, ps: Range<usize>, dst: &mut [u32]) {
+    let np = ps.len();
+    let (k0, k1) = (2 * ps.start, (2 * ps.end).min(k));
+    let col = |c: usize| &b.data[b.off + c * b.cs + k0..][..k1 - k0];
+    let full_pairs = (k1 - k0) / 2 / 16 * 16;
+    let mut c = cs.start;
+    while c < cs.end {
+        let (g, cc) = ((c - cs.start) / NR, (c - cs.start) % NR);
+        let out = &mut dst[g * np * NR..][..np * NR];
+        if cc + 16 <= NR && c + 16 <= cs.end {
+            let cols: [&[u16]; 16] = std::array::from_fn(|x| col(c + x));
+            for i in (0..full_pairs).step_by(16) {
+                let rows: [__m512i; 16] = std::array::from_fn(|x| {
+                    let run = &cols[x][2 * i..2 * i + 32];
+                    // SAFETY: `run` holds 32 bf16 = 64 readable bytes.
+                    unsafe { _mm512_loadu_epi32(run.as_ptr().cast()) }
+                });
+                for (ii, row) in transpose16(rows).into_iter().enumerate() {
+                    let to = &mut out[(i + ii) * NR + cc..][..16];
+                    // SAFETY: `to` holds 16 writable dwords.
+                    unsafe { _mm512_storeu_epi32(to.as_mut_ptr().cast(), row) };
+                }
+            }
+            for (x, src) in cols.iter().enumerate() {
+                column_b(&src[2 * full_pairs..], &mut out[full_pairs * NR..], cc + x);
+            }
+            c += 16;
+        } else {
+            column_b(col(c), out, cc);
+            c += 1;
+        }
+    }
+}
+
+/// One column's pairs (`src`, contiguous along k) into column `cc` of a panel run.
+fn column_b(src: &[u16], out: &mut [u32], cc: usize) {
+    for (i, two) in src.chunks_exact(2).enumerate() {
+        out[i * NR + cc] = pair(two[0], two[1]);
+    }
+    if src.len() % 2 == 1 {
+        out[src.len() / 2 * NR + cc] = pair(src[src.len() - 1], 0);
+    }
+}
+
+/// The transpose of a 16 × 16 block of dwords (`rows[i]` holds row i): 32-bit and 64-bit
+/// interleaves within 128-bit lanes, then two rounds of 128-bit lane shuffles.
+#[target_feature(enable = "avx512f")]
+fn transpose16(r: [__m512i; 16]) -> [__m512i; 16] {
+    let t: [__m512i; 16] = std::array::from_fn(|i| {
+        let (a, b) = (r[i & !1], r[i | 1]);
+        if i % 2 == 0 {
+            _mm512_unpacklo_epi32(a, b)
+        } else {
+            _mm512_unpackhi_epi32(a, b)
+        }
+    });
+    let u: [__m512i; 16] = std::array::from_fn(|i| {
+        let (base, j) = (i & !3, i % 4);
+        let (a, b) = (t[base + j / 2], t[base + j / 2 + 2]);
+        if j % 2 == 0 {
+            _mm512_unpacklo_epi64(a, b)
+        } else {
+            _mm512_unpackhi_epi64(a, b)
+        }
+    });
+    let v: [__m512i; 16] = std::array::from_fn(|i| {
+        let (base, j) = (i & !7, i % 4);
+        let (a, b) = (u[base + j], u[base + 4 + j]);
+        if i % 8 < 4 {
+            _mm512_shuffle_i32x4::<0x88>(a, b)
+        } else {
+            _mm512_shuffle_i32x4::<0xdd>(a, b)
+        }
+    });
+    std::array::from_fn(|i| {
+        let (a, b) = (v[i % 8], v[8 + i % 8]);
+        if i < 8 {
+            _mm512_shuffle_i32x4::<0x88>(a, b)
+        } else {
+            _mm512_shuffle_i32x4::<0xdd>(a, b)
+        }
+    })
 }
