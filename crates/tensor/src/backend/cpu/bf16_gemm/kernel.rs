@@ -4,8 +4,9 @@
 //! each) and issues 24 dot-products, each adding two bf16 products into an f32 lane. Intel's
 //! intrinsics guide and SDM (`VDPBF16PS`: per lane `acc += a.hi·b.hi; acc += a.lo·b.lo`, each a
 //! fused f32 step with round-to-nearest-even, denormal inputs and outputs flushed to zero)
-//! describe the semantics; 24 accumulators cover the instruction's 6-cycle latency on AMD Zen 4
-//! and Zen 5 (AMD's Software Optimization Guides) with registers to spare for the B loads.
+//! describe the semantics; 24 accumulators cover the instruction's 6-cycle latency at Zen 5's two
+//! issues per cycle (AIDA64 timings in the public InstLatX64 dumps; `docs/sources.md` §15) with
+//! registers to spare for the B loads.
 //!
 //! Not for: packing (see `pack`) or blocking and threads (the parent module). The caller
 //! guarantees the CPU features; this file only computes.

@@ -25,7 +25,7 @@
 //! `|c − c_exact| ≤ γ_k·Σ|a_i·b_i|` before the bf16 rounding, but in different orders, so their
 //! bits differ. `VDPBF16PS` also treats bf16 subnormal inputs as zero and flushes subnormal
 //! sums, and `VCVTNEPS2BF16` flushes subnormal results (Intel SDM); the widening path keeps
-//! them. Neither matters at training magnitudes.
+//! them. Neither matters at training magnitudes. Sources: `docs/sources.md` §15.
 //!
 //! Which kernel runs: the CPU is checked once with `is_x86_feature_detected!`;
 //! `HEADROOM_BF16_GEMM=widening` in the environment, or [`set_bf16_gemm`], selects the
