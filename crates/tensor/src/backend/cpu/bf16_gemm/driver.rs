@@ -13,6 +13,7 @@ use crate::shape::Layout;
 use half::bf16;
 use headroom_memory::Device;
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 /// Target depth of a k block (bf16 elements): the 64-column B block is `KC`·128 bytes, 32 KiB,
 /// which leaves room in a 32 KiB (Zen 4) or 48 KiB (Zen 5) L1D for the A sliver streaming by.
@@ -28,7 +29,7 @@ const MIN_SLIVERS: usize = 8;
 /// bf16 `out (batch, m, n) = a @ b` on `VDPBF16PS`.
 ///
 /// # Panics
-/// When [`native_supported`] is false (callers check it through [`bf16_gemm`]).
+/// When [`native_supported`] is false (callers check it through `bf16_gemm::bf16_gemm`).
 pub(crate) fn matmul(
     device: &Device,
     a: &[bf16],
@@ -236,14 +237,16 @@ impl Grid {
             (j0 + self.panel_step).min(self.p.panels),
         );
         let pairs = self.p.pairs;
-        let mut tile = [0.0f32; SLIVERS_PER_TASK * MR * NR];
+        // Written by a k block before the next one reads it, so it needs no initialising (a
+        // 96 KiB memset per task would cost as much as a small product).
+        let mut tile = [MaybeUninit::<f32>::uninit(); SLIVERS_PER_TASK * MR * NR];
         for j in j0..j1 {
             for blk in 0..self.blocks {
                 let p0 = blk * self.block_pairs;
                 let np = self.block_pairs.min(pairs - p0);
                 let last = blk + 1 == self.blocks;
                 for s in s0..s1 {
-                    let part = tile[(s - s0) * MR * NR..].as_mut_ptr();
+                    let part = tile[(s - s0) * MR * NR..].as_mut_ptr().cast::<f32>();
                     let store = if last {
                         Store::Out {
                             // SAFETY: row s·MR, column j·NR lie inside the m × n C.
@@ -259,8 +262,8 @@ impl Grid {
                     let b = pb[(self.p.panels * p0 + j * np) * NR..][..np * NR].as_ptr();
                     // SAFETY: `product` runs only when `native_supported()` holds (asserted in
                     // `matmul`); the slices above hold np·MR and np·NR packed dwords; `part`
-                    // is this task's MR·NR f32 of the stack tile, written by the previous
-                    // block when blk > 0; the C corner is clipped to m × n, and no other task
+                    // is this task's MR·NR f32 of the stack tile, read only when blk > 0,
+                    // after block blk − 1 wrote all of it; the C corner is clipped to m × n, and no other task
                     // owns slivers s0..s1 of panels j0..j1.
                     unsafe { kernel::tile_6x64(np, a, b, (blk > 0).then_some(part), store) };
                 }
