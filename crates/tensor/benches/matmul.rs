@@ -2,6 +2,10 @@
 //! Each bench counts 2·n³ floating-point operations as its items, so divan's item rate is the
 //! FLOP rate (`Gitem/s` = GFLOP/s).
 //!
+//! The `gpt_*` benches time the GEMM shapes of one training step of a GPT of width 384,
+//! sequence 256 and micro-batch 16 (4096 tokens) plus a 1024³ square, on the native bf16
+//! kernel (`VDPBF16PS`), the widening fallback and f32, all through `Tensor::matmul`.
+//!
 //! Run: `cargo bench -p headroom-tensor --bench matmul`
 
 use divan::Bencher;
@@ -9,7 +13,9 @@ use divan::counter::ItemsCount;
 use half::bf16;
 use half::slice::HalfFloatSliceExt;
 use headroom_memory::{AllocatorConfig, Category, Device};
+use headroom_tensor::backend::cpu::bf16_gemm::{Bf16Gemm, set_bf16_gemm};
 use headroom_tensor::{DType, Tensor};
+use std::fmt;
 
 const SIZES: [usize; 3] = [512, 1024, 2048];
 
@@ -18,7 +24,11 @@ fn main() {
 }
 
 fn data(n: usize, seed: u32) -> Vec<f32> {
-    (0..n * n)
+    values(n * n, seed)
+}
+
+fn values(len: usize, seed: u32) -> Vec<f32> {
+    (0..len)
         .map(|i| {
             ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) as f32
                 / (1u32 << 24) as f32
@@ -84,6 +94,7 @@ fn gemm_direct_f32(bencher: Bencher, n: usize) {
 
 #[divan::bench(args = SIZES, sample_count = 10, sample_size = 1)]
 fn engine_bf16(bencher: Bencher, n: usize) {
+    set_bf16_gemm(Bf16Gemm::Native);
     engine(bencher, n, DType::BF16);
 }
 
@@ -110,4 +121,106 @@ fn gemm_direct_bf16_via_f32(bencher: Bencher, n: usize) {
 #[divan::bench(args = SIZES, sample_count = 10, sample_size = 1)]
 fn engine_f16(bencher: Bencher, n: usize) {
     engine(bencher, n, DType::F16);
+}
+
+/// One GEMM `(m × k) · (k × n)`; a transposed operand is a transposed view of a stored
+/// (k × m) or (n × k) tensor, as backward hands it in.
+#[derive(Debug, Clone, Copy)]
+struct Gemm {
+    name: &'static str,
+    m: usize,
+    k: usize,
+    n: usize,
+    a_t: bool,
+    b_t: bool,
+}
+
+impl fmt::Display for Gemm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = |x: bool| if x { "ᵀ" } else { "" };
+        write!(
+            f,
+            "{} {}x{}{}·{}x{}{}",
+            self.name,
+            self.m,
+            self.k,
+            t(self.a_t),
+            self.k,
+            self.n,
+            t(self.b_t)
+        )
+    }
+}
+
+const fn gemm(name: &'static str, m: usize, k: usize, n: usize, a_t: bool, b_t: bool) -> Gemm {
+    Gemm {
+        name,
+        m,
+        k,
+        n,
+        a_t,
+        b_t,
+    }
+}
+
+/// Tokens of one micro-batch (16 × 256) and the model width.
+const T: usize = 4096;
+const C: usize = 384;
+
+/// Forward `x·W`, backward `dX = dY·Wᵀ` and `dW = xᵀ·dY` of the attention input (qkv, 3C),
+/// the attention output (proj, C) and the MLP (fc 4C, fc2 back to C), then a square.
+const GPT: [Gemm; 10] = [
+    gemm("qkv", T, C, 3 * C, false, false),
+    gemm("proj", T, C, C, false, false),
+    gemm("fc", T, C, 4 * C, false, false),
+    gemm("fc2", T, 4 * C, C, false, false),
+    gemm("dx.qkv", T, 3 * C, C, false, true),
+    gemm("dx.fc", T, 4 * C, C, false, true),
+    gemm("dx.fc2", T, C, 4 * C, false, true),
+    gemm("dw.qkv", C, T, 3 * C, true, false),
+    gemm("dw.fc2", 4 * C, T, C, true, false),
+    gemm("square", 1024, 1024, 1024, false, false),
+];
+
+fn gpt(bencher: Bencher, g: Gemm, dtype: DType) {
+    let device = Device::cpu(1 << 30, AllocatorConfig::default());
+    let stored = |rows: usize, cols: usize, t: bool, seed: u32| {
+        let shape = if t { [cols, rows] } else { [rows, cols] };
+        let x = Tensor::from_f32(
+            &device,
+            &shape,
+            &values(rows * cols, seed),
+            dtype,
+            Category::Input,
+            None,
+        )
+        .unwrap();
+        if t { x.transpose(0, 1).unwrap() } else { x }
+    };
+    let a = stored(g.m, g.k, g.a_t, 1);
+    let b = stored(g.k, g.n, g.b_t, 2);
+    bencher
+        .counter(ItemsCount::new(2 * g.m * g.k * g.n))
+        .bench_local(|| a.matmul(&b).unwrap());
+}
+
+#[divan::bench(args = GPT, sample_count = 10, sample_size = 1)]
+fn gpt_bf16_native(bencher: Bencher, g: Gemm) {
+    assert_eq!(
+        set_bf16_gemm(Bf16Gemm::Native),
+        Bf16Gemm::Native,
+        "no AVX512_BF16 here"
+    );
+    gpt(bencher, g, DType::BF16);
+}
+
+#[divan::bench(args = GPT, sample_count = 10, sample_size = 1)]
+fn gpt_bf16_widening(bencher: Bencher, g: Gemm) {
+    set_bf16_gemm(Bf16Gemm::Widening);
+    gpt(bencher, g, DType::BF16);
+}
+
+#[divan::bench(args = GPT, sample_count = 10, sample_size = 1)]
+fn gpt_f32(bencher: Bencher, g: Gemm) {
+    gpt(bencher, g, DType::F32);
 }

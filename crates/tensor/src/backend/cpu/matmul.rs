@@ -1,13 +1,15 @@
 //! Batched matrix multiply on the `gemm` crate. f32 and f16 call gemm directly with the
-//! operands' own strides (a transposed weight costs no copy); bf16, which gemm lacks, is
+//! operands' own strides (a transposed weight costs no copy). bf16, which gemm lacks, runs on
+//! the native `VDPBF16PS` kernel (`bf16_gemm`) where the CPU has AVX512_BF16, and otherwise is
 //! widened to f32 in tiles: the right operand once per batch, the left operand and the output in
 //! panels of `TILE_M` rows, all in `temporary` scratch from the device allocator. Products
-//! accumulate in f32. gemm does not split the k dimension across threads, so results are
-//! deterministic.
+//! accumulate in f32. Neither gemm nor the native kernel splits the k dimension across threads,
+//! so results are deterministic.
 //!
 //! Not for: shape checks or batch broadcasting (the ops layer hands in matching batch dims).
 
-use super::{Scalars, scratch_f32};
+use super::bf16_gemm::{self, Bf16Gemm};
+use super::{Scalars, Scratch, scratch_f32};
 use crate::error::Result;
 use crate::shape::Layout;
 use gemm::Parallelism;
@@ -32,7 +34,7 @@ pub struct Dims {
 }
 
 /// Batch layout (the leading dims) and the row and column strides of the matrix dims.
-fn split(l: &Layout) -> (Layout, isize, isize) {
+pub(super) fn split(l: &Layout) -> (Layout, isize, isize) {
     let r = l.rank();
     let batch = Layout::new(
         l.shape()[..r - 2].to_vec(),
@@ -140,10 +142,18 @@ fn widen(
     }
 }
 
+/// The `temporary` scratch of a bf16 product of `d` on the kernel in use (`bf16_gemm`).
+/// Shared with the shape-only backend, whose dry runs must allocate the same bytes.
+pub fn bf16_scratch(device: &Device, d: Dims) -> Result<Vec<Scratch>> {
+    Ok(match bf16_gemm::bf16_gemm() {
+        Bf16Gemm::Native => bf16_gemm::scratch(device, d)?.into(),
+        Bf16Gemm::Widening => widening_scratch(device, d)?.into(),
+    })
+}
+
 /// The f32 scratch a bf16 product of `d` widens into: the right operand (K, N), one panel of
-/// the left operand (TILE_M, K) and one output panel (TILE_M, N). Shared with the shape-only
-/// backend, whose dry runs must allocate the same `temporary` bytes.
-pub fn bf16_scratch(device: &Device, d: Dims) -> Result<[super::Scratch; 3]> {
+/// the left operand (TILE_M, K) and one output panel (TILE_M, N).
+fn widening_scratch(device: &Device, d: Dims) -> Result<[Scratch; 3]> {
     let tile = TILE_M.min(d.m).max(1);
     Ok([
         scratch_f32(device, d.k * d.n, "matmul.bf16.rhs")?,
@@ -152,8 +162,25 @@ pub fn bf16_scratch(device: &Device, d: Dims) -> Result<[super::Scratch; 3]> {
     ])
 }
 
-/// bf16 `out = a @ b` through f32 tiles.
+/// bf16 `out = a @ b` on the kernel in use: native `VDPBF16PS` or widening to f32.
 pub fn matmul_bf16(
+    device: &Device,
+    a: &[bf16],
+    la: &Layout,
+    b: &[bf16],
+    lb: &Layout,
+    out: &mut [bf16],
+    d: Dims,
+) -> Result<()> {
+    #[cfg(target_arch = "x86_64")]
+    if bf16_gemm::bf16_gemm() == Bf16Gemm::Native {
+        return bf16_gemm::matmul(device, a, la, b, lb, out, d);
+    }
+    matmul_bf16_widening(device, a, la, b, lb, out, d)
+}
+
+/// bf16 `out = a @ b` through f32 tiles: the fallback for CPUs without AVX512_BF16.
+pub(crate) fn matmul_bf16_widening(
     device: &Device,
     a: &[bf16],
     la: &Layout,
@@ -165,7 +192,7 @@ pub fn matmul_bf16(
     let (ba, ars, acs) = split(la);
     let (bb, brs, bcs) = split(lb);
     let tile = TILE_M.min(d.m).max(1);
-    let [mut bt, mut at, mut ot] = bf16_scratch(device, d)?; // (K, N), (TILE_M, K), (TILE_M, N) f32
+    let [mut bt, mut at, mut ot] = widening_scratch(device, d)?; // (K, N), (TILE_M, K), (TILE_M, N) f32
     let (bt, at, ot) = (bt.slice_mut(), at.slice_mut(), ot.slice_mut());
     for i in 0..d.batch {
         let (bcs_t, brs_t) = {

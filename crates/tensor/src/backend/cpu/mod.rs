@@ -5,6 +5,7 @@
 //! Not for: allocation of outputs (the ops layer does that) or autodiff.
 
 pub(crate) mod attention;
+pub mod bf16_gemm;
 mod elementwise;
 mod index;
 pub mod math;

@@ -1,0 +1,273 @@
+//! The driver of the native bf16 GEMM: batches, packing into scratch, and the task grid over
+//! C that the threads share (see the parent module for the scheme).
+//!
+//! Not for: the arithmetic (`kernel`) or the pair layouts (`pack`).
+
+use super::kernel::{self, Store};
+use super::pack::{self, PACK_GROUP, Strided};
+use super::{MR, NR, Packed, native_supported, scratch, slots, small};
+use crate::backend::cpu::Scratch;
+use crate::backend::cpu::matmul::{Dims, split};
+use crate::error::Result;
+use crate::shape::Layout;
+use half::bf16;
+use headroom_memory::Device;
+use rayon::prelude::*;
+use std::mem::MaybeUninit;
+
+/// Target depth of a k block (bf16 elements): the 64-column B block is `KC`·128 bytes, 32 KiB,
+/// which leaves room in a 32 KiB (Zen 4) or 48 KiB (Zen 5) L1D for the A sliver streaming by.
+const KC: usize = 256;
+/// Most slivers (of 6 rows) one task owns; also the size of its f32 tile of partial sums
+/// (64 · 6 · 64 · 4 bytes = 96 KiB on the stack).
+const SLIVERS_PER_TASK: usize = 64;
+/// Bytes of packed A a task may keep for rereading: half of a 1 MiB L2 (Zen 4 and Zen 5).
+const A_IN_L2: usize = 512 << 10;
+/// Fewest slivers per task however deep k is (each B block from L1 serves at least these).
+const MIN_SLIVERS: usize = 8;
+
+/// bf16 `out (batch, m, n) = a @ b` on `VDPBF16PS`.
+///
+/// # Panics
+/// When [`native_supported`] is false (callers check it through `bf16_gemm::bf16_gemm`).
+pub(crate) fn matmul(
+    device: &Device,
+    a: &[bf16],
+    la: &Layout,
+    b: &[bf16],
+    lb: &Layout,
+    out: &mut [bf16],
+    d: Dims,
+) -> Result<()> {
+    assert!(native_supported(), "the native bf16 GEMM needs AVX512_BF16");
+    let (ba, ars, acs) = split(la);
+    let (bb, brs, bcs) = split(lb);
+    let (a, b): (&[u16], &[u16]) = (bytemuck::cast_slice(a), bytemuck::cast_slice(b));
+    let out: &mut [u16] = bytemuck::cast_slice_mut(out);
+    let p = Packed::of(&d);
+    let [mut sa, mut sb] = scratch(device, d)?;
+    let (pa, pb) = (words(&mut sa), words(&mut sb));
+    let view = |data, off, rs: isize, cs: isize| Strided {
+        data,
+        off,
+        rs: rs as usize,
+        cs: cs as usize,
+    };
+    let slots = slots(&d);
+    let parallel_inside = slots == 1 && !small(&d);
+    let mut first = 0;
+    for out_chunk in out.chunks_mut(slots * d.m * d.n) {
+        let count = out_chunk.len() / (d.m * d.n);
+        let one = |i: usize, o: &mut [u16], pa: &mut [u32], pb: &mut [u32]| {
+            let av = view(a, ba.index_of(first + i), ars, acs);
+            let bv = view(b, bb.index_of(first + i), brs, bcs);
+            product(av, bv, o, pa, pb, &d, p, parallel_inside);
+        };
+        if count == 1 {
+            one(0, out_chunk, pa, pb);
+        } else {
+            out_chunk
+                .par_chunks_mut(d.m * d.n)
+                .zip(pa.par_chunks_mut(p.a_words()))
+                .zip(pb.par_chunks_mut(p.b_words()))
+                .enumerate()
+                .for_each(|(i, ((o, pa), pb))| one(i, o, pa, pb));
+        }
+        first += count;
+    }
+    Ok(())
+}
+
+fn words(s: &mut Scratch) -> &mut [u32] {
+    bytemuck::cast_slice_mut(s.slice_mut())
+}
+
+/// A raw pointer to C that tasks share: each writes only its own rows × columns.
+#[derive(Debug, Clone, Copy)]
+struct OutPtr(*mut u16);
+// SAFETY: tasks write disjoint blocks of C through it (see `product`), and C outlives them.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above; no task reads C.
+unsafe impl Sync for OutPtr {}
+
+/// One product: pack A and B, then run the tasks over C (`out`, m × n row-major).
+#[allow(clippy::too_many_arguments)]
+fn product(
+    a: Strided,
+    b: Strided,
+    out: &mut [u16],
+    pa: &mut [u32],
+    pb: &mut [u32],
+    d: &Dims,
+    p: Packed,
+    parallel: bool,
+) {
+    let (m, n, k) = (d.m, d.n, d.k);
+    let (pa, pb) = (&mut pa[..p.a_words()], &mut pb[..p.b_words()]);
+    let (block_pairs, _) = k_blocks(p.pairs);
+    // Both operands are stored k block by k block, so what a task reads for one block (its
+    // slivers, one panel) is one contiguous stream that hardware prefetchers follow.
+    let (a_block, b_block) = (p.slivers * block_pairs * MR, p.panels * block_pairs * NR);
+    // Packing units: a group of slivers (or panels) for one k block.
+    let pack_a = |blk: usize, g: usize, dst: &mut [u32]| {
+        let ps = blk * block_pairs..(blk * block_pairs + block_pairs).min(p.pairs);
+        // SAFETY: `product` runs only when `native_supported()` holds (asserted in `matmul`).
+        unsafe { pack::pack_a(a, m, k, g * PACK_GROUP, ps, dst) }
+    };
+    let pack_b = |blk: usize, g: usize, dst: &mut [u32]| {
+        let ps = blk * block_pairs..(blk * block_pairs + block_pairs).min(p.pairs);
+        // SAFETY: as for `pack_a`.
+        unsafe { pack::pack_b(b, k, n, g * PACK_GROUP, ps, dst) }
+    };
+    // A block holds `across` runs of equal length; a unit is PACK_GROUP of them.
+    let group = |block: &[u32], across: usize| PACK_GROUP * (block.len() / across);
+    if parallel {
+        rayon::join(
+            || {
+                pa.par_chunks_mut(a_block)
+                    .enumerate()
+                    .for_each(|(blk, blk_a)| {
+                        let size = group(blk_a, p.slivers);
+                        let units = blk_a.par_chunks_mut(size).enumerate();
+                        units.for_each(|(g, dst)| pack_a(blk, g, dst))
+                    })
+            },
+            || {
+                pb.par_chunks_mut(b_block)
+                    .enumerate()
+                    .for_each(|(blk, blk_b)| {
+                        let size = group(blk_b, p.panels);
+                        let units = blk_b.par_chunks_mut(size).enumerate();
+                        units.for_each(|(g, dst)| pack_b(blk, g, dst))
+                    })
+            },
+        );
+    } else {
+        for (blk, blk_a) in pa.chunks_mut(a_block).enumerate() {
+            let size = group(blk_a, p.slivers);
+            for (g, dst) in blk_a.chunks_mut(size).enumerate() {
+                pack_a(blk, g, dst);
+            }
+        }
+        for (blk, blk_b) in pb.chunks_mut(b_block).enumerate() {
+            let size = group(blk_b, p.panels);
+            for (g, dst) in blk_b.chunks_mut(size).enumerate() {
+                pack_b(blk, g, dst);
+            }
+        }
+    }
+    let grid = Grid::new(
+        p,
+        if parallel {
+            rayon::current_num_threads()
+        } else {
+            1
+        },
+    );
+    let c = OutPtr(out.as_mut_ptr());
+    let (pa, pb) = (&*pa, &*pb);
+    let task = |t: usize| grid.run(t, pa, pb, c, m, n);
+    if parallel {
+        (0..grid.tasks()).into_par_iter().for_each(task);
+    } else {
+        (0..grid.tasks()).for_each(task);
+    }
+}
+
+/// k-pairs per k block and the number of blocks: `pairs` cut into equal blocks of at most
+/// `KC / 2` pairs (the last may be shorter). It depends on k alone, so it fixes the order in
+/// which every element of C adds its products.
+fn k_blocks(pairs: usize) -> (usize, usize) {
+    let blocks = pairs.div_ceil(KC / 2).max(1);
+    let block_pairs = pairs.div_ceil(blocks);
+    (block_pairs, pairs.div_ceil(block_pairs))
+}
+
+/// How C is cut into tasks: `sliver_step` slivers × `panel_step` panels each.
+#[derive(Debug, Clone, Copy)]
+struct Grid {
+    p: Packed,
+    sliver_step: usize,
+    panel_step: usize,
+    /// k-pairs per k block, and the number of blocks.
+    block_pairs: usize,
+    blocks: usize,
+}
+
+impl Grid {
+    /// Cuts rows first, into as few tasks as the thread count and L2 allow. A task walks its
+    /// panels and, for each, all of k over its slivers: every sliver reuses each B block from
+    /// L1, so more slivers per task mean fewer B loads, but the task's packed A (slivers ×
+    /// k × 12 bytes) must stay in L2 to be reread for every panel, which caps the slivers at
+    /// large k. Panels are cut too when rows alone give fewer than two tasks per thread.
+    fn new(p: Packed, threads: usize) -> Grid {
+        let fit = (A_IN_L2 / (p.pairs * MR * 4)).clamp(MIN_SLIVERS, SLIVERS_PER_TASK);
+        let row_tasks = p
+            .slivers
+            .div_ceil(fit)
+            .next_multiple_of(threads.max(1))
+            .min(p.slivers);
+        let sliver_step = p.slivers.div_ceil(row_tasks);
+        let row_tasks = p.slivers.div_ceil(sliver_step);
+        let target = if threads > 1 { 2 * threads } else { 1 };
+        let panel_groups = target.div_ceil(row_tasks).clamp(1, p.panels);
+        let (block_pairs, blocks) = k_blocks(p.pairs);
+        Grid {
+            p,
+            sliver_step,
+            panel_step: p.panels.div_ceil(panel_groups),
+            block_pairs,
+            blocks,
+        }
+    }
+
+    fn tasks(&self) -> usize {
+        self.p.slivers.div_ceil(self.sliver_step) * self.p.panels.div_ceil(self.panel_step)
+    }
+
+    /// Runs task `t`: its panels one by one, k block by k block, every sliver per block.
+    fn run(&self, t: usize, pa: &[u32], pb: &[u32], c: OutPtr, m: usize, n: usize) {
+        let row_tasks = self.p.slivers.div_ceil(self.sliver_step);
+        let (s0, j0) = (
+            (t % row_tasks) * self.sliver_step,
+            (t / row_tasks) * self.panel_step,
+        );
+        let (s1, j1) = (
+            (s0 + self.sliver_step).min(self.p.slivers),
+            (j0 + self.panel_step).min(self.p.panels),
+        );
+        let pairs = self.p.pairs;
+        // Written by a k block before the next one reads it, so it needs no initialising (a
+        // 96 KiB memset per task would cost as much as a small product).
+        let mut tile = [MaybeUninit::<f32>::uninit(); SLIVERS_PER_TASK * MR * NR];
+        for j in j0..j1 {
+            for blk in 0..self.blocks {
+                let p0 = blk * self.block_pairs;
+                let np = self.block_pairs.min(pairs - p0);
+                let last = blk + 1 == self.blocks;
+                for s in s0..s1 {
+                    let part = tile[(s - s0) * MR * NR..].as_mut_ptr().cast::<f32>();
+                    let store = if last {
+                        Store::Out {
+                            // SAFETY: row s·MR, column j·NR lie inside the m × n C.
+                            ptr: unsafe { c.0.add(s * MR * n + j * NR) },
+                            ld: n,
+                            rows: MR.min(m - s * MR),
+                            cols: NR.min(n - j * NR),
+                        }
+                    } else {
+                        Store::Tile(part)
+                    };
+                    let a = pa[(self.p.slivers * p0 + s * np) * MR..][..np * MR].as_ptr();
+                    let b = pb[(self.p.panels * p0 + j * np) * NR..][..np * NR].as_ptr();
+                    // SAFETY: `product` runs only when `native_supported()` holds (asserted in
+                    // `matmul`); the slices above hold np·MR and np·NR packed dwords; `part`
+                    // is this task's MR·NR f32 of the stack tile, read only when blk > 0,
+                    // after block blk − 1 wrote all of it; the C corner is clipped to m × n, and no other task
+                    // owns slivers s0..s1 of panels j0..j1.
+                    unsafe { kernel::tile_6x64(np, a, b, (blk > 0).then_some(part), store) };
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! The native bf16 GEMM: bf16 × bf16 products accumulated in f32 by `VDPBF16PS`
+//! (AVX512_BF16, Intel's intrinsics guide: `_mm512_dpbf16_ps`), rounded once to bf16 on store.
+//! On CPUs with the instruction (AMD Zen 4 and Zen 5, Intel Cooper Lake and later Xeons) it
+//! does two bf16 multiply-adds per f32 lane per instruction, twice the f32 FMA rate on AMD's
+//! cores, where widening to f32 (the fallback in `matmul.rs`) is capped at the f32 rate.
+//!
+//! How one product `C (m × n) = A (m × k) · B (k × n)` runs (BLIS-style, Van Zee & van de
+//! Geijn, "BLIS: A Framework for Rapidly Instantiating BLAS Functionality", 2015):
+//! 1. Pack both operands once into k-pair dwords (`pack`): A in 6-row slivers, B in 64-column
+//!    panels, both stored k block by k block, from whatever strides the caller's layouts have
+//!    (a transposed operand is packed from its own strides, no copy first). The packed copies
+//!    live in `temporary` scratch from the device allocator.
+//! 2. Split C into tasks of consecutive slivers × a range of panels, run in parallel with
+//!    rayon (`driver`). A task walks its panels; for each it walks k in blocks of about 256
+//!    so that the block of the B panel (32 KiB) stays in L1 while every sliver of the task
+//!    reuses it (`kernel::tile_6x64`). Sums of earlier k blocks wait in a per-task f32 tile on
+//!    the stack (at most 64 slivers · 6 · 64 · 4 bytes = 96 KiB, fixed, like a register spill).
+//! 3. The last k block rounds each f32 sum once to bf16 (round-to-nearest-even) into C.
+//!
+//! Deterministic: k is never split across threads. Every element of C is one f32 accumulator
+//! that adds the k-pairs in order, block after block, so the bits do not depend on the thread
+//! count or on how C is cut into tasks (only on k, through the fixed block size).
+//!
+//! Numerics against the widening path: both sum exact bf16 products in f32, so both satisfy
+//! `|c − c_exact| ≤ γ_k·Σ|a_i·b_i|` before the bf16 rounding, but in different orders, so their
+//! bits differ. `VDPBF16PS` also treats bf16 subnormal inputs as zero and flushes subnormal
+//! sums, and `VCVTNEPS2BF16` flushes subnormal results (Intel SDM); the widening path keeps
+//! them. Neither matters at training magnitudes. Sources: `docs/sources.md` §17.
+//!
+//! Which kernel runs: the CPU is checked once with `is_x86_feature_detected!`;
+//! `HEADROOM_BF16_GEMM=widening` in the environment, or [`set_bf16_gemm`], selects the
+//! widening fallback instead.
+//!
+//! Not for: f32 or f16 products (gemm), shape checks or batch broadcasting (the ops layer),
+//! fused epilogues (bias, activation) or a k-split for tall-skinny products.
+
+#[cfg(target_arch = "x86_64")]
+mod driver;
+#[cfg(target_arch = "x86_64")]
+mod kernel;
+#[cfg(target_arch = "x86_64")]
+mod pack;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests;
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use driver::matmul;
+
+use super::matmul::Dims;
+use super::{Scratch, scratch_f32};
+use crate::error::Result;
+use headroom_memory::Device;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// Rows of C per micro-tile (one broadcast A pair each).
+const MR: usize = 6;
+/// Columns of C per micro-tile (four zmm of 16 f32 lanes).
+const NR: usize = 64;
+
+/// Below this many multiply-adds one product runs on one thread and batch elements run in
+/// parallel instead (the widening path's threshold too).
+const SMALL: usize = 96 * 96 * 96;
+/// Batch elements packed at once when small products run in parallel across the batch.
+const BATCH_SLOTS: usize = 8;
+
+/// The kernel the CPU backend multiplies bf16 matrices with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bf16Gemm {
+    /// `VDPBF16PS` on packed bf16 pairs (this module); needs AVX512F/BW/VL and AVX512_BF16.
+    Native,
+    /// Widen tiles to f32 and call gemm's f32 kernels (`matmul.rs`); runs on any CPU.
+    Widening,
+}
+
+const UNDECIDED: u8 = 0;
+const NATIVE: u8 = 1;
+const WIDENING: u8 = 2;
+static CHOICE: AtomicU8 = AtomicU8::new(UNDECIDED);
+
+/// Whether this CPU has the instructions the native kernel needs.
+pub fn native_supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The kernel in use: native when the CPU supports it, unless `HEADROOM_BF16_GEMM=widening`
+/// or [`set_bf16_gemm`] chose the fallback.
+pub fn bf16_gemm() -> Bf16Gemm {
+    match CHOICE.load(Ordering::Relaxed) {
+        NATIVE => Bf16Gemm::Native,
+        WIDENING => Bf16Gemm::Widening,
+        _ => {
+            let forced = std::env::var("HEADROOM_BF16_GEMM").is_ok_and(|v| v == "widening");
+            set_bf16_gemm(if forced {
+                Bf16Gemm::Widening
+            } else {
+                Bf16Gemm::Native
+            })
+        }
+    }
+}
+
+/// Selects the kernel for the whole process (benchmarks and A/B runs; tests that run in
+/// parallel should call the kernels directly instead). `Native` falls back to `Widening` on a
+/// CPU without the instructions; returns the kernel now in use.
+pub fn set_bf16_gemm(kernel: Bf16Gemm) -> Bf16Gemm {
+    let chosen = if kernel == Bf16Gemm::Native && native_supported() {
+        Bf16Gemm::Native
+    } else {
+        Bf16Gemm::Widening
+    };
+    let code = match chosen {
+        Bf16Gemm::Native => NATIVE,
+        Bf16Gemm::Widening => WIDENING,
+    };
+    CHOICE.store(code, Ordering::Relaxed);
+    chosen
+}
+
+/// Sizes of one product's packed operands, in dwords (one k-pair each).
+#[derive(Debug, Clone, Copy)]
+struct Packed {
+    pairs: usize,
+    slivers: usize,
+    panels: usize,
+}
+
+impl Packed {
+    fn of(d: &Dims) -> Packed {
+        Packed {
+            pairs: d.k.div_ceil(2),
+            slivers: d.m.div_ceil(MR),
+            panels: d.n.div_ceil(NR),
+        }
+    }
+    fn a_words(&self) -> usize {
+        self.slivers * self.pairs * MR
+    }
+    fn b_words(&self) -> usize {
+        self.panels * self.pairs * NR
+    }
+}
+
+fn small(d: &Dims) -> bool {
+    d.m * d.n * d.k < SMALL
+}
+
+/// Batch elements packed (and computed) at once.
+fn slots(d: &Dims) -> usize {
+    if d.batch > 1 && small(d) {
+        d.batch.min(BATCH_SLOTS)
+    } else {
+        1
+    }
+}
+
+/// The `temporary` scratch of the native kernel: the packed left and right operands of
+/// `slots(d)` batch elements. It depends on the dims only, so the shape-only backend's dry runs
+/// allocate exactly these bytes.
+pub(crate) fn scratch(device: &Device, d: Dims) -> Result<[Scratch; 2]> {
+    let (p, s) = (Packed::of(&d), slots(&d));
+    Ok([
+        scratch_f32(device, s * p.a_words(), "matmul.bf16.packed_lhs")?,
+        scratch_f32(device, s * p.b_words(), "matmul.bf16.packed_rhs")?,
+    ])
+}
