@@ -179,6 +179,11 @@ def main():
     ap.add_argument("--micro-batch", type=int, default=16)
     ap.add_argument("--accumulation", type=int, default=1)
     ap.add_argument("--seq-len", type=int, default=128)
+    # The shape (headroom's --layers/--width/--heads): gpt-small's by default; the issue's
+    # larger comparison is --layers 6 --width 384 --heads 6 --seq-len 256.
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--width", type=int, default=128)
+    ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--precision", choices=["fp32", "bf16-mixed"], default="fp32")
@@ -197,7 +202,10 @@ def main():
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
 
     rss_before = vm_hwm()
-    model = GPT(seq_len=args.seq_len, attention=args.attention)
+    if args.width % args.heads:
+        ap.error(f"--width {args.width} is not a multiple of --heads {args.heads}")
+    model = GPT(seq_len=args.seq_len, width=args.width, layers=args.layers, heads=args.heads,
+                attention=args.attention)
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
     n_params = sum(p.numel() for p in params)
@@ -240,7 +248,8 @@ def main():
     grad_bytes = sum(p.grad.nbytes for p in params if p.grad is not None)
     results = {
         "framework": f"pytorch {torch.__version__}",
-        "model": "gpt-small",
+        "model": "gpt-small" if (args.layers, args.width, args.heads) == (4, 128, 4)
+                 else f"gpt {args.layers}x{args.width}, {args.heads} heads",
         "precision": args.precision,
         "attention": args.attention,
         "threads": args.threads,
