@@ -54,7 +54,7 @@ fn exhaustive(c: &RunConfig, corpus: &Corpus, speed: &SpeedModel) -> Vec<Plan> {
     };
     let mut out = Vec::new();
     for precision in [Precision::Fp32, Precision::Bf16Mixed, Precision::Bf16] {
-        for optimizer in [Optimizer::AdamW, Optimizer::AdamWBf16] {
+        for optimizer in [Optimizer::AdamW, Optimizer::AdamWBf16, Optimizer::AdamW8bit] {
             for &checkpoint in &checkpoints {
                 for &attention in &attentions {
                     for m in (1..=effective).filter(|m| effective.is_multiple_of(*m)) {
@@ -244,6 +244,11 @@ fn a_dry_run_counts_the_work_of_a_step() {
         kernel_overhead_s: 0.0,
         collective_elements_per_s: 0.0,
         collective_overhead_s: 0.0,
+        optimizer_params_per_s: headroom_train::auto::speed::UpdateRates {
+            f32: f64::INFINITY,
+            bf16: f64::INFINITY,
+            int8: f64::INFINITY,
+        },
     };
     // Accumulating 4 micro-batches of 2 (the dry run runs 2 of them and extrapolates the rest)
     // does 4 times the work of one.

@@ -78,6 +78,11 @@ pub(super) fn master_weights(
     Ok(copies)
 }
 
+/// The format of `config`'s optimizer states (f32, bf16 or 8-bit).
+pub fn optimizer_state_dtype(config: &RunConfig) -> Result<StateDtype, TrainError> {
+    Ok(optimizer_config(config)?.state_dtype)
+}
+
 pub(super) fn optimizer_config(config: &RunConfig) -> Result<OptimizerConfig, TrainError> {
     let s = &config.strategy;
     let mut c = OptimizerConfig::for_strategy(s.optimizer, s.precision).ok_or_else(|| {

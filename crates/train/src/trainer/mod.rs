@@ -27,7 +27,7 @@ mod step;
 mod trust;
 mod zero;
 
-pub use build::model_spec;
+pub use build::{model_spec, optimizer_state_dtype};
 pub use events::{TrainError, TrainEvent, TrainerHooks};
 pub use fault::{Fault, FaultKind, fault_for_rank};
 pub use guard::LeakGuard;

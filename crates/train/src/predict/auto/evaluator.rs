@@ -94,9 +94,13 @@ impl Evaluator for DryRunEvaluator<'_> {
         false
     }
 
-    /// Only what the engine runs (not Adafactor or 8-bit AdamW, nor offloaded placements).
+    /// Only what the engine runs: not Adafactor, and not 8-bit states under ZeRO in a group
+    /// (their blocks would be cut by the shards; the trainer refuses it).
     fn worth_trying(&self, strategy: &Strategy, _pins: &Pins) -> bool {
-        strategy.engine_incompatibility().is_none()
+        let eight_bit_sharded = strategy.optimizer == headroom_strategy::Optimizer::AdamW8bit
+            && self.config.data_parallel > 1
+            && strategy.placement.zero_stage.number() >= 1;
+        strategy.engine_incompatibility().is_none() && !eight_bit_sharded
     }
 }
 
@@ -119,6 +123,13 @@ pub fn evaluate(
     // planner's `Other`, so the categories sum to the peak reserved.
     at_peak[Category::Other] += m.peak_reserved_bytes.saturating_sub(m.peak_allocated_bytes);
     let tokens = (run.batch_per_rank() * seq_len) as f64;
+    // The rank updates its shard of every block under ZeRO, every parameter otherwise.
+    let state = crate::trainer::optimizer_state_dtype(&run)?;
+    let params = spec.num_params() as f64;
+    let updated = match (run.data_parallel, strategy.placement.zero_stage.number()) {
+        (1, _) | (_, 0) => params,
+        (n, _) => (params / n as f64).ceil(),
+    };
     let plan = Plan {
         strategy: *strategy,
         fits: p.fits,
@@ -138,7 +149,7 @@ pub fn evaluate(
             host_bytes_per_node: 0,
             nvme_bytes_per_node: 0,
         },
-        time: speed.step_time(&dry.step_work, tokens),
+        time: speed.step_time_with_update(&dry.step_work, tokens, state, updated),
         fidelity_tier: strategy.fidelity_tier(),
     };
     Ok((plan, p))

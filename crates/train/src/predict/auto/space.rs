@@ -18,10 +18,12 @@ pub(crate) fn engine_space(spec: &ModelSpec, pins: &Pins, world: usize) -> Space
         vec![Precision::Fp32, Precision::Bf16Mixed, Precision::Bf16],
         |p| vec![p],
     );
-    // AdamW, or its bf16-state variant as a memory lever; other families only when pinned.
-    let optimizers = pins
-        .optimizer
-        .map_or(vec![Optimizer::AdamW, Optimizer::AdamWBf16], |o| vec![o]);
+    // AdamW, or its bf16- and 8-bit-state variants as memory levers (the speed model times
+    // each format's update); other families only when pinned.
+    let optimizers = pins.optimizer.map_or(
+        vec![Optimizer::AdamW, Optimizer::AdamWBf16, Optimizer::AdamW8bit],
+        |o| vec![o],
+    );
     let depth = spec.depth() as u64;
     let gpt = matches!(spec, ModelSpec::Gpt(_));
     let checkpoints: Vec<Checkpoint> = match pins.checkpoint {

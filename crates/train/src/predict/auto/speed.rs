@@ -16,16 +16,21 @@
 //!   per second a rank sends on a ring (a reduce-scatter, an all-gather and an all-reduce of a
 //!   block's size), on an in-process group of the run's world size.
 //!
+//! - the optimizer step: AdamW's update per parameter with f32, bf16 and 8-bit states, over
+//!   a flat buffer of 2¹⁸ parameters (other rules are charged AdamW's f32 rate).
+//!
 //! The step time is the sum over widths of matmul FLOPs / R_width, plus attention FLOPs /
 //! R_att, plus the sum over widths of bytes / BW_width, plus kernels × overhead, plus
 //! collectives × their overhead and ring elements / R_comm (the engine's collectives are
-//! synchronous: nothing overlaps them). The model has no overlap or cache effects; its error
+//! synchronous: nothing overlaps them), plus the parameters the rank updates / R_update of
+//! their state format. The model has no overlap or cache effects; its error
 //! against measured steps is in docs/benchmarks.md.
 //!
 //! Not for: memory (the dry run measures that) or GPU time (the planner's analytical model).
 
 use headroom_dist::{Collective, CommError, Communicator, ThreadGroup};
 use headroom_memory::{AllocatorConfig, Category, Device};
+use headroom_nn::optim::StateDtype;
 pub use headroom_plan::cost::StepTime;
 use headroom_tensor::backend::work::{PerWidth, Work, count_work};
 use headroom_tensor::{DType, Gradients, Result, Tape, Tensor};
@@ -62,6 +67,87 @@ pub struct SpeedModel {
     pub collective_elements_per_s: f64,
     /// The fixed cost of one collective.
     pub collective_overhead_s: f64,
+    /// AdamW's update, parameters per second, by state format.
+    pub optimizer_params_per_s: UpdateRates,
+}
+
+/// Parameters updated per second by state format.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct UpdateRates {
+    pub f32: f64,
+    pub bf16: f64,
+    pub int8: f64,
+}
+
+impl UpdateRates {
+    fn of(&self, state: StateDtype) -> f64 {
+        match state {
+            StateDtype::F32 => self.f32,
+            StateDtype::Bf16 => self.bf16,
+            StateDtype::Int8 => self.int8,
+        }
+    }
+}
+
+/// Parameters of the update measurement.
+const UPDATE_PARAMS: usize = 1 << 18;
+
+/// AdamW's update rate with each state format: the best of three repetitions of
+/// [`MEASURE_FOR`] each, after one warm-up step.
+fn measure_updates() -> UpdateRates {
+    use headroom_nn::grad::Grads;
+    use headroom_nn::optim::{AdamStep, adamw_update, adamw8bit_update, quant8};
+    let n = UPDATE_PARAMS;
+    let grads: Vec<f32> = (0..n).map(|i| ((i % 97) as f32 - 48.0) * 1e-3).collect();
+    let mut w = vec![0.5f32; n];
+    let mut step = 0u64;
+    let mut h = move || {
+        step += 1;
+        AdamStep {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+            step,
+            grad_multiplier: 1.0,
+        }
+    };
+    let rate = |f: &mut dyn FnMut()| {
+        f();
+        let best = (0..3)
+            .map(|_| {
+                let t0 = Instant::now();
+                let mut calls = 0u32;
+                while t0.elapsed() < MEASURE_FOR {
+                    f();
+                    calls += 1;
+                }
+                t0.elapsed().as_secs_f64() / f64::from(calls)
+            })
+            .fold(f64::INFINITY, f64::min);
+        n as f64 / best
+    };
+    let (mut m, mut v) = (vec![0f32; n], vec![0f32; n]);
+    let f32_rate = rate(&mut || adamw_update(&mut w, Grads::F32(&grads), &mut m, &mut v, h()));
+    let (mut mb, mut vb) = (vec![half::bf16::ZERO; n], vec![half::bf16::ZERO; n]);
+    let bf16_rate = rate(&mut || adamw_update(&mut w, Grads::F32(&grads), &mut mb, &mut vb, h()));
+    let (mut mq, mut vq) = (vec![0u8; n], vec![0u8; n]);
+    let (mut ma, mut va) = (vec![0f32; quant8::blocks(n)], vec![0f32; quant8::blocks(n)]);
+    let int8_rate = rate(&mut || {
+        adamw8bit_update(
+            &mut w,
+            Grads::F32(&grads),
+            (&mut mq, &mut vq),
+            (&mut ma, &mut va),
+            h(),
+        )
+    });
+    UpdateRates {
+        f32: f32_rate,
+        bf16: bf16_rate,
+        int8: int8_rate,
+    }
 }
 
 /// The shapes the rates are measured at.
@@ -151,7 +237,25 @@ impl SpeedModel {
             kernel_overhead_s: overhead,
             collective_elements_per_s,
             collective_overhead_s,
+            optimizer_params_per_s: measure_updates(),
         })
+    }
+
+    /// [`SpeedModel::step_time`] plus the optimizer step over `params` parameters with
+    /// `state` states (a rank's shard under ZeRO).
+    pub fn step_time_with_update(
+        &self,
+        work: &Work,
+        tokens: f64,
+        state: StateDtype,
+        params: f64,
+    ) -> StepTime {
+        let mut t = self.step_time(work, tokens);
+        t.optimizer_s = params / self.optimizer_params_per_s.of(state);
+        t.step_s += t.optimizer_s;
+        t.tokens_per_s = tokens / t.step_s;
+        t.mfu = t.model_flops / t.step_s / self.matmul_flops_per_s.f32;
+        t
     }
 
     /// Time of a step doing `work` on `tokens` tokens.
@@ -299,6 +403,11 @@ mod tests {
             kernel_overhead_s: 1e-6,
             collective_elements_per_s: 1e6,
             collective_overhead_s: 1e-3,
+            optimizer_params_per_s: UpdateRates {
+                f32: 1e8,
+                bf16: 2e8,
+                int8: 5e7,
+            },
         };
         let width = |f32, bf16, f16| PerWidth { f32, bf16, f16 };
         let work = Work {
@@ -320,5 +429,11 @@ mod tests {
         assert!((t.step_s - 6.011).abs() < 1e-12);
         assert_eq!(t.model_flops, 2.2e9);
         assert!((t.tokens_per_s - 1000.0 / 6.011).abs() < 1e-9);
+        // The update of 1e7 parameters: 0.1 s with f32 states, 0.2 s with 8-bit ones.
+        let u = speed.step_time_with_update(&work, 1000.0, StateDtype::Int8, 1e7);
+        assert!((u.optimizer_s - 0.2).abs() < 1e-12 && (u.step_s - 6.211).abs() < 1e-12);
+        assert!((u.tokens_per_s - 1000.0 / 6.211).abs() < 1e-9);
+        let f = speed.step_time_with_update(&work, 1000.0, StateDtype::F32, 1e7);
+        assert!((f.optimizer_s - 0.1).abs() < 1e-12);
     }
 }
