@@ -16,7 +16,7 @@
 
 use crate::disk::DiskFile;
 use crate::error::OffloadError;
-use crate::io::{Done, IoWorkers, Request};
+use crate::io::{IoWorkers, Request};
 use crate::page::{AlignedBytes, page_rounded};
 use crate::stats::{TierKind, TierStats};
 use headroom_memory::Category;
@@ -24,7 +24,6 @@ use headroom_memory::host_pool::{HostPool, HostReservation};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// One part of a region: its category and exact bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -421,94 +420,6 @@ impl OffloadStore {
     pub fn stats(&self) -> TierStats {
         self.stats.clone()
     }
-
-    fn disk(&mut self) -> &mut Disk {
-        match &mut self.backing {
-            Backing::Disk(d) => d,
-            _ => unreachable!("disk operations run on disk stores only"),
-        }
-    }
-
-    fn has_free(&self) -> bool {
-        matches!(&self.backing, Backing::Disk(d) if !d.free.is_empty())
-    }
-
-    fn take_free(&mut self) -> Result<AlignedBytes, OffloadError> {
-        loop {
-            if let Some(message) = &self.disk().failed {
-                return Err(OffloadError::Workers(message.clone()));
-            }
-            if let Some(b) = self.disk().free.pop() {
-                return Ok(b);
-            }
-            let disk = self.disk();
-            if disk.reading.is_empty() && disk.writing.is_empty() {
-                // Every buffer holds a prefetched region nobody asked for yet: drop the oldest.
-                let oldest = *disk.ready.keys().next().expect("buffers exist");
-                let b = disk.ready.remove(&oldest).expect("present");
-                return Ok(b);
-            }
-            self.settle_one()?;
-        }
-    }
-
-    fn take_ready(&mut self, index: usize) -> Result<AlignedBytes, OffloadError> {
-        loop {
-            if let Some(b) = self.disk().ready.remove(&index) {
-                return Ok(b);
-            }
-            if !self.disk().reading.contains(&index) {
-                self.prefetch(index)?;
-                continue;
-            }
-            self.settle_one()?;
-        }
-    }
-
-    fn submit_write(&mut self, index: usize, buffer: AlignedBytes) -> Result<(), OffloadError> {
-        // Two writes of one region in flight could land out of order: the first one finishes.
-        while self.disk().writing.contains(&index) {
-            self.settle_one()?;
-        }
-        let region = &self.regions[index];
-        let request = Request::Write {
-            region: index,
-            offset: region.offset,
-            bytes: region.bytes,
-            len: region.covered(),
-            buffer,
-        };
-        let disk = self.disk();
-        disk.writing.insert(index);
-        disk.workers.submit(request)
-    }
-
-    /// Waits for one finished transfer and files it.
-    fn settle_one(&mut self) -> Result<(), OffloadError> {
-        let start = Instant::now();
-        let done: Done = self.disk().workers.next_done()?;
-        self.stats.waited_seconds += start.elapsed().as_secs_f64();
-        self.stats.io_seconds += done.seconds;
-        let disk = self.disk();
-        if let Err(e) = done.result {
-            disk.failed = Some(e.to_string());
-            disk.reading.remove(&done.region);
-            disk.writing.remove(&done.region);
-            disk.free.push(done.buffer);
-            return Err(e);
-        }
-        if done.write {
-            disk.writing.remove(&done.region);
-            disk.crcs[done.region] = done.crc;
-            disk.free.push(done.buffer);
-            self.stats.bytes_written += done.bytes as u64;
-        } else {
-            disk.reading.remove(&done.region);
-            disk.ready.insert(done.region, done.buffer);
-            self.stats.bytes_read += done.bytes as u64;
-        }
-        Ok(())
-    }
 }
 
 /// Records whether `buffer` is page-locked, and the pool's reason when it is not.
@@ -527,6 +438,8 @@ impl Drop for OffloadStore {
         let _ = self.wait_idle();
     }
 }
+
+mod transfers;
 
 #[cfg(test)]
 mod tests;

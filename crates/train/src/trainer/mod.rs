@@ -19,6 +19,7 @@ mod group;
 mod guard;
 mod host_grads;
 mod offload;
+mod offload_step;
 mod precision;
 mod save;
 mod schedule;

@@ -5,6 +5,7 @@ pub mod checkpoint;
 pub mod collectives;
 pub mod loader;
 pub mod offload;
+mod offload_training;
 pub mod predict;
 pub mod speed;
 

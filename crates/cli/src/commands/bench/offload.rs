@@ -13,20 +13,17 @@
 //! (`cpu_optimizer_params_per_s`, `pcie_bandwidth_gbps`, `nvme_bandwidth_gbps`), so the
 //! planner's offload times use this machine's figures instead of its defaults.
 //!
+//! The training rows are measured in `offload_training`.
+//!
 //! Not for: correctness (the offload tests hold losses bitwise and bytes exact).
 
 use anyhow::Context;
 use clap::Args;
-use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use headroom_memory::host_pool::HostPool;
 use headroom_memory::{AllocatorConfig, Category, Device};
 use headroom_nn::grad::Grads;
 use headroom_nn::optim::{FlatParams, Optimizer, OptimizerConfig, UpdateRule};
 use headroom_offload::{AlignedBytes, OffloadStore, Part, StoreOptions, TierKind};
-use headroom_train::Trainer;
-use headroom_train::config::{RunConfig, TrainConfig};
-use headroom_train::data::Corpus;
-use headroom_train::strategy::{Offload, ZeroStage};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -82,25 +79,11 @@ struct DiskRates {
 }
 
 #[derive(Debug, Serialize)]
-struct TrainingRow {
-    model: String,
-    mode: String,
-    device_budget: Option<u64>,
-    fits: bool,
-    step_s: f64,
-    vs_none: Option<f64>,
-    peak_device_bytes: u64,
-    host_bytes: u64,
-    disk_bytes: u64,
-    hidden_fraction: Option<f64>,
-}
-
-#[derive(Debug, Serialize)]
 struct OffloadBench {
     update: UpdateRates,
     copy: CopyRates,
     disk: DiskRates,
-    training: Vec<TrainingRow>,
+    training: Vec<super::offload_training::TrainingRow>,
 }
 
 pub fn run(args: OffloadBenchArgs) -> anyhow::Result<()> {
@@ -110,7 +93,7 @@ pub fn run(args: OffloadBenchArgs) -> anyhow::Result<()> {
     let disk = disk_rates(&dir, args.disk_mib << 20)?;
     let training = match args.steps {
         0 => Vec::new(),
-        steps => training(steps, &dir)?,
+        steps => super::offload_training::training(steps, &dir)?,
     };
     let bench = OffloadBench {
         update,
@@ -142,7 +125,7 @@ pub fn run(args: OffloadBenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(super) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
@@ -359,122 +342,6 @@ fn disk_rates(dir: &std::path::Path, bytes: usize) -> anyhow::Result<DiskRates> 
     })
 }
 
-/// Offload modes: (label, ZeRO stage, optimizer tier, parameter tier).
-const MODES: [(&str, u8, Offload, Offload); 5] = [
-    ("none", 1, Offload::None, Offload::None),
-    ("optimizer cpu", 1, Offload::Cpu, Offload::None),
-    ("optimizer nvme", 1, Offload::Nvme, Offload::None),
-    ("all cpu (ZeRO-3)", 3, Offload::Cpu, Offload::Cpu),
-    ("all nvme (ZeRO-3)", 3, Offload::Nvme, Offload::Nvme),
-];
-
-/// The default model, and a 25 M-parameter GPT under a budget only offload fits.
-fn training(steps: u64, dir: &std::path::Path) -> anyhow::Result<Vec<TrainingRow>> {
-    let default = TrainConfig {
-        steps: Some(steps),
-        eval_every: Some(0),
-        eval_batches: Some(1),
-        ..Default::default()
-    }
-    .resolve()?;
-    let large = TrainConfig {
-        layers: Some(8),
-        width: Some(512),
-        heads: Some(8),
-        seq_len: Some(64),
-        micro_batch: Some(1),
-        precision: Some(headroom_train::strategy::Precision::Bf16Mixed),
-        ..default.as_keys()
-    }
-    .resolve()?;
-    let corpus = Corpus::bundled();
-    let mut rows = Vec::new();
-    for (model, base, budgeted) in [("default", &default, false), ("25M, budget", &large, true)] {
-        let configs: Vec<(&str, RunConfig)> = MODES
-            .iter()
-            .map(|&(label, stage, optimizer, params)| {
-                let mut c = base.clone();
-                c.strategy.placement.zero_stage = ZeroStage::new(stage).expect("a stage");
-                c.strategy.placement.offload_optimizer = optimizer;
-                c.strategy.placement.offload_params = params;
-                c.offload_dir = Some(dir.to_path_buf());
-                (label, c)
-            })
-            .collect();
-        // The budget: the optimizer-offload run's reserved peak (which ZeRO-3 offload also
-        // fits); without offload the run does not fit.
-        let budget = match budgeted {
-            false => None,
-            true => {
-                let p = headroom_train::predict::predict(&configs[1].1, &corpus)?;
-                Some(p.memory.peak_reserved_bytes)
-            }
-        };
-        let mut none_s = None;
-        for (label, mut c) in configs {
-            if let Some(b) = budget {
-                c.device_memory = b;
-            }
-            let mut fits = headroom_train::predict::predict(&c, &corpus)?.fits;
-            let mut mode = label.to_string();
-            if !fits && label == "none" {
-                // The reference step time, measured without the budget it does not fit.
-                c.device_memory = u64::MAX / 4;
-                mode = "none (over the budget)".into();
-                fits = true;
-            }
-            if !fits {
-                rows.push(TrainingRow {
-                    model: model.into(),
-                    mode: label.into(),
-                    device_budget: budget,
-                    fits,
-                    step_s: 0.0,
-                    vs_none: None,
-                    peak_device_bytes: 0,
-                    host_bytes: 0,
-                    disk_bytes: 0,
-                    hidden_fraction: None,
-                });
-                continue;
-            }
-            let device = Device::cpu(c.device_memory, AllocatorConfig::default());
-            let mut t = Trainer::on_device(c, &corpus, device)?;
-            t.train(&mut |_| {})?;
-            let r = t.report();
-            // The first step allocates the optimizer state: left out when there are others.
-            let skip = usize::from(r.step_times_s.len() > 1);
-            let step_s = median(r.step_times_s[skip..].to_vec());
-            if label == "none" {
-                none_s = Some(step_s);
-            }
-            let off = r.offload.as_ref();
-            // The disk's transfers, or else the gradient copies; none when nothing moved.
-            let hidden =
-                off.and_then(
-                    |o| match o.stores.iter().find(|s| s.tier == TierKind::Disk) {
-                        Some(s) => Some(s.hidden_fraction()),
-                        None if o.gradient_copy_seconds > 0.0 => Some(o.gradient_hidden_fraction()),
-                        None => None,
-                    },
-                );
-            rows.push(TrainingRow {
-                model: model.into(),
-                mode,
-                device_budget: budget,
-                fits,
-                step_s,
-                vs_none: none_s.map(|n| step_s / n),
-                peak_device_bytes: r.memory.peak_allocated_bytes,
-                host_bytes: off.map_or(0, |o| o.host_total()),
-                disk_bytes: off.map_or(0, |o| o.disk.total()),
-                hidden_fraction: hidden,
-            });
-        }
-    }
-    Ok(rows)
-}
-
 fn print_tables(b: &OffloadBench) {
     let u = &b.update;
     println!(
@@ -515,48 +382,5 @@ fn print_tables(b: &OffloadBench) {
         d.store_write_gb_per_s / d.plain_write_gb_per_s,
         d.store_read_gb_per_s / d.plain_read_gb_per_s
     );
-    if b.training.is_empty() {
-        return;
-    }
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
-        "model",
-        "offload",
-        "device budget",
-        "step (s)",
-        "× none",
-        "device peak",
-        "host",
-        "disk",
-        "transfers hidden",
-    ]);
-    let bytes = headroom_memory::format_bytes;
-    for r in &b.training {
-        let mut row = vec![
-            r.model.clone(),
-            r.mode.clone(),
-            r.device_budget.map_or("-".into(), bytes),
-        ];
-        match r.fits {
-            false => row.extend([
-                "does not fit".to_string(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-            ]),
-            true => row.extend([
-                format!("{:.3}", r.step_s),
-                r.vs_none.map_or("-".into(), |x| format!("{x:.2}")),
-                bytes(r.peak_device_bytes),
-                bytes(r.host_bytes),
-                bytes(r.disk_bytes),
-                r.hidden_fraction
-                    .map_or("-".into(), |h| format!("{:.0} %", 100.0 * h)),
-            ]),
-        }
-        t.add_row(row);
-    }
-    println!("{t}");
+    super::offload_training::print_training(&b.training);
 }
