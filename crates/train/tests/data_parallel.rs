@@ -288,8 +288,11 @@ fn auto_shards_only_as_far_as_the_budget_needs() {
             .recommended()
             .map(|p| p.strategy.placement.zero_stage.number())
     };
-    // Room for replication: DDP (the configured placement, and the least communication) is kept.
-    assert_eq!(choose(peaks[0]), Some(0));
+    // Room for replication: DDP (the configured placement), or ZeRO-1, which sends as much (2Ψ)
+    // and updates a quarter of the parameters, so the speed model may find it faster; never a
+    // stage that shards more than it needs to go faster.
+    let roomy = choose(peaks[0]);
+    assert!(matches!(roomy, Some(0 | 1)), "{roomy:?}");
     // Room only from stage k on: a stage that fits, never a lower one (they do not).
     for k in 1..=3u8 {
         let chosen = choose(peaks[k as usize]).expect("stage k fits");
