@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint as ckpt
 
 DEFAULT_DATA = Path(__file__).resolve().parent / "../../crates/train/data/paradise_lost.txt"
 MASK64 = (1 << 64) - 1
@@ -121,8 +122,10 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab=256, seq_len=128, width=128, layers=4, heads=4, attention="naive"):
+    def __init__(self, vocab=256, seq_len=128, width=128, layers=4, heads=4, attention="naive",
+                 checkpoint="none"):
         super().__init__()
+        self.checkpoint = checkpoint
         self.tok, self.pos = nn.Embedding(vocab, width), nn.Embedding(seq_len, width)
         self.blocks = nn.ModuleList(Block(width, heads, attention) for _ in range(layers))
         self.ln_f = nn.LayerNorm(width, eps=1e-5)
@@ -135,7 +138,12 @@ class GPT(nn.Module):
     def forward(self, idx, targets):
         x = self.tok(idx) + self.pos(torch.arange(idx.size(1), device=idx.device))
         for block in self.blocks:
-            x = block(x)
+            # --checkpoint block: each block's activations recomputed in backward (headroom's
+            # --checkpoint all), non-reentrant as PyTorch recommends.
+            if self.checkpoint == "block" and torch.is_grad_enabled():
+                x = ckpt.checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
         logits = F.linear(self.ln_f(x), self.tok.weight)  # head tied to the token embedding
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
@@ -188,6 +196,7 @@ def main():
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--precision", choices=["fp32", "bf16-mixed"], default="fp32")
     ap.add_argument("--attention", choices=["naive", "sdpa"], default="naive")
+    ap.add_argument("--checkpoint", choices=["none", "block"], default="none")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--json", type=Path, help="also write the results to this file")
@@ -205,7 +214,7 @@ def main():
     if args.width % args.heads:
         ap.error(f"--width {args.width} is not a multiple of --heads {args.heads}")
     model = GPT(seq_len=args.seq_len, width=args.width, layers=args.layers, heads=args.heads,
-                attention=args.attention)
+                attention=args.attention, checkpoint=args.checkpoint)
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
     n_params = sum(p.numel() for p in params)
@@ -252,6 +261,7 @@ def main():
                  else f"gpt {args.layers}x{args.width}, {args.heads} heads",
         "precision": args.precision,
         "attention": args.attention,
+        "checkpoint": args.checkpoint,
         "threads": args.threads,
         "micro_batch": args.micro_batch,
         "accumulation": args.accumulation,
