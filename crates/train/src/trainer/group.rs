@@ -1,11 +1,13 @@
 //! A trainer as one rank of a data-parallel group: what it communicated over a run, against
-//! theory, and every rank's peaks gathered so that rank 0 can report them.
+//! theory, and every rank's peaks gathered so that rank 0 can report them; the ZeRO stage a run
+//! applies for its world size, and the group of one that ZeRO-3 parameter offload runs in alone.
 //!
 //! Not for: the collectives of a step (`step`, `zero`, `shard`).
 
 use super::{TrainError, Trainer};
+use crate::config::RunConfig;
 use crate::report::{CommunicationReport, RANK_PEAKS_ELEMENTS, RankPeaks};
-use headroom_dist::CollectiveCounts;
+use headroom_dist::{CollectiveCounts, Communicator};
 
 impl Trainer {
     /// This rank's communication since `counted_from` (its counts and the step then), over
@@ -54,5 +56,29 @@ impl Trainer {
             .map(|(rank, e)| RankPeaks::decode(rank, e))
             .collect();
         Ok(&self.report.ranks)
+    }
+}
+
+/// The ZeRO stage a run of `world` ranks applies: the configured one in a group, 0 alone
+/// (nothing to shard), except that offloading ZeRO-3 parameters runs stage 3 in a group of one.
+pub(super) fn effective_stage(config: &RunConfig, world: usize) -> u8 {
+    let placement = config.strategy.placement;
+    match world {
+        1 if !placement.offload_params.is_offloaded() => 0,
+        _ => placement.zero_stage.number(),
+    }
+}
+
+/// A group of one rank: a thread group of size one, or for a dry run a shape-only rank.
+pub(super) fn solo_rank(config: &RunConfig, dry: bool) -> Box<dyn Communicator> {
+    match dry {
+        true => Box::new(headroom_dist::ShapeOnlyRank::new(0, 1)),
+        false => {
+            let deadline = std::time::Duration::from_secs_f64(config.collective_timeout_s.max(1.0));
+            let rank = headroom_dist::ThreadGroup::ranks(1, deadline)
+                .pop()
+                .expect("a group of one has one rank");
+            Box::new(rank)
+        }
     }
 }

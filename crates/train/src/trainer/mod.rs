@@ -37,6 +37,7 @@ pub use precision::compute_dtype;
 pub use schedule::learning_rate;
 
 use build::{master_weights, optimizer_config};
+use group::{effective_stage, solo_rank};
 
 use crate::config::RunConfig;
 use crate::data::source::run_loader;
@@ -103,30 +104,6 @@ impl std::fmt::Debug for Trainer {
             .field("model", &self.model.name())
             .field("step", &self.step)
             .finish()
-    }
-}
-
-/// The ZeRO stage a run of `world` ranks applies: the configured one in a group, 0 alone
-/// (nothing to shard), except that offloading ZeRO-3 parameters runs stage 3 in a group of one.
-fn effective_stage(config: &RunConfig, world: usize) -> u8 {
-    let placement = config.strategy.placement;
-    match world {
-        1 if !placement.offload_params.is_offloaded() => 0,
-        _ => placement.zero_stage.number(),
-    }
-}
-
-/// A group of one rank: a thread group of size one, or for a dry run a shape-only rank.
-fn solo_rank(config: &RunConfig, dry: bool) -> Box<dyn Communicator> {
-    match dry {
-        true => Box::new(headroom_dist::ShapeOnlyRank::new(0, 1)),
-        false => {
-            let deadline = std::time::Duration::from_secs_f64(config.collective_timeout_s.max(1.0));
-            let rank = headroom_dist::ThreadGroup::ranks(1, deadline)
-                .pop()
-                .expect("a group of one has one rank");
-            Box::new(rank)
-        }
     }
 }
 

@@ -14,7 +14,6 @@ use super::shard::{
     shard_of,
 };
 use super::trust::{BlockShard, count_shard_sums, update_shard};
-use super::zero::{OffloadedParts, ZeroHooks};
 use super::{TrainError, TrainEvent, Trainer};
 use crate::report::{PHASE_STEPS, Phase, PhaseBytes};
 use crate::scaler::ScalerDecision;
@@ -23,8 +22,7 @@ use headroom_memory::Category;
 use headroom_nn::grad::{GradStats, grad_multiplier, grad_stats};
 use headroom_nn::optim::FlatParams;
 use headroom_tensor::backend::work::work_so_far;
-use headroom_tensor::{DType, Tape, Tensor, with_block_hooks};
-use std::rc::Rc;
+use headroom_tensor::{DType, Tape, Tensor};
 
 /// Fails as `fault` says.
 fn inject(fault: Fault) -> Result<(), TrainError> {
@@ -186,51 +184,6 @@ impl Trainer {
             }
             _ => tape.backward(&scaled, &mut self.grads)?,
         }
-        Ok(value)
-    }
-
-    /// Runs `f` (a forward, with or without its backward) with the ZeRO-2/3 hooks around the
-    /// model's parameter scopes when the stage needs them; afterwards every block's full
-    /// gradient is reduced into its shard and every gathered block released. A collective's
-    /// error takes precedence over the engine error it caused.
-    pub(super) fn with_zero<R>(
-        &mut self,
-        f: impl FnOnce(&mut Self) -> Result<R, TrainError>,
-    ) -> Result<R, TrainError> {
-        if self.zero_stage() < 2 {
-            return f(self);
-        }
-        let comm = self.comm.take().expect("a sharded run has a communicator");
-        let blocks = self.model.blocks().to_vec();
-        let offloaded = match self.offload.as_mut() {
-            Some(o) => OffloadedParts {
-                params: o.params.take(),
-                host_grads: o.host_grads.take(),
-            },
-            None => OffloadedParts::default(),
-        };
-        let hooks = Rc::new(ZeroHooks::new(
-            comm,
-            blocks,
-            self.config.zero_prefetch,
-            offloaded,
-        ));
-        let result = with_block_hooks(hooks.clone(), || f(self));
-        let finished = result.as_ref().ok().map(|_| hooks.finish());
-        let hooks = Rc::try_unwrap(hooks)
-            .ok()
-            .expect("the hooks are uninstalled when the pass returns");
-        let (comm, offloaded, error) = hooks.into_parts();
-        self.comm = Some(comm);
-        if let Some(o) = self.offload.as_mut() {
-            o.params = o.params.take().or(offloaded.params);
-            o.host_grads = o.host_grads.take().or(offloaded.host_grads);
-        }
-        if let Some(e) = error {
-            return Err(e);
-        }
-        let value = result?;
-        finished.transpose()?;
         Ok(value)
     }
 

@@ -18,6 +18,8 @@
 //! parameters (`--offload-params`) a block's shard is read from its store for the gather, and
 //! the store starts reading the block after the prefetched ones (on disk, behind compute).
 //!
+//! `Trainer::with_zero` installs the hooks around a pass.
+//!
 //! Not for: the optimizer step on shards (`step`) or the shards' arithmetic (`shard`).
 
 use super::TrainError;
@@ -26,8 +28,9 @@ use super::offload::widen;
 use super::shard::{gather_into, gather_params, reduce_scatter_into, reduce_scatter_into_host};
 use headroom_dist::Communicator;
 use headroom_offload::OffloadStore;
-use headroom_tensor::{BlockHooks, ParamBlock, TensorError};
+use headroom_tensor::{BlockHooks, ParamBlock, TensorError, with_block_hooks};
 use std::cell::RefCell;
+use std::rc::Rc;
 
 /// The hooks of one rank for one forward and backward pass.
 pub(super) struct ZeroHooks {
@@ -266,5 +269,52 @@ impl BlockHooks for ZeroHooks {
             }
             Ok(())
         })
+    }
+}
+
+impl super::Trainer {
+    /// Runs `f` (a forward, with or without its backward) with the ZeRO-2/3 hooks around the
+    /// model's parameter scopes when the stage needs them; afterwards every block's full
+    /// gradient is reduced into its shard and every gathered block released. A collective's
+    /// error takes precedence over the engine error it caused.
+    pub(super) fn with_zero<R>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<R, TrainError>,
+    ) -> Result<R, TrainError> {
+        if self.zero_stage() < 2 {
+            return f(self);
+        }
+        let comm = self.comm.take().expect("a sharded run has a communicator");
+        let blocks = self.model.blocks().to_vec();
+        let offloaded = match self.offload.as_mut() {
+            Some(o) => OffloadedParts {
+                params: o.params.take(),
+                host_grads: o.host_grads.take(),
+            },
+            None => OffloadedParts::default(),
+        };
+        let hooks = Rc::new(ZeroHooks::new(
+            comm,
+            blocks,
+            self.config.zero_prefetch,
+            offloaded,
+        ));
+        let result = with_block_hooks(hooks.clone(), || f(self));
+        let finished = result.as_ref().ok().map(|_| hooks.finish());
+        let hooks = Rc::try_unwrap(hooks)
+            .ok()
+            .expect("the hooks are uninstalled when the pass returns");
+        let (comm, offloaded, error) = hooks.into_parts();
+        self.comm = Some(comm);
+        if let Some(o) = self.offload.as_mut() {
+            o.params = o.params.take().or(offloaded.params);
+            o.host_grads = o.host_grads.take().or(offloaded.host_grads);
+        }
+        if let Some(e) = error {
+            return Err(e);
+        }
+        let value = result?;
+        finished.transpose()?;
+        Ok(value)
     }
 }
