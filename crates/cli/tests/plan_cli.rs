@@ -89,6 +89,8 @@ fn pinning_every_lever_evaluates_exactly_that_plan() {
         "every:2",
         "--attention",
         "naive",
+        "--loss",
+        "plain",
         "--json",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));

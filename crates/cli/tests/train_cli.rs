@@ -33,6 +33,17 @@ fn run(args: &[String], dir: &Path) -> Output {
     headroom(&refs, dir)
 }
 
+/// Runs `args`, which must succeed, and reads the JSON report they write to `name`.
+fn report_of(args: &[String], dir: &Path, name: &str) -> serde_json::Value {
+    let out = run(args, dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&std::fs::read(dir.join(name)).unwrap()).unwrap()
+}
+
 #[test]
 fn json_report_has_every_member_and_the_peak_breakdown_sums() {
     let dir = tempfile::tempdir().unwrap();
@@ -105,24 +116,15 @@ fn flags_override_the_config_file() {
         "steps = 5\nmicro_batch = 2\nprecision = \"bf16-mixed\"\n",
     )
     .unwrap();
-    let out = run(
-        &tiny(&[
-            "--config",
-            "run.toml",
-            "--steps",
-            "2",
-            "--json-report",
-            "r.json",
-        ]),
-        dir.path(),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("r.json")).unwrap()).unwrap();
+    let args = tiny(&[
+        "--config",
+        "run.toml",
+        "--steps",
+        "2",
+        "--json-report",
+        "r.json",
+    ]);
+    let v = report_of(&args, dir.path(), "r.json");
     assert_eq!(
         v["losses"].as_array().unwrap().len(),
         2,
@@ -141,6 +143,29 @@ fn flags_override_the_config_file() {
             .as_u64()
             .unwrap()
             > 0
+    );
+}
+
+#[test]
+fn a_chunked_loss_is_read_from_the_file_and_a_bad_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("run.toml"), "loss = \"chunked:4\"\n").unwrap();
+    let args = tiny(&[
+        "--config",
+        "run.toml",
+        "--steps",
+        "1",
+        "--json-report",
+        "r.json",
+    ]);
+    let v = report_of(&args, dir.path(), "r.json");
+    assert_eq!(v["config"]["loss"], "chunked:4");
+    let out = run(&tiny(&["--steps", "1", "--loss", "chunked:1"]), dir.path());
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--loss") && err.contains("chunked:K (K ≥ 2"),
+        "{err}"
     );
 }
 

@@ -17,6 +17,10 @@ pub struct Recompute {
     /// recompute attention scores, softmax and attention dropout, and the GELU (with the
     /// projection that consumes it).
     pub selective: bool,
+    /// The output projection and cross-entropy in this many chunks of tokens, each recomputed
+    /// in backward so the logits of the whole micro-batch never exist at once (`--loss
+    /// chunked:K`); 0 or 1 is the plain loss.
+    pub loss_chunks: usize,
 }
 
 impl Recompute {

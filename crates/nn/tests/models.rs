@@ -151,18 +151,22 @@ fn checkpointed_blocks_give_bitwise_equal_gradients() {
         Recompute {
             segments: vec![0..1, 1..2],
             selective: false,
+            ..Default::default()
         },
         Recompute {
             segments: std::iter::once(0..2).collect(),
             selective: false,
+            ..Default::default()
         },
         Recompute {
             segments: std::iter::once(1..2).collect(),
             selective: false,
+            ..Default::default()
         },
         Recompute {
             segments: Vec::new(),
             selective: true,
+            ..Default::default()
         },
     ] {
         let ckpt = run(&recompute);

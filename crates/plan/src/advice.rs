@@ -9,7 +9,7 @@ use crate::cost::memory::Phase;
 use crate::cost::{Plan, Problem, activation, memory};
 use crate::hardware::{self, Hardware};
 use crate::search::search;
-use crate::strategy::{Attention, Checkpoint, Offload, Pins, Placement, Strategy};
+use crate::strategy::{Attention, Checkpoint, Loss, Offload, Pins, Placement, Strategy};
 use crate::workload::{BatchSpec, Workload};
 use headroom_memory::format_bytes;
 use serde::Serialize;
@@ -57,14 +57,25 @@ pub fn explain(problem: &Problem, plan: &Plan) -> Vec<String> {
 
     let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
     let e = s.precision.activation_bytes() as f64;
-    let plain =
-        activation::model_activations(&problem.spec, seq, b, e, Attention::Naive, Checkpoint::None);
+    let plain = activation::model_activations(
+        &problem.spec,
+        seq,
+        b,
+        e,
+        Attention::Naive,
+        Checkpoint::None,
+        Loss::Plain,
+    );
     // The activations the plan keeps during backward (at an optimizer-step peak they are freed
     // and the breakdown at the peak holds none).
-    let act = activation::model_activations(&problem.spec, seq, b, e, s.attention, s.checkpoint)
-        .round() as u64;
+    let act =
+        activation::model_activations(&problem.spec, seq, b, e, s.attention, s.checkpoint, s.loss)
+            .round() as u64;
     let at_step = plan.memory.peak_phase == Phase::OptimizerStep;
-    if s.checkpoint != Checkpoint::None || s.attention == Attention::MemoryEfficient {
+    if s.checkpoint != Checkpoint::None
+        || s.attention == Attention::MemoryEfficient
+        || s.loss != Loss::Plain
+    {
         let recompute = 100.0 * plan.time.recompute_flops / plan.time.model_flops;
         let mut levers = Vec::new();
         if s.checkpoint != Checkpoint::None {
@@ -75,6 +86,11 @@ pub fn explain(problem: &Problem, plan: &Plan) -> Vec<String> {
         }
         if s.attention == Attention::MemoryEfficient {
             levers.push("memory-efficient attention (no s² scores stored)".to_string());
+        }
+        if let Loss::Chunked(k) = s.loss {
+            levers.push(format!(
+                "the loss in {k} chunks (1/{k} of the fp32 logits at once)"
+            ));
         }
         out.push(format!(
             "Activations: {} per GPU at micro-batch {} with naive attention and no checkpointing; {} {} them to {}.",

@@ -21,7 +21,7 @@
 
 use crate::cost::Plan;
 use crate::strategy::{
-    Attention, Checkpoint, Optimizer, Pins, Placement, Precision, Strategy, StrategyError,
+    Attention, Checkpoint, Loss, Optimizer, Pins, Placement, Precision, Strategy, StrategyError,
     changed_levers, largest_fitting,
 };
 use serde::Serialize;
@@ -37,6 +37,7 @@ pub struct Space {
     pub placements: Vec<Placement>,
     pub checkpoints: Vec<Checkpoint>,
     pub attentions: Vec<Attention>,
+    pub losses: Vec<Loss>,
     /// Micro-batch × accumulation splits of the batch per device, largest micro-batch first.
     pub splits: Vec<(u64, u64)>,
 }
@@ -136,14 +137,17 @@ pub fn combinations<E: Evaluator>(
         space.optimizers.iter().flat_map(move |&optimizer| {
             space.placements.iter().flat_map(move |&placement| {
                 space.checkpoints.iter().flat_map(move |&checkpoint| {
-                    space.attentions.iter().map(move |&attention| Strategy {
-                        precision,
-                        optimizer,
-                        placement,
-                        checkpoint,
-                        attention,
-                        micro_batch: 1,
-                        accumulation: 1,
+                    space.attentions.iter().flat_map(move |&attention| {
+                        space.losses.iter().map(move |&loss| Strategy {
+                            precision,
+                            optimizer,
+                            placement,
+                            checkpoint,
+                            attention,
+                            loss,
+                            micro_batch: 1,
+                            accumulation: 1,
+                        })
                     })
                 })
             })

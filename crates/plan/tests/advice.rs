@@ -7,7 +7,7 @@ use headroom_plan::advice::explain;
 use headroom_plan::cost::memory::Phase;
 use headroom_plan::cost::{Problem, evaluate};
 use headroom_plan::strategy::{
-    Attention, Checkpoint, Optimizer, Placement, Precision, Strategy, ZeroStage,
+    Attention, Checkpoint, Loss, Optimizer, Placement, Precision, Strategy, ZeroStage,
 };
 use support::problem;
 
@@ -25,6 +25,7 @@ fn strategy(zero: u8, attention: Attention, micro_batch: u64, accumulation: u64)
         },
         checkpoint: Checkpoint::None,
         attention,
+        loss: Loss::Plain,
         micro_batch,
         accumulation,
     }

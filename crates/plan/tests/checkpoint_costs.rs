@@ -8,7 +8,7 @@ mod support;
 
 use headroom_plan::cost::{Problem, evaluate};
 use headroom_plan::strategy::{
-    Attention, Checkpoint, Optimizer, Placement, Precision, Strategy, ZeroStage,
+    Attention, Checkpoint, Loss, Optimizer, Placement, Precision, Strategy, ZeroStage,
 };
 use support::problem;
 
@@ -26,6 +26,7 @@ fn strategy(checkpoint: Checkpoint, attention: Attention) -> Strategy {
         },
         checkpoint,
         attention,
+        loss: Loss::Plain,
         micro_batch: 1,
         accumulation: 1,
     }

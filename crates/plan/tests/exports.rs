@@ -10,7 +10,7 @@ use headroom_memory::format_bytes;
 use headroom_plan::cost::{Plan, Problem, evaluate};
 use headroom_plan::export::{ExportOptions, accelerate::accelerate_config, deepspeed::ds_config};
 use headroom_plan::strategy::{
-    Attention, Checkpoint, Offload, Optimizer, Placement, Precision, Strategy, ZeroStage,
+    Attention, Checkpoint, Loss, Offload, Optimizer, Placement, Precision, Strategy, ZeroStage,
 };
 use support::problem;
 use support::schemas::{check_accelerate, check_deepspeed};
@@ -40,6 +40,7 @@ fn plan(
             },
             checkpoint: ckpt,
             attention: Attention::MemoryEfficient,
+            loss: Loss::Plain,
             micro_batch: 1,
             accumulation: p.workload.global_batch / world,
         },
@@ -250,4 +251,45 @@ fn single_gpu_and_cpu_offload_exports_match_the_schemas() {
         check_accelerate(&accelerate_config(&p, &pl, &ExportOptions::default()).unwrap());
         check_deepspeed(&ds_config(&p, &pl, &ExportOptions::default()).unwrap());
     }
+}
+
+#[test]
+fn a_chunked_loss_is_named_as_a_model_setting_and_changes_no_key() {
+    let p = problem("llama-3-8b", "H100-80GB", 8, 1, 8192, 8);
+    let plain = plan(
+        &p,
+        Precision::Bf16Mixed,
+        3,
+        Offload::None,
+        Offload::None,
+        Checkpoint::ALL_BLOCKS,
+    );
+    let chunked = evaluate(
+        &p,
+        &Strategy {
+            loss: Loss::Chunked(8),
+            ..plain.strategy
+        },
+    );
+    let opts = ExportOptions::default();
+    let (a, b) = (
+        accelerate_config(&p, &plain, &opts).unwrap(),
+        accelerate_config(&p, &chunked, &opts).unwrap(),
+    );
+    let comment = "# --loss chunked:8 is a model setting here: Liger Kernel's fused linear \
+                   cross-entropy (use_liger_kernel=True";
+    assert!(b.contains(comment) && !a.contains("--loss"), "{b}");
+    // Without its comment lines the YAML is the plain plan's, and it still matches the schema.
+    let keys = |y: &str| -> Vec<String> {
+        y.lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(keys(&a), keys(&b));
+    check_accelerate(&b);
+    assert_eq!(
+        ds_config(&p, &plain, &opts).unwrap(),
+        ds_config(&p, &chunked, &opts).unwrap()
+    );
 }

@@ -8,7 +8,7 @@ use headroom_plan::cost::memory::{MemoryPrediction, Phase};
 use headroom_plan::cost::{Plan, StepTime};
 use headroom_plan::search::{Evaluator, Space, search};
 use headroom_plan::strategy::{
-    Attention, Checkpoint, Optimizer, Pins, Placement, Precision, Strategy, StrategyError,
+    Attention, Checkpoint, Loss, Optimizer, Pins, Placement, Precision, Strategy, StrategyError,
     batch_splits,
 };
 use std::sync::Mutex;
@@ -42,6 +42,7 @@ impl Evaluator for Toy {
             placements: vec![Placement::default()],
             checkpoints: vec![Checkpoint::None, Checkpoint::ALL_BLOCKS],
             attentions: vec![Attention::Naive],
+            losses: vec![Loss::Plain],
             splits: batch_splits(16, None, None),
         })
     }

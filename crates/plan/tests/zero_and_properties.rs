@@ -9,7 +9,8 @@ use headroom_plan::cost::{Problem, activation, evaluate, memory};
 use headroom_plan::model::load_model;
 use headroom_plan::search::{search, strategies};
 use headroom_plan::strategy::{
-    Attention, Checkpoint, Offload, Optimizer, Pins, Placement, Precision, Strategy, ZeroStage,
+    Attention, Checkpoint, Loss, Offload, Optimizer, Pins, Placement, Precision, Strategy,
+    ZeroStage,
 };
 use headroom_plan::workload::{BatchSpec, LoaderSpec, Workload};
 use support::problem;
@@ -24,6 +25,7 @@ fn adam(zero_stage: u8) -> Strategy {
         },
         checkpoint: Checkpoint::None,
         attention: Attention::MemoryEfficient,
+        loss: Loss::Plain,
         micro_batch: 1,
         accumulation: 1,
     }
@@ -135,15 +137,30 @@ fn checkpointing_never_raises_activations() {
         for (s, b) in [(128.0, 1.0), (512.0, 4.0), (2048.0, 2.0)] {
             for attention in [Attention::Naive, Attention::MemoryEfficient] {
                 for e in [2.0, 4.0] {
-                    let none =
-                        activation::model_activations(&spec, s, b, e, attention, Checkpoint::None);
+                    let none = activation::model_activations(
+                        &spec,
+                        s,
+                        b,
+                        e,
+                        attention,
+                        Checkpoint::None,
+                        Loss::Plain,
+                    );
                     for policy in [
                         Checkpoint::Selective,
                         Checkpoint::EveryNth(1),
                         Checkpoint::EveryNth(2),
                         Checkpoint::EveryNth(5),
                     ] {
-                        let with = activation::model_activations(&spec, s, b, e, attention, policy);
+                        let with = activation::model_activations(
+                            &spec,
+                            s,
+                            b,
+                            e,
+                            attention,
+                            policy,
+                            Loss::Plain,
+                        );
                         assert!(with <= none + 1e-6, "{model} {policy}: {with} > {none}");
                     }
                 }
@@ -226,6 +243,7 @@ fn pinning_everything_evaluates_exactly_one_plan() {
         offload_params: Some(Offload::None),
         checkpoint: Some(Checkpoint::ALL_BLOCKS),
         attention: Some(Attention::MemoryEfficient),
+        loss: Some(Loss::Plain),
         ..Pins::default()
     };
     let w = Workload::new(&p.spec, 4096, BatchSpec::Samples(64), Some(2), None, 8).unwrap();

@@ -4,7 +4,7 @@
 //!
 //! Not for: the search itself (the planner's `search`).
 
-use crate::{Attention, Checkpoint, Offload, Optimizer, Precision, Strategy, ZeroStage};
+use crate::{Attention, Checkpoint, Loss, Offload, Optimizer, Precision, Strategy, ZeroStage};
 
 /// Levers fixed by the user; `None` means "search".
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -16,6 +16,7 @@ pub struct Pins {
     pub offload_params: Option<Offload>,
     pub checkpoint: Option<Checkpoint>,
     pub attention: Option<Attention>,
+    pub loss: Option<Loss>,
     pub micro_batch: Option<u64>,
     pub accumulation: Option<u64>,
 }
@@ -38,6 +39,7 @@ impl Pins {
             && keeps(self.offload_params, s.placement.offload_params)
             && keeps(self.checkpoint, s.checkpoint)
             && keeps(self.attention, s.attention)
+            && keeps(self.loss, s.loss)
             && keeps(self.micro_batch, s.micro_batch)
             && keeps(self.accumulation, s.accumulation)
     }
@@ -51,6 +53,7 @@ pub fn changed_levers(s: &Strategy, configured: &Strategy) -> usize {
         + usize::from(s.placement != configured.placement)
         + usize::from(s.checkpoint != configured.checkpoint)
         + usize::from(s.attention != configured.attention)
+        + usize::from(s.loss != configured.loss)
         + usize::from(s.micro_batch != configured.micro_batch)
 }
 

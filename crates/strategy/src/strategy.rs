@@ -1,10 +1,10 @@
 //! A `Strategy`: one combination of the memory levers — precision, optimizer, placement (ZeRO
-//! stage and offload tiers), activation-checkpoint policy, attention, micro-batch and
+//! stage and offload tiers), activation-checkpoint policy, attention, the loss computation, micro-batch and
 //! accumulation. Its JSON and TOML keys are the CLI flags' names.
 //!
 //! Not for: what a strategy costs or which strategies to try (the planner's search).
 
-use crate::{Attention, Checkpoint, Offload, Optimizer, Placement, Precision};
+use crate::{Attention, Checkpoint, Loss, Offload, Optimizer, Placement, Precision};
 use serde::{Deserialize, Serialize};
 
 /// One point of the strategy space.
@@ -16,6 +16,9 @@ pub struct Strategy {
     pub placement: Placement,
     pub checkpoint: Checkpoint,
     pub attention: Attention,
+    /// Plain or chunked cross-entropy (absent in older files: plain).
+    #[serde(default)]
+    pub loss: Loss,
     /// Samples per device per forward/backward.
     pub micro_batch: u64,
     /// Micro-batches accumulated per optimizer step.
@@ -70,7 +73,8 @@ impl Strategy {
     }
 
     /// `fp32, adamw, checkpoint none, naive attention, micro-batch 16 × 1` (without the
-    /// attention for a model that has none; with the placement when it is not local).
+    /// attention for a model that has none; with the placement when it is not local and the
+    /// loss when it is chunked).
     pub fn describe(&self, has_attention: bool) -> String {
         let attention = if has_attention {
             format!(", {} attention", self.attention)
@@ -87,8 +91,12 @@ impl Strategy {
                 self.placement.offload_params
             )
         };
+        let loss = match self.loss {
+            Loss::Plain => String::new(),
+            chunked => format!(", loss {chunked}"),
+        };
         format!(
-            "{}, {}{placement}, checkpoint {}{attention}, micro-batch {} × {}",
+            "{}, {}{placement}, checkpoint {}{attention}{loss}, micro-batch {} × {}",
             self.precision, self.optimizer, self.checkpoint, self.micro_batch, self.accumulation
         )
     }
@@ -114,7 +122,7 @@ mod tests {
             text,
             "{\"precision\":\"fp32\",\"optimizer\":\"adamw\",\"zero_stage\":0,\
              \"offload_optimizer\":\"none\",\"offload_params\":\"none\",\"checkpoint\":\"none\",\
-             \"attention\":\"naive\",\"micro_batch\":4,\"accumulation\":2}"
+             \"attention\":\"naive\",\"loss\":\"plain\",\"micro_batch\":4,\"accumulation\":2}"
         );
         let json: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(json["zero_stage"], 0);

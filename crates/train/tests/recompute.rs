@@ -9,7 +9,7 @@ use headroom_train::config::TrainConfig;
 use headroom_train::data::Corpus;
 use headroom_train::recompute::policy::recompute_for;
 use headroom_train::recompute::{Plan, dry_run};
-use headroom_train::strategy::Checkpoint;
+use headroom_train::strategy::{Checkpoint, Loss};
 
 fn run(model: &str, policy: &str, steps: u64) -> (Vec<u64>, Vec<u32>, u64, Option<u64>) {
     let c = TrainConfig {
@@ -78,13 +78,15 @@ fn budget_plans_fit_and_never_recompute_more_than_sqrt() {
         &headroom_nn::Recompute {
             segments: Plan::sqrt(16).segments,
             selective: false,
+            ..Default::default()
         },
     )
     .unwrap();
     let none_peak =
         dry_run::activation_peak(&spec, dtype, 4, 32, &headroom_nn::Recompute::none()).unwrap();
     for budget in [sqrt_peak, (sqrt_peak + none_peak) / 2, none_peak - 1] {
-        let (_, decision) = recompute_for(Checkpoint::Budget(budget), &spec, dtype, 4, 32).unwrap();
+        let (_, decision) =
+            recompute_for(Checkpoint::Budget(budget), Loss::Plain, &spec, dtype, 4, 32).unwrap();
         let d = decision.unwrap();
         let (plan, cost, peak) = d.optimal;
         assert!(peak <= budget, "budget {budget}: dry-run peak {peak}");
@@ -100,7 +102,15 @@ fn budget_plans_fit_and_never_recompute_more_than_sqrt() {
             );
         }
     }
-    let (_, decision) = recompute_for(Checkpoint::Budget(none_peak), &spec, dtype, 4, 32).unwrap();
+    let (_, decision) = recompute_for(
+        Checkpoint::Budget(none_peak),
+        Loss::Plain,
+        &spec,
+        dtype,
+        4,
+        32,
+    )
+    .unwrap();
     assert_eq!(
         decision.unwrap().optimal.1.recompute,
         0,
@@ -156,6 +166,7 @@ fn activation_bytes_per_policy_match_the_hand_count() {
             &headroom_nn::Recompute {
                 segments,
                 selective: false,
+                ..Default::default()
             },
         )
         .unwrap()

@@ -12,7 +12,7 @@ use headroom_plan::hardware::{self, Hardware, HardwareOverrides};
 use headroom_plan::model::load_model;
 use headroom_plan::search::search;
 use headroom_plan::strategy::{
-    Attention, Checkpoint, Offload, Optimizer, Pins, Precision, ZeroStage, parse_flag,
+    Attention, Checkpoint, Loss, Offload, Optimizer, Pins, Precision, ZeroStage, parse_flag,
 };
 use headroom_plan::workload::{BatchSpec, LoaderSpec, Workload, context_warning};
 use std::path::{Path, PathBuf};
@@ -164,6 +164,10 @@ pub struct PlanArgs {
     /// Pin the attention kind: naive, memory-efficient.
     #[arg(long, value_parser = parse_flag::<Attention>)]
     pub attention: Option<Attention>,
+    /// Pin the loss computation: plain, chunked:K (the output projection and cross-entropy in K
+    /// chunks of tokens, recomputed in backward).
+    #[arg(long, value_parser = parse_flag::<Loss>)]
+    pub loss: Option<Loss>,
     /// Achievable fraction of the dense peak (default 0.45).
     #[arg(long)]
     pub efficiency: Option<f64>,
@@ -289,6 +293,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
         offload_params: args.offload_params,
         checkpoint: args.checkpoint,
         attention: args.attention,
+        loss: args.loss,
         ..Pins::default()
     };
     let problem = Problem::new(spec, hw, workload, cost);

@@ -203,6 +203,7 @@ pub fn plan_rows(plans: &[&Plan], has_attention: bool) -> Vec<PlanRow> {
                     } else {
                         "-".to_string()
                     },
+                    s.loss.to_string(),
                     format!("{}×{}", s.micro_batch, s.accumulation),
                 ],
                 by_category: plan.memory.breakdown.at_peak,
@@ -217,9 +218,9 @@ pub fn plan_rows(plans: &[&Plan], has_attention: bool) -> Vec<PlanRow> {
 /// One row of a table of plans.
 pub struct PlanRow {
     pub fits: bool,
-    /// precision, optimizer, ZeRO stage, offload optimizer/params, checkpoint, attention,
+    /// precision, optimizer, ZeRO stage, offload optimizer/params, checkpoint, attention, loss,
     /// micro-batch × accumulation.
-    pub strategy: [String; 7],
+    pub strategy: [String; 8],
     pub by_category: CategoryBytes,
     pub peak: u64,
     pub step_s: f64,
@@ -247,6 +248,7 @@ pub fn plans_table(rows: &[PlanRow], device: &str) -> String {
         "offload o/p",
         "ckpt",
         "attention",
+        "loss",
         "mb×acc",
     ]
     .iter()

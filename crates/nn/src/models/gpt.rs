@@ -307,8 +307,15 @@ impl Gpt {
         })
     }
 
-    /// Logits `(B, T, V)` for integer ids `(B, T)`.
-    pub fn logits(&self, inputs: &Tensor, recompute: &Recompute) -> Result<Tensor> {
+    /// Mean cross-entropy of integer ids `(B, T)` against targets `(B, T)`: the blocks, the
+    /// final norm, and the output projection with its loss in f32 whatever the compute dtype
+    /// (autocast's fp32 policy for losses), whole or in `recompute.loss_chunks` chunks.
+    fn forward_loss(
+        &self,
+        inputs: &Tensor,
+        targets: &Tensor,
+        recompute: &Recompute,
+    ) -> Result<Tensor> {
         if inputs.rank() != 2 {
             return Err(TensorError::invalid(
                 "Gpt",
@@ -363,7 +370,7 @@ impl Gpt {
             } else {
                 head.param("lm_head.w")?.clone()
             };
-            x.matmul(&w_out) // (B, T, V)
+            x.linear_cross_entropy(&w_out, targets, recompute.loss_chunks)
         })
     }
 }
@@ -382,9 +389,6 @@ impl Model for Gpt {
     }
 
     fn loss(&self, inputs: &Tensor, targets: &Tensor, recompute: &Recompute) -> Result<Tensor> {
-        // The loss is computed in f32 whatever the compute dtype (autocast's fp32 policy for losses).
-        self.logits(inputs, recompute)?
-            .cast(DType::F32)?
-            .cross_entropy(targets)
+        self.forward_loss(inputs, targets, recompute)
     }
 }

@@ -171,10 +171,9 @@ impl Model for ResMlp {
         let x = run_blocks(x, blocks, &recompute.segments, BlockParams::forward)?;
         let last = self.config.depth + 1;
         let head = &self.blocks[last];
-        let logits = param_scope(&[last], &x, |x| {
+        param_scope(&[last], &x, |x| {
             x.layer_norm(head.param("ln_f.w")?, head.param("ln_f.b")?, 1e-5)?
-                .matmul(head.param("out.w")?)
-        })?;
-        logits.cast(DType::F32)?.cross_entropy(targets)
+                .linear_cross_entropy(head.param("out.w")?, targets, recompute.loss_chunks)
+        })
     }
 }

@@ -24,7 +24,7 @@
 //! Not for: parameters, gradients or optimizer states (see `memory`).
 
 use crate::model::{MlpKind, ModelSpec};
-use crate::strategy::{Attention, Checkpoint};
+use crate::strategy::{Attention, Checkpoint, Loss};
 
 /// Bytes of activations one block stores for backward, for micro-batch `b`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -95,11 +95,18 @@ pub fn block(spec: &ModelSpec, s: f64, b: f64, e: f64, attention: Attention) -> 
 }
 
 /// Whole-model activation terms outside the blocks (Korthikanti §4.3 with p = 1): embedding
-/// dropout mask `sbh`, final-norm input and output-projection input `2·e·sbh`, fp32 logits `4sbv`.
-pub fn outside_blocks(spec: &ModelSpec, s: f64, b: f64, e: f64) -> f64 {
-    let (h, v) = (spec.hidden_size as f64, spec.vocab_size as f64);
+/// dropout mask `sbh`, final-norm input and output-projection input `2·e·sbh`, fp32 logits
+/// `4sbv` — or, for a loss in K chunks, one chunk's `4sbv/K`, the logits the first step of
+/// backward recomputes while every other activation is still held.
+pub fn outside_blocks(spec: &ModelSpec, s: f64, b: f64, e: f64, loss: Loss) -> f64 {
+    let h = spec.hidden_size as f64;
     let drop = if spec.dropout { 1.0 } else { 0.0 };
-    drop * s * b * h + 2.0 * e * s * b * h + 4.0 * s * b * v
+    drop * s * b * h + 2.0 * e * s * b * h + logits(spec, s, b, loss)
+}
+
+/// The fp32 logits held at once: `4sbv`, a K-th of it for a chunked loss.
+pub fn logits(spec: &ModelSpec, s: f64, b: f64, loss: Loss) -> f64 {
+    4.0 * s * b * spec.vocab_size as f64 / loss.chunks() as f64
 }
 
 /// Number of blocks a policy recomputes among `n`: one in every `k` (rounded up) for `every:K`,
@@ -125,6 +132,7 @@ pub fn effective_policy(
     e: f64,
     attention: Attention,
     policy: Checkpoint,
+    loss: Loss,
 ) -> Checkpoint {
     if policy == Checkpoint::Selective && attention == Attention::MemoryEfficient {
         return Checkpoint::None;
@@ -135,7 +143,7 @@ pub fn effective_policy(
     let n = spec.total_blocks();
     std::iter::once(Checkpoint::None)
         .chain((1..=n).rev().map(Checkpoint::EveryNth))
-        .find(|&c| model_activations(spec, s, b, e, attention, c) <= budget as f64)
+        .find(|&c| model_activations(spec, s, b, e, attention, c, loss) <= budget as f64)
         .unwrap_or(Checkpoint::ALL_BLOCKS)
 }
 
@@ -153,11 +161,12 @@ pub fn model_activations(
     e: f64,
     attention: Attention,
     policy: Checkpoint,
+    loss: Loss,
 ) -> f64 {
     let blk = block(spec, s, b, e, attention);
     let n = spec.total_blocks();
-    let outside = outside_blocks(spec, s, b, e);
-    let policy = effective_policy(spec, s, b, e, attention, policy);
+    let outside = outside_blocks(spec, s, b, e, loss);
+    let policy = effective_policy(spec, s, b, e, attention, policy, loss);
     let blocks = match policy {
         Checkpoint::None => n as f64 * blk.full(),
         Checkpoint::Selective => n as f64 * blk.linear_part + blk.core_attention,
@@ -210,7 +219,15 @@ mod tests {
         let blk = block(&spec, s, b, e, Attention::Naive);
         assert_eq!(blk.full(), e * s * b * (2.0 * 128.0 + 2.0 * 512.0));
         assert_eq!(blk.core_attention, 0.0);
-        let all = model_activations(&spec, s, b, e, Attention::Naive, Checkpoint::None);
+        let all = model_activations(
+            &spec,
+            s,
+            b,
+            e,
+            Attention::Naive,
+            Checkpoint::None,
+            Loss::Plain,
+        );
         assert_eq!(
             all,
             16.0 * blk.full() + 2.0 * e * s * b * 128.0 + 4.0 * s * b * 256.0
@@ -239,8 +256,16 @@ mod tests {
         let (s, b, e) = (32.0, 8.0, 4.0);
         let full = e * s * b * (2.0 * 128.0 + 2.0 * 512.0);
         let input = e * s * b * 128.0;
-        let outside = outside_blocks(&spec, s, b, e);
-        let sqrt = model_activations(&spec, s, b, e, Attention::Naive, Checkpoint::Sqrt);
+        let outside = outside_blocks(&spec, s, b, e, Loss::Plain);
+        let sqrt = model_activations(
+            &spec,
+            s,
+            b,
+            e,
+            Attention::Naive,
+            Checkpoint::Sqrt,
+            Loss::Plain,
+        );
         assert_eq!(sqrt, 4.0 * input + 4.0 * full - input + outside);
         assert_eq!(checkpointed_blocks(Checkpoint::Sqrt, 16), 16);
     }
@@ -249,7 +274,7 @@ mod tests {
     fn a_budget_buys_the_least_recomputation_that_fits_it() {
         let spec = ModelSpec::dense("resmlp", crate::model::Family::ResMlp, 256, 128, 16, 512);
         let (s, b, e) = (32.0, 8.0, 4.0);
-        let act = |c| model_activations(&spec, s, b, e, Attention::Naive, c);
+        let act = |c| model_activations(&spec, s, b, e, Attention::Naive, c, Loss::Plain);
         let resolve = |budget: f64| {
             effective_policy(
                 &spec,
@@ -258,6 +283,7 @@ mod tests {
                 e,
                 Attention::Naive,
                 Checkpoint::Budget(budget as u64),
+                Loss::Plain,
             )
         };
         // Enough for everything: nothing recomputed.

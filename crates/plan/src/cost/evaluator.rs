@@ -9,7 +9,8 @@ use super::{Plan, Problem, evaluate};
 use crate::error::PlanError;
 use crate::search::{Evaluator, Space};
 use crate::strategy::{
-    Attention, Checkpoint, Offload, Optimizer, Pins, Placement, Precision, Strategy, ZeroStage,
+    Attention, Checkpoint, Loss, Offload, Optimizer, Pins, Placement, Precision, Strategy,
+    ZeroStage,
 };
 
 /// Checkpoint policies tried when not pinned.
@@ -80,6 +81,7 @@ impl Evaluator for Problem {
             placements,
             checkpoints: pins.checkpoint.map_or(CHECKPOINTS.to_vec(), |c| vec![c]),
             attentions: Attention::ALL.to_vec(),
+            losses: pins.loss.map_or(Loss::SEARCHED.to_vec(), |l| vec![l]),
             splits,
         })
     }

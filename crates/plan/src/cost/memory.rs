@@ -212,12 +212,13 @@ fn communication_bytes(problem: &Problem, s: &Strategy) -> f64 {
 }
 
 /// Transient workspace in backward, not live at the same time: the fp32 gradient of the logits
-/// (4·sbv), then per layer the naive attention's score gradients (2·e·as²b).
+/// (4·sbv, one chunk's for a chunked loss), then per layer the naive attention's score
+/// gradients (2·e·as²b).
 fn backward_workspace_bytes(problem: &Problem, s: &Strategy) -> f64 {
     let spec = &problem.spec;
     let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
     let e = s.precision.activation_bytes() as f64;
-    let logits_grad = 4.0 * seq * b * spec.vocab_size as f64;
+    let logits_grad = activation::logits(spec, seq, b, s.loss);
     let attn_bwd = match s.attention {
         Attention::Naive => 2.0 * e * spec.num_heads as f64 * seq * seq * b,
         Attention::MemoryEfficient => 0.0,
@@ -256,7 +257,8 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
     let e = s.precision.activation_bytes() as f64;
     let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
     let comm = communication_bytes(problem, s);
-    let activations = activation::model_activations(spec, seq, b, e, s.attention, s.checkpoint);
+    let activations =
+        activation::model_activations(spec, seq, b, e, s.attention, s.checkpoint, s.loss);
     // input_ids, attention_mask and labels as int64.
     let input = 3.0 * 8.0 * seq * b;
 

@@ -5,7 +5,8 @@
 //!   et al. App. A: `72·B·L·s·h²·(s/6h)` = `12·B·L·s²·h`). P_active counts every dense projection
 //!   including the LM head, MoE experts scaled by `k/E`; embedding lookups are not matmuls.
 //! - Recompute FLOPs: the forward of every checkpointed block; for selective recomputation the
-//!   core attention forward `4·s·q·T` per layer.
+//!   core attention forward `4·s·q·T` per layer; for a chunked loss the output projection's
+//!   forward `2·h·v·T`.
 //! - Compute time: FLOPs / (N · dense peak of the precision · efficiency). fp32 uses the fp32
 //!   peak (PyTorch disables TF32 matmuls by default).
 //! - Naive attention moves its s² scores through HBM (written, softmax read+write, read by
@@ -27,7 +28,7 @@
 //! Not for: memory (see `memory`).
 
 use super::{Problem, activation, memory};
-use crate::strategy::{Attention, Checkpoint, Offload, Precision, Strategy};
+use crate::strategy::{Attention, Checkpoint, Loss, Offload, Precision, Strategy};
 use serde::Serialize;
 
 /// Time of one optimizer step (all devices in parallel), as either evaluator predicts it: the
@@ -140,7 +141,12 @@ fn flops(problem: &Problem, s: &Strategy) -> (f64, f64) {
             share * (2.0 * f.active_block_matmul_params * tokens + attention_flops / 3.0)
         }
     };
-    (model_flops, recompute_flops)
+    // A chunked loss runs the output projection's forward again in backward.
+    let loss_recompute = match s.loss {
+        Loss::Plain => 0.0,
+        Loss::Chunked(_) => 2.0 * spec.hidden_size as f64 * spec.vocab_size as f64 * tokens,
+    };
+    (model_flops, recompute_flops + loss_recompute)
 }
 
 /// The checkpoint policy the model charges (`budget:SIZE` resolved).
@@ -152,6 +158,7 @@ fn effective_policy(problem: &Problem, s: &Strategy) -> Checkpoint {
         s.precision.activation_bytes() as f64,
         s.attention,
         s.checkpoint,
+        s.loss,
     )
 }
 

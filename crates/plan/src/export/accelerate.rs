@@ -12,7 +12,7 @@
 use super::{ExportOptions, fidelity};
 use crate::cost::{Plan, Problem};
 use crate::error::{PlanError, Result};
-use crate::strategy::{Checkpoint, Offload, Precision};
+use crate::strategy::{Checkpoint, Loss, Offload, Precision};
 
 /// Builds the YAML text of `plan`.
 pub fn accelerate_config(problem: &Problem, plan: &Plan, opts: &ExportOptions) -> Result<String> {
@@ -108,6 +108,11 @@ pub fn accelerate_config(problem: &Problem, plan: &Plan, opts: &ExportOptions) -
         y += &format!(
             "# --checkpoint {} is a model setting here: call gradient_checkpointing_enable() (every block) or apply the policy in the model code\n",
             s.checkpoint
+        );
+    }
+    if let Loss::Chunked(k) = s.loss {
+        y += &format!(
+            "# --loss chunked:{k} is a model setting here: Liger Kernel's fused linear cross-entropy (use_liger_kernel=True in Transformers' TrainingArguments) holds as little; torchtune's CEWithChunkedOutputLoss(num_output_chunks={k}) upcasts one chunk at a time but keeps the 16-bit logits\n"
         );
     }
     y += "downcast_bf16: 'no'\n";

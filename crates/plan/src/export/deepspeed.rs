@@ -7,8 +7,9 @@
 //! cost model charged. Pure bf16 uses the `bf16` section's `bf16_master_weights_and_grads` and
 //! `bf16_optimizer_states` (DeepSpeed PR #7700, blogs/core_api_update), which DeepSpeed accepts
 //! with ZeRO stage 1–3 only; at stage 0 the export is refused with the cost of fp32 states.
-//! Activation checkpointing and attention kind are model-side settings in Hugging Face
-//! (`gradient_checkpointing_enable()`, `attn_implementation`) and are not part of ds_config.
+//! Activation checkpointing, attention kind and a chunked loss are model-side settings in
+//! Hugging Face (`gradient_checkpointing_enable()`, `attn_implementation`, Liger Kernel's fused
+//! linear cross-entropy through `use_liger_kernel=True`) and are not part of ds_config.
 
 use super::{ExportOptions, fidelity};
 use crate::cost::{Plan, Problem};

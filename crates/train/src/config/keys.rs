@@ -14,8 +14,8 @@ use super::{ConfigError, describe_toml_error};
 use crate::data::SamplerKind;
 use headroom_memory::size::ByteSize;
 use headroom_strategy::{
-    Attention, Checkpoint, Offload, Optimizer, Pins, Placement, Precision, Strategy, StrategyError,
-    ZeroStage, parse_flag,
+    Attention, Checkpoint, Loss, Offload, Optimizer, Pins, Placement, Precision, Strategy,
+    StrategyError, ZeroStage, parse_flag,
 };
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -97,6 +97,11 @@ pub struct TrainConfig {
     /// Attention implementation: naive, memory-efficient.
     #[arg(long, value_parser = parse_flag::<Attention>)]
     pub attention: Option<Attention>,
+    /// Loss computation: plain (the logits of the whole micro-batch at once) or chunked:K (the
+    /// output projection and cross-entropy in K chunks of tokens, each recomputed in backward,
+    /// so the batch × sequence × vocabulary logits never exist at once).
+    #[arg(long, value_parser = parse_flag::<Loss>)]
+    pub loss: Option<Loss>,
     /// Save the run (weights, optimizer state, data position) under this directory.
     #[arg(long, value_name = "DIR", visible_alias = "checkpoint-dir")]
     #[serde(alias = "checkpoint_dir")]
@@ -233,6 +238,7 @@ impl TrainConfig {
             data,
             checkpoint,
             attention,
+            loss,
             save_dir,
             save_every,
             oom_recovery,
@@ -262,6 +268,7 @@ impl TrainConfig {
             offload_params: self.offload_params,
             checkpoint: self.checkpoint,
             attention: self.attention,
+            loss: self.loss,
             micro_batch: self.micro_batch.map(|m| m as u64),
             accumulation: self.accumulation.map(|a| a as u64),
         }
@@ -386,6 +393,7 @@ impl TrainConfig {
             },
             checkpoint: self.checkpoint.unwrap_or_default(),
             attention: self.attention.unwrap_or_default(),
+            loss: self.loss.unwrap_or_default(),
             micro_batch: micro_batch as u64,
             accumulation: accumulation as u64,
         };

@@ -4,10 +4,11 @@
 //!
 //! - refused: what defines the run's numbers — model and shape, dropout, precision, optimizer,
 //!   seed, data, sampler — and the effective batch (micro-batch × accumulation);
-//! - allowed and reported: the split of the same effective batch, the checkpoint policy and the
-//!   attention kind (memory levers; the same mathematics), the device budget, the number of
-//!   steps, the schedule and optimizer hyperparameters, evaluation, saving and recovery, and
-//!   the data loader (workers, prefetch, host memory, pinning: the batches are the same).
+//! - allowed and reported: the split of the same effective batch, the checkpoint policy, the
+//!   attention kind and the loss computation (memory levers; the same mathematics), the device
+//!   budget, the number of steps, the schedule and optimizer hyperparameters, evaluation, saving
+//!   and recovery, and the data loader (workers, prefetch, host memory, pinning: the batches are
+//!   the same).
 //!
 //! Not for: reading the save (see `crate::save`).
 
@@ -119,6 +120,7 @@ impl RunConfig {
             data: self.data.clone(),
             checkpoint: Some(s.checkpoint),
             attention: Some(s.attention),
+            loss: Some(s.loss),
             save_dir: self.save_dir.clone(),
             save_every: Some(self.save_every),
             oom_recovery: Some(self.oom_recovery),

@@ -89,6 +89,7 @@ pub fn analytical_memory(config: &RunConfig) -> Result<Analytical, TrainError> {
         strategy.precision.activation_bytes() as f64,
         strategy.attention,
         strategy.checkpoint,
+        strategy.loss,
     )
     .round() as u64;
     let problem = Problem::new(spec, hw, workload, CostModel::default());

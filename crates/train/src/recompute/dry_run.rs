@@ -117,6 +117,7 @@ pub fn measure_chain(
         &Recompute {
             segments: std::iter::once(0..n).collect(),
             selective: false,
+            ..Default::default()
         },
     )?;
     let per_block = after_forward(
@@ -127,6 +128,7 @@ pub fn measure_chain(
         &Recompute {
             segments: (0..n).map(|i| i..i + 1).collect(),
             selective: false,
+            ..Default::default()
         },
     )?;
     let input = if n > 1 {

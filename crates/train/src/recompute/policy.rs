@@ -11,7 +11,7 @@ use crate::recompute::{Plan, PlanCost, chen, dry_run, optimal_plan};
 use headroom_memory::size::format_bytes;
 use headroom_nn::Recompute;
 use headroom_nn::models::ModelSpec;
-use headroom_strategy::Checkpoint;
+use headroom_strategy::{Checkpoint, Loss};
 use headroom_tensor::{DType, TensorError};
 
 /// The plans a budget was decided between, for logs and the benchmark.
@@ -25,34 +25,40 @@ pub struct BudgetDecision {
     pub optimal: (Plan, PlanCost, u64),
 }
 
-/// What a policy recomputes for a model of `depth` repeated blocks. `budget:SIZE` measures the
-/// model by dry runs on a shape-only device (`spec`, `dtype`, `micro_batch`, `seq_len`) and
-/// returns the decision too.
+/// What a policy recomputes for a model of `depth` repeated blocks, with the loss computed as
+/// `loss` (a chunked loss recomputes each chunk's logits). `budget:SIZE` measures the model by
+/// dry runs on a shape-only device (`spec`, `dtype`, `micro_batch`, `seq_len`) and returns the
+/// decision too.
 pub fn recompute_for(
     policy: Checkpoint,
+    loss: Loss,
     spec: &ModelSpec,
     dtype: DType,
     micro_batch: usize,
     seq_len: usize,
 ) -> Result<(Recompute, Option<BudgetDecision>), PolicyError> {
     let depth = spec.depth();
+    let loss_chunks = loss.chunks() as usize;
     let segments = |plan: Plan| Recompute {
         segments: plan.segments,
         selective: false,
+        loss_chunks,
     };
     Ok(match policy {
-        Checkpoint::None => (Recompute::none(), None),
+        Checkpoint::None => (segments(Plan::none()), None),
         Checkpoint::EveryNth(k) => (segments(Plan::every_kth(depth, k as usize)), None),
         Checkpoint::Sqrt => (segments(Plan::sqrt(depth)), None),
         Checkpoint::Selective => (
             Recompute {
                 segments: Vec::new(),
                 selective: true,
+                loss_chunks,
             },
             None,
         ),
         Checkpoint::Budget(budget) => {
-            let decision = decide_budget(budget, spec, dtype, micro_batch, seq_len)?;
+            let shape = (micro_batch, seq_len);
+            let decision = decide_budget(budget, loss_chunks, spec, dtype, shape)?;
             (segments(decision.optimal.0.clone()), Some(decision))
         }
     })
@@ -69,10 +75,10 @@ pub enum PolicyError {
 
 fn decide_budget(
     budget: u64,
+    loss_chunks: usize,
     spec: &ModelSpec,
     dtype: DType,
-    micro_batch: usize,
-    seq_len: usize,
+    (micro_batch, seq_len): (usize, usize),
 ) -> Result<BudgetDecision, PolicyError> {
     let chain = dry_run::measure_chain(spec, dtype, micro_batch, seq_len)?;
     let measure = |plan: &Plan| {
@@ -84,6 +90,7 @@ fn decide_budget(
             &Recompute {
                 segments: plan.segments.clone(),
                 selective: false,
+                loss_chunks,
             },
         )
     };

@@ -19,11 +19,15 @@ impl Trainer {
             .try_validation_batches(self.config.micro_batch(), self.config.eval_batches)
             .map_err(crate::data::DataError::from)?;
         let mut sum = 0.0;
+        // Nothing is kept for backward, but a chunked loss still holds one chunk's logits.
+        let plan = Recompute {
+            loss_chunks: self.recompute.loss_chunks,
+            ..Recompute::none()
+        };
         for batch in &batches {
             let (x, y) = self.batch_tensors(batch)?;
             // Under ZeRO-3 the blocks are gathered for the forward.
-            let loss =
-                self.with_zero(|t| Ok(no_grad(|| t.model.loss(&x, &y, &Recompute::none()))?))?;
+            let loss = self.with_zero(|t| Ok(no_grad(|| t.model.loss(&x, &y, &plan))?))?;
             if !self.dry {
                 sum += loss.to_scalar_f32()? as f64;
             }

@@ -155,6 +155,7 @@ impl Trainer {
         let sampler = run_loader(&config, corpus, &spec, seq_len, ranks, !device.is_backed())?;
         let (recompute, budget_decision) = recompute_for(
             config.strategy.checkpoint,
+            config.strategy.loss,
             &spec,
             compute_dtype(precision),
             config.micro_batch(),
@@ -350,6 +351,7 @@ impl Trainer {
         self.report.config = self.config.clone();
         (self.recompute, self.budget_decision) = recompute_for(
             self.config.strategy.checkpoint,
+            self.config.strategy.loss,
             &self.spec,
             compute_dtype(self.precision),
             micro_batch,

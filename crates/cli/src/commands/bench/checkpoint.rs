@@ -15,7 +15,7 @@ use headroom_memory::{AllocatorConfig, Category, Device};
 use headroom_nn::Recompute;
 use headroom_nn::models::gpt::Attention;
 use headroom_nn::models::{ModelSpec, ResMlpConfig, build_model, preset};
-use headroom_plan::strategy::{Checkpoint, largest_fitting};
+use headroom_plan::strategy::{Checkpoint, Loss, largest_fitting};
 use headroom_tensor::{DType, Gradients, Tape, Tensor};
 use headroom_train::recompute::policy::recompute_for;
 use headroom_train::recompute::{Plan, dry_run};
@@ -102,7 +102,7 @@ fn recompute_of(
         "budget" => Checkpoint::Budget(sqrt_peak),
         other => other.parse()?,
     };
-    Ok(recompute_for(p, spec, DType::F32, micro_batch, seq_len)?.0)
+    Ok(recompute_for(p, Loss::Plain, spec, DType::F32, micro_batch, seq_len)?.0)
 }
 
 /// Median seconds of one forward + backward under `recompute` on a CPU device.
@@ -171,6 +171,7 @@ pub fn run(args: CheckpointBenchArgs) -> anyhow::Result<()> {
         let sqrt = Recompute {
             segments: Plan::sqrt(depth).segments,
             selective: false,
+            ..Default::default()
         };
         let sqrt_peak =
             dry_run::activation_peak(&spec, DType::F32, args.micro_batch, args.seq_len, &sqrt)?;

@@ -1,5 +1,5 @@
 //! The strategies `--auto` searches for headroom's engine: precision × optimizer × checkpoint
-//! policy × attention grouped by fidelity tier — each narrowed to what the user pinned — plus
+//! policy × attention × loss grouped by fidelity tier — each narrowed to what the user pinned — plus
 //! the shapes the speed model is calibrated at.
 //!
 //! Not for: the search itself (the planner's `search`, shared with the analytical model).
@@ -7,7 +7,9 @@
 use super::speed::CalibrationShapes;
 use headroom_nn::models::ModelSpec;
 use headroom_plan::search::Space;
-use headroom_strategy::{Attention, Checkpoint, Optimizer, Pins, Placement, Precision, ZeroStage};
+use headroom_strategy::{
+    Attention, Checkpoint, Loss, Optimizer, Pins, Placement, Precision, ZeroStage,
+};
 
 /// The values `--auto` tries on each axis for `spec` on `world` data-parallel ranks (pinned
 /// values replace them; the search applies the pins and groups by fidelity tier). `splits` are
@@ -76,12 +78,16 @@ pub(crate) fn engine_space(spec: &ModelSpec, pins: &Pins, world: usize) -> Space
             .collect(),
         (None, false) => vec![offload],
     };
+    // The plain loss, or chunked:8 where the logits are what does not fit (the dry run times
+    // the recomputed projection).
+    let losses = pins.loss.map_or(Loss::SEARCHED.to_vec(), |l| vec![l]);
     Space {
         precisions,
         optimizers,
         placements,
         checkpoints,
         attentions,
+        losses,
         splits: Vec::new(),
     }
 }
