@@ -103,6 +103,49 @@ fn pinning_every_lever_evaluates_exactly_that_plan() {
 }
 
 #[test]
+fn the_step_in_backward_is_planned_on_one_gpu_and_refused_on_several() {
+    let one = headroom(&[
+        "plan",
+        "--model",
+        "llama-2-7b",
+        "--gpu",
+        "A100-80GB",
+        "--seq-len",
+        "1024",
+        "--global-batch",
+        "1",
+        "--precision",
+        "bf16",
+        "--optimizer-in-backward",
+        "--json",
+    ]);
+    assert!(one.status.success(), "{}", stderr(&one));
+    let v = json(&one);
+    assert_eq!(v["recommended"]["strategy"]["optimizer_in_backward"], true);
+    assert_eq!(v["recommended"]["strategy"]["accumulation"], 1);
+    let eight = headroom(&[
+        "plan",
+        "--model",
+        "llama-2-7b",
+        "--gpu",
+        "A100-80GB",
+        "--gpus-per-node",
+        "8",
+        "--seq-len",
+        "1024",
+        "--global-batch",
+        "8",
+        "--optimizer-in-backward",
+    ]);
+    assert!(!eight.status.success());
+    let e = stderr(&eight);
+    assert!(
+        e.contains("--optimizer-in-backward") && e.contains("8 GPUs"),
+        "{e}"
+    );
+}
+
+#[test]
 fn nothing_fits_reports_missing_bytes_and_exits_non_zero() {
     let o = headroom(&[
         "plan",

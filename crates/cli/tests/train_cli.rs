@@ -170,6 +170,44 @@ fn a_chunked_loss_is_read_from_the_file_and_a_bad_one_is_refused() {
 }
 
 #[test]
+fn the_step_in_backward_holds_fewer_gradient_bytes_and_refuses_accumulation() {
+    let dir = tempfile::tempdir().unwrap();
+    let steps = ["--steps", "2", "--grad-clip", "0", "--json-report"];
+    let plain = report_of(
+        &tiny(&[&steps[..], &["plain.json"]].concat()),
+        dir.path(),
+        "plain.json",
+    );
+    let fused = report_of(
+        &tiny(&[&["--optimizer-in-backward"], &steps[..], &["fused.json"]].concat()),
+        dir.path(),
+        "fused.json",
+    );
+    assert_eq!(fused["config"]["optimizer_in_backward"], true);
+    assert_eq!(plain["losses"], fused["losses"], "the same step, bitwise");
+    let grad = |v: &serde_json::Value| v["peak_bytes_by_category"]["gradient"].as_u64().unwrap();
+    assert!(
+        grad(&fused) < grad(&plain),
+        "{} vs {}",
+        grad(&fused),
+        grad(&plain)
+    );
+    let out = run(
+        &tiny(&[
+            "--steps",
+            "1",
+            "--optimizer-in-backward",
+            "--accumulation",
+            "2",
+        ]),
+        dir.path(),
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--accumulation 1"), "{err}");
+}
+
+#[test]
 fn malformed_config_names_the_key_and_line() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(

@@ -38,8 +38,19 @@ pub struct Space {
     pub checkpoints: Vec<Checkpoint>,
     pub attentions: Vec<Attention>,
     pub losses: Vec<Loss>,
+    /// Whether the optimizer step runs in backward.
+    pub in_backward: Vec<bool>,
     /// Micro-batch × accumulation splits of the batch per device, largest micro-batch first.
     pub splits: Vec<(u64, u64)>,
+}
+
+/// Whether the optimizer step runs in backward: both where one device runs alone, else off.
+pub fn in_backward_values(pins: &Pins, world: u64) -> Vec<bool> {
+    match (pins.optimizer_in_backward, world) {
+        (Some(b), _) => vec![b],
+        (None, 1) => vec![false, true],
+        (None, _) => vec![false],
+    }
 }
 
 /// One way of predicting a strategy's memory and time.
@@ -138,15 +149,18 @@ pub fn combinations<E: Evaluator>(
             space.placements.iter().flat_map(move |&placement| {
                 space.checkpoints.iter().flat_map(move |&checkpoint| {
                     space.attentions.iter().flat_map(move |&attention| {
-                        space.losses.iter().map(move |&loss| Strategy {
-                            precision,
-                            optimizer,
-                            placement,
-                            checkpoint,
-                            attention,
-                            loss,
-                            micro_batch: 1,
-                            accumulation: 1,
+                        space.losses.iter().flat_map(move |&loss| {
+                            space.in_backward.iter().map(move |&in_backward| Strategy {
+                                precision,
+                                optimizer,
+                                placement,
+                                checkpoint,
+                                attention,
+                                loss,
+                                optimizer_in_backward: in_backward,
+                                micro_batch: 1,
+                                accumulation: 1,
+                            })
                         })
                     })
                 })
@@ -183,8 +197,22 @@ pub fn strategies<E: Evaluator>(evaluator: &E, pins: &Pins) -> Result<Vec<Strate
     let combos = combinations(evaluator, &space, pins)?;
     Ok(combos
         .iter()
-        .flat_map(|c| space.splits.iter().map(|split| with_split(c, split)))
+        .flat_map(|c| {
+            splits_for(c, &space.splits)
+                .into_iter()
+                .map(|split| with_split(c, &split))
+        })
         .collect())
+}
+
+/// The splits `combo` can run with: all of them, or the one without accumulation when the
+/// optimizer step runs in backward.
+fn splits_for(combo: &Strategy, splits: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    splits
+        .iter()
+        .copied()
+        .filter(|&(_, accumulation)| !combo.optimizer_in_backward || accumulation == 1)
+        .collect()
 }
 
 fn with_split(combo: &Strategy, &(micro_batch, accumulation): &(u64, u64)) -> Strategy {
@@ -227,7 +255,7 @@ pub fn search<E: Evaluator>(
     let mut rejected = Vec::new();
     if evaluator.exhaustive() {
         for combo in &combos {
-            for split in &space.splits {
+            for split in &splits_for(combo, &space.splits) {
                 let plan = evaluate(&with_split(combo, split))?;
                 if plan.fits {
                     fitting.push(plan);
@@ -240,7 +268,7 @@ pub fn search<E: Evaluator>(
         for tier in by_tier(combos) {
             let outcomes = parallel_map(&tier, |combo| {
                 largest_fitting(
-                    &space.splits,
+                    &splits_for(combo, &space.splits),
                     |split| evaluate(&with_split(combo, split)),
                     |p| p.fits,
                 )

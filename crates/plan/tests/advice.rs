@@ -26,6 +26,7 @@ fn strategy(zero: u8, attention: Attention, micro_batch: u64, accumulation: u64)
         checkpoint: Checkpoint::None,
         attention,
         loss: Loss::Plain,
+        optimizer_in_backward: false,
         micro_batch,
         accumulation,
     }

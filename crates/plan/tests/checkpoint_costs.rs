@@ -27,6 +27,7 @@ fn strategy(checkpoint: Checkpoint, attention: Attention) -> Strategy {
         checkpoint,
         attention,
         loss: Loss::Plain,
+        optimizer_in_backward: false,
         micro_batch: 1,
         accumulation: 1,
     }

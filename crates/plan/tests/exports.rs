@@ -41,6 +41,7 @@ fn plan(
             checkpoint: ckpt,
             attention: Attention::MemoryEfficient,
             loss: Loss::Plain,
+            optimizer_in_backward: false,
             micro_batch: 1,
             accumulation: p.workload.global_batch / world,
         },
@@ -292,4 +293,39 @@ fn a_chunked_loss_is_named_as_a_model_setting_and_changes_no_key() {
         ds_config(&p, &plain, &opts).unwrap(),
         ds_config(&p, &chunked, &opts).unwrap()
     );
+}
+
+#[test]
+fn the_step_in_backward_is_refused_with_what_the_tools_would_hold_instead() {
+    let p = problem("llama-2-7b", "RTX-4090", 1, 1, 1024, 1);
+    let ordinary = plan(
+        &p,
+        Precision::Bf16,
+        0,
+        Offload::None,
+        Offload::None,
+        Checkpoint::ALL_BLOCKS,
+    );
+    let fused = evaluate(
+        &p,
+        &Strategy {
+            optimizer_in_backward: true,
+            ..ordinary.strategy
+        },
+    );
+    let extra = ordinary.memory.per_device_peak_bytes - fused.memory.per_device_peak_bytes;
+    let opts = ExportOptions::default();
+    for e in [
+        ds_config(&p, &fused, &opts).unwrap_err().to_string(),
+        accelerate_config(&p, &fused, &opts)
+            .unwrap_err()
+            .to_string(),
+    ] {
+        assert!(
+            e.contains("optimizer_in_bwd")
+                && e.contains(&headroom_memory::format_bytes(extra))
+                && e.contains("--optimizer-in-backward false"),
+            "{e}"
+        );
+    }
 }

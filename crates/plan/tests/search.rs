@@ -43,6 +43,7 @@ impl Evaluator for Toy {
             checkpoints: vec![Checkpoint::None, Checkpoint::ALL_BLOCKS],
             attentions: vec![Attention::Naive],
             losses: vec![Loss::Plain],
+            in_backward: vec![false],
             splits: batch_splits(16, None, None),
         })
     }

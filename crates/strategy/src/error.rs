@@ -13,7 +13,7 @@ pub enum StrategyError {
         value: String,
         accepted: String,
     },
-    /// Values that cannot be combined, or that this engine does not run.
+    /// Values that cannot be combined.
     #[error("incompatible strategy: {0}")]
     Incompatible(String),
 }

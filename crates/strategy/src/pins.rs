@@ -17,6 +17,7 @@ pub struct Pins {
     pub checkpoint: Option<Checkpoint>,
     pub attention: Option<Attention>,
     pub loss: Option<Loss>,
+    pub optimizer_in_backward: Option<bool>,
     pub micro_batch: Option<u64>,
     pub accumulation: Option<u64>,
 }
@@ -40,6 +41,7 @@ impl Pins {
             && keeps(self.checkpoint, s.checkpoint)
             && keeps(self.attention, s.attention)
             && keeps(self.loss, s.loss)
+            && keeps(self.optimizer_in_backward, s.optimizer_in_backward)
             && keeps(self.micro_batch, s.micro_batch)
             && keeps(self.accumulation, s.accumulation)
     }
@@ -54,6 +56,7 @@ pub fn changed_levers(s: &Strategy, configured: &Strategy) -> usize {
         + usize::from(s.checkpoint != configured.checkpoint)
         + usize::from(s.attention != configured.attention)
         + usize::from(s.loss != configured.loss)
+        + usize::from(s.optimizer_in_backward != configured.optimizer_in_backward)
         + usize::from(s.micro_batch != configured.micro_batch)
 }
 

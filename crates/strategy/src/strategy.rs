@@ -19,6 +19,10 @@ pub struct Strategy {
     /// Plain or chunked cross-entropy (absent in older files: plain).
     #[serde(default)]
     pub loss: Loss,
+    /// Each block's optimizer update runs in backward as soon as its gradient is complete, and
+    /// the gradient's bytes go back (torchtune's `optimizer_in_bwd`; LOMO, Lv et al. 2023).
+    #[serde(default)]
+    pub optimizer_in_backward: bool,
     /// Samples per device per forward/backward.
     pub micro_batch: u64,
     /// Micro-batches accumulated per optimizer step.
@@ -47,34 +51,43 @@ impl Strategy {
         if self.micro_batch == 0 || self.accumulation == 0 {
             return Some("micro-batch and accumulation must be at least 1".into());
         }
+        if self.optimizer_in_backward {
+            return self.in_backward_incompatibility();
+        }
         None
     }
 
-    /// Why headroom's engine cannot run this strategy (beyond [`Strategy::incompatibility`]).
-    pub fn engine_incompatibility(&self) -> Option<String> {
-        if let Some(why) = self.incompatibility() {
-            return Some(why);
-        }
-        if !self.optimizer.engine_runs() {
-            return Some(format!(
-                "--optimizer {}: the planner models it, but the engine does not run it yet; use one of {}",
-                self.optimizer,
-                Optimizer::engine_accepted()
-            ));
-        }
-        None
+    /// Why the optimizer step cannot run in backward with the other levers: it updates each
+    /// block as soon as its gradient is complete, so nothing may need every gradient first.
+    fn in_backward_incompatibility(&self) -> Option<String> {
+        let why = if self.accumulation > 1 {
+            "needs each step's gradient from one backward: use --accumulation 1 (a larger \
+             micro-batch, or checkpointing to make room for one)"
+        } else if self.precision.loss_scaling() {
+            "cannot run with fp16's loss scaler, which skips a step when any gradient overflows \
+             and knows it only after every block has been updated: use --precision bf16-mixed"
+        } else if !self.placement.is_local() {
+            "runs each block's update on the device of a single process (torchtune's \
+             optimizer_in_bwd): it does not combine with ZeRO sharding or offload"
+        } else {
+            return None;
+        };
+        Some(format!("--optimizer-in-backward {why}"))
     }
 
     /// How far the numerics depart from mixed-precision AdamW: 0 for the reference semantics
     /// (fp32 or mixed precision with AdamW), +1 for pure bf16, +1 for memory-saving Adam
-    /// variants, +2 for another optimizer family. Plans rank by tier first.
+    /// variants, +2 for another optimizer family, +1 for the step in backward (no global-norm
+    /// clipping). Plans rank by tier first.
     pub fn fidelity_tier(&self) -> u8 {
-        u8::from(self.precision == Precision::Bf16) + self.optimizer.fidelity_tier()
+        u8::from(self.precision == Precision::Bf16)
+            + self.optimizer.fidelity_tier()
+            + u8::from(self.optimizer_in_backward)
     }
 
     /// `fp32, adamw, checkpoint none, naive attention, micro-batch 16 × 1` (without the
-    /// attention for a model that has none; with the placement when it is not local and the
-    /// loss when it is chunked).
+    /// attention for a model that has none; with the placement when it is not local, the loss
+    /// when it is chunked and the step when it runs in backward).
     pub fn describe(&self, has_attention: bool) -> String {
         let attention = if has_attention {
             format!(", {} attention", self.attention)
@@ -95,8 +108,12 @@ impl Strategy {
             Loss::Plain => String::new(),
             chunked => format!(", loss {chunked}"),
         };
+        let in_backward = match self.optimizer_in_backward {
+            true => ", step in backward",
+            false => "",
+        };
         format!(
-            "{}, {}{placement}, checkpoint {}{attention}{loss}, micro-batch {} × {}",
+            "{}, {}{in_backward}{placement}, checkpoint {}{attention}{loss}, micro-batch {} × {}",
             self.precision, self.optimizer, self.checkpoint, self.micro_batch, self.accumulation
         )
     }
@@ -122,7 +139,7 @@ mod tests {
             text,
             "{\"precision\":\"fp32\",\"optimizer\":\"adamw\",\"zero_stage\":0,\
              \"offload_optimizer\":\"none\",\"offload_params\":\"none\",\"checkpoint\":\"none\",\
-             \"attention\":\"naive\",\"loss\":\"plain\",\"micro_batch\":4,\"accumulation\":2}"
+             \"attention\":\"naive\",\"loss\":\"plain\",\"optimizer_in_backward\":false,\"micro_batch\":4,\"accumulation\":2}"
         );
         let json: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(json["zero_stage"], 0);
@@ -132,17 +149,54 @@ mod tests {
     }
 
     #[test]
-    fn the_engine_refuses_what_it_does_not_run() {
-        let s = Strategy {
-            optimizer: Optimizer::Adafactor,
+    fn the_step_in_backward_refuses_what_needs_every_gradient_first() {
+        let fused = Strategy {
+            optimizer_in_backward: true,
+            accumulation: 1,
             ..strategy()
         };
-        assert!(s.incompatibility().is_none());
-        assert!(
-            s.engine_incompatibility()
-                .unwrap()
-                .contains("does not run it yet")
+        assert_eq!(fused.incompatibility(), None);
+        let refused = |s: Strategy, why: &str| {
+            let e = s.incompatibility().unwrap();
+            assert!(
+                e.contains("--optimizer-in-backward") && e.contains(why),
+                "{e}"
+            );
+        };
+        refused(
+            Strategy {
+                accumulation: 2,
+                ..fused
+            },
+            "--accumulation 1",
         );
+        refused(
+            Strategy {
+                precision: Precision::Fp16Mixed,
+                ..fused
+            },
+            "loss scaler",
+        );
+        // Offload needs a ZeRO stage, so every non-local placement has one.
+        for stage in 1..=3 {
+            let placement = Placement {
+                zero_stage: ZeroStage::new(stage).unwrap(),
+                ..Placement::default()
+            };
+            refused(Strategy { placement, ..fused }, "ZeRO sharding or offload");
+        }
+        assert!(fused.describe(true).contains("adamw, step in backward"));
+    }
+
+    #[test]
+    fn every_optimizer_runs_and_every_zero_stage_with_adam_and_lamb() {
+        for &optimizer in Optimizer::ALL {
+            let s = Strategy {
+                optimizer,
+                ..strategy()
+            };
+            assert_eq!(s.incompatibility(), None, "{optimizer}");
+        }
         let s = Strategy {
             placement: Placement {
                 zero_stage: ZeroStage::new(2).unwrap(),
@@ -151,7 +205,7 @@ mod tests {
             ..strategy()
         };
         // Every ZeRO stage runs in the engine.
-        assert_eq!(s.engine_incompatibility(), None);
+        assert_eq!(s.incompatibility(), None);
         let zero1 = Strategy {
             placement: Placement {
                 zero_stage: ZeroStage::new(1).unwrap(),
@@ -159,7 +213,7 @@ mod tests {
             },
             ..strategy()
         };
-        assert_eq!(zero1.engine_incompatibility(), None);
+        assert_eq!(zero1.incompatibility(), None);
         // LAMB too: its trust ratios' sums over the weights a shard cuts are all-reduced.
         for stage in 1..=3 {
             let lamb = Strategy {
@@ -170,7 +224,7 @@ mod tests {
                 },
                 ..strategy()
             };
-            assert_eq!(lamb.engine_incompatibility(), None, "ZeRO-{stage}");
+            assert_eq!(lamb.incompatibility(), None, "ZeRO-{stage}");
         }
         let s = Strategy {
             optimizer: Optimizer::Lamb,

@@ -13,7 +13,7 @@ use crate::dtype::DType;
 use crate::error::{Result, TensorError};
 use crate::grads::Gradients;
 use crate::shape::{Layout, numel};
-use crate::shard::{ShardLayout, current_layout, shard_range};
+use crate::shard::{ShardLayout, current_layout, gradients_released, shard_range};
 use crate::tensor::Tensor;
 use headroom_memory::{Category, Device};
 use std::ops::Range;
@@ -86,7 +86,7 @@ impl ParamBlock {
             false => Tensor::zeros(device, &[total], dtype, Category::Parameter, Some(name))?,
         };
         let grad_name = format!("{name}.grad");
-        let flat_grad = match shard_grads {
+        let flat_grad = match shard_grads || gradients_released() {
             true => Tensor::released(device, &[total], dtype, Category::Gradient),
             false => Tensor::zeros(
                 device,
@@ -189,6 +189,12 @@ impl ParamBlock {
         if self.shard.as_ref().is_some_and(|s| s.grads.is_some()) {
             self.flat_grad.release_storage();
         }
+    }
+
+    /// Gives the bytes of the full gradient back whatever the sharding (the optimizer step in
+    /// backward releases each block's gradient once it is applied).
+    pub fn release_full_grads(&self) {
+        self.flat_grad.release_storage();
     }
 
     /// Takes bytes for the full gradient again, zeroed, if they had been released; returns

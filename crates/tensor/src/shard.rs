@@ -27,6 +27,9 @@ pub struct ShardLayout {
     pub gradients: bool,
     /// ZeRO-3: the full parameters exist only while the block computes.
     pub parameters: bool,
+    /// Unsharded, the full gradient starts released and takes bytes only while materialized
+    /// (the optimizer step in backward).
+    pub released_gradients: bool,
 }
 
 impl ShardLayout {
@@ -58,6 +61,13 @@ pub(crate) fn current_layout() -> Option<ShardLayout> {
     LAYOUT
         .with(|l| l.get())
         .filter(ShardLayout::shards_anything)
+}
+
+/// Whether blocks built now start with their full gradient released.
+pub(crate) fn gradients_released() -> bool {
+    LAYOUT
+        .with(|l| l.get())
+        .is_some_and(|l| l.released_gradients)
 }
 
 #[cfg(test)]

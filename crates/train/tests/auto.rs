@@ -6,7 +6,7 @@ use headroom_plan::cost::Plan;
 use headroom_train::auto::{SpeedModel, evaluate, plan};
 use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
-use headroom_train::strategy::{Attention, Checkpoint, Optimizer, Pins, Precision, Strategy};
+use headroom_train::strategy::{Attention, Checkpoint, Loss, Optimizer, Pins, Precision, Strategy};
 use headroom_train::{TrainEvent, Trainer};
 
 fn config(model: &str, budget: &str) -> RunConfig {
@@ -54,7 +54,12 @@ fn exhaustive(c: &RunConfig, corpus: &Corpus, speed: &SpeedModel) -> Vec<Plan> {
     };
     let mut out = Vec::new();
     for precision in [Precision::Fp32, Precision::Bf16Mixed, Precision::Bf16] {
-        for optimizer in [Optimizer::AdamW, Optimizer::AdamWBf16, Optimizer::AdamW8bit] {
+        for optimizer in [
+            Optimizer::AdamW,
+            Optimizer::AdamWBf16,
+            Optimizer::AdamW8bit,
+            Optimizer::Adafactor,
+        ] {
             for &checkpoint in &checkpoints {
                 for &attention in &attentions {
                     for m in (1..=effective).filter(|m| effective.is_multiple_of(*m)) {
@@ -87,9 +92,16 @@ fn the_search_finds_the_exhaustive_optimum_and_keeps_the_effective_batch() {
         ("resmlp", "20MiB"),
         ("resmlp", "30MiB"),
     ];
+    // The loss and the step's place are pinned to the configuration's (their own tests hold
+    // them), so the exhaustive reference stays small enough to run every strategy.
+    let pins = Pins {
+        loss: Some(Loss::Plain),
+        optimizer_in_backward: Some(false),
+        ..Pins::default()
+    };
     for (model, budget) in cases {
         let c = config(model, budget);
-        let found = plan(&c, &corpus, &Pins::default()).unwrap();
+        let found = plan(&c, &corpus, &pins).unwrap();
         for p in found.search.fitting.iter().chain(&found.search.rejected) {
             assert_eq!(
                 p.strategy.micro_batch * p.strategy.accumulation,
@@ -248,6 +260,7 @@ fn a_dry_run_counts_the_work_of_a_step() {
             f32: f64::INFINITY,
             bf16: f64::INFINITY,
             int8: f64::INFINITY,
+            adafactor: f64::INFINITY,
         },
     };
     // Accumulating 4 micro-batches of 2 (the dry run runs 2 of them and extrapolates the rest)

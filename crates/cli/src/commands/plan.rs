@@ -168,6 +168,15 @@ pub struct PlanArgs {
     /// chunks of tokens, recomputed in backward).
     #[arg(long, value_parser = parse_flag::<Loss>)]
     pub loss: Option<Loss>,
+    /// Pin the optimizer step in backward on (`--optimizer-in-backward`) or off
+    /// (`--optimizer-in-backward false`); unset, the search tries both where they can run.
+    #[arg(
+        long,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub optimizer_in_backward: Option<bool>,
     /// Achievable fraction of the dense peak (default 0.45).
     #[arg(long)]
     pub efficiency: Option<f64>,
@@ -294,6 +303,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
         checkpoint: args.checkpoint,
         attention: args.attention,
         loss: args.loss,
+        optimizer_in_backward: args.optimizer_in_backward,
         ..Pins::default()
     };
     let problem = Problem::new(spec, hw, workload, cost);

@@ -14,7 +14,7 @@ use headroom_plan::advice::Shortfall;
 use headroom_plan::cost::Plan;
 use headroom_plan::export::write_export;
 use headroom_plan::hardware;
-use headroom_plan::strategy::{Offload, Pins, Strategy, StrategyError};
+use headroom_plan::strategy::{Offload, Pins};
 use headroom_train::auto::{AutoPlan, plan};
 use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
@@ -174,23 +174,13 @@ fn run_config(args: &PlanArgs, budget: u64) -> Result<RunConfig> {
 
 /// The levers pinned by flags, in the engine's terms.
 fn pins(args: &PlanArgs) -> Result<Pins> {
-    if let Some(o) = args.optimizer.filter(|o| !o.engine_runs()) {
-        let why = Strategy {
-            optimizer: o,
-            micro_batch: 1,
-            accumulation: 1,
-            ..Strategy::default()
-        }
-        .engine_incompatibility()
-        .unwrap_or_default();
-        return Err(StrategyError::Incompatible(why).into());
-    }
     Ok(Pins {
         precision: args.precision,
         optimizer: args.optimizer,
         checkpoint: args.checkpoint,
         attention: args.attention,
         loss: args.loss,
+        optimizer_in_backward: args.optimizer_in_backward,
         micro_batch: args.micro_batch,
         accumulation: args.accumulation,
         zero_stage: args.zero,
@@ -325,6 +315,7 @@ fn train_toml(c: &RunConfig) -> Result<String> {
         checkpoint: Some(c.strategy.checkpoint),
         attention: Some(c.strategy.attention),
         loss: Some(c.strategy.loss),
+        optimizer_in_backward: Some(c.strategy.optimizer_in_backward),
         micro_batch: Some(c.micro_batch()),
         accumulation: Some(c.accumulation()),
         device_memory: Some(headroom_memory::ByteSize(c.device_memory)),

@@ -7,8 +7,9 @@
 //! `lamb`).
 
 use super::{
-    AdamStep, FlatParams, OptimizerConfig, SgdStep, StateDtype, StateElem, TensorSums, UpdateRule,
-    adamw_update, adamw8bit_update, lamb_apply, lamb_sums, lamb_update, sgd_update,
+    AdafactorStep, AdamStep, FlatParams, OptimizerConfig, SgdStep, StateDtype, StateElem,
+    TensorShape, TensorSums, UpdateRule, adafactor_update, adamw_update, adamw8bit_update,
+    lamb_apply, lamb_sums, lamb_update, sgd_update,
 };
 use half::bf16;
 
@@ -52,10 +53,11 @@ fn cast_mut<S: StateElem>(bytes: &mut [u8]) -> &mut [S] {
     bytemuck::cast_slice_mut(bytes)
 }
 
-/// One update of `group` at optimizer step `step` with state bytes `state`, wherever they live.
+/// One update of `group` (its tensors `shapes`) at optimizer step `step` with state bytes
+/// `state`, wherever they live.
 pub(super) fn apply(
     c: &OptimizerConfig,
-    step: u64,
+    (step, shapes): (u64, &[TensorShape]),
     state: &mut [&mut [u8]],
     group: &mut FlatParams<'_>,
     grad_multiplier: f32,
@@ -63,6 +65,19 @@ pub(super) fn apply(
     sums: Option<&[TensorSums]>,
 ) {
     let h = adam_step(c, grad_multiplier, lr, step.max(1));
+    if c.kind == UpdateRule::Adafactor {
+        let h = AdafactorStep {
+            lr,
+            weight_decay: c.weight_decay,
+            step: step.max(1),
+            grad_multiplier,
+        };
+        let [factored] = state else {
+            panic!("Adafactor keeps one state buffer, got {}", state.len());
+        };
+        adafactor_update(group.params, group.grads, cast_mut(factored), shapes, h);
+        return;
+    }
     match c.state_dtype {
         StateDtype::F32 => update::<f32>(c, state, group, h, sums),
         StateDtype::Bf16 => update::<bf16>(c, state, group, h, sums),
@@ -102,6 +117,7 @@ fn update<S: StateElem>(
             let buf = state.first_mut().map(|b| cast_mut::<S>(b));
             sgd_update(group.params, group.grads, buf, h);
         }
+        UpdateRule::Adafactor => unreachable!("Adafactor is applied above"),
         UpdateRule::AdamW | UpdateRule::Lamb => {
             let (m, v) = state.split_at_mut(1);
             let (m, v) = (cast_mut::<S>(m[0]), cast_mut::<S>(v[0]));

@@ -8,6 +8,7 @@
 //!
 //! Not for: the gradient checks that decide the multiplier (see `grad`).
 
+mod adafactor;
 mod adamw;
 mod adamw8bit;
 mod apply;
@@ -17,6 +18,7 @@ mod sgd;
 mod square_sum;
 mod state;
 
+pub use adafactor::{AdafactorStep, TensorShape, adafactor_update};
 pub use adamw::{AdamStep, adamw_update};
 pub use adamw8bit::adamw8bit_update;
 pub use lamb::{TensorSums, lamb_apply, lamb_sums, lamb_update};
@@ -39,15 +41,17 @@ pub enum UpdateRule {
     Sgd,
     AdamW,
     Lamb,
+    Adafactor,
 }
 
 impl UpdateRule {
-    /// State tensors per parameter.
+    /// Full-size state tensors per parameter (Adafactor's factored state has none).
     pub fn states_per_param(self, momentum: f32) -> usize {
         match self {
             UpdateRule::Sgd if momentum == 0.0 => 0,
             UpdateRule::Sgd => 1,
             UpdateRule::AdamW | UpdateRule::Lamb => 2,
+            UpdateRule::Adafactor => 0,
         }
     }
 
@@ -55,6 +59,7 @@ impl UpdateRule {
         match self {
             UpdateRule::Sgd => &["momentum_buffer"],
             UpdateRule::AdamW | UpdateRule::Lamb => &["exp_avg", "exp_avg_sq"],
+            UpdateRule::Adafactor => &["exp_avg_sq_factored"],
         }
     }
 }
@@ -78,6 +83,8 @@ impl OptimizerConfig {
             UpdateRule::Sgd => (0.0, 1e-8),
             UpdateRule::AdamW => (0.01, 1e-8),
             UpdateRule::Lamb => (0.01, 1e-6),
+            // Hugging Face's Adafactor: no decay; its ε₁ is fixed (`adafactor::EPS1`).
+            UpdateRule::Adafactor => (0.0, 1e-30),
         };
         OptimizerConfig {
             kind,
@@ -93,17 +100,17 @@ impl OptimizerConfig {
 
     /// The engine's configuration of a vocabulary optimizer under `precision`: the update rule,
     /// momentum (none for plain SGD) and the state format (bf16 for `adamw-bf16` and under pure
-    /// bf16). `None` for optimizers the engine does not run.
+    /// bf16; Adafactor's factored state is always f32).
     pub fn for_strategy(
         optimizer: headroom_strategy::Optimizer,
         precision: headroom_strategy::Precision,
-    ) -> Option<Self> {
+    ) -> Self {
         use headroom_strategy::{NumberFormat, Optimizer as O};
         let rule = match optimizer {
             O::Sgd | O::SgdMomentum => UpdateRule::Sgd,
             O::AdamW | O::AdamWBf16 | O::AdamW8bit => UpdateRule::AdamW,
             O::Lamb => UpdateRule::Lamb,
-            O::Adafactor => return None,
+            O::Adafactor => UpdateRule::Adafactor,
         };
         let mut c = OptimizerConfig::new(rule);
         if optimizer == O::Sgd {
@@ -111,10 +118,11 @@ impl OptimizerConfig {
         }
         c.state_dtype = match optimizer.state_format(precision) {
             _ if optimizer == O::AdamW8bit => StateDtype::Int8,
+            _ if optimizer == O::Adafactor => StateDtype::F32,
             NumberFormat::Bf16 => StateDtype::Bf16,
             NumberFormat::F32 | NumberFormat::F16 => StateDtype::F32,
         };
-        Some(c)
+        c
     }
 }
 
@@ -135,6 +143,8 @@ pub struct Optimizer {
     step: u64,
     /// Per flat buffer, the state buffers (`states_per_param` of them).
     state: Vec<Vec<DeviceBuffer>>,
+    /// Per flat buffer, the shape of each tensor in it (Adafactor factors each matrix).
+    shapes: Vec<Vec<TensorShape>>,
 }
 
 impl Optimizer {
@@ -144,6 +154,21 @@ impl Optimizer {
             device,
             step: 0,
             state: Vec::new(),
+            shapes: Vec::new(),
+        }
+    }
+
+    /// The tensors of every flat buffer, in order (a block's weights); Adafactor's state
+    /// depends on them. A buffer without shapes is one vector.
+    pub fn set_tensor_shapes(&mut self, shapes: Vec<Vec<TensorShape>>) {
+        self.shapes = shapes;
+    }
+
+    /// The tensors of flat buffer `index` of `len` parameters.
+    fn shapes_of(&self, index: usize, len: usize) -> Vec<TensorShape> {
+        match self.shapes.get(index) {
+            Some(s) if s.iter().map(|t| t.numel()).sum::<usize>() == len => s.clone(),
+            _ => vec![TensorShape::Vector(len)],
         }
     }
 
@@ -168,7 +193,7 @@ impl Optimizer {
         while self.state.len() <= index {
             self.state.push(Vec::new());
         }
-        let layout = self.state_layout(len);
+        let layout = self.state_layout(index, len);
         if self.state[index].len() == layout.len() {
             return Ok(());
         }
@@ -275,6 +300,7 @@ impl Optimizer {
         sums: Option<&[TensorSums]>,
     ) -> Result<(), OutOfMemory> {
         self.ensure_state(index, group.params.len())?;
+        let shapes = self.shapes_of(index, group.params.len());
         let mut state: Vec<&mut [u8]> = self.state[index]
             .iter_mut()
             .map(|b| {
@@ -284,7 +310,7 @@ impl Optimizer {
             .collect();
         apply(
             &self.config,
-            self.step,
+            (self.step, &shapes),
             &mut state,
             group,
             grad_multiplier,
@@ -294,10 +320,23 @@ impl Optimizer {
         Ok(())
     }
 
-    /// The state buffers of a flat buffer of `len` parameters, in the order the update takes
-    /// them (what a tier outside the device must hold for [`Optimizer::update_external`]):
-    /// one per state tensor, or for 8-bit states both moments' codes then both absmax arrays.
-    pub fn state_layout(&self, len: usize) -> Vec<StateBuffer> {
+    /// The state buffers of flat buffer `index` of `len` parameters, in the order the update
+    /// takes them (what a tier outside the device must hold for [`Optimizer::update_external`]):
+    /// one per state tensor, for 8-bit states both moments' codes then both absmax arrays, for
+    /// Adafactor one f32 buffer of every tensor's factored state.
+    pub fn state_layout(&self, index: usize, len: usize) -> Vec<StateBuffer> {
+        if self.config.kind == UpdateRule::Adafactor {
+            let values: usize = self
+                .shapes_of(index, len)
+                .iter()
+                .map(|t| t.state_len())
+                .sum();
+            return vec![StateBuffer {
+                name: self.config.kind.state_names()[0].to_string(),
+                bytes: 4 * values,
+                element: StateElement::F32,
+            }];
+        }
         let count = self.config.kind.states_per_param(self.config.momentum);
         let names = &self.config.kind.state_names()[..count];
         let full = |element, size: usize| -> Vec<StateBuffer> {
@@ -339,9 +378,10 @@ impl Optimizer {
         lr: f32,
         sums: Option<&[TensorSums]>,
     ) {
+        let shapes = [TensorShape::Vector(group.params.len())];
         apply(
             &self.config,
-            self.step,
+            (self.step, &shapes),
             state,
             group,
             grad_multiplier,
@@ -375,7 +415,7 @@ impl Optimizer {
                     b.len_bytes() as usize / self.config.state_dtype.size_bytes() as usize
                 });
                 bufs.iter()
-                    .zip(self.state_layout(len))
+                    .zip(self.state_layout(i, len))
                     .map(move |(b, part)| {
                         (
                             format!("group{i}.{}", part.name),
@@ -396,7 +436,7 @@ impl Optimizer {
     ) -> Result<(), String> {
         for (i, &len) in lens.iter().enumerate() {
             self.ensure_state(i, len).map_err(|e| e.to_string())?;
-            let layout = self.state_layout(len);
+            let layout = self.state_layout(i, len);
             for (buffer, part) in self.state[i].iter_mut().zip(&layout) {
                 let key = format!("group{i}.{}", part.name);
                 let bytes =

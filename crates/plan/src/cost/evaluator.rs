@@ -7,7 +7,7 @@
 
 use super::{Plan, Problem, evaluate};
 use crate::error::PlanError;
-use crate::search::{Evaluator, Space};
+use crate::search::{Evaluator, Space, in_backward_values};
 use crate::strategy::{
     Attention, Checkpoint, Loss, Offload, Optimizer, Pins, Placement, Precision, Strategy,
     ZeroStage,
@@ -35,6 +35,13 @@ impl Evaluator for Problem {
             return Err(PlanError::Incompatible(format!(
                 "--precision {p} needs bf16 support, which {} lacks; accepted: fp16-mixed, fp32",
                 hw.gpu.name
+            )));
+        }
+        if pins.optimizer_in_backward == Some(true) && world > 1 {
+            return Err(PlanError::Incompatible(format!(
+                "--optimizer-in-backward runs each block's update in backward on a single GPU \
+                 (torchtune's optimizer_in_bwd); {world} GPUs would sum every gradient over the \
+                 ranks first: plan for one GPU, or drop the flag"
             )));
         }
         let precisions = Precision::ALL
@@ -82,6 +89,7 @@ impl Evaluator for Problem {
             checkpoints: pins.checkpoint.map_or(CHECKPOINTS.to_vec(), |c| vec![c]),
             attentions: Attention::ALL.to_vec(),
             losses: pins.loss.map_or(Loss::SEARCHED.to_vec(), |l| vec![l]),
+            in_backward: in_backward_values(pins, world),
             splits,
         })
     }

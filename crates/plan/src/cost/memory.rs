@@ -129,7 +129,12 @@ impl ModelStates {
         let par_off = s.placement.offload_params != Offload::None;
 
         let param_local = shard(p * pb, s.placement.zero_stage.shards_parameters());
-        let grad_local = shard(p * gb, s.placement.zero_stage.shards_gradients());
+        // With the step in backward each parameter's gradient is freed once applied
+        // (torchtune's optimizer_in_bwd hooks): about the largest tensor's at a time.
+        let grad_local = match s.optimizer_in_backward {
+            true => f.largest_layer_params as f64 * gb,
+            false => shard(p * gb, s.placement.zero_stage.shards_gradients()),
+        };
         let master_local = shard(p * mb, s.placement.zero_stage.shards_optimizer());
         let opt_local = shard(
             optimizer_state_bytes(problem, s),
@@ -237,6 +242,11 @@ fn optimizer_step_bytes(problem: &Problem, s: &Strategy) -> f64 {
         n
     } else {
         1.0
+    };
+    // With the step in backward each parameter is stepped alone.
+    let local_params = match s.optimizer_in_backward {
+        true => problem.facts.largest_layer_params as f64,
+        false => local_params,
     };
     let sd = s.precision.state_format().bytes() as f64;
     match s.optimizer {

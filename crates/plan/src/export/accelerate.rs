@@ -17,6 +17,13 @@ use crate::strategy::{Checkpoint, Loss, Offload, Precision};
 /// Builds the YAML text of `plan`.
 pub fn accelerate_config(problem: &Problem, plan: &Plan, opts: &ExportOptions) -> Result<String> {
     let s = &plan.strategy;
+    if s.optimizer_in_backward {
+        return Err(fidelity::refuse_step_in_backward(
+            problem,
+            plan,
+            "accelerate",
+        ));
+    }
     let hw = &problem.hardware;
     let world = hw.world_size();
     let mixed = match s.precision {

@@ -20,6 +20,13 @@ use serde_json::{Value, json};
 /// Builds the ds_config of `plan`.
 pub fn ds_config(problem: &Problem, plan: &Plan, opts: &ExportOptions) -> Result<Value> {
     let s = &plan.strategy;
+    if s.optimizer_in_backward {
+        return Err(fidelity::refuse_step_in_backward(
+            problem,
+            plan,
+            "deepspeed",
+        ));
+    }
     let mut cfg = json!({
         "train_batch_size": problem.workload.global_batch,
         "train_micro_batch_size_per_gpu": s.micro_batch,

@@ -39,17 +39,11 @@ pub fn refuse_pure_bf16(problem: &Problem, plan: &Plan, format: &str, why: &str)
         reason: format!(
             "the plan keeps pure bf16 (no fp32 master weights, bf16 optimizer states) but {why}; \
              {format} would keep fp32 master weights (4 B/param) and fp32 {} states, {} more per GPU \
-             than the plan (peak {} instead of {}{}); pin --precision bf16-mixed to plan for what \
-             {format} would run",
+             than the plan (peak {}); pin --precision bf16-mixed to plan for what {format} would \
+             run",
             instead.strategy.optimizer,
             format_bytes(extra),
-            format_bytes(instead.memory.per_device_peak_bytes),
-            format_bytes(plan.memory.per_device_peak_bytes),
-            if instead.fits {
-                ", still within the usable memory"
-            } else {
-                ", which does not fit"
-            }
+            peak_instead(&instead, plan),
         ),
     }
 }
@@ -82,4 +76,45 @@ pub fn refuse_partial_checkpointing(problem: &Problem, plan: &Plan, format: &str
             act(plan)
         ),
     }
+}
+
+/// Refusal of the optimizer step in backward by a tool with no setting for it.
+pub fn refuse_step_in_backward(problem: &Problem, plan: &Plan, format: &str) -> PlanError {
+    let instead = evaluate(
+        problem,
+        &Strategy {
+            optimizer_in_backward: false,
+            ..plan.strategy
+        },
+    );
+    let extra = instead
+        .memory
+        .per_device_peak_bytes
+        .saturating_sub(plan.memory.per_device_peak_bytes);
+    PlanError::Export {
+        format: format.into(),
+        reason: format!(
+            "the plan runs the optimizer step in backward (torchtune's optimizer_in_bwd: True, or \
+             PyTorch's register_post_accumulate_grad_hook in the training script), which {format} \
+             has no setting for; {format} would keep every gradient until the step, {} more per \
+             GPU at the peak ({}); pin --optimizer-in-backward false to plan for what {format} \
+             would run",
+            format_bytes(extra),
+            peak_instead(&instead, plan),
+        ),
+    }
+}
+
+/// "P instead of Q, which does not fit": the peak the tool would reach against the plan's.
+fn peak_instead(instead: &Plan, plan: &Plan) -> String {
+    format!(
+        "{} instead of {}{}",
+        format_bytes(instead.memory.per_device_peak_bytes),
+        format_bytes(plan.memory.per_device_peak_bytes),
+        if instead.fits {
+            ", still within the usable memory"
+        } else {
+            ", which does not fit"
+        }
+    )
 }

@@ -102,6 +102,17 @@ pub struct TrainConfig {
     /// so the batch × sequence × vocabulary logits never exist at once).
     #[arg(long, value_parser = parse_flag::<Loss>)]
     pub loss: Option<Loss>,
+    /// Run each block's optimizer update in backward as soon as its gradient is complete and
+    /// give the gradient's bytes back (torchtune's optimizer_in_bwd): about one block's
+    /// gradient at a time instead of the model's. Needs --accumulation 1 and one process, and
+    /// turns the default global-norm clipping off (clipping needs every gradient first).
+    #[arg(
+        long,
+        num_args = 0,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub optimizer_in_backward: Option<bool>,
     /// Save the run (weights, optimizer state, data position) under this directory.
     #[arg(long, value_name = "DIR", visible_alias = "checkpoint-dir")]
     #[serde(alias = "checkpoint_dir")]
@@ -239,6 +250,7 @@ impl TrainConfig {
             checkpoint,
             attention,
             loss,
+            optimizer_in_backward,
             save_dir,
             save_every,
             oom_recovery,
@@ -269,6 +281,7 @@ impl TrainConfig {
             checkpoint: self.checkpoint,
             attention: self.attention,
             loss: self.loss,
+            optimizer_in_backward: self.optimizer_in_backward,
             micro_batch: self.micro_batch.map(|m| m as u64),
             accumulation: self.accumulation.map(|a| a as u64),
         }
@@ -279,6 +292,9 @@ impl TrainConfig {
         let strategy = self.resolve_strategy()?;
         let eval_batches = positive("eval_batches", self.eval_batches, 4)?;
         let data_parallel = positive("data_parallel", self.data_parallel, 1)?;
+        if strategy.optimizer_in_backward {
+            in_backward_rules(data_parallel, self.grad_clip)?;
+        }
         if data_parallel > MAX_RANKS {
             return Err(value(
                 "data_parallel",
@@ -338,8 +354,10 @@ impl TrainConfig {
             strategy,
             lr,
             weight_decay: self.weight_decay,
-            // Clip to global norm 1.0 unless set; 0 (or less) turns clipping off.
+            // Clip to global norm 1.0 unless set (or the step runs in backward); 0 (or less)
+            // turns clipping off.
             grad_clip: match self.grad_clip {
+                None if strategy.optimizer_in_backward => None,
                 None => Some(1.0),
                 Some(c) if c > 0.0 => Some(c),
                 Some(_) => None,
@@ -394,14 +412,31 @@ impl TrainConfig {
             checkpoint: self.checkpoint.unwrap_or_default(),
             attention: self.attention.unwrap_or_default(),
             loss: self.loss.unwrap_or_default(),
+            optimizer_in_backward: self.optimizer_in_backward.unwrap_or(false),
             micro_batch: micro_batch as u64,
             accumulation: accumulation as u64,
         };
-        match strategy.engine_incompatibility() {
+        match strategy.incompatibility() {
             Some(why) => Err(StrategyError::Incompatible(why).into()),
             None => Ok(strategy),
         }
     }
+}
+
+/// What the optimizer step in backward cannot run with beyond the strategy's own rules: a
+/// group (each rank's gradient must be summed over ranks before any update) and global-norm
+/// clipping (the norm needs every gradient first).
+fn in_backward_rules(data_parallel: usize, grad_clip: Option<f32>) -> Result<(), ConfigError> {
+    let why = if data_parallel > 1 {
+        "needs one process: with --data-parallel each gradient is summed over the ranks before \
+         any update; drop --data-parallel"
+    } else if grad_clip.is_some_and(|c| c > 0.0) {
+        "cannot clip by the global norm, which needs every gradient before the first update; \
+         drop --grad-clip (the default is off with this flag)"
+    } else {
+        return Ok(());
+    };
+    Err(StrategyError::Incompatible(format!("--optimizer-in-backward {why}")).into())
 }
 
 /// A bad value of `key`.

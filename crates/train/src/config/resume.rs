@@ -121,6 +121,7 @@ impl RunConfig {
             checkpoint: Some(s.checkpoint),
             attention: Some(s.attention),
             loss: Some(s.loss),
+            optimizer_in_backward: Some(s.optimizer_in_backward),
             save_dir: self.save_dir.clone(),
             save_every: Some(self.save_every),
             oom_recovery: Some(self.oom_recovery),

@@ -1,7 +1,7 @@
 //! Reading, merging and resolving run configurations.
 
 use super::*;
-use headroom_strategy::{Optimizer, Precision, ZeroStage};
+use headroom_strategy::{Precision, ZeroStage};
 
 fn file(text: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -74,13 +74,6 @@ fn the_old_save_keys_still_read() {
 #[test]
 fn bad_values_name_the_key_and_the_accepted_values() {
     let cases = [
-        (
-            TrainConfig {
-                optimizer: Some(Optimizer::Adafactor),
-                ..Default::default()
-            },
-            "does not run it yet",
-        ),
         (
             TrainConfig {
                 micro_batch: Some(0),

@@ -10,7 +10,7 @@ use crate::config::{ConfigError, RunConfig};
 use headroom_memory::Category;
 use headroom_nn::Model;
 use headroom_nn::models::ModelSpec;
-use headroom_nn::optim::{OptimizerConfig, StateDtype};
+use headroom_nn::optim::{OptimizerConfig, StateDtype, UpdateRule};
 use headroom_tensor::Tensor;
 
 /// The model `config` trains: its preset or file with the shape overrides, dropout and
@@ -85,11 +85,7 @@ pub fn optimizer_state_dtype(config: &RunConfig) -> Result<StateDtype, TrainErro
 
 pub(super) fn optimizer_config(config: &RunConfig) -> Result<OptimizerConfig, TrainError> {
     let s = &config.strategy;
-    let mut c = OptimizerConfig::for_strategy(s.optimizer, s.precision).ok_or_else(|| {
-        ConfigError::Strategy(headroom_strategy::StrategyError::Incompatible(
-            s.engine_incompatibility().unwrap_or_default(),
-        ))
-    })?;
+    let mut c = OptimizerConfig::for_strategy(s.optimizer, s.precision);
     if let Some(wd) = config.weight_decay {
         c.weight_decay = wd;
     }
@@ -101,6 +97,17 @@ pub(super) fn optimizer_config(config: &RunConfig) -> Result<OptimizerConfig, Tr
     {
         return Err(ConfigError::Strategy(headroom_strategy::StrategyError::Incompatible(
             "--optimizer adamw-8bit quantizes each block's states in blocks of 256 from the block's start, which ZeRO's shards would cut differently: use --zero 0 with several ranks, or adamw / adamw-bf16 with ZeRO".into(),
+        ))
+        .into());
+    }
+    // Adafactor factors each matrix's second moment into row and column means and clips each
+    // tensor's update by its RMS: both need whole tensors, which ZeRO's shards cut.
+    if c.kind == UpdateRule::Adafactor
+        && config.data_parallel > 1
+        && s.placement.zero_stage.number() >= 1
+    {
+        return Err(ConfigError::Strategy(headroom_strategy::StrategyError::Incompatible(
+            "--optimizer adafactor keeps row and column means of each weight and clips each weight's update by its RMS, which needs whole weights where ZeRO's shards cut them: use --zero 0 with several ranks, or adamw / adamw-bf16 with ZeRO".into(),
         ))
         .into());
     }

@@ -12,9 +12,11 @@
 //! `save`, `precision`, `schedule`, `guard`, `events`, `fault` (injected failures).
 
 mod batches;
+mod block_uses;
 mod build;
 mod events;
 mod fault;
+mod fused_step;
 mod group;
 mod guard;
 mod host_grads;
@@ -26,6 +28,7 @@ mod schedule;
 mod shard;
 mod step;
 mod trust;
+mod update;
 mod zero;
 
 pub use build::{model_spec, optimizer_state_dtype};
@@ -48,7 +51,7 @@ use crate::scaler::{LossScaler, ScalerConfig};
 use headroom_dist::Communicator;
 use headroom_memory::{AllocatorConfig, Device};
 use headroom_nn::models::{ModelSpec, build_model};
-use headroom_nn::optim::Optimizer;
+use headroom_nn::optim::{Optimizer, TensorShape};
 use headroom_nn::{Model, Recompute};
 use headroom_strategy::Precision;
 use headroom_tensor::backend::work::Work;
@@ -180,6 +183,8 @@ impl Trainer {
             world,
             gradients: stage >= 2,
             parameters: stage >= 3,
+            // With the step in backward a gradient takes bytes only while it is computed.
+            released_gradients: config.strategy.optimizer_in_backward,
         };
         let model = with_sharding(layout, || {
             build_model(
@@ -195,7 +200,19 @@ impl Trainer {
             block.bind_grads(&mut grads)?;
         }
         let sharded = stage >= 1;
-        let optimizer = Optimizer::new(optimizer_config(&config)?, device.clone());
+        let mut optimizer = Optimizer::new(optimizer_config(&config)?, device.clone());
+        optimizer.set_tensor_shapes(
+            model
+                .blocks()
+                .iter()
+                .map(|b| {
+                    b.specs()
+                        .iter()
+                        .map(|p| TensorShape::of(&p.shape))
+                        .collect()
+                })
+                .collect(),
+        );
         let dry = !device.is_backed();
         // Host memory left to the offload tiers once the loader has its share.
         let pool = headroom_memory::host_pool::HostPool::new(

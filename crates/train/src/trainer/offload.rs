@@ -131,13 +131,13 @@ pub(super) fn build(
         placement.offload_optimizer,
         dry,
     )?;
-    for (block, (range, _)) in model.blocks().iter().zip(&shards) {
+    for (i, (block, (range, _))) in model.blocks().iter().zip(&shards).enumerate() {
         let len = range.len();
         let mut parts = vec![Part {
             category: Category::MasterWeight,
             bytes: 4 * len,
         }];
-        parts.extend(optimizer.state_layout(len).into_iter().map(|part| Part {
+        parts.extend(optimizer.state_layout(i, len).into_iter().map(|part| Part {
             category: Category::OptimizerState,
             bytes: part.bytes,
         }));

@@ -274,7 +274,7 @@ impl Trainer {
             for i in 0..self.model.blocks().len() {
                 let (master, block_states) = off.block_state(i)?;
                 masters.push(master);
-                let layout = self.optimizer.state_layout(0);
+                let layout = self.optimizer.state_layout(i, 0);
                 for (part, bytes) in layout.iter().zip(block_states) {
                     states.push((format!("group{i}.{}", part.name), bytes, part.element));
                 }
@@ -450,7 +450,7 @@ impl Trainer {
             // its step count.
             let saved_master = groups.get("master");
             for (i, block) in blocks.iter().enumerate() {
-                let layout = self.optimizer.state_layout(shards[i].len());
+                let layout = self.optimizer.state_layout(i, shards[i].len());
                 let master = match saved_master.and_then(|m| m.get(block.name())) {
                     Some(m) => shard_bytes(&m.data, &shards[i], 4),
                     None => {

@@ -7,20 +7,15 @@
 //! Not for: the loop around steps (see `mod.rs`).
 
 use super::fault::{Fault, FaultKind};
-use super::precision::{f32_range_copy, store_f32, store_f32_at, with_grads};
+use super::precision::{store_f32, with_grads};
 use super::schedule::learning_rate;
-use super::shard::{
-    block_shards, bucket_values, f32_bucket, gather_into, ranges_within, reduce_scatter_in_place,
-    shard_of,
-};
-use super::trust::{BlockShard, count_shard_sums, update_shard};
+use super::shard::{bucket_values, f32_bucket, reduce_scatter_in_place, shard_of};
 use super::{TrainError, TrainEvent, Trainer};
 use crate::report::{PHASE_STEPS, Phase, PhaseBytes};
 use crate::scaler::ScalerDecision;
 use headroom_dist::Collective;
 use headroom_memory::Category;
 use headroom_nn::grad::{GradStats, grad_multiplier, grad_stats};
-use headroom_nn::optim::FlatParams;
 use headroom_tensor::backend::work::work_so_far;
 use headroom_tensor::{DType, Tape, Tensor};
 
@@ -77,6 +72,17 @@ impl Trainer {
         let separate = (self.config.deterministic && accumulation > 1 && self.zero_stage() < 2)
             .then(|| self.micro_gradients())
             .transpose()?;
+        // The step in backward: each block updated as its gradient completes, with the
+        // learning rate of the ordinary step and its multiplier without clipping or loss scale.
+        let in_backward = self.config.strategy.optimizer_in_backward.then(|| {
+            let lr = learning_rate(
+                self.config.lr,
+                self.step,
+                self.config.warmup_steps,
+                self.config.steps,
+            );
+            (1.0, lr)
+        });
         for micro in 0..accumulation {
             let work_before = if self.dry { work_so_far() } else { None };
             {
@@ -96,7 +102,11 @@ impl Trainer {
                 self.next_batch_tensors(micro_batch, on_event)?
             };
             let factor = scale / (accumulation * world) as f32;
-            let value = self.with_zero(|t| t.forward_backward(micro, &x, &y, factor, &separate))?;
+            let pass = |t: &mut Self| t.forward_backward(micro, &x, &y, factor, &separate);
+            let value = match in_backward {
+                Some(update) => self.with_step_in_backward(update, pass)?,
+                None => self.with_zero(pass)?,
+            };
             self.note_phase(Phase::Backward, micro);
             losses.push(value);
             if let (Some(before), Some(after)) = (work_before, work_so_far()) {
@@ -107,14 +117,34 @@ impl Trainer {
         }
         self.skip_samples(micro_batch * accumulation * (world - 1 - rank));
         let loss = self.step_loss(&losses)?;
-        self.reduce_gradients()?;
+        if in_backward.is_none() {
+            self.reduce_gradients()?;
+        }
         if !loss.is_finite() && self.scaler.is_none() {
             return Err(TrainError::Diverged {
                 step: self.step,
                 loss,
             });
         }
+        if in_backward.is_none() {
+            self.ordinary_update(scale)?;
+        }
 
+        if !self.hooks.skip_zero_grad {
+            self.zero_grads()?;
+            self.backward_passes = 0;
+        }
+        drop(history);
+        self.note_phase(Phase::Step, accumulation - 1);
+        self.step += 1;
+        self.report.losses.push(loss);
+        self.check_leaks(on_event);
+        Ok(loss)
+    }
+
+    /// The step after backward: the gradients' norm and finiteness, the loss scaler's verdict,
+    /// clipping, and the update of every block.
+    fn ordinary_update(&mut self, scale: f32) -> Result<(), TrainError> {
         self.device.lock().trace_mut().set_phase("optimizer");
         let mut stats = self.gradient_stats()?;
         if self.hooks.force_overflow_at == Some(self.step) {
@@ -135,16 +165,7 @@ impl Trainer {
             );
             self.update_weights(multiplier, lr)?;
         }
-        if !self.hooks.skip_zero_grad {
-            self.zero_grads()?;
-            self.backward_passes = 0;
-        }
-        drop(history);
-        self.note_phase(Phase::Step, accumulation - 1);
-        self.step += 1;
-        self.report.losses.push(loss);
-        self.check_leaks(on_event);
-        Ok(loss)
+        Ok(())
     }
 
     /// One micro-batch's forward and backward; returns its loss (0 in a dry run).
@@ -358,118 +379,5 @@ impl Trainer {
             };
         }
         Ok(total)
-    }
-
-    /// The optimizer update on fp32 weights: the parameters themselves (fp32), the master copies
-    /// (mixed modes, then cast back), or a temporary fp32 copy (pure bf16). Under ZeRO each rank
-    /// updates its shard of every block only (its optimizer state and master weights cover just
-    /// that), reading its gradient shard under ZeRO-2/3 (LAMB completes the sums of the weights
-    /// its shard cuts over ranks, see `trust`); the updated parameters are then
-    /// gathered from every rank (ZeRO-1/2), or stay sharded until the next forward gathers them
-    /// (ZeRO-3).
-    fn update_weights(&mut self, multiplier: f32, lr: f32) -> Result<(), TrainError> {
-        if self.offload.is_some() {
-            return self.update_offloaded(multiplier, lr);
-        }
-        let (rank, world) = self.rank();
-        let stage = self.zero_stage();
-        let shards = block_shards(self.model.as_ref(), rank, world, stage);
-        let lens: Vec<usize> = shards.iter().map(|(r, _)| r.len()).collect();
-        self.optimizer.reserve_state(&lens)?;
-        // From here on an out-of-memory error may leave some blocks updated: not recoverable.
-        self.weights_touched = true;
-        self.optimizer.begin_step();
-        for (i, block) in self.model.blocks().iter().enumerate() {
-            let (range, padded) = shards[i].clone();
-            let weights_at = block.ranges();
-            let ranges = ranges_within(&weights_at, &range);
-            // Where the rank's parameters and gradients live, and the shard's place in each.
-            let shard = block.shard();
-            let (params, at_params) = match shard.and_then(|s| s.params.as_ref()) {
-                Some(p) => (p, 0..range.len()),
-                None => (block.flat(), range.clone()),
-            };
-            let (grads, at_grads) = match shard.and_then(|s| s.grads.as_ref()) {
-                Some(g) => (g, 0..range.len()),
-                None => (block.flat_grad(), range.clone()),
-            };
-            let scratch;
-            let weights = match &self.master {
-                Some(master) => &master[i],
-                None if params.dtype() == DType::F32 => params,
-                None => {
-                    let name = format!("{}.fp32", block.name());
-                    scratch =
-                        f32_range_copy(params, at_params.clone(), Category::Temporary, &name)?;
-                    &scratch
-                }
-            };
-            if self.dry {
-                // Same allocations and collectives as a real update (state, scratch), no
-                // arithmetic.
-                if let (1.., Some(comm)) = (stage, self.comm.as_deref_mut()) {
-                    let at = BlockShard {
-                        weights: &weights_at,
-                        shard: &range,
-                        padded,
-                    };
-                    count_shard_sums(&self.optimizer, comm, &at)?;
-                }
-                if let (1 | 2, Some(comm)) = (stage, self.comm.as_deref_mut()) {
-                    let label = "params.gather.bucket";
-                    let _bucket = f32_bucket(&self.device, padded * world, label)?;
-                    comm.without_data(Collective::AllGather, padded)?;
-                }
-                continue;
-            }
-            let in_place = std::ptr::eq(weights, params);
-            let at = if in_place {
-                at_params.clone()
-            } else {
-                0..range.len()
-            };
-            let optimizer = &mut self.optimizer;
-            let comm = self.comm.as_deref_mut().filter(|_| stage >= 1);
-            with_grads(grads, |g| {
-                weights.with_slice_mut::<f32, _>(|w| {
-                    let mut group = FlatParams {
-                        params: &mut w[at],
-                        grads: g.range(at_grads.clone()),
-                        tensors: &ranges,
-                    };
-                    let shard = BlockShard {
-                        weights: &weights_at,
-                        shard: &range,
-                        padded,
-                    };
-                    update_shard(
-                        optimizer,
-                        comm,
-                        i,
-                        &mut group,
-                        shard,
-                        (multiplier, lr),
-                        None,
-                    )
-                })
-            })???;
-            // The rank's updated values, cast into the compute parameters when they are a copy.
-            let updated = match in_place {
-                true => None,
-                false => {
-                    let values = weights.to_vec_f32()?;
-                    store_f32_at(params, at_params.start, &values)?;
-                    Some(values)
-                }
-            };
-            if let (1 | 2, Some(comm)) = (stage, self.comm.as_deref_mut()) {
-                let shard = match updated {
-                    Some(values) => values,
-                    None => weights.with_slice::<f32, _>(|p| p[range.clone()].to_vec())?,
-                };
-                gather_into(comm, block.flat(), block.numel(), &shard, padded)?;
-            }
-        }
-        Ok(())
     }
 }

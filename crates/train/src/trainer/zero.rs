@@ -6,12 +6,11 @@
 //! takes bytes when backward enters the block and, once complete, is summed over ranks with a
 //! reduce-scatter into the rank's gradient shard and released.
 //!
-//! A block's gradient is complete when backward has left every scope that reads it: each scope
-//! recorded on a tape counts one pending use of its blocks, a scope's backward ends when the next
-//! scope's begins (or backward ends), and a block with no pending use left is finished. A tied
-//! embedding read at both ends of the model therefore keeps its full gradient through backward.
-//! A checkpointed segment's recompute runs inside backward and keeps its blocks gathered until
-//! their backward is done (one gather per block per backward, not two).
+//! A block's gradient is complete when backward has left every scope that reads it (counted by
+//! `block_uses`); a tied embedding read at both ends of the model therefore keeps its full
+//! gradient through backward. A checkpointed segment's recompute runs inside backward and keeps
+//! its blocks gathered until their backward is done (one gather per block per backward, not
+//! two).
 //!
 //! The collectives run on the compute thread, so prefetching moves gathers earlier (more blocks
 //! resident, as the planner charges) without overlapping them with compute. With offloaded
@@ -23,6 +22,7 @@
 //! Not for: the optimizer step on shards (`step`) or the shards' arithmetic (`shard`).
 
 use super::TrainError;
+use super::block_uses::{BlockUses, hook_error};
 use super::host_grads::HostGrads;
 use super::offload::widen;
 use super::shard::{gather_into, gather_params, reduce_scatter_into, reduce_scatter_into_host};
@@ -38,7 +38,7 @@ pub(super) struct ZeroHooks {
     blocks: Vec<ParamBlock>,
     /// Blocks gathered ahead of use (ZeRO-3).
     prefetch: usize,
-    state: RefCell<State>,
+    uses: BlockUses,
     /// The collective error behind a hook's failure, returned instead of the tensor error.
     error: RefCell<Option<TrainError>>,
     /// Offloaded parameter shards (ZeRO-3 with `--offload-params`).
@@ -52,15 +52,6 @@ pub(super) struct ZeroHooks {
 pub(super) struct OffloadedParts {
     pub params: Option<OffloadStore>,
     pub host_grads: Option<HostGrads>,
-}
-
-#[derive(Default)]
-struct State {
-    /// Recorded scopes per block whose backward has not ended.
-    pending: Vec<u32>,
-    /// The scope whose backward is running.
-    active: Option<Vec<usize>>,
-    in_backward: bool,
 }
 
 impl ZeroHooks {
@@ -77,10 +68,7 @@ impl ZeroHooks {
             comm: RefCell::new(comm),
             blocks,
             prefetch,
-            state: RefCell::new(State {
-                pending: vec![0; n],
-                ..State::default()
-            }),
+            uses: BlockUses::new(n),
             error: RefCell::new(None),
             params: offloaded.params.map(RefCell::new),
             host_grads: offloaded.host_grads.map(RefCell::new),
@@ -100,32 +88,13 @@ impl ZeroHooks {
     /// Ends a pass: the running scope's backward ends, every block whose full gradient still
     /// holds bytes is reduced and released, every gathered block released.
     pub(super) fn finish(&self) -> Result<(), TrainError> {
-        let active = self.state.borrow_mut().active.take();
-        if let Some(active) = active {
-            self.end_scope(&active)?;
-        }
-        for i in 0..self.blocks.len() {
-            self.finish_block(i)?;
-        }
-        let mut s = self.state.borrow_mut();
-        s.pending.iter_mut().for_each(|p| *p = 0);
-        s.in_backward = false;
-        Ok(())
+        self.uses
+            .end_pass(self.blocks.len(), |b| self.finish_block(b))
     }
 
     /// Runs a hook body, keeping a collective error for the trainer to report.
     fn run(&self, f: impl FnOnce() -> Result<(), TrainError>) -> Result<(), TensorError> {
-        f().map_err(|e| {
-            let message = e.to_string();
-            match e {
-                TrainError::Engine(t) => t,
-                TrainError::OutOfMemory(oom) => TensorError::OutOfMemory(oom),
-                other => {
-                    *self.error.borrow_mut() = Some(other);
-                    TensorError::Backward(message)
-                }
-            }
-        })
+        f().map_err(|e| hook_error(e, &self.error))
     }
 
     /// ZeRO-3: block `i`'s parameters gathered if released.
@@ -191,21 +160,6 @@ impl ZeroHooks {
         Ok(())
     }
 
-    /// A scope's backward ended: one pending use less for each of its blocks.
-    fn end_scope(&self, blocks: &[usize]) -> Result<(), TrainError> {
-        for &b in blocks {
-            let done = {
-                let mut s = self.state.borrow_mut();
-                s.pending[b] = s.pending[b].saturating_sub(1);
-                s.pending[b] == 0
-            };
-            if done {
-                self.finish_block(b)?;
-            }
-        }
-        Ok(())
-    }
-
     /// Block `i`'s backward is complete: its gradient reduce-scattered into the rank's shard and
     /// released, its parameters released.
     fn finish_block(&self, i: usize) -> Result<(), TrainError> {
@@ -238,14 +192,8 @@ impl BlockHooks for ZeroHooks {
     }
 
     fn after_forward(&self, blocks: &[usize], marked: bool) -> Result<(), TensorError> {
-        let mut s = self.state.borrow_mut();
-        if marked {
-            for &b in blocks {
-                s.pending[b] += 1;
-            }
-        }
         // A recompute inside backward keeps its blocks for the backward that follows.
-        if !s.in_backward {
+        if !self.uses.forward_ended(blocks, marked) {
             for &b in blocks {
                 self.blocks[b].release_params();
             }
@@ -255,13 +203,8 @@ impl BlockHooks for ZeroHooks {
 
     fn before_backward(&self, blocks: &[usize]) -> Result<(), TensorError> {
         self.run(|| {
-            let previous = {
-                let mut s = self.state.borrow_mut();
-                s.in_backward = true;
-                s.active.replace(blocks.to_vec())
-            };
-            if let Some(previous) = previous {
-                self.end_scope(&previous)?;
+            for b in self.uses.backward_begins(blocks) {
+                self.finish_block(b)?;
             }
             self.gather_with_prefetch(blocks, false)?;
             for &b in blocks {

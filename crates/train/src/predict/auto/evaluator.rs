@@ -6,7 +6,7 @@
 //! Not for: which values to try (see `space`) or the search itself (the planner's `search`).
 
 use super::space::engine_space;
-use super::speed::SpeedModel;
+use super::speed::{SpeedModel, UpdateKind};
 use crate::config::{ConfigError, RunConfig};
 use crate::data::Corpus;
 use crate::predict::{Prediction, dry_run_counted};
@@ -94,13 +94,15 @@ impl Evaluator for DryRunEvaluator<'_> {
         false
     }
 
-    /// Only what the engine runs: not Adafactor, and not 8-bit states under ZeRO in a group
-    /// (their blocks would be cut by the shards; the trainer refuses it).
+    /// Only what the engine runs: not 8-bit states or Adafactor under ZeRO in a group (the
+    /// shards would cut their blocks or weights; the trainer refuses them).
     fn worth_trying(&self, strategy: &Strategy, _pins: &Pins) -> bool {
-        let eight_bit_sharded = strategy.optimizer == headroom_strategy::Optimizer::AdamW8bit
+        use headroom_strategy::Optimizer as O;
+        let whole_tensors = matches!(strategy.optimizer, O::AdamW8bit | O::Adafactor);
+        let cut = whole_tensors
             && self.config.data_parallel > 1
             && strategy.placement.zero_stage.number() >= 1;
-        strategy.engine_incompatibility().is_none() && !eight_bit_sharded
+        strategy.incompatibility().is_none() && !cut
     }
 }
 
@@ -124,7 +126,10 @@ pub fn evaluate(
     at_peak[Category::Other] += m.peak_reserved_bytes.saturating_sub(m.peak_allocated_bytes);
     let tokens = (run.batch_per_rank() * seq_len) as f64;
     // The rank updates its shard of every block under ZeRO, every parameter otherwise.
-    let state = crate::trainer::optimizer_state_dtype(&run)?;
+    let update = match strategy.optimizer {
+        headroom_strategy::Optimizer::Adafactor => UpdateKind::Adafactor,
+        _ => UpdateKind::Adam(crate::trainer::optimizer_state_dtype(&run)?),
+    };
     let params = spec.num_params() as f64;
     let updated = match (run.data_parallel, strategy.placement.zero_stage.number()) {
         (1, _) | (_, 0) => params,
@@ -149,7 +154,7 @@ pub fn evaluate(
             host_bytes_per_node: 0,
             nvme_bytes_per_node: 0,
         },
-        time: speed.step_time_with_update(&dry.step_work, tokens, state, updated),
+        time: speed.step_time_with_update(&dry.step_work, tokens, update, updated),
         fidelity_tier: strategy.fidelity_tier(),
     };
     Ok((plan, p))

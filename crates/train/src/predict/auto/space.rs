@@ -6,7 +6,7 @@
 
 use super::speed::CalibrationShapes;
 use headroom_nn::models::ModelSpec;
-use headroom_plan::search::Space;
+use headroom_plan::search::{Space, in_backward_values};
 use headroom_strategy::{
     Attention, Checkpoint, Loss, Optimizer, Pins, Placement, Precision, ZeroStage,
 };
@@ -20,10 +20,15 @@ pub(crate) fn engine_space(spec: &ModelSpec, pins: &Pins, world: usize) -> Space
         vec![Precision::Fp32, Precision::Bf16Mixed, Precision::Bf16],
         |p| vec![p],
     );
-    // AdamW, or its bf16- and 8-bit-state variants as memory levers (the speed model times
-    // each format's update); other families only when pinned.
+    // AdamW, or its bf16- and 8-bit-state variants and Adafactor as memory levers (the speed
+    // model times each one's update); other families only when pinned.
     let optimizers = pins.optimizer.map_or(
-        vec![Optimizer::AdamW, Optimizer::AdamWBf16, Optimizer::AdamW8bit],
+        vec![
+            Optimizer::AdamW,
+            Optimizer::AdamWBf16,
+            Optimizer::AdamW8bit,
+            Optimizer::Adafactor,
+        ],
         |o| vec![o],
     );
     let depth = spec.depth() as u64;
@@ -88,6 +93,7 @@ pub(crate) fn engine_space(spec: &ModelSpec, pins: &Pins, world: usize) -> Space
         checkpoints,
         attentions,
         losses,
+        in_backward: in_backward_values(pins, world as u64),
         splits: Vec::new(),
     }
 }

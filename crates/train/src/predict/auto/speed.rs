@@ -16,8 +16,9 @@
 //!   per second a rank sends on a ring (a reduce-scatter, an all-gather and an all-reduce of a
 //!   block's size), on an in-process group of the run's world size.
 //!
-//! - the optimizer step: AdamW's update per parameter with f32, bf16 and 8-bit states, over
-//!   a flat buffer of 2¹⁸ parameters (other rules are charged AdamW's f32 rate).
+//! - the optimizer step: AdamW's update per parameter with f32, bf16 and 8-bit states over a
+//!   flat buffer of 2¹⁸ parameters, and Adafactor's on a 512 × 512 matrix (other rules are
+//!   charged AdamW's f32 rate).
 //!
 //! The step time is the sum over widths of matmul FLOPs / R_width, plus attention FLOPs /
 //! R_att, plus the sum over widths of bytes / BW_width, plus kernels × overhead, plus
@@ -71,20 +72,30 @@ pub struct SpeedModel {
     pub optimizer_params_per_s: UpdateRates,
 }
 
-/// Parameters updated per second by state format.
+/// Parameters updated per second: AdamW by state format, and Adafactor.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct UpdateRates {
     pub f32: f64,
     pub bf16: f64,
     pub int8: f64,
+    pub adafactor: f64,
+}
+
+/// The update an optimizer step runs, for its rate: an Adam-family or SGD loop over states of a
+/// format (timed as AdamW's), or Adafactor's factored one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpdateKind {
+    Adam(StateDtype),
+    Adafactor,
 }
 
 impl UpdateRates {
-    fn of(&self, state: StateDtype) -> f64 {
-        match state {
-            StateDtype::F32 => self.f32,
-            StateDtype::Bf16 => self.bf16,
-            StateDtype::Int8 => self.int8,
+    fn of(&self, kind: UpdateKind) -> f64 {
+        match kind {
+            UpdateKind::Adam(StateDtype::F32) => self.f32,
+            UpdateKind::Adam(StateDtype::Bf16) => self.bf16,
+            UpdateKind::Adam(StateDtype::Int8) => self.int8,
+            UpdateKind::Adafactor => self.adafactor,
         }
     }
 }
@@ -96,7 +107,10 @@ const UPDATE_PARAMS: usize = 1 << 18;
 /// [`MEASURE_FOR`] each, after one warm-up step.
 fn measure_updates() -> UpdateRates {
     use headroom_nn::grad::Grads;
-    use headroom_nn::optim::{AdamStep, adamw_update, adamw8bit_update, quant8};
+    use headroom_nn::optim::{
+        AdafactorStep, AdamStep, TensorShape, adafactor_update, adamw_update, adamw8bit_update,
+        quant8,
+    };
     let n = UPDATE_PARAMS;
     let grads: Vec<f32> = (0..n).map(|i| ((i % 97) as f32 - 48.0) * 1e-3).collect();
     let mut w = vec![0.5f32; n];
@@ -143,10 +157,29 @@ fn measure_updates() -> UpdateRates {
             h(),
         )
     });
+    // Adafactor on one square matrix of the same size.
+    let side = (n as f64).sqrt() as usize;
+    let shapes = [TensorShape::Matrix {
+        rows: side,
+        cols: n / side,
+    }];
+    let mut factored = vec![0f32; side + n / side];
+    let mut t = 0u64;
+    let adafactor_rate = rate(&mut || {
+        t += 1;
+        let h = AdafactorStep {
+            lr: 1e-3,
+            weight_decay: 0.0,
+            step: t,
+            grad_multiplier: 1.0,
+        };
+        adafactor_update(&mut w, Grads::F32(&grads), &mut factored, &shapes, h)
+    });
     UpdateRates {
         f32: f32_rate,
         bf16: bf16_rate,
         int8: int8_rate,
+        adafactor: adafactor_rate,
     }
 }
 
@@ -241,17 +274,17 @@ impl SpeedModel {
         })
     }
 
-    /// [`SpeedModel::step_time`] plus the optimizer step over `params` parameters with
-    /// `state` states (a rank's shard under ZeRO).
+    /// [`SpeedModel::step_time`] plus the optimizer step `kind` over `params` parameters (a
+    /// rank's shard under ZeRO).
     pub fn step_time_with_update(
         &self,
         work: &Work,
         tokens: f64,
-        state: StateDtype,
+        kind: UpdateKind,
         params: f64,
     ) -> StepTime {
         let mut t = self.step_time(work, tokens);
-        t.optimizer_s = params / self.optimizer_params_per_s.of(state);
+        t.optimizer_s = params / self.optimizer_params_per_s.of(kind);
         t.step_s += t.optimizer_s;
         t.tokens_per_s = tokens / t.step_s;
         t.mfu = t.model_flops / t.step_s / self.matmul_flops_per_s.f32;
@@ -407,6 +440,7 @@ mod tests {
                 f32: 1e8,
                 bf16: 2e8,
                 int8: 5e7,
+                adafactor: 2.5e7,
             },
         };
         let width = |f32, bf16, f16| PerWidth { f32, bf16, f16 };
@@ -430,10 +464,13 @@ mod tests {
         assert_eq!(t.model_flops, 2.2e9);
         assert!((t.tokens_per_s - 1000.0 / 6.011).abs() < 1e-9);
         // The update of 1e7 parameters: 0.1 s with f32 states, 0.2 s with 8-bit ones.
-        let u = speed.step_time_with_update(&work, 1000.0, StateDtype::Int8, 1e7);
+        let u = speed.step_time_with_update(&work, 1000.0, UpdateKind::Adam(StateDtype::Int8), 1e7);
         assert!((u.optimizer_s - 0.2).abs() < 1e-12 && (u.step_s - 6.211).abs() < 1e-12);
         assert!((u.tokens_per_s - 1000.0 / 6.211).abs() < 1e-9);
-        let f = speed.step_time_with_update(&work, 1000.0, StateDtype::F32, 1e7);
+        let f = speed.step_time_with_update(&work, 1000.0, UpdateKind::Adam(StateDtype::F32), 1e7);
         assert!((f.optimizer_s - 0.1).abs() < 1e-12);
+        // Adafactor at its own rate: 0.4 s.
+        let a = speed.step_time_with_update(&work, 1000.0, UpdateKind::Adafactor, 1e7);
+        assert!((a.optimizer_s - 0.4).abs() < 1e-12);
     }
 }
