@@ -24,10 +24,11 @@ fn json(o: &Output) -> Value {
 fn a_hardware_file_may_name_its_own_gpu() {
     let dir = tempfile::tempdir().unwrap();
     let hw = dir.path().join("hw.toml");
-    // RTX 3090: 24 GiB, 936 GB/s, fp16/bf16 tensor 71 TFLOPS, fp32 35.6 (GA102 whitepaper).
+    // RTX 3080, not a preset: 10 GiB, 760 GB/s, fp16/bf16 tensor 59.5 TFLOPS, fp32 29.8 (GA102
+    // whitepaper).
     std::fs::write(
         &hw,
-        "gpu = \"RTX-3090\"\ngpu_memory = \"24GiB\"\nbf16_tflops = 71\nfp16_tflops = 71\nfp32_tflops = 35.6\nmemory_bandwidth_gbps = 936\n",
+        "gpu = \"RTX-3080\"\ngpu_memory = \"10GiB\"\nbf16_tflops = 59.5\nfp16_tflops = 59.5\nfp32_tflops = 29.8\nmemory_bandwidth_gbps = 760\n",
     )
     .unwrap();
     let o = headroom(&[
@@ -44,8 +45,8 @@ fn a_hardware_file_may_name_its_own_gpu() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v = json(&o);
-    assert_eq!(v["hardware"]["gpu"]["name"], "RTX-3090");
-    assert_eq!(v["hardware"]["gpu"]["memory_bytes"], 24u64 << 30);
+    assert_eq!(v["hardware"]["gpu"]["name"], "RTX-3080");
+    assert_eq!(v["hardware"]["gpu"]["memory_bytes"], 10u64 << 30);
 }
 
 #[test]

@@ -32,6 +32,12 @@ pub enum PlanError {
     )]
     UnknownModel { name: String, accepted: String },
 
+    /// A Hugging Face Hub id (`org/name`) that is not built in and no file of that name.
+    #[error(
+        "'{id}' is a Hugging Face Hub id that is not built in (and no file of that name); download its config.json (huggingface-cli download {id} config.json --local-dir DIR, or https://huggingface.co/{id}/resolve/main/config.json) and pass its path; built-in Hub ids: {accepted}"
+    )]
+    UnknownHubModel { id: String, accepted: String },
+
     /// A GPU preset name that is not known.
     #[error("unknown GPU preset '{name}'; accepted: {accepted}")]
     UnknownGpu { name: String, accepted: String },

@@ -107,7 +107,8 @@ pub struct PlanArgs {
     /// its CUDA context otherwise.
     #[arg(long, value_name = "SIZE")]
     pub device_memory: Option<ByteSize>,
-    /// GPU preset: V100-16GB, V100-32GB, A100-40GB, A100-80GB, H100-80GB, H200-141GB, L4, A10G, RTX-4090.
+    /// GPU preset: V100-16GB, V100-32GB, A100-40GB, A100-80GB, H100-80GB, H200-141GB, L4, A10G,
+    /// RTX-4090, RTX-3090, RTX-A6000, L40S, H100-PCIe, H100-NVL, B200, MI300X.
     #[arg(long)]
     pub gpu: Option<String>,
     /// TOML file with hardware fields (same names as the flags, e.g. `gpu_memory = "80GiB"`).

@@ -64,18 +64,18 @@ mod tests {
 
     #[test]
     fn a_hardware_file_names_its_own_gpu() {
-        // RTX 3090 (NVIDIA GA102 whitepaper, dense): fp16 tensor 71 TFLOPS, fp32 35.6 TFLOPS,
-        // 936 GB/s, 24 GiB.
+        // RTX 3080, not a preset (NVIDIA GA102 whitepaper, dense): fp16 tensor 59.5 TFLOPS,
+        // fp32 29.8 TFLOPS, 760 GB/s, 10 GiB.
         let o = HardwareOverrides::from_toml(
-            "gpu = \"RTX-3090\"\ngpu_memory = \"24GiB\"\nfp16_tflops = 71\nbf16_tflops = 71\nfp32_tflops = 35.6\nmemory_bandwidth_gbps = 936\n",
+            "gpu = \"RTX-3080\"\ngpu_memory = \"10GiB\"\nfp16_tflops = 59.5\nbf16_tflops = 59.5\nfp32_tflops = 29.8\nmemory_bandwidth_gbps = 760\n",
         )
         .unwrap();
-        let hw = resolve("RTX-3090", &[&o]).unwrap();
-        assert_eq!(hw.gpu.name, "RTX-3090");
-        assert_eq!(hw.gpu.memory_bytes, 24 << 30);
-        assert_eq!((hw.gpu.bf16_tflops, hw.gpu.fp32_tflops), (71.0, 35.6));
+        let hw = resolve("RTX-3080", &[&o]).unwrap();
+        assert_eq!(hw.gpu.name, "RTX-3080");
+        assert_eq!(hw.gpu.memory_bytes, 10 << 30);
+        assert_eq!((hw.gpu.bf16_tflops, hw.gpu.fp32_tflops), (59.5, 29.8));
         assert_eq!(hw.gpu.tf32_tflops, 0.0);
-        let e = resolve("RTX-3090", &[&HardwareOverrides::default()])
+        let e = resolve("RTX-3080", &[&HardwareOverrides::default()])
             .unwrap_err()
             .to_string();
         assert!(

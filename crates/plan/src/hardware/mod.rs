@@ -2,9 +2,11 @@
 //! bandwidth) and the cluster around them (GPUs per node, nodes, interconnects, host RAM, NVMe).
 //! Every field can be overridden from a TOML file or from flags ([`HardwareOverrides`]).
 //!
-//! Sources of the preset figures: NVIDIA datasheets (dense, i.e. without structured sparsity);
-//! memory is the `memory.total` nvidia-smi reports. Cluster defaults (interconnects, host RAM,
-//! NVMe, CUDA context) are typical values, stated in docs/planner.md; override them for your site.
+//! Sources of the preset figures: the vendors' datasheets and architecture whitepapers (dense,
+//! i.e. without structured sparsity; 16-bit tensor figures with fp32 accumulation), one source
+//! per GPU in docs/sources.md §20; memory is the `memory.total` nvidia-smi (rocm-smi for the
+//! MI300X) reports. Cluster defaults (interconnects, host RAM, NVMe, CUDA context) are typical
+//! values, stated in docs/planner.md; override them for your site.
 //!
 //! Not for: deciding what runs where (that is the strategy and the cost model).
 
@@ -138,6 +140,55 @@ const GPU_PRESETS: &[PresetRow] = &[
     (
         "RTX-4090", 24_564, 165.2, 165.2, 82.6, 82.6, 1008.0, 25.0, 25.0, 6.25, 128,
     ),
+    (
+        "RTX-3090", 24_576, 71.0, 71.0, 35.6, 35.6, 936.0, 25.0, 25.0, 6.25, 128,
+    ),
+    (
+        "RTX-A6000",
+        49_140,
+        154.8,
+        154.8,
+        77.4,
+        38.7,
+        768.0,
+        25.0,
+        25.0,
+        6.25,
+        256,
+    ),
+    (
+        "L40S", 46_068, 362.05, 362.05, 183.0, 91.6, 864.0, 25.0, 25.0, 12.5, 512,
+    ),
+    (
+        "H100-PCIe",
+        81_559,
+        756.0,
+        756.0,
+        378.0,
+        51.0,
+        2000.0,
+        50.0,
+        50.0,
+        25.0,
+        1024,
+    ),
+    (
+        "H100-NVL", 95_830, 835.5, 835.5, 417.5, 60.0, 3938.0, 50.0, 50.0, 25.0, 1024,
+    ),
+    (
+        "B200", 183_359, 2250.0, 2250.0, 1125.0, 75.0, 8000.0, 900.0, 50.0, 50.0, 2048,
+    ),
+    (
+        "MI300X", 196_592, 1307.4, 1307.4, 653.7, 163.4, 5300.0, 448.0, 50.0, 50.0, 2048,
+    ),
+];
+
+/// Other names of presets: the generation alone where it has one form (H200), the SXM form of
+/// the H100 by its bus name, and the workstation card without its prefix.
+const GPU_ALIASES: &[(&str, &str)] = &[
+    ("H200", "H200-141GB"),
+    ("H100-SXM", "H100-80GB"),
+    ("A6000", "RTX-A6000"),
 ];
 
 /// Names of every GPU preset.
@@ -147,9 +198,15 @@ pub fn gpu_preset_names() -> Vec<&'static str> {
 
 /// A GPU preset with the default cluster around it (one node of `gpus_per_node` GPUs).
 pub fn preset(name: &str) -> Result<Hardware> {
+    let same =
+        |a: &str, b: &str| a.eq_ignore_ascii_case(b) || a.replace('-', "").eq_ignore_ascii_case(b);
+    let name = GPU_ALIASES
+        .iter()
+        .find(|(alias, _)| same(alias, name))
+        .map_or(name, |(_, target)| target);
     let row = GPU_PRESETS
         .iter()
-        .find(|r| r.0.eq_ignore_ascii_case(name) || r.0.replace('-', "").eq_ignore_ascii_case(name))
+        .find(|r| same(r.0, name))
         .ok_or_else(|| PlanError::UnknownGpu {
             name: name.to_string(),
             accepted: gpu_preset_names().join(", "),
@@ -377,6 +434,31 @@ mod tests {
         assert_eq!(preset("RTX4090").unwrap().gpu.name, "RTX-4090");
         let e = preset("B300").unwrap_err().to_string();
         assert!(e.contains("'B300'") && e.contains("A100-80GB"), "{e}");
+    }
+
+    #[test]
+    fn aliases_name_their_presets_and_every_preset_is_self_consistent() {
+        assert_eq!(preset("H200").unwrap().gpu.name, "H200-141GB");
+        assert_eq!(preset("h100-sxm").unwrap().gpu.name, "H100-80GB");
+        assert_eq!(preset("A6000").unwrap().gpu.name, "RTX-A6000");
+        assert_eq!(preset("rtx3090").unwrap().gpu.name, "RTX-3090");
+        for name in gpu_preset_names() {
+            let g = preset(name).unwrap().gpu;
+            // Dense tensor throughput is at least the vector fp32 rate; bf16/fp16 twice TF32
+            // where the GPU has TF32 (every generation since Ampere keeps that ratio; the L40S
+            // datasheet rounds its TF32 figure to 183 against 362.05, hence 2 %).
+            assert!(g.fp16_tflops >= g.fp32_tflops, "{name}");
+            if g.tf32_tflops > 0.0 {
+                assert!(
+                    (g.bf16_tflops - 2.0 * g.tf32_tflops).abs() < 0.02 * g.bf16_tflops,
+                    "{name}"
+                );
+            }
+            assert!(
+                g.memory_bytes > (15 << 30) && g.memory_bandwidth_gbps > 100.0,
+                "{name}"
+            );
+        }
     }
 
     #[test]

@@ -74,6 +74,44 @@ pub const PRESET_NAMES: [&str; 20] = {
     names
 };
 
+/// Hugging Face Hub ids of the built-in models: the repositories their `config.json` files come
+/// from, and the chat and instruct siblings whose `config.json` describes the same network.
+const HUB_IDS: &[(&str, &str)] = &[
+    ("openai-community/gpt2", "gpt2"),
+    ("openai-community/gpt2-medium", "gpt2-medium"),
+    ("openai-community/gpt2-large", "gpt2-large"),
+    ("openai-community/gpt2-xl", "gpt2-xl"),
+    ("google-bert/bert-base-cased", "bert-base-cased"),
+    ("google-bert/bert-base-uncased", "bert-base-uncased"),
+    ("google-bert/bert-large-uncased", "bert-large-uncased"),
+    ("google-t5/t5-large", "t5-large"),
+    ("google-t5/t5-3b", "t5-3b"),
+    ("EleutherAI/pythia-160m", "pythia-160m"),
+    ("EleutherAI/pythia-1b", "pythia-1b"),
+    ("meta-llama/Llama-2-7b-hf", "llama-2-7b"),
+    ("meta-llama/Llama-2-7b-chat-hf", "llama-2-7b"),
+    ("meta-llama/Llama-2-13b-hf", "llama-2-13b"),
+    ("meta-llama/Llama-2-13b-chat-hf", "llama-2-13b"),
+    ("meta-llama/Llama-2-70b-hf", "llama-2-70b"),
+    ("meta-llama/Llama-2-70b-chat-hf", "llama-2-70b"),
+    ("meta-llama/Meta-Llama-3-8B", "llama-3-8b"),
+    ("meta-llama/Meta-Llama-3-8B-Instruct", "llama-3-8b"),
+    ("meta-llama/Meta-Llama-3-70B", "llama-3-70b"),
+    ("meta-llama/Meta-Llama-3-70B-Instruct", "llama-3-70b"),
+    ("meta-llama/Llama-3.2-1B", "llama-3.2-1b"),
+    ("mistralai/Mistral-7B-v0.1", "mistral-7b"),
+    ("mistralai/Mixtral-8x7B-v0.1", "mixtral-8x7b"),
+    ("Qwen/Qwen2.5-7B", "qwen2.5-7b"),
+];
+
+/// The built-in model a Hub id names (case-insensitive), if any.
+pub fn preset_for_hub_id(id: &str) -> Option<&'static str> {
+    HUB_IDS
+        .iter()
+        .find(|(hub, _)| hub.eq_ignore_ascii_case(id))
+        .map(|(_, preset)| *preset)
+}
+
 /// The stored `config.json` text of a preset (case-insensitive name).
 pub fn preset_config(name: &str) -> Option<&'static str> {
     PRESETS
@@ -82,11 +120,17 @@ pub fn preset_config(name: &str) -> Option<&'static str> {
         .map(|(_, text)| *text)
 }
 
-/// Resolves `--model`: a preset name first, then a path to a `config.json` (or to a directory
-/// holding one).
+/// Resolves `--model`: a preset name first, then a built-in model's Hub id, then a path to a
+/// `config.json` (or to a directory holding one); another `org/name` gets the instructions to
+/// download its `config.json`.
 pub fn load_model(name_or_path: &str) -> Result<ModelSpec> {
     if let Some(text) = preset_config(name_or_path) {
         return parse_config(&name_or_path.to_ascii_lowercase(), text);
+    }
+    if let Some(preset) = preset_for_hub_id(name_or_path)
+        && let Some(text) = preset_config(preset)
+    {
+        return parse_config(preset, text);
     }
     let mut path = Path::new(name_or_path).to_path_buf();
     if path.is_dir() {
@@ -99,6 +143,16 @@ pub fn load_model(name_or_path: &str) -> Result<ModelSpec> {
         })?;
         return parse_config(name_or_path, &text);
     }
+    let hub_like = name_or_path.split('/').count() == 2
+        && !name_or_path.starts_with(['.', '/'])
+        && name_or_path.split('/').all(|p| !p.is_empty());
+    if hub_like {
+        let ids: Vec<&str> = HUB_IDS.iter().map(|(id, _)| *id).collect();
+        return Err(PlanError::UnknownHubModel {
+            id: name_or_path.to_string(),
+            accepted: ids.join(", "),
+        });
+    }
     Err(PlanError::UnknownModel {
         name: name_or_path.to_string(),
         accepted: PRESET_NAMES.join(", "),
@@ -108,6 +162,27 @@ pub fn load_model(name_or_path: &str) -> Result<ModelSpec> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hub_ids_name_their_presets_and_others_get_the_download_instructions() {
+        for (id, preset) in HUB_IDS {
+            assert_eq!(load_model(id).unwrap().name, *preset, "{id}");
+        }
+        assert_eq!(
+            load_model("META-LLAMA/llama-2-7b-hf").unwrap().name,
+            "llama-2-7b"
+        );
+        let e = load_model("google/gemma-7b").unwrap_err().to_string();
+        assert!(
+            e.contains("google/gemma-7b")
+                && e.contains("https://huggingface.co/google/gemma-7b/resolve/main/config.json")
+                && e.contains("meta-llama/Llama-2-7b-hf"),
+            "{e}"
+        );
+        // A relative path with one slash that does not exist is still a path, not a Hub id.
+        let e = load_model("./missing.json").unwrap_err().to_string();
+        assert!(e.contains("unknown model preset"), "{e}");
+    }
 
     #[test]
     fn every_preset_parses() {
