@@ -127,3 +127,59 @@ fn groups_collapse_block_indices_and_sum_to_the_total() {
     // One block: 4·4096² + 3·4096·11008 + 2·4096 = 202,383,360.
     assert_eq!(inv.max_block_params(), 202_383_360);
 }
+
+fn count_config(text: &str) -> u64 {
+    ParamInventory::of(&headroom_plan::model::parse_config("test", text).unwrap()).total()
+}
+
+#[test]
+fn gemma_gemma2_and_phi3_match_hand_derivations_and_published_totals() {
+    // google/gemma-7b (config.json: V 256,000, h 3,072, 28 layers, 16 heads of head_dim 256,
+    // 16 kv heads, intermediate 24,576; GemmaConfig ties the embeddings by default):
+    //   layer = 4·3,072·4,096 + 3·3,072·24,576 + 2·3,072 = 276,830,208
+    //   28·276,830,208 + 3,072 + 256,000·3,072 = 8,537,680,896 (the model card's 8.54B).
+    let gemma = r#"{"model_type": "gemma", "vocab_size": 256000, "hidden_size": 3072,
+        "intermediate_size": 24576, "num_hidden_layers": 28, "num_attention_heads": 16,
+        "num_key_value_heads": 16, "head_dim": 256, "max_position_embeddings": 8192}"#;
+    assert_eq!(count_config(gemma), 8_537_680_896);
+    // Without head_dim the config class's default, 256, applies.
+    assert_eq!(
+        count_config(&gemma.replace(r#""head_dim": 256,"#, "")),
+        8_537_680_896
+    );
+    // google/gemma-2-9b (h 3,584, 42 layers, 16 heads and 8 kv heads of 256, intermediate
+    // 14,336); four norms a layer (pre/post attention, pre/post feed-forward):
+    //   layer = 2·3,584·4,096 + 2·3,584·2,048 + 3·3,584·14,336 + 4·3,584 = 198,195,200
+    //   42·198,195,200 + 3,584 + 256,000·3,584 = 9,241,705,984 (9.24B).
+    let gemma2 = r#"{"model_type": "gemma2", "vocab_size": 256000, "hidden_size": 3584,
+        "intermediate_size": 14336, "num_hidden_layers": 42, "num_attention_heads": 16,
+        "num_key_value_heads": 8, "head_dim": 256, "max_position_embeddings": 8192}"#;
+    assert_eq!(count_config(gemma2), 9_241_705_984);
+    // microsoft/Phi-3-mini-4k-instruct (V 32,064, h 3,072, 32 layers, 32 heads, intermediate
+    // 8,192, untied): fused qkv_proj (3h × h) and gate_up_proj (2·8,192 × h) count as the
+    // separate matrices would:
+    //   layer = 4·3,072² + 3·3,072·8,192 + 2·3,072 = 113,252,352
+    //   32·113,252,352 + 3,072 + 2·32,064·3,072 = 3,821,079,552 (3.8B).
+    let phi3 = r#"{"model_type": "phi3", "vocab_size": 32064, "hidden_size": 3072,
+        "intermediate_size": 8192, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 32, "max_position_embeddings": 4096, "tie_word_embeddings": false}"#;
+    assert_eq!(count_config(phi3), 3_821_079_552);
+    let spec = headroom_plan::model::parse_config("phi3", phi3).unwrap();
+    let inventory = ParamInventory::of(&spec);
+    let (largest, _) = inventory.largest_layer();
+    assert!(
+        largest.contains("embed_tokens") || largest.contains("lm_head"),
+        "{largest}"
+    );
+}
+
+#[test]
+fn unsupported_families_name_the_supported_ones() {
+    let e = headroom_plan::model::parse_config("x", r#"{"model_type": "qwen2_moe"}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("qwen2_moe") && e.contains("gemma2") && e.contains("phi3"),
+        "{e}"
+    );
+}

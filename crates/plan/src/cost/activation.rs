@@ -8,7 +8,7 @@
 //!
 //! | term | bytes | Korthikanti (e = 2, q = kv = h, f = 4h, dropout) |
 //! |---|---|---|
-//! | norm inputs | 2·e·sbh | 4sbh |
+//! | norm inputs | 2·e·sbh (4·e·sbh for Gemma 2) | 4sbh |
 //! | QKV input, Q, K, V, output-projection input | e·sb·(h + q + kv + kv + q) | 10sbh |
 //! | attention-output dropout mask | sbh (if dropout) | sbh |
 //! | core attention, naive | e·as²b softmax + (as²b mask + e·as²b dropout output if dropout) | 5as²b |
@@ -23,7 +23,7 @@
 //!
 //! Not for: parameters, gradients or optimizer states (see `memory`).
 
-use crate::model::{MlpKind, ModelSpec};
+use crate::model::{Family, MlpKind, ModelSpec};
 use crate::strategy::{Attention, Checkpoint, Loss};
 
 /// Bytes of activations one block stores for backward, for micro-batch `b`.
@@ -57,7 +57,13 @@ pub fn block(spec: &ModelSpec, s: f64, b: f64, e: f64, attention: Attention) -> 
 
     // A block without attention (the residual MLP) has one norm and no attention terms.
     let attention_blocks = if spec.has_attention() { 1.0 } else { 0.0 };
-    let norms = (1.0 + attention_blocks) * e * sb * h;
+    // Gemma 2 also normalises the MLP's input and output: two more norm inputs kept.
+    let extra_norms = if spec.family == Family::Gemma2 {
+        2.0
+    } else {
+        0.0
+    };
+    let norms = (1.0 + attention_blocks + extra_norms) * e * sb * h;
     let attn_linear = attention_blocks * (e * sb * (h + q + kv + kv + q) + drop * sb * h);
     let core = attention_blocks
         * match attention {

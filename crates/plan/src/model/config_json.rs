@@ -27,6 +27,9 @@ pub fn parse_config(name: &str, text: &str) -> Result<ModelSpec> {
         "mistral" => decoder_llama_like(name, Family::Mistral, &f)?,
         "mixtral" => decoder_llama_like(name, Family::Mixtral, &f)?,
         "qwen2" => decoder_llama_like(name, Family::Qwen2, &f)?,
+        "gemma" => decoder_llama_like(name, Family::Gemma, &f)?,
+        "gemma2" => decoder_llama_like(name, Family::Gemma2, &f)?,
+        "phi3" => decoder_llama_like(name, Family::Phi3, &f)?,
         "gpt2" => gpt2(name, &f)?,
         "gpt_neox" => gpt_neox(name, &f)?,
         "bert" => bert(name, &f)?,
@@ -37,7 +40,8 @@ pub fn parse_config(name: &str, text: &str) -> Result<ModelSpec> {
     Ok(spec)
 }
 
-const ACCEPTED_TYPES: &str = "one of: llama, mistral, mixtral, qwen2, gpt2, gpt_neox, bert, t5";
+const ACCEPTED_TYPES: &str =
+    "one of: llama, mistral, mixtral, qwen2, gemma, gemma2, phi3, gpt2, gpt_neox, bert, t5";
 
 fn field_err(field: &str, problem: &str, expected: &str) -> PlanError {
     PlanError::ConfigField {
@@ -115,12 +119,16 @@ fn positive(field: &str, v: &Value) -> Result<u64> {
     }
 }
 
-/// Llama, Mistral, Mixtral and Qwen2 share one layout (`LlamaConfig` and its copies).
+/// Llama, Mistral, Mixtral, Qwen2, Gemma, Gemma 2 and Phi-3 share one layout (`LlamaConfig`
+/// and its copies): Gemma's configs default to `head_dim` 256 and tied embeddings, Gemma 2 adds
+/// two norms around each MLP, Phi-3 fuses q/k/v and gate/up into one matrix each.
 fn decoder_llama_like(name: &str, family: Family, f: &Fields) -> Result<ModelSpec> {
     let hidden = f.size("hidden_size")?;
     let heads = f.size("num_attention_heads")?;
     let kv_heads = f.size_or("num_key_value_heads", heads)?;
+    let gemma = matches!(family, Family::Gemma | Family::Gemma2);
     let head_dim = match f.obj.get("head_dim") {
+        None | Some(Value::Null) if gemma => 256,
         None | Some(Value::Null) => divide(hidden, heads, "num_attention_heads")?,
         Some(v) => positive("head_dim", v)?,
     };
@@ -148,8 +156,9 @@ fn decoder_llama_like(name: &str, family: Family, f: &Fields) -> Result<ModelSpe
         experts_per_token,
         max_learned_positions: None,
         trained_context: f.opt_size("max_position_embeddings")?,
-        // LlamaConfig, MistralConfig, MixtralConfig and Qwen2Config default to untied.
-        tie_word_embeddings: f.flag_or("tie_word_embeddings", false)?,
+        // LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config and Phi3Config default to
+        // untied, GemmaConfig and Gemma2Config to tied.
+        tie_word_embeddings: f.flag_or("tie_word_embeddings", gemma)?,
         dropout: f.prob_or("attention_dropout", 0.0)? > 0.0,
         bias: f.flag_or("attention_bias", false)?,
         relative_attention_buckets: 0,

@@ -92,7 +92,13 @@ impl ParamInventory {
             buffers: Vec::new(),
         };
         match spec.family {
-            Family::Llama | Family::Mistral | Family::Mixtral | Family::Qwen2 => b.llama_like(),
+            Family::Llama
+            | Family::Mistral
+            | Family::Mixtral
+            | Family::Qwen2
+            | Family::Gemma
+            | Family::Gemma2
+            | Family::Phi3 => b.llama_like(),
             Family::Gpt2 => b.gpt2(),
             Family::GptNeox => b.gpt_neox(),
             Family::Bert => b.bert(),
@@ -334,7 +340,7 @@ impl Builder<'_> {
         });
     }
 
-    /// `LlamaForCausalLM` and its copies (Mistral, Mixtral, Qwen2).
+    /// `LlamaForCausalLM` and its copies (Mistral, Mixtral, Qwen2, Gemma, Gemma 2, Phi-3).
     fn llama_like(&mut self) {
         let s = self.spec;
         let (h, q, kv, inter) = (s.hidden_size, s.q_dim(), s.kv_dim(), s.intermediate_size);
@@ -345,11 +351,23 @@ impl Builder<'_> {
         let unit = "model.layers.*";
         for i in 0..s.num_layers {
             let p = "model.layers.*.self_attn";
-            self.in_block(&format!("{p}.q_proj"), i, unit, linear(q, h, qkv_bias));
-            self.in_block(&format!("{p}.k_proj"), i, unit, linear(kv, h, qkv_bias));
-            self.in_block(&format!("{p}.v_proj"), i, unit, linear(kv, h, qkv_bias));
+            if s.family == Family::Phi3 {
+                // Phi3Attention: one qkv_proj of q + 2·kv rows.
+                let qkv = linear(q + 2 * kv, h, qkv_bias);
+                self.in_block(&format!("{p}.qkv_proj"), i, unit, qkv);
+            } else {
+                self.in_block(&format!("{p}.q_proj"), i, unit, linear(q, h, qkv_bias));
+                self.in_block(&format!("{p}.k_proj"), i, unit, linear(kv, h, qkv_bias));
+                self.in_block(&format!("{p}.v_proj"), i, unit, linear(kv, h, qkv_bias));
+            }
             self.in_block(&format!("{p}.o_proj"), i, unit, linear(h, q, o_bias));
-            if s.family == Family::Mixtral {
+            if s.family == Family::Phi3 {
+                // Phi3MLP: one gate_up_proj of 2·intermediate rows.
+                let m = "model.layers.*.mlp";
+                let gate_up = linear(2 * inter, h, false);
+                self.in_block(&format!("{m}.gate_up_proj"), i, unit, gate_up);
+                self.in_block(&format!("{m}.down_proj"), i, unit, linear(h, inter, false));
+            } else if s.family == Family::Mixtral {
                 let m = "model.layers.*.block_sparse_moe";
                 let router = Shape {
                     kind: LeafKind::Router,
@@ -377,6 +395,12 @@ impl Builder<'_> {
                 unit,
                 norm(h, false),
             );
+            if s.family == Family::Gemma2 {
+                // Gemma2DecoderLayer normalises the MLP's input and output too.
+                for n in ["pre_feedforward_layernorm", "post_feedforward_layernorm"] {
+                    self.in_block(&format!("model.layers.*.{n}"), i, unit, norm(h, false));
+                }
+            }
         }
         self.top("model.norm", norm(h, false), true, None);
         if !s.tie_word_embeddings {
