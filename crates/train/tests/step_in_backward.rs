@@ -83,6 +83,8 @@ fn the_gradient_peak_is_the_running_block_and_the_tied_embedding() {
             peak(&ordinary, Category::Gradient),
             grads.iter().sum::<u64>()
         );
+        // Out-of-memory recovery would retry at twice the accumulation: off.
+        assert!(ordinary.config().oom_recovery && !t.config().oom_recovery);
         // Nothing is held between steps.
         let stats = t.device().stats();
         assert_eq!(

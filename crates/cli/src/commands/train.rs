@@ -124,7 +124,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
                 format_bytes(config.device_memory)
             );
         }
-        print_prediction(&prepared.prediction, config.device_memory);
+        let recovers = config.oom_recovery && !config.strategy.optimizer_in_backward;
+        print_prediction(&prepared.prediction, config.device_memory, recovers);
     }
     refuse_beyond_host(&prepared.prediction)?;
     let run = RankRun {
@@ -333,17 +334,18 @@ fn resumed_config(dir: &Path, keys: &TrainConfig) -> anyhow::Result<RunConfig> {
     Ok(config)
 }
 
-/// The dry run's prediction for the run about to start.
-fn print_prediction(prediction: &Prediction, budget: u64) {
+/// The dry run's prediction for the run about to start; `recovers`: whether the trainer retries
+/// a step that runs out of memory.
+fn print_prediction(prediction: &Prediction, budget: u64, recovers: bool) {
     eprintln!(
         "dry run: predicted peak {} allocated, {} reserved of the {} budget ({}; {:.0} ms)",
         format_bytes(prediction.memory.peak_allocated_bytes),
         format_bytes(prediction.memory.peak_reserved_bytes),
         format_bytes(budget),
-        if prediction.fits {
-            "fits"
-        } else {
-            "does not fit: expect out-of-memory recovery"
+        match (prediction.fits, recovers) {
+            (true, _) => "fits",
+            (false, true) => "does not fit: expect out-of-memory recovery",
+            (false, false) => "does not fit: expect an out-of-memory error",
         },
         prediction.seconds * 1e3
     );
@@ -406,7 +408,7 @@ fn print_budget_decision(d: &BudgetDecision, depth: usize) {
 fn explain(e: TrainError) -> anyhow::Error {
     match e {
         TrainError::OutOfMemory(oom) => anyhow::anyhow!(
-            "{oom}\nThe run needs more than the device budget of {}: raise --device-memory, or lower --micro-batch (raising --accumulation keeps the effective batch).",
+            "{oom}\nThe run needs more than the device budget of {}: raise --device-memory, or lower --micro-batch (raising --accumulation keeps the effective batch, where the optimizer step does not run in backward).",
             format_bytes(oom.capacity)
         ),
         other => anyhow::Error::new(other),

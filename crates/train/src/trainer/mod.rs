@@ -151,6 +151,12 @@ impl Trainer {
         device: Device,
         comm: Option<Box<dyn Communicator>>,
     ) -> Result<Trainer, TrainError> {
+        let mut config = config;
+        // Recovery retries a step at twice the accumulation, which the step in backward cannot
+        // run; its blocks are updated from the first backward on anyway.
+        if config.strategy.optimizer_in_backward {
+            config.oom_recovery = false;
+        }
         let precision = config.strategy.precision;
         let spec = model_spec(&config)?;
         let seq_len = config.seq_len.unwrap_or_else(|| spec.default_seq_len());
