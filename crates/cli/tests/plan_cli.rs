@@ -249,7 +249,9 @@ fn malformed_config_json_is_a_clear_error() {
     let e = stderr(&o);
     assert!(
         e.contains("model_type 'falcon'")
-            && e.contains("llama, mistral, mixtral, qwen2, gpt2, gpt_neox, bert, t5"),
+            && e.contains(
+                "llama, mistral, mixtral, qwen2, gemma, gemma2, phi3, gpt2, gpt_neox, bert, t5"
+            ),
         "{e}"
     );
 
