@@ -1,17 +1,27 @@
-//! Building a run's parts from its configuration: the model's shape (preset or file with the
-//! overrides applied), the optimizer's configuration from the vocabulary, and the fp32 master
-//! copies of the weights.
+//! Building a run's parts from its configuration: the trainer itself (`Trainer::build`: data,
+//! recomputation plan, model laid out for its ZeRO stage, optimizer, offload tiers, master
+//! weights, loss scaler), the model's shape (preset or file with the overrides applied), the
+//! optimizer's configuration from the vocabulary, and the fp32 master copies of the weights.
 //!
 //! Not for: the loop (see `step`, `Trainer::train`).
 
+use super::group::{effective_stage, solo_rank};
+use super::guard::LeakGuard;
+use super::precision::compute_dtype;
 use super::shard::shard_of;
-use super::{TrainError, precision};
+use super::{TrainError, Trainer, TrainerHooks, offload, precision};
 use crate::config::{ConfigError, RunConfig};
-use headroom_memory::Category;
+use crate::data::Corpus;
+use crate::data::source::run_loader;
+use crate::recompute::policy::recompute_for;
+use crate::report::TrainReport;
+use crate::scaler::{LossScaler, ScalerConfig};
+use headroom_dist::Communicator;
+use headroom_memory::{Category, Device};
 use headroom_nn::Model;
-use headroom_nn::models::ModelSpec;
-use headroom_nn::optim::{OptimizerConfig, StateDtype, UpdateRule};
-use headroom_tensor::Tensor;
+use headroom_nn::models::{ModelSpec, build_model};
+use headroom_nn::optim::{Optimizer, OptimizerConfig, StateDtype, TensorShape, UpdateRule};
+use headroom_tensor::{Gradients, ShardLayout, Tensor, with_sharding};
 
 /// The model `config` trains: its preset or file with the shape overrides, dropout and
 /// attention kind applied, checked (a bad shape names the field).
@@ -112,4 +122,137 @@ pub(super) fn optimizer_config(config: &RunConfig) -> Result<OptimizerConfig, Tr
         .into());
     }
     Ok(c)
+}
+
+impl Trainer {
+    /// The trainer of `config` on `device`, one rank of `comm`'s group when given.
+    pub(super) fn build(
+        config: RunConfig,
+        corpus: &Corpus,
+        device: Device,
+        comm: Option<Box<dyn Communicator>>,
+    ) -> Result<Trainer, TrainError> {
+        let mut config = config;
+        // Recovery retries a step at twice the accumulation, which the step in backward cannot
+        // run; its blocks are updated from the first backward on anyway.
+        if config.strategy.optimizer_in_backward {
+            config.oom_recovery = false;
+        }
+        let precision = config.strategy.precision;
+        let spec = model_spec(&config)?;
+        let seq_len = config.seq_len.unwrap_or_else(|| spec.default_seq_len());
+        let ranks = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.world_size()));
+        let sampler = run_loader(&config, corpus, &spec, seq_len, ranks, !device.is_backed())?;
+        let (recompute, budget_decision) = recompute_for(
+            config.strategy.checkpoint,
+            config.strategy.loss,
+            &spec,
+            compute_dtype(precision),
+            config.micro_batch(),
+            seq_len,
+        )?;
+        headroom_tensor::rng::manual_seed(config.seed);
+        device.lock().trace_mut().set_phase("init");
+        let placement = config.strategy.placement;
+        // Offloading ZeRO-3 parameters alone takes ZeRO-3's machinery in a group of one.
+        let comm = match comm {
+            None if placement.offload_params.is_offloaded() => {
+                Some(solo_rank(&config, !device.is_backed()))
+            }
+            comm => comm,
+        };
+        let (rank, world) = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.world_size()));
+        let stage = effective_stage(&config, world);
+        // ZeRO-2/3: blocks are built sharded, so no rank ever holds the whole model's
+        // gradients (or, under ZeRO-3, parameters).
+        let layout = ShardLayout {
+            rank,
+            world,
+            gradients: stage >= 2,
+            parameters: stage >= 3,
+            // With the step in backward a gradient takes bytes only while it is computed.
+            released_gradients: config.strategy.optimizer_in_backward,
+        };
+        let model = with_sharding(layout, || {
+            build_model(
+                &config.model,
+                &spec,
+                &device,
+                compute_dtype(precision),
+                config.seed,
+            )
+        })?;
+        let mut grads = Gradients::new();
+        for block in model.blocks() {
+            block.bind_grads(&mut grads)?;
+        }
+        let sharded = stage >= 1;
+        let mut optimizer = Optimizer::new(optimizer_config(&config)?, device.clone());
+        optimizer.set_tensor_shapes(
+            model
+                .blocks()
+                .iter()
+                .map(|b| {
+                    b.specs()
+                        .iter()
+                        .map(|p| TensorShape::of(&p.shape))
+                        .collect()
+                })
+                .collect(),
+        );
+        let dry = !device.is_backed();
+        // Host memory left to the offload tiers once the loader has its share.
+        let pool = headroom_memory::host_pool::HostPool::new(
+            config
+                .host_memory
+                .map(|b| b.saturating_sub(sampler.report().buffer_bytes)),
+            config.pin_memory,
+        );
+        let offload = offload::build(
+            &config,
+            model.as_ref(),
+            &optimizer,
+            (rank, world, stage),
+            &pool,
+            dry,
+        )?;
+        let master = match (precision.master_weights(), sharded) {
+            _ if offload.is_some() => None,
+            (false, _) => None,
+            (true, false) => Some(master_weights(model.as_ref(), None)?),
+            (true, true) => Some(master_weights(model.as_ref(), Some((rank, world)))?),
+        };
+        let scaler = precision
+            .loss_scaling()
+            .then(|| LossScaler::new(ScalerConfig::default()));
+        let report = TrainReport::new(&config, model.num_params() as u64);
+        Ok(Trainer {
+            config,
+            precision,
+            device,
+            model,
+            spec,
+            master,
+            grads,
+            optimizer,
+            scaler,
+            sampler,
+            seq_len,
+            recompute,
+            budget_decision,
+            step: 0,
+            backward_passes: 0,
+            warned_accumulation: false,
+            hooks: TrainerHooks::default(),
+            stop: None,
+            comm,
+            offload,
+            report,
+            weights_touched: false,
+            kept: Vec::new(),
+            leak_guard: LeakGuard::default(),
+            dry,
+            micro_work: None,
+        })
+    }
 }
