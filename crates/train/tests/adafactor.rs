@@ -5,18 +5,12 @@
 
 mod common;
 
-use common::{config, outcome};
+use common::{assert_dry_run_exact, config, outcome, run_alone};
 use headroom_memory::Category;
 use headroom_train::Trainer;
 use headroom_train::config::RunConfig;
 use headroom_train::data::Corpus;
 use headroom_train::strategy::{Optimizer, ZeroStage};
-
-fn run(c: &RunConfig) -> ((Vec<u64>, Vec<u32>), Trainer) {
-    let mut t = Trainer::new(c.clone(), &Corpus::bundled()).unwrap();
-    t.train(&mut |_| {}).unwrap();
-    (outcome(&mut t), t)
-}
 
 fn adafactor(steps: u64) -> RunConfig {
     let mut c = config(Optimizer::Adafactor, 4, 1, 1);
@@ -33,8 +27,8 @@ fn it_trains_as_well_as_adamw_with_factored_state() {
     // 200 steps, as the bound on the default model (docs/benchmarks.md) is stated.
     let mut adamw = config(Optimizer::AdamW, 4, 1, 1);
     adamw.steps = 200;
-    let (_, a) = run(&adamw);
-    let (_, b) = run(&adafactor(200));
+    let (_, a) = run_alone(&adamw);
+    let (_, b) = run_alone(&adafactor(200));
     let last = |t: &Trainer| t.report().losses.iter().rev().take(10).sum::<f64>() / 10.0;
     let (la, lb) = (last(&a), last(&b));
     // No worse than 2 % (here it ends lower than AdamW's).
@@ -73,13 +67,7 @@ fn it_trains_as_well_as_adamw_with_factored_state() {
 
 #[test]
 fn the_dry_run_predicts_it_exactly() {
-    let c = adafactor(3);
-    let predicted = headroom_train::predict::predict(&c, &Corpus::bundled()).unwrap();
-    let (_, t) = run(&c);
-    assert_eq!(
-        predicted.memory.peak_bytes_by_category,
-        t.report().memory.peak_bytes_by_category
-    );
+    assert_dry_run_exact(&adafactor(3), "adafactor");
 }
 
 #[test]
@@ -87,8 +75,8 @@ fn a_save_resumes_bitwise_and_the_step_in_backward_gives_the_same_bits() {
     let dir = tempfile::tempdir().unwrap();
     let mut whole = adafactor(12);
     whole.grad_clip = None;
-    let (bits, _) = run(&whole);
-    let (_, mut t) = run(&RunConfig {
+    let (bits, _) = run_alone(&whole);
+    let (_, mut t) = run_alone(&RunConfig {
         steps: 6,
         ..whole.clone()
     });
@@ -99,7 +87,7 @@ fn a_save_resumes_bitwise_and_the_step_in_backward_gives_the_same_bits() {
     assert_eq!(outcome(&mut t), bits);
     let mut fused = whole.clone();
     fused.strategy.optimizer_in_backward = true;
-    assert_eq!(run(&fused).0, bits);
+    assert_eq!(run_alone(&fused).0, bits);
 }
 
 #[test]

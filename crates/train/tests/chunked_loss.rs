@@ -5,18 +5,11 @@
 
 mod common;
 
-use common::{config, outcome};
+use common::{assert_dry_run_exact, config, run_alone};
 use headroom_memory::Category;
 use headroom_train::Trainer;
 use headroom_train::config::RunConfig;
-use headroom_train::data::Corpus;
 use headroom_train::strategy::{Loss, Optimizer, Precision};
-
-fn run(c: &RunConfig) -> ((Vec<u64>, Vec<u32>), Trainer) {
-    let mut t = Trainer::new(c.clone(), &Corpus::bundled()).unwrap();
-    t.train(&mut |_| {}).unwrap();
-    (outcome(&mut t), t)
-}
 
 fn with(loss: Loss, precision: Precision, steps: u64) -> RunConfig {
     let mut c = config(Optimizer::AdamW, 4, 1, 1);
@@ -33,8 +26,8 @@ fn peak(t: &Trainer, c: Category) -> i64 {
 #[test]
 fn it_trains_as_the_plain_loss_does() {
     for precision in [Precision::Fp32, Precision::Bf16Mixed] {
-        let ((plain, wp), _) = run(&with(Loss::Plain, precision, 20));
-        let ((chunked, wc), _) = run(&with(Loss::Chunked(4), precision, 20));
+        let ((plain, wp), _) = run_alone(&with(Loss::Plain, precision, 20));
+        let ((chunked, wc), _) = run_alone(&with(Loss::Chunked(4), precision, 20));
         // Same weights at step 1, and the loss is bitwise the plain one (chunks of 32 rows).
         assert_eq!(chunked[0], plain[0], "{precision}: first loss");
         // Later steps start from weights that differ in the last bits (the weight gradient of
@@ -74,10 +67,10 @@ fn the_activation_peak_drops_by_the_logits() {
     // and their log-softmax (2 · N·V·4 bytes), the picked log-probabilities (N·4, one 512-byte
     // block), their mean and the loss (512 each). Chunked in K, the last chunk's logits and
     // log-softmax (2 · (N/K)·V·4) beside the K chunks' picked log-probabilities (512 each).
-    let (_, plain) = run(&with(Loss::Plain, Precision::Fp32, 1));
+    let (_, plain) = run_alone(&with(Loss::Plain, Precision::Fp32, 1));
     let plain_loss = 2 * 128 * 256 * 4 + 512 + 2 * 512;
     for k in [4i64, 8] {
-        let (_, t) = run(&with(Loss::Chunked(k as u64), Precision::Fp32, 1));
+        let (_, t) = run_alone(&with(Loss::Chunked(k as u64), Precision::Fp32, 1));
         let chunked_loss = 2 * (128 / k) * 256 * 4 + k * 512;
         assert_eq!(
             peak(&plain, Category::Activation) - peak(&t, Category::Activation),
@@ -100,12 +93,6 @@ fn the_activation_peak_drops_by_the_logits() {
 fn the_dry_run_predicts_it_exactly() {
     for precision in [Precision::Fp32, Precision::Bf16Mixed] {
         let c = with(Loss::Chunked(8), precision, 2);
-        let predicted = headroom_train::predict::predict(&c, &Corpus::bundled()).unwrap();
-        let (_, t) = run(&c);
-        assert_eq!(
-            predicted.memory.peak_bytes_by_category,
-            t.report().memory.peak_bytes_by_category,
-            "{precision}"
-        );
+        assert_dry_run_exact(&c, &precision.to_string());
     }
 }

@@ -4,18 +4,12 @@
 
 mod common;
 
-use common::{config, outcome, run_ranks, zero};
+use common::{assert_dry_run_exact, config, outcome, run_alone, run_ranks, zero};
 use headroom_memory::Category;
 use headroom_train::Trainer;
 use headroom_train::config::RunConfig;
 use headroom_train::data::Corpus;
 use headroom_train::strategy::{Offload, Optimizer};
-
-fn run(c: &RunConfig) -> ((Vec<u64>, Vec<u32>), Trainer) {
-    let mut t = Trainer::new(c.clone(), &Corpus::bundled()).unwrap();
-    t.train(&mut |_| {}).unwrap();
-    (outcome(&mut t), t)
-}
 
 fn eight_bit(steps: u64) -> RunConfig {
     let mut c = config(Optimizer::AdamW8bit, 4, 1, 1);
@@ -27,8 +21,8 @@ fn eight_bit(steps: u64) -> RunConfig {
 fn it_trains_within_two_percent_of_adamw_with_a_quarter_of_the_state() {
     let mut adamw = config(Optimizer::AdamW, 4, 1, 1);
     adamw.steps = 60;
-    let (_, a) = run(&adamw);
-    let (_, b) = run(&eight_bit(60));
+    let (_, a) = run_alone(&adamw);
+    let (_, b) = run_alone(&eight_bit(60));
     let last = |t: &Trainer| t.report().losses.iter().rev().take(10).sum::<f64>() / 10.0;
     let (la, lb) = (last(&a), last(&b));
     assert!(
@@ -57,20 +51,14 @@ fn t0(t: &Trainer) -> f64 {
 
 #[test]
 fn the_dry_run_predicts_it_exactly() {
-    let c = eight_bit(3);
-    let predicted = headroom_train::predict::predict(&c, &Corpus::bundled()).unwrap();
-    let (_, t) = run(&c);
-    assert_eq!(
-        predicted.memory.peak_bytes_by_category,
-        t.report().memory.peak_bytes_by_category
-    );
+    assert_dry_run_exact(&eight_bit(3), "adamw-8bit");
 }
 
 #[test]
 fn a_save_resumes_bitwise_and_offload_changes_no_bit() {
     let dir = tempfile::tempdir().unwrap();
-    let whole = run(&eight_bit(20)).0;
-    let (_, mut t) = run(&eight_bit(10));
+    let whole = run_alone(&eight_bit(20)).0;
+    let (_, mut t) = run_alone(&eight_bit(10));
     let save = t.save(dir.path()).unwrap();
     let mut t = Trainer::new(eight_bit(20), &Corpus::bundled()).unwrap();
     t.resume(&save).unwrap();
@@ -80,7 +68,7 @@ fn a_save_resumes_bitwise_and_offload_changes_no_bit() {
         let mut c = zero(eight_bit(20), 1);
         c.strategy.placement.offload_optimizer = tier;
         c.offload_dir = Some(dir.path().join("offload"));
-        assert_eq!(run(&c).0, whole, "{tier}");
+        assert_eq!(run_alone(&c).0, whole, "{tier}");
     }
 }
 

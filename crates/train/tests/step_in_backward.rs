@@ -6,18 +6,11 @@
 
 mod common;
 
-use common::{config, outcome};
+use common::{assert_dry_run_exact, config, run_alone};
 use headroom_memory::Category;
 use headroom_train::Trainer;
 use headroom_train::config::{RunConfig, TrainConfig};
-use headroom_train::data::Corpus;
 use headroom_train::strategy::{Checkpoint, Optimizer, Precision};
-
-fn run(c: &RunConfig) -> ((Vec<u64>, Vec<u32>), Trainer) {
-    let mut t = Trainer::new(c.clone(), &Corpus::bundled()).unwrap();
-    t.train(&mut |_| {}).unwrap();
-    (outcome(&mut t), t)
-}
 
 /// gpt-tiny, 8 steps of micro-batch 4, no clipping; the step in backward or after it.
 fn tiny(optimizer: Optimizer, precision: Precision, in_backward: bool) -> RunConfig {
@@ -39,8 +32,8 @@ fn the_weights_are_bitwise_those_of_the_ordinary_step() {
         Optimizer::Lamb,
     ] {
         for precision in [Precision::Fp32, Precision::Bf16Mixed, Precision::Bf16] {
-            let (ordinary, _) = run(&tiny(optimizer, precision, false));
-            let (fused, _) = run(&tiny(optimizer, precision, true));
+            let (ordinary, _) = run_alone(&tiny(optimizer, precision, false));
+            let (fused, _) = run_alone(&tiny(optimizer, precision, true));
             assert!(ordinary == fused, "{optimizer} {precision}");
         }
     }
@@ -56,8 +49,8 @@ fn the_gradient_peak_is_the_running_block_and_the_tied_embedding() {
     for checkpoint in [Checkpoint::None, Checkpoint::ALL_BLOCKS] {
         let mut c = tiny(Optimizer::AdamW, Precision::Fp32, true);
         c.strategy.checkpoint = checkpoint;
-        let (_, t) = run(&c);
-        let (_, ordinary) = run(&RunConfig {
+        let (_, t) = run_alone(&c);
+        let (_, ordinary) = run_alone(&RunConfig {
             strategy: headroom_train::strategy::Strategy {
                 optimizer_in_backward: false,
                 ..c.strategy
@@ -103,13 +96,7 @@ fn the_gradient_peak_is_the_running_block_and_the_tied_embedding() {
 fn the_dry_run_predicts_it_exactly() {
     for precision in [Precision::Fp32, Precision::Bf16Mixed] {
         let c = tiny(Optimizer::AdamW, precision, true);
-        let predicted = headroom_train::predict::predict(&c, &Corpus::bundled()).unwrap();
-        let (_, t) = run(&c);
-        assert_eq!(
-            predicted.memory.peak_bytes_by_category,
-            t.report().memory.peak_bytes_by_category,
-            "{precision}"
-        );
+        assert_dry_run_exact(&c, &precision.to_string());
     }
 }
 

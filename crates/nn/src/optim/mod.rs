@@ -378,6 +378,12 @@ impl Optimizer {
         lr: f32,
         sums: Option<&[TensorSums]>,
     ) {
+        // Offloaded states are AdamW's (the vocabulary refuses other optimizers with offload);
+        // Adafactor's factored layout needs the buffer's index, which this update has not.
+        assert!(
+            self.config.kind != UpdateRule::Adafactor,
+            "Adafactor's states are never offloaded"
+        );
         let shapes = [TensorShape::Vector(group.params.len())];
         apply(
             &self.config,

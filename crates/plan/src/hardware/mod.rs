@@ -11,8 +11,11 @@
 //! Not for: deciding what runs where (that is the strategy and the cost model).
 
 mod custom;
+mod presets;
 
 pub use custom::resolve;
+
+use presets::{GPU_ALIASES, GPU_PRESETS};
 
 use crate::error::{PlanError, Result};
 use headroom_memory::ByteSize;
@@ -34,162 +37,6 @@ pub struct GpuSpec {
     pub fp32_tflops: f64,
     pub memory_bandwidth_gbps: f64,
 }
-
-/// The preset table: name, memory (nvidia-smi MiB), bf16, fp16, tf32, fp32, HBM GB/s,
-/// NVLink/PCIe GB/s per GPU per direction, host PCIe GB/s, inter-node GB/s per GPU,
-/// host RAM per node (GiB).
-type PresetRow = (
-    &'static str,
-    u64,
-    f64,
-    f64,
-    f64,
-    f64,
-    f64,
-    f64,
-    f64,
-    f64,
-    u64,
-);
-
-const GPU_PRESETS: &[PresetRow] = &[
-    (
-        "V100-16GB",
-        16_160,
-        0.0,
-        125.0,
-        0.0,
-        15.7,
-        900.0,
-        150.0,
-        12.0,
-        12.5,
-        512,
-    ),
-    (
-        "V100-32GB",
-        32_510,
-        0.0,
-        125.0,
-        0.0,
-        15.7,
-        900.0,
-        150.0,
-        12.0,
-        12.5,
-        512,
-    ),
-    (
-        "A100-40GB",
-        40_960,
-        312.0,
-        312.0,
-        156.0,
-        19.5,
-        1555.0,
-        300.0,
-        25.0,
-        25.0,
-        1024,
-    ),
-    (
-        "A100-80GB",
-        81_920,
-        312.0,
-        312.0,
-        156.0,
-        19.5,
-        2039.0,
-        300.0,
-        25.0,
-        25.0,
-        1024,
-    ),
-    (
-        "H100-80GB",
-        81_559,
-        989.0,
-        989.0,
-        495.0,
-        67.0,
-        3350.0,
-        450.0,
-        50.0,
-        50.0,
-        2048,
-    ),
-    (
-        "H200-141GB",
-        143_771,
-        989.0,
-        989.0,
-        495.0,
-        67.0,
-        4800.0,
-        450.0,
-        50.0,
-        50.0,
-        2048,
-    ),
-    (
-        "L4", 23_034, 121.0, 121.0, 60.0, 30.3, 300.0, 25.0, 25.0, 6.25, 128,
-    ),
-    (
-        "A10G", 23_028, 125.0, 125.0, 62.5, 31.2, 600.0, 25.0, 25.0, 6.25, 128,
-    ),
-    (
-        "RTX-4090", 24_564, 165.2, 165.2, 82.6, 82.6, 1008.0, 25.0, 25.0, 6.25, 128,
-    ),
-    (
-        "RTX-3090", 24_576, 71.0, 71.0, 35.6, 35.6, 936.0, 25.0, 25.0, 6.25, 128,
-    ),
-    (
-        "RTX-A6000",
-        49_140,
-        154.8,
-        154.8,
-        77.4,
-        38.7,
-        768.0,
-        25.0,
-        25.0,
-        6.25,
-        256,
-    ),
-    (
-        "L40S", 46_068, 362.05, 362.05, 183.0, 91.6, 864.0, 25.0, 25.0, 12.5, 512,
-    ),
-    (
-        "H100-PCIe",
-        81_559,
-        756.0,
-        756.0,
-        378.0,
-        51.0,
-        2000.0,
-        50.0,
-        50.0,
-        25.0,
-        1024,
-    ),
-    (
-        "H100-NVL", 95_830, 835.5, 835.5, 417.5, 60.0, 3938.0, 50.0, 50.0, 25.0, 1024,
-    ),
-    (
-        "B200", 183_359, 2250.0, 2250.0, 1125.0, 75.0, 8000.0, 900.0, 50.0, 50.0, 2048,
-    ),
-    (
-        "MI300X", 196_592, 1307.4, 1307.4, 653.7, 163.4, 5300.0, 448.0, 50.0, 50.0, 2048,
-    ),
-];
-
-/// Other names of presets: the generation alone where it has one form (H200), the SXM form of
-/// the H100 by its bus name, and the workstation card without its prefix.
-const GPU_ALIASES: &[(&str, &str)] = &[
-    ("H200", "H200-141GB"),
-    ("H100-SXM", "H100-80GB"),
-    ("A6000", "RTX-A6000"),
-];
 
 /// Names of every GPU preset.
 pub fn gpu_preset_names() -> Vec<&'static str> {

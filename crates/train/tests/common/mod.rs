@@ -125,3 +125,21 @@ pub fn run_saving(
     });
     results.remove(0).unwrap()
 }
+
+/// Trains `c` alone on a fresh device: its outcome (bits) and the trainer.
+pub fn run_alone(c: &RunConfig) -> ((Vec<u64>, Vec<u32>), Trainer) {
+    let mut t = Trainer::new(c.clone(), &Corpus::bundled()).unwrap();
+    t.train(&mut |_| {}).unwrap();
+    (outcome(&mut t), t)
+}
+
+/// The dry run of `c` predicts the real run's peak of every category exactly.
+pub fn assert_dry_run_exact(c: &RunConfig, what: &str) {
+    let predicted = headroom_train::predict::predict(c, &Corpus::bundled()).unwrap();
+    let (_, t) = run_alone(c);
+    assert_eq!(
+        predicted.memory.peak_bytes_by_category,
+        t.report().memory.peak_bytes_by_category,
+        "{what}"
+    );
+}
