@@ -1,11 +1,13 @@
 //! Stopping a run cleanly: the first SIGINT, SIGTERM or SIGHUP asks the trainer to stop after
 //! the step in progress (the CLI then saves, writes the report and prints the resume command);
-//! a second one ends the process at once, with the conventional status 128 + signal.
+//! a second one ends the process at once, with the conventional status 128 + signal. The first
+//! is acknowledged on stderr at once, so the user knows the run heard it and how to force it.
 //!
 //! Not for: what is saved (the trainer) or the broken-pipe policy (`main`).
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::flag;
+use signal_hook::iterator::Signals;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -30,6 +32,18 @@ impl StopSignals {
             flag::register(signal, Arc::clone(&requested))?;
             flag::register_usize(signal, Arc::clone(&received), signal as usize)?;
         }
+        let mut acknowledged = Signals::new(STOPPING)?;
+        std::thread::Builder::new()
+            .name("stop-signals".into())
+            .spawn(move || {
+                if let Some(signal) = acknowledged.forever().next() {
+                    eprintln!(
+                        "headroom: {} received: finishing the step in progress, then saving \
+                         (send it again to stop at once, without saving)",
+                        name(signal)
+                    );
+                }
+            })?;
         Ok(StopSignals {
             requested,
             received,

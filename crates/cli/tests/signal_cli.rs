@@ -4,10 +4,12 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// Starts a long run and returns once it has finished its first step.
-fn start(dir: &std::path::Path, model: &str) -> Child {
+/// Starts a long run and returns once it has finished its first step, with the run's
+/// acknowledgements of stop signals (its stderr lines `headroom: … received: …`) as they come.
+fn start(dir: &std::path::Path, model: &str) -> (Child, mpsc::Receiver<String>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
         .args([
             "train",
@@ -37,8 +39,15 @@ fn start(dir: &std::path::Path, model: &str) -> Child {
         }
     }
     // Keep draining stderr so the run never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    child
+    let (send, acknowledged) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            if line.starts_with("headroom: ") && line.contains(" received: ") {
+                let _ = send.send(line);
+            }
+        }
+    });
+    (child, acknowledged)
 }
 
 fn wait(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
@@ -63,7 +72,7 @@ fn signal(child: &Child, sig: i32) {
 #[test]
 fn sigterm_saves_reports_and_exits_143_and_the_run_resumes() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = start(dir.path(), "gpt-tiny");
+    let (mut child, _) = start(dir.path(), "gpt-tiny");
     signal(&child, libc::SIGTERM);
     let status = wait(&mut child, Duration::from_secs(30));
     assert_eq!(status.code(), Some(143), "{status:?}");
@@ -95,10 +104,17 @@ fn sigterm_saves_reports_and_exits_143_and_the_run_resumes() {
 fn a_second_sigint_exits_at_once_with_130() {
     let dir = tempfile::tempdir().unwrap();
     // gpt-medium's steps take long enough that both signals land within one.
-    let mut child = start(dir.path(), "gpt-medium");
+    let (mut child, acknowledged) = start(dir.path(), "gpt-medium");
     signal(&child, libc::SIGINT);
-    // Standard signals do not queue: let the first be handled before the second is sent.
-    std::thread::sleep(Duration::from_millis(100));
+    // Two pending SIGINTs merge into one: send the second only once the run has said it
+    // received the first.
+    let said = acknowledged
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the run acknowledges the first signal on stderr");
+    assert!(
+        said.contains("SIGINT received") && said.contains("send it again"),
+        "{said}"
+    );
     signal(&child, libc::SIGINT);
     let status = wait(&mut child, Duration::from_secs(10));
     assert_eq!(status.code(), Some(130), "{status:?}");
