@@ -36,6 +36,7 @@ pub mod shard;
 pub mod storage;
 pub mod tape;
 pub mod tensor;
+pub mod threads;
 
 pub use autocast::{autocast, autocast_dtype};
 pub use checkpoint::checkpoint;
@@ -48,3 +49,4 @@ pub use scope::{BlockHooks, param_scope, with_block_hooks};
 pub use shard::{ShardLayout, shard_range, with_sharding};
 pub use tape::{Tape, VarId};
 pub use tensor::Tensor;
+pub use threads::on_kernel_threads;

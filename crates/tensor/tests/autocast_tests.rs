@@ -31,6 +31,53 @@ fn ops_follow_the_cast_policies() {
 }
 
 #[test]
+fn linear_lowers_its_bias_with_its_operands() {
+    let device = device();
+    let (xs, ws, bs) = (
+        values(4 * 8, 5, -1.0, 1.0),
+        values(8 * 6, 6, -1.0, 1.0),
+        values(6, 7, -1.0, 1.0),
+    );
+    let x = tensor(&device, &[4, 8], &xs);
+    let w = tensor(&device, &[8, 6], &ws);
+    let b = tensor(&device, &[6], &bs).track();
+    let tape = Tape::new();
+    let (y, loss) = autocast(DType::BF16, || {
+        let y = tape.record(|| x.linear(&w, &b)).unwrap();
+        let loss = tape.record(|| y.cast(DType::F32)?.sum_all()).unwrap();
+        (y, loss)
+    });
+    // PyTorch's autocast runs `linear` in the low dtype, bias included: the output stays bf16
+    // instead of being promoted to f32 by an f32 bias.
+    assert_eq!(y.dtype(), DType::BF16);
+    // Reference: the bf16-rounded operands in f64, the product rounded to bf16, plus the
+    // bf16-rounded bias, rounded to bf16 again (the two roundings of matmul then add).
+    let r = |v: f32| half::bf16::from_f32(v).to_f32();
+    let got = y.to_vec_f32().unwrap();
+    for i in 0..4 {
+        for j in 0..6 {
+            let dot: f64 = (0..8)
+                .map(|k| r(xs[i * 8 + k]) as f64 * r(ws[k * 6 + j]) as f64)
+                .sum();
+            let want = r(r(dot as f32) + r(bs[j]));
+            // The GEMM sums in f32 in its own order: allow one bf16 step of the result.
+            assert!(
+                (got[i * 6 + j] - want).abs() <= want.abs() / 128.0 + 1e-6,
+                "({i}, {j}): {} against {want}",
+                got[i * 6 + j]
+            );
+        }
+    }
+    // The bias's gradient comes back to the f32 parameter through the cast: each of the four
+    // rows adds 1 to every bias element, exact in bf16.
+    let mut grads = Gradients::new();
+    tape.backward(&loss, &mut grads).unwrap();
+    let db = grads.get(&b).unwrap();
+    assert_eq!(db.dtype(), DType::F32);
+    assert_eq!(db.to_vec_f32().unwrap(), vec![4.0; 6]);
+}
+
+#[test]
 fn autocast_activation_bytes_and_f32_gradients() {
     let device = device();
     let (n, c, d) = (8, 100, 70);

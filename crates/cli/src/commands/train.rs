@@ -15,6 +15,7 @@ use headroom_memory::output::{check_writable, write_output};
 use headroom_memory::size::format_bytes;
 use headroom_memory::timeline::timeline;
 use headroom_memory::{AllocatorConfig, Device, Snapshot};
+use headroom_tensor::on_kernel_threads;
 use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
 use headroom_train::data::token_file::is_token_file;
@@ -137,9 +138,10 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     };
     let stopped = if let Some(comm) = mpi {
         let rank = comm.rank();
+        // An MPI rank stays on the thread that initialised MPI (each rank is its own process).
         run.train(Some(comm)).map_err(|e| on_rank(e, rank))?
     } else if config.data_parallel == 1 {
-        run.train(None)?
+        on_kernel_threads(|| run.train(None))?
     } else {
         let deadline = collective_deadline(Some(config.collective_timeout_s));
         let outcomes = ThreadGroup::run(config.data_parallel, deadline, |rank| {

@@ -131,9 +131,7 @@ impl BlockParams {
     fn attention(&self, h: &Tensor) -> Result<Tensor> {
         let (b, t, c) = (h.shape()[0], h.shape()[1], h.shape()[2]);
         let (nh, hd) = (self.heads, c / self.heads);
-        let qkv = h
-            .matmul(self.get("attn.qkv.w"))?
-            .add(self.get("attn.qkv.b"))?; // (B, T, 3C)
+        let qkv = h.linear(self.get("attn.qkv.w"), self.get("attn.qkv.b"))?; // (B, T, 3C)
         let split = |i: usize| -> Result<Tensor> {
             qkv.narrow(2, i * c, c)?
                 .reshape(&[b, t, nh, hd])?
@@ -154,8 +152,7 @@ impl BlockParams {
             core_attention(&q, &k, &v, self.dropout)?
         };
         let y = y.permute(&[0, 2, 1, 3])?.reshape(&[b, t, c])?; // (B, T, C)
-        y.matmul(self.get("attn.proj.w"))?
-            .add(self.get("attn.proj.b"))?
+        y.linear(self.get("attn.proj.w"), self.get("attn.proj.b"))?
             .dropout(self.dropout)
     }
 
@@ -169,12 +166,12 @@ impl BlockParams {
         let h = x.layer_norm(self.get("ln1.w"), self.get("ln1.b"), 1e-5)?;
         let x = x.add(&self.attention(&h)?)?;
         let h = x.layer_norm(self.get("ln2.w"), self.get("ln2.b"), 1e-5)?;
-        let fc = h.matmul(self.get("mlp.fc.w"))?.add(self.get("mlp.fc.b"))?; // (B, T, F)
+        let fc = h.linear(self.get("mlp.fc.w"), self.get("mlp.fc.b"))?; // (B, T, F)
         let (w, b) = (
             self.get("mlp.proj.w").clone(),
             self.get("mlp.proj.b").clone(),
         );
-        let gelu_proj = move |t: &Tensor| t.gelu()?.matmul(&w)?.add(&b);
+        let gelu_proj = move |t: &Tensor| t.gelu()?.linear(&w, &b);
         // Selective: keep the first matmul's output, recompute GELU and the projection that
         // consumes its (B, T, F) output, so that output is never stored.
         let m = if self.selective {

@@ -2,6 +2,10 @@
 //! right operand with a batched left operand (a linear layer) folds the batch into M, so the
 //! weight is one gemm operand and its gradient one gemm, not a sum over batches.
 //!
+//! `linear` is a matmul plus a bias, as one autocast unit: under autocast all three operands
+//! are lowered (PyTorch's `linear`/`addmm` are on its lower-precision list), so the 16-bit
+//! product is not widened back to f32 to meet an f32 bias.
+//!
 //! Not for: the gemm calls (see `backend::cpu::matmul`).
 
 use crate::autocast;
@@ -13,6 +17,16 @@ use crate::tape::{record, will_record};
 use crate::tensor::Tensor;
 
 impl Tensor {
+    /// `self @ w + b`: a linear layer with weight `(K, N)` and bias `(N)`. Under autocast the
+    /// input, weight and bias are all cast to the autocast dtype and so is the output.
+    pub fn linear(&self, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+        let b = match autocast::autocast_dtype() {
+            Some(low) if b.dtype().is_float() && b.dtype() != low => b.cast(low)?,
+            _ => b.clone(),
+        };
+        self.matmul(w)?.add(&b)
+    }
+
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
         if let Some((a, b)) = autocast::lower_pair(self, rhs)? {
             return a.matmul(&b);

@@ -52,13 +52,21 @@ const LANES: usize = 16;
 /// `Σ_j term(k, j)` for each row `k < n ≤ LANES`, each summed in index order from −0.0 exactly
 /// as `Iterator::sum` does (so the bits are those of a plain per-row `.sum()`). One row's sum
 /// is a chain of dependent adds, bound by the add latency; interleaving the rows' chains lets
-/// them overlap.
+/// them overlap. The terms are first written column-major (`t[j·LANES + k]`), so the chains
+/// advance as one 16-lane vector add per column instead of a gather across rows; each lane
+/// still adds its row's terms in index order, so the bits do not change.
 #[inline(always)]
 fn row_sums(n: usize, c: usize, term: impl Fn(usize, usize) -> f32) -> [f32; LANES] {
+    let mut t = vec![0.0f32; c * LANES];
+    for k in 0..n {
+        for (j, col) in t.chunks_exact_mut(LANES).enumerate() {
+            col[k] = term(k, j);
+        }
+    }
     let mut acc = [-0.0f32; LANES];
-    for j in 0..c {
-        for (k, a) in acc.iter_mut().enumerate().take(n) {
-            *a += term(k, j);
+    for col in t.chunks_exact(LANES) {
+        for (a, v) in acc.iter_mut().zip(col) {
+            *a += v;
         }
     }
     acc
@@ -176,15 +184,20 @@ pub fn layer_norm<T: Elem>(
         .for_each(|(b, (m, s))| {
             let (rb, n) = (b * LANES, m.len());
             let xb = &x[rb * c..(rb + n) * c];
-            let sums = row_sums(n, c, |k, j| xb[k * c + j].to_f32());
-            for (mu, sum) in m.iter_mut().zip(sums) {
-                *mu = sum / c as f32;
-            }
-            let m = &*m;
-            let sq = row_sums(n, c, |k, j| (xb[k * c + j].to_f32() - m[k]).powi(2));
-            for (s, sq) in s.iter_mut().zip(sq) {
-                *s = 1.0 / (sq / c as f32 + eps).sqrt();
-            }
+            wide(
+                #[inline(always)]
+                || {
+                    let sums = row_sums(n, c, |k, j| xb[k * c + j].to_f32());
+                    for (mu, sum) in m.iter_mut().zip(sums) {
+                        *mu = sum / c as f32;
+                    }
+                    let m = &*m;
+                    let sq = row_sums(n, c, |k, j| (xb[k * c + j].to_f32() - m[k]).powi(2));
+                    for (s, sq) in s.iter_mut().zip(sq) {
+                        *s = 1.0 / (sq / c as f32 + eps).sqrt();
+                    }
+                },
+            )
         });
     let (mean, rstd) = (&*mean, &*rstd);
     par_rows(y, c, |r, yr| {
@@ -223,10 +236,16 @@ pub fn layer_norm_backward<T: Elem>(
             let (xb, gb) = (&x[rb * c..(rb + n) * c], &dy[rb * c..(rb + n) * c]);
             let xh = |k: usize, v: &T| (v.to_f32() - mean[rb + k]) * rstd[rb + k];
             let g = |d: &T, wj: &T| d.to_f32() * wj.to_f32();
-            let mg = row_sums(n, c, |k, j| g(&gb[k * c + j], &w[j]));
-            let mgx = row_sums(n, c, |k, j| {
-                g(&gb[k * c + j], &w[j]) * xh(k, &xb[k * c + j])
-            });
+            let (mg, mgx) = wide(
+                #[inline(always)]
+                || {
+                    let mg = row_sums(n, c, |k, j| g(&gb[k * c + j], &w[j]));
+                    let mgx = row_sums(n, c, |k, j| {
+                        g(&gb[k * c + j], &w[j]) * xh(k, &xb[k * c + j])
+                    });
+                    (mg, mgx)
+                },
+            );
             for (k, ((dr, xr), gr)) in db
                 .chunks_mut(c)
                 .zip(xb.chunks(c))
