@@ -178,7 +178,8 @@ pub struct PlanArgs {
         value_name = "BOOL"
     )]
     pub optimizer_in_backward: Option<bool>,
-    /// Achievable fraction of the dense peak (default 0.45).
+    /// Achievable fraction of the dense peak once micro-batches are large enough to fill the GPU
+    /// (default 0.45); smaller micro-batches reach less of it (see docs/planner.md).
     #[arg(long)]
     pub efficiency: Option<f64>,
     /// Fragmentation reserve as a fraction of allocated bytes (default 0.10).

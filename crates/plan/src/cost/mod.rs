@@ -21,9 +21,15 @@ pub use time::StepTime;
 /// Tunable assumptions of the cost model.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct CostModel {
-    /// Achievable fraction of the dense peak for the model's matmuls (MFU-like). Korthikanti et
-    /// al. report 41–56 % MFU, FSDP 55–60 % on A100; 0.45 is the default.
+    /// Achievable fraction of the dense peak for the model's matmuls (MFU-like) once a
+    /// micro-batch is large enough to fill the GPU. Korthikanti et al. report 41–56 % MFU, FSDP
+    /// 55–60 % on A100; 0.45 is the default.
     pub efficiency: f64,
+    /// Work per micro-batch (tokens × hidden size, per GPU) at which a GPU with the reference
+    /// dense peak (`time::SATURATION_REFERENCE_TFLOPS`) reaches half of `efficiency`; a GPU
+    /// `k` times faster needs `k` times the work. Fitted to Hugging Face's bert-large V100
+    /// measurement of micro-batch 1 × accumulation 4 against micro-batch 4 (`docs/planner.md`).
+    pub half_saturation_work: f64,
     /// Allocator fragmentation reserve, as a fraction of the allocated bytes (PyTorch caching
     /// allocator rounding and split blocks; ZeRO §6 saw OOM with > 30 % free in extreme cases).
     pub fragmentation: f64,
@@ -38,6 +44,7 @@ impl Default for CostModel {
     fn default() -> Self {
         CostModel {
             efficiency: 0.45,
+            half_saturation_work: 105_000.0,
             fragmentation: 0.10,
             margin: 0.05,
             bucket_elements: 200_000_000,

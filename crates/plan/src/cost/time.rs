@@ -7,8 +7,15 @@
 //! - Recompute FLOPs: the forward of every checkpointed block; for selective recomputation the
 //!   core attention forward `4·s·q·T` per layer; for a chunked loss the output projection's
 //!   forward `2·h·v·T`.
-//! - Compute time: FLOPs / (N · dense peak of the precision · efficiency). fp32 uses the fp32
-//!   peak (PyTorch disables TF32 matmuls by default).
+//! - Compute time: FLOPs / (N · dense peak of the precision · achieved efficiency). fp32 uses
+//!   the fp32 peak (PyTorch disables TF32 matmuls by default). The achieved efficiency saturates
+//!   with the work of one micro-batch, `w = tokens per micro-batch × hidden size`:
+//!   `efficiency · w / (w + w½)`, with `w½ = half_saturation_work · peak / 15.7 TFLOP/s`. Small
+//!   micro-batches leave a GPU's SMs idle (NVIDIA's "Matrix Multiplication Background" guide:
+//!   tile and wave quantisation) and pay each kernel's fixed latency once more per micro-batch,
+//!   and a faster GPU needs proportionally more work to hide both. `w½` is fitted so that
+//!   bert-large (hidden 1024, 512 tokens) on a V100 in fp32 runs micro-batch 1 × accumulation 4
+//!   at 0.875× the samples/s of micro-batch 4, as Hugging Face measured (7.75 against 8.86).
 //! - Naive attention moves its s² scores through HBM (written, softmax read+write, read by
 //!   attention·V; about twice that in backward): `12·e·a·s²·b` bytes per layer and micro-batch
 //!   over the memory bandwidth, not overlapped. Memory-efficient attention keeps them on chip.
@@ -72,6 +79,19 @@ pub fn peak_flops(problem: &Problem, p: Precision) -> f64 {
     tflops * 1e12
 }
 
+/// The dense peak the half-saturation work is stated for: a V100's fp32 peak (NVIDIA V100
+/// datasheet, SXM2), the GPU of the measurement it was fitted to.
+pub const SATURATION_REFERENCE_TFLOPS: f64 = 15.7;
+
+/// Achieved fraction of the dense peak for micro-batches of `micro_batch` sequences at
+/// precision `p`: the saturated efficiency scaled by `w / (w + w½)` (see the module header).
+pub fn achieved_efficiency(problem: &Problem, p: Precision, micro_batch: u64) -> f64 {
+    let work = (micro_batch * problem.workload.seq_len * problem.spec.hidden_size) as f64;
+    let half = problem.cost.half_saturation_work * peak_flops(problem, p)
+        / (SATURATION_REFERENCE_TFLOPS * 1e12);
+    problem.cost.efficiency * work / (work + half)
+}
+
 /// Predicts the step time of `s` on `problem`.
 pub fn predict(problem: &Problem, s: &Strategy) -> StepTime {
     let f = &problem.facts;
@@ -79,7 +99,8 @@ pub fn predict(problem: &Problem, s: &Strategy) -> StepTime {
     let tokens = problem.workload.tokens_per_step() as f64;
     let (model_flops, recompute_flops) = flops(problem, s);
     let peak = peak_flops(problem, s.precision);
-    let compute_s = (model_flops + recompute_flops) / (n * peak * problem.cost.efficiency);
+    let efficiency = achieved_efficiency(problem, s.precision, s.micro_batch);
+    let compute_s = (model_flops + recompute_flops) / (n * peak * efficiency);
     let memory_bound_s = attention_traffic_s(problem, s);
     let optimizer_s = optimizer_step_s(problem, s);
 
