@@ -471,3 +471,86 @@ fn plan_counts_the_data_loaders_in_host_memory() {
         stderr(&o)
     );
 }
+
+#[test]
+fn calibrate_rescales_to_a_measured_step_and_names_a_bad_file() {
+    let dir = tempfile::tempdir().unwrap();
+    // Hugging Face's single-GPU guide: bert-large-uncased, 512 tokens, fp32, V100, micro-batch 4
+    // at 8.86 samples/s = 4,536 tokens/s.
+    let file = dir.path().join("measured.json");
+    std::fs::write(
+        &file,
+        r#"{"strategy": {"precision": "fp32", "optimizer": "adamw", "zero_stage": 0,
+            "offload_optimizer": "none", "offload_params": "none", "checkpoint": "none",
+            "attention": "naive", "micro_batch": 4, "accumulation": 1},
+            "tokens_per_s": 4536.3, "source": "HF single-GPU guide"}"#,
+    )
+    .unwrap();
+    let args = |calibrate: &str, json: bool| {
+        let mut a = vec![
+            "plan",
+            "--model",
+            "bert-large-uncased",
+            "--gpu",
+            "V100-16GB",
+            "--seq-len",
+            "512",
+            "--global-batch",
+            "4",
+            "--precision",
+            "fp32",
+            "--micro-batch",
+            "4",
+            "--accumulation",
+            "1",
+            "--attention",
+            "naive",
+            "--checkpoint",
+            "none",
+            "--optimizer",
+            "adamw",
+            "--calibrate",
+        ];
+        a.push(calibrate);
+        if json {
+            a.push("--json");
+        }
+        a.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let run = |a: Vec<String>| {
+        Command::new(env!("CARGO_BIN_EXE_headroom"))
+            .args(&a)
+            .output()
+            .unwrap()
+    };
+    let path = file.to_str().unwrap();
+    let text = run(args(path, false));
+    assert!(text.status.success(), "{}", stderr(&text));
+    let out = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        out.contains("Calibrated to 4536 measured tokens/s from HF single-GPU guide"),
+        "{out}"
+    );
+    // The measured strategy itself is then predicted at the measured speed.
+    assert!(out.contains("4,536 tokens/s"), "{out}");
+    let v = json(&run(args(path, true)));
+    let c = &v["calibration"];
+    assert!(c["efficiency_after"].as_f64().unwrap() > c["efficiency_before"].as_f64().unwrap());
+    assert_eq!(v["cost_model"]["efficiency"], c["efficiency_after"]);
+
+    let missing = run(args("no-such.json", false));
+    assert!(!missing.status.success());
+    assert!(
+        stderr(&missing).contains("--calibrate no-such.json"),
+        "{}",
+        stderr(&missing)
+    );
+    std::fs::write(&file, r#"{"tokens_per_s": 1}"#).unwrap();
+    let bad = run(args(path, false));
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("calibration file: missing field `strategy`"),
+        "{}",
+        stderr(&bad)
+    );
+}

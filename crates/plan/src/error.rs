@@ -66,6 +66,10 @@ pub enum PlanError {
     #[error("incompatible strategy: {0}")]
     Incompatible(String),
 
+    /// A `--calibrate` file that cannot be read as a measurement of this run.
+    #[error("calibration file: {0}")]
+    Calibration(String),
+
     /// A plan cannot be expressed in an export format.
     #[error("cannot export to {format}: {reason}")]
     Export { format: String, reason: String },

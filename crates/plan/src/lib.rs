@@ -13,6 +13,7 @@
 //! types only, never on the engine's kernels.
 
 pub mod advice;
+pub mod calibrate;
 pub mod cost;
 pub mod error;
 pub mod estimators;

@@ -6,6 +6,7 @@ use super::{plan_output, plan_own};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use headroom_memory::ByteSize;
+use headroom_plan::calibrate::{Measurement, calibrate};
 use headroom_plan::cost::{CostModel, Problem};
 use headroom_plan::export::{ExportOptions, accelerate, deepspeed, headroom, write_export};
 use headroom_plan::hardware::{self, Hardware, HardwareOverrides};
@@ -188,6 +189,12 @@ pub struct PlanArgs {
     /// Safety margin below capacity (default 0.05).
     #[arg(long)]
     pub margin: Option<f64>,
+    /// Rescale the speed model (and, given a peak, the activation bytes) to one measured step of
+    /// this model on this hardware, from any framework: a JSON file with the measured run's
+    /// `strategy`, `tokens_per_s` and optionally `peak_allocated_bytes`, `seq_len`, `source`
+    /// (format in docs/planner.md).
+    #[arg(long, value_name = "FILE")]
+    pub calibrate: Option<PathBuf>,
     /// How many plans to show.
     #[arg(long, default_value_t = 5)]
     pub top: usize,
@@ -308,12 +315,26 @@ pub fn run(args: PlanArgs) -> Result<()> {
         optimizer_in_backward: args.optimizer_in_backward,
         ..Pins::default()
     };
-    let problem = Problem::new(spec, hw, workload, cost);
+    let mut problem = Problem::new(spec, hw, workload, cost);
+    let calibration = match &args.calibrate {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--calibrate {}", path.display()))?;
+            let measurement = Measurement::from_json(&text)
+                .with_context(|| format!("--calibrate {}", path.display()))?;
+            let (cost, calibration) = calibrate(&problem, &measurement)
+                .with_context(|| format!("--calibrate {}", path.display()))?;
+            problem.cost = cost;
+            Some(calibration)
+        }
+        None => None,
+    };
     let started = Instant::now();
     let outcome = search(&problem, &pins, None)?;
     let elapsed = started.elapsed();
     let report = plan_output::Report::new(&problem, &pins, &outcome, elapsed, args.top)
-        .with_warnings(warnings);
+        .with_warnings(warnings)
+        .with_calibration(calibration);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report.to_json())?);
     } else {

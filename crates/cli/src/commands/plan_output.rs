@@ -5,6 +5,7 @@
 use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use headroom_memory::{Category, CategoryBytes, format_bytes};
 use headroom_plan::advice::{Shortfall, explain, shortfall};
+use headroom_plan::calibrate::Calibration;
 use headroom_plan::cost::{Plan, Problem};
 use headroom_plan::model::ParamInventory;
 use headroom_plan::search::SearchOutcome;
@@ -22,6 +23,7 @@ pub struct Report<'a> {
     shortfall: Option<Shortfall>,
     largest_layer: (String, u64),
     warnings: Vec<String>,
+    calibration: Option<Calibration>,
 }
 
 impl<'a> Report<'a> {
@@ -52,7 +54,14 @@ impl<'a> Report<'a> {
             shortfall,
             largest_layer: (name.to_string(), params),
             warnings: Vec::new(),
+            calibration: None,
         }
+    }
+
+    /// What `--calibrate` changed, shown under the workload and as `calibration` in the JSON.
+    pub fn with_calibration(mut self, calibration: Option<Calibration>) -> Report<'a> {
+        self.calibration = calibration;
+        self
     }
 
     /// Warnings about the inputs (also printed on stderr), listed under `warnings` in the JSON.
@@ -98,6 +107,7 @@ impl<'a> Report<'a> {
             "advice": self.reasons,
             "shortfall": self.shortfall,
             "warnings": self.warnings,
+            "calibration": self.calibration,
         })
     }
 
@@ -123,6 +133,9 @@ impl<'a> Report<'a> {
             format_bytes(hw.gpu.memory_bytes),
             format_bytes(p.usable_device_bytes())
         );
+        if let Some(c) = &self.calibration {
+            out += &calibration_text(c);
+        }
         out += &format!(
             "Workload  seq {} × global batch {} = {} tokens per step\n",
             p.workload.seq_len,
@@ -173,6 +186,34 @@ impl<'a> Report<'a> {
 }
 
 /// The plans a report shows: the best `top` that fit, or the closest miss when none does.
+/// The lines that say what a calibration changed.
+fn calibration_text(c: &Calibration) -> String {
+    let mut out = format!(
+        "Calibrated to {:.0} measured tokens/s{} (the default model predicted {:.0}): efficiency {:.3} -> {:.3}",
+        c.measured_tokens_per_s,
+        c.source
+            .as_ref()
+            .map(|s| format!(" from {s}"))
+            .unwrap_or_default(),
+        c.predicted_tokens_per_s,
+        c.efficiency_before,
+        c.efficiency_after
+    );
+    match (c.measured_peak_allocated_bytes, &c.memory_note) {
+        (Some(peak), None) => {
+            out += &format!(
+                "; peak allocated {} measured, {} predicted: activations × {:.3}",
+                format_bytes(peak),
+                format_bytes(c.predicted_peak_allocated_bytes),
+                c.activation_scale
+            )
+        }
+        (_, Some(note)) => out += &format!("; {note}"),
+        (None, None) => {}
+    }
+    out + "\n"
+}
+
 pub fn shown_plans(outcome: &SearchOutcome, top: usize) -> Vec<&Plan> {
     if outcome.fitting.is_empty() {
         outcome.closest.iter().collect()

@@ -86,6 +86,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
 fn reject_planner_only_flags(args: &PlanArgs) -> Result<()> {
     let given = [
         ("--efficiency", args.efficiency.is_some()),
+        ("--calibrate", args.calibrate.is_some()),
         ("--fragmentation", args.fragmentation.is_some()),
         ("--margin", args.margin.is_some()),
         ("--hardware", args.hardware.is_some()),

@@ -268,7 +268,8 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
     let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
     let comm = communication_bytes(problem, s);
     let activations =
-        activation::model_activations(spec, seq, b, e, s.attention, s.checkpoint, s.loss);
+        activation::model_activations(spec, seq, b, e, s.attention, s.checkpoint, s.loss)
+            * problem.cost.activation_scale;
     // input_ids, attention_mask and labels as int64.
     let input = 3.0 * 8.0 * seq * b;
 

@@ -30,6 +30,9 @@ pub struct CostModel {
     /// `k` times faster needs `k` times the work. Fitted to Hugging Face's bert-large V100
     /// measurement of micro-batch 1 × accumulation 4 against micro-batch 4 (`docs/planner.md`).
     pub half_saturation_work: f64,
+    /// Factor on every activation byte the model predicts: 1 by default, set by `--calibrate`
+    /// from a measured peak.
+    pub activation_scale: f64,
     /// Allocator fragmentation reserve, as a fraction of the allocated bytes (PyTorch caching
     /// allocator rounding and split blocks; ZeRO §6 saw OOM with > 30 % free in extreme cases).
     pub fragmentation: f64,
@@ -45,6 +48,7 @@ impl Default for CostModel {
         CostModel {
             efficiency: 0.45,
             half_saturation_work: 105_000.0,
+            activation_scale: 1.0,
             fragmentation: 0.10,
             margin: 0.05,
             bucket_elements: 200_000_000,
