@@ -65,8 +65,16 @@ impl Backend for ShapeOnlyBackend {
             k: a.layout.shape()[r - 1],
         };
         work::matmul(a.dtype, d.batch, d.m, d.n, d.k);
-        if a.dtype == crate::dtype::DType::BF16 && d.m * d.n > 0 && d.k > 0 {
-            drop(super::cpu::matmul::bf16_scratch(dst.buf.device(), d)?);
+        if d.m * d.n > 0 && d.k > 0 {
+            match a.dtype {
+                crate::dtype::DType::BF16 => {
+                    drop(super::cpu::matmul::bf16_scratch(dst.buf.device(), d)?)
+                }
+                crate::dtype::DType::F16 => {
+                    drop(super::cpu::matmul::widening_scratch(dst.buf.device(), d)?)
+                }
+                _ => {}
+            }
         }
         Ok(())
     }

@@ -1,15 +1,18 @@
-//! Batched matrix multiply on the `gemm` crate. f32 and f16 call gemm directly with the
-//! operands' own strides (a transposed weight costs no copy). bf16, which gemm lacks, runs on
-//! the native `VDPBF16PS` kernel (`bf16_gemm`) where the CPU has AVX512_BF16, and otherwise is
-//! widened to f32 in tiles: the right operand once per batch, the left operand and the output in
-//! panels of `TILE_M` rows, all in `temporary` scratch from the device allocator. Products
-//! accumulate in f32. Neither gemm nor the native kernel splits the k dimension across threads,
-//! so results are deterministic.
+//! Batched matrix multiply on the `gemm` crate. f32 calls gemm directly with the operands' own
+//! strides (a transposed weight costs no copy). bf16 runs on the native `VDPBF16PS` kernel
+//! (`bf16_gemm`) where the CPU has AVX512_BF16. Otherwise bf16, and f16 always, are widened to
+//! f32 in tiles around gemm's f32 kernel: the right operand once per batch element, the left
+//! operand and the output in panels of `TILE_M` rows, all in `temporary` scratch from the device
+//! allocator (gemm's own f16 kernel was slower than this on CPUs without AVX512-FP16:
+//! `docs/benchmarks.md`). Small batched products (attention's per-head products) run their batch
+//! elements in parallel, each with its own tiles. Products accumulate in f32. Neither gemm nor
+//! the native kernel splits the k dimension across threads, so results are deterministic.
 //!
 //! Not for: shape checks or batch broadcasting (the ops layer hands in matching batch dims).
 
 use super::bf16_gemm::{self, Bf16Gemm};
 use super::{Scalars, Scratch, scratch_f32};
+use crate::dtype::Elem;
 use crate::error::Result;
 use crate::shape::Layout;
 use gemm::Parallelism;
@@ -17,6 +20,7 @@ use half::bf16;
 use half::slice::HalfFloatSliceExt;
 use headroom_memory::Device;
 use rayon::prelude::*;
+use std::sync::Mutex;
 
 /// Rows of the left operand widened at a time on the bf16 path.
 const TILE_M: usize = 512;
@@ -56,7 +60,7 @@ fn parallelism(d: &Dims) -> Parallelism {
     }
 }
 
-/// `out (batch, m, n) = a @ b` for gemm's native element types (f32, f16).
+/// `out (batch, m, n) = a @ b` for gemm's native element types (f32 here).
 pub fn matmul_native<T: Scalars>(
     a: &[T],
     la: &Layout,
@@ -108,17 +112,20 @@ pub fn matmul_native<T: Scalars>(
     }
 }
 
-/// Widens a strided bf16 matrix into contiguous f32, keeping its memory order; returns the
+/// Widens a strided 16-bit matrix into contiguous f32, keeping its memory order; returns the
 /// (row, column) strides of the copy.
-fn widen(
-    src: &[bf16],
+fn widen<H: Elem>(
+    src: &[H],
     off: usize,
     rows: usize,
     cols: usize,
     rs: isize,
     cs: isize,
     dst: &mut [f32],
-) -> (isize, isize) {
+) -> (isize, isize)
+where
+    [H]: HalfFloatSliceExt,
+{
     let (rs, cs) = (rs as usize, cs as usize);
     if cs == 1 {
         for r in 0..rows {
@@ -145,21 +152,36 @@ fn widen(
 /// The `temporary` scratch of a bf16 product of `d` on the kernel in use (`bf16_gemm`).
 /// Shared with the shape-only backend, whose dry runs must allocate the same bytes.
 pub fn bf16_scratch(device: &Device, d: Dims) -> Result<Vec<Scratch>> {
-    Ok(match bf16_gemm::bf16_gemm() {
-        Bf16Gemm::Native => bf16_gemm::scratch(device, d)?.into(),
-        Bf16Gemm::Widening => widening_scratch(device, d)?.into(),
-    })
+    match bf16_gemm::bf16_gemm() {
+        Bf16Gemm::Native => Ok(bf16_gemm::scratch(device, d)?.into()),
+        Bf16Gemm::Widening => widening_scratch(device, d),
+    }
 }
 
-/// The f32 scratch a bf16 product of `d` widens into: the right operand (K, N), one panel of
-/// the left operand (TILE_M, K) and one output panel (TILE_M, N).
-fn widening_scratch(device: &Device, d: Dims) -> Result<[Scratch; 3]> {
+/// Whether a widened product runs its batch elements in parallel (each single-threaded, with
+/// its own scratch) rather than one after the other with gemm's threads.
+fn batch_parallel(d: &Dims) -> bool {
+    d.batch > 1 && d.m * d.n * d.k < SMALL
+}
+
+/// The f32 scratch a 16-bit product of `d` widens into, per set: the right operand (K, N),
+/// one panel of the left operand (TILE_M, K) and one output panel (TILE_M, N). One set, or one
+/// per thread (at most one per batch element) when the batch runs in parallel. Shared with the
+/// shape-only backend, whose dry runs must allocate the same bytes.
+pub fn widening_scratch(device: &Device, d: Dims) -> Result<Vec<Scratch>> {
     let tile = TILE_M.min(d.m).max(1);
-    Ok([
-        scratch_f32(device, d.k * d.n, "matmul.bf16.rhs")?,
-        scratch_f32(device, tile * d.k, "matmul.bf16.lhs_tile")?,
-        scratch_f32(device, tile * d.n, "matmul.bf16.out_tile")?,
-    ])
+    let sets = if batch_parallel(&d) {
+        rayon::current_num_threads().min(d.batch)
+    } else {
+        1
+    };
+    let mut out = Vec::with_capacity(3 * sets);
+    for _ in 0..sets {
+        out.push(scratch_f32(device, d.k * d.n, "matmul.widen.rhs")?);
+        out.push(scratch_f32(device, tile * d.k, "matmul.widen.lhs_tile")?);
+        out.push(scratch_f32(device, tile * d.n, "matmul.widen.out_tile")?);
+    }
+    Ok(out)
 }
 
 /// bf16 `out = a @ b` on the kernel in use: native `VDPBF16PS` or widening to f32.
@@ -176,29 +198,42 @@ pub fn matmul_bf16(
     if bf16_gemm::bf16_gemm() == Bf16Gemm::Native {
         return bf16_gemm::matmul(device, a, la, b, lb, out, d);
     }
-    matmul_bf16_widening(device, a, la, b, lb, out, d)
+    matmul_widening(device, a, la, b, lb, out, d)
 }
 
-/// bf16 `out = a @ b` through f32 tiles: the fallback for CPUs without AVX512_BF16.
-pub(crate) fn matmul_bf16_widening(
+/// One widening set's f32 buffers: right operand, left panel, output panel.
+type Tiles<'s> = (&'s mut [f32], &'s mut [f32], &'s mut [f32]);
+
+/// 16-bit `out = a @ b` through f32 tiles and gemm's f32 kernel: bf16 on CPUs without
+/// AVX512_BF16, and f16 everywhere (gemm's own f16 kernel measured slower than this on CPUs
+/// without AVX512-FP16; `docs/benchmarks.md`). Small batched products (attention's per-head
+/// products) run their batch elements in parallel, each with its own set of tiles.
+pub(crate) fn matmul_widening<H: Elem>(
     device: &Device,
-    a: &[bf16],
+    a: &[H],
     la: &Layout,
-    b: &[bf16],
+    b: &[H],
     lb: &Layout,
-    out: &mut [bf16],
+    out: &mut [H],
     d: Dims,
-) -> Result<()> {
+) -> Result<()>
+where
+    [H]: HalfFloatSliceExt,
+{
     let (ba, ars, acs) = split(la);
     let (bb, brs, bcs) = split(lb);
-    let tile = TILE_M.min(d.m).max(1);
-    let [mut bt, mut at, mut ot] = widening_scratch(device, d)?; // (K, N), (TILE_M, K), (TILE_M, N) f32
-    let (bt, at, ot) = (bt.slice_mut(), at.slice_mut(), ot.slice_mut());
-    for i in 0..d.batch {
-        let (bcs_t, brs_t) = {
-            let (rs, cs) = widen(b, bb.index_of(i), d.k, d.n, brs, bcs, bt);
-            (cs, rs)
-        };
+    let mut scratch = widening_scratch(device, d)?;
+    let mut sets: Vec<Tiles> = Vec::with_capacity(scratch.len() / 3);
+    let mut rest = scratch.as_mut_slice();
+    while let [bt, at, ot, tail @ ..] = rest {
+        sets.push((bt.slice_mut(), at.slice_mut(), ot.slice_mut()));
+        rest = tail;
+    }
+    // `threads`: whether gemm may split a panel's product over the pool.
+    let product = |i: usize, o: &mut [H], tiles: &mut Tiles, threads: bool| {
+        let (bt, at, ot) = tiles;
+        let tile = TILE_M.min(d.m).max(1);
+        let (brs_t, bcs_t) = widen(b, bb.index_of(i), d.k, d.n, brs, bcs, bt);
         for i0 in (0..d.m).step_by(tile) {
             let rows = tile.min(d.m - i0);
             let (ars_t, acs_t) = widen(
@@ -210,12 +245,15 @@ pub(crate) fn matmul_bf16_widening(
                 acs,
                 at,
             );
-            let par = parallelism(&Dims {
-                batch: 1,
-                m: rows,
-                n: d.n,
-                k: d.k,
-            });
+            let par = match threads {
+                true => parallelism(&Dims {
+                    batch: 1,
+                    m: rows,
+                    n: d.n,
+                    k: d.k,
+                }),
+                false => Parallelism::None,
+            };
             // SAFETY: the tiles hold rows×K, K×N and rows×N f32 values with the strides
             // returned by `widen` and the row-major output tile.
             unsafe {
@@ -241,8 +279,23 @@ pub(crate) fn matmul_bf16_widening(
                     par,
                 )
             };
-            let start = (i * d.m + i0) * d.n;
-            out[start..start + rows * d.n].convert_from_f32_slice(&ot[..rows * d.n]);
+            o[i0 * d.n..(i0 + rows) * d.n].convert_from_f32_slice(&ot[..rows * d.n]);
+        }
+    };
+    let size = d.m * d.n;
+    if batch_parallel(&d) {
+        let sets: Vec<Mutex<Tiles>> = sets.into_iter().map(Mutex::new).collect();
+        out.par_chunks_mut(size).enumerate().for_each(|(i, o)| {
+            // Each worker takes its own set; small products run no nested parallel work, so a
+            // worker never starts a second product while holding one.
+            let t = rayon::current_thread_index().unwrap_or(0) % sets.len();
+            let mut tiles = sets[t].lock().unwrap_or_else(|e| e.into_inner());
+            product(i, o, &mut tiles, false);
+        });
+    } else {
+        let tiles = &mut sets[0];
+        for (i, o) in out.chunks_mut(size).enumerate() {
+            product(i, o, tiles, true);
         }
     }
     Ok(())

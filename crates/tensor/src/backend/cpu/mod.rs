@@ -34,10 +34,6 @@ impl Scalars for f32 {
     const ZERO: Self = 0.0;
     const ONE: Self = 1.0;
 }
-impl Scalars for half::f16 {
-    const ZERO: Self = half::f16::ZERO;
-    const ONE: Self = half::f16::ONE;
-}
 
 /// An f32 scratch buffer from the device allocator, tagged `temporary`.
 #[derive(Debug)]
@@ -304,14 +300,15 @@ impl Backend for CpuBackend {
                 slice_mut(dst)?,
                 d,
             ),
-            DType::F16 => matmul::matmul_native(
-                slice::<half::f16>(a)?,
+            DType::F16 => matmul::matmul_widening::<half::f16>(
+                &device,
+                slice(a)?,
                 a.layout,
-                slice::<half::f16>(b)?,
+                slice(b)?,
                 b.layout,
                 slice_mut(dst)?,
                 d,
-            ),
+            )?,
             DType::BF16 => matmul::matmul_bf16(
                 &device,
                 slice(a)?,

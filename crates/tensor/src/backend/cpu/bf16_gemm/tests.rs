@@ -18,7 +18,7 @@
 //! bf16 rounding of the exact result, bit for bit.
 
 use super::{Bf16Gemm, bf16_gemm, driver, native_supported};
-use crate::backend::cpu::matmul::{Dims, matmul_bf16_widening};
+use crate::backend::cpu::matmul::{Dims, matmul_widening};
 use crate::shape::Layout;
 use half::bf16;
 use headroom_memory::{AllocatorConfig, Device};
@@ -151,7 +151,7 @@ fn run_on(kernel: Bf16Gemm, d: Dims, fa: Form, fb: Form, data: Data) -> Vec<bf16
     let device = device();
     match kernel {
         Bf16Gemm::Native => driver::matmul(&device, &a, &la, &b, &lb, &mut out, d).unwrap(),
-        Bf16Gemm::Widening => matmul_bf16_widening(&device, &a, &la, &b, &lb, &mut out, d).unwrap(),
+        Bf16Gemm::Widening => matmul_widening(&device, &a, &la, &b, &lb, &mut out, d).unwrap(),
     }
     let worst = check((&a, &la), (&b, &lb), &out, d, data);
     if data == Data::Floats {
