@@ -1,6 +1,6 @@
 //! `headroom plan` inputs end to end: a hardware file naming its own GPU, a lone bf16 peak, a
-//! sequence beyond the model's trained context (warned), the no-fit message under --json, and
-//! the export flags (rank 0's address, the NVMe path).
+//! sequence beyond the model's trained context (warned), the no-fit message under --json, the
+//! export flags (rank 0's address, the NVMe path), and a measured step to calibrate against.
 
 use serde_json::Value;
 use std::process::{Command, Output};
@@ -182,4 +182,80 @@ fn multi_node_accelerate_exports_take_rank_0_and_the_nvme_path_from_flags() {
     ] {
         assert!(yaml.lines().any(|l| l == line), "{line} not in\n{yaml}");
     }
+}
+
+#[test]
+fn calibrate_rescales_to_a_measured_step_and_names_a_bad_file() {
+    let dir = tempfile::tempdir().unwrap();
+    // Hugging Face's single-GPU guide: bert-large-uncased, 512 tokens, fp32, V100, micro-batch 4
+    // at 8.86 samples/s = 4,536 tokens/s.
+    let file = dir.path().join("measured.json");
+    std::fs::write(
+        &file,
+        r#"{"strategy": {"precision": "fp32", "optimizer": "adamw", "zero_stage": 0,
+            "offload_optimizer": "none", "offload_params": "none", "checkpoint": "none",
+            "attention": "naive", "micro_batch": 4, "accumulation": 1},
+            "tokens_per_s": 4536.3, "source": "HF single-GPU guide"}"#,
+    )
+    .unwrap();
+    // The measured strategy itself, pinned.
+    let plan = |calibrate: &str, extra: &[&str]| {
+        let mut args = vec![
+            "plan",
+            "--model",
+            "bert-large-uncased",
+            "--gpu",
+            "V100-16GB",
+            "--seq-len",
+            "512",
+            "--global-batch",
+            "4",
+            "--precision",
+            "fp32",
+            "--micro-batch",
+            "4",
+            "--accumulation",
+            "1",
+            "--attention",
+            "naive",
+            "--checkpoint",
+            "none",
+            "--optimizer",
+            "adamw",
+            "--calibrate",
+            calibrate,
+        ];
+        args.extend_from_slice(extra);
+        headroom(&args)
+    };
+    let path = file.to_str().unwrap();
+    let text = plan(path, &[]);
+    assert!(text.status.success(), "{}", stderr(&text));
+    let out = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        out.contains("Calibrated to 4536 measured tokens/s from HF single-GPU guide"),
+        "{out}"
+    );
+    // The measured strategy is then predicted at the measured speed.
+    assert!(out.contains("4,536 tokens/s"), "{out}");
+    let v = json(&plan(path, &["--json"]));
+    let c = &v["calibration"];
+    assert!(c["efficiency_after"].as_f64().unwrap() > c["efficiency_before"].as_f64().unwrap());
+    assert_eq!(v["cost_model"]["efficiency"], c["efficiency_after"]);
+
+    let missing = plan("no-such.json", &[]);
+    assert!(!missing.status.success());
+    assert!(
+        stderr(&missing).contains("--calibrate no-such.json"),
+        "{}",
+        stderr(&missing)
+    );
+    std::fs::write(&file, r#"{"tokens_per_s": 1}"#).unwrap();
+    let bad = plan(path, &[]);
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("calibration file: missing field `strategy`"),
+        "{}",
+        stderr(&bad)
+    );
 }

@@ -8,25 +8,9 @@ mod support;
 
 use headroom_plan::calibrate::{Measurement, calibrate};
 use headroom_plan::cost::{Problem, evaluate};
-use headroom_plan::strategy::{
-    Attention, Category, Checkpoint, Loss, Optimizer, Placement, Precision, Strategy, ZeroStage,
-};
+use headroom_plan::strategy::{Attention, Category, Checkpoint, Precision, Strategy, ZeroStage};
 use headroom_plan::workload::{BatchSpec, Workload};
-use support::problem;
-
-fn strategy(precision: Precision, micro_batch: u64, accumulation: u64) -> Strategy {
-    Strategy {
-        precision,
-        optimizer: Optimizer::AdamW,
-        placement: Placement::default(),
-        checkpoint: Checkpoint::None,
-        attention: Attention::Naive,
-        loss: Loss::Plain,
-        optimizer_in_backward: false,
-        micro_batch,
-        accumulation,
-    }
-}
+use support::{plain_strategy, problem};
 
 fn measurement(s: Strategy, tokens_per_s: f64, peak: Option<u64>) -> Measurement {
     Measurement {
@@ -66,7 +50,7 @@ fn allocated(p: &Problem, s: &Strategy) -> u64 {
 #[test]
 fn calibrating_to_the_models_own_prediction_changes_nothing() {
     let p = problem("llama-2-7b", "H100-80GB", 1, 1, 4096, 8);
-    let s = strategy(Precision::Bf16Mixed, 1, 8);
+    let s = plain_strategy(Precision::Bf16Mixed, 1, 8);
     let own = evaluate(&at_split(&p, &s), &s);
     let peak = allocated(&at_split(&p, &s), &s);
     let (cost, c) = calibrate(&p, &measurement(s, own.time.tokens_per_s, Some(peak))).unwrap();
@@ -96,7 +80,7 @@ fn the_calibrated_model_predicts_the_measured_step() {
         ),
     ];
     for (p, zero, (micro_batch, accumulation), checkpoint) in cases {
-        let mut s = strategy(Precision::Bf16Mixed, micro_batch, accumulation);
+        let mut s = plain_strategy(Precision::Bf16Mixed, micro_batch, accumulation);
         s.placement.zero_stage = ZeroStage::new(zero).unwrap();
         s.checkpoint = checkpoint;
         let measured = at_split(&p, &s);
@@ -133,10 +117,10 @@ fn calibrated_on_hugging_faces_micro_batch_4_it_predicts_their_accumulation_run(
     // Hugging Face's single-GPU guide, bert-large-uncased, 512 tokens, fp32, V100-SXM2 16 GB:
     // 8.86 samples/s at micro-batch 4, 7.75 at micro-batch 1 × accumulation 4.
     let p = problem("bert-large-uncased", "V100-16GB", 1, 1, 512, 4);
-    let four = strategy(Precision::Fp32, 4, 1);
+    let four = plain_strategy(Precision::Fp32, 4, 1);
     let (cost, c) = calibrate(&p, &measurement(four, 8.86 * 512.0, None)).unwrap();
     assert!(c.efficiency_after > c.efficiency_before);
-    let one = strategy(Precision::Fp32, 1, 4);
+    let one = plain_strategy(Precision::Fp32, 1, 4);
     let calibrated = Problem { cost, ..p.clone() };
     let predicted = evaluate(&at_split(&calibrated, &one), &one)
         .time
@@ -151,7 +135,7 @@ fn calibrated_on_hugging_faces_micro_batch_4_it_predicts_their_accumulation_run(
 #[test]
 fn measurements_that_cannot_describe_the_run_are_refused_with_the_reason() {
     let p = problem("llama-2-7b", "H100-80GB", 1, 1, 4096, 8);
-    let s = strategy(Precision::Bf16Mixed, 1, 8);
+    let s = plain_strategy(Precision::Bf16Mixed, 1, 8);
     let default = evaluate(&at_split(&p, &s), &s).time.tokens_per_s;
     // Faster than the model's non-compute work alone.
     let e = calibrate(&p, &measurement(s, default * 10.0, None))
@@ -195,7 +179,7 @@ fn a_peak_in_the_optimizer_step_leaves_memory_as_predicted() {
     // Micro-batch 1 with every block checkpointed: on one H100 the foreach AdamW step's copy
     // of the weights outweighs the activations, so the peak is the step's.
     let p = problem("llama-2-7b", "H100-80GB", 1, 1, 512, 8);
-    let mut s = strategy(Precision::Bf16, 1, 8);
+    let mut s = plain_strategy(Precision::Bf16, 1, 8);
     s.checkpoint = Checkpoint::ALL_BLOCKS;
     s.attention = Attention::MemoryEfficient;
     let measured = at_split(&p, &s);

@@ -8,24 +8,8 @@ mod support;
 use headroom_plan::cost::time::achieved_efficiency;
 use headroom_plan::cost::{Problem, evaluate};
 use headroom_plan::search::search;
-use headroom_plan::strategy::{
-    Attention, Checkpoint, Loss, Optimizer, Pins, Placement, Precision, Strategy,
-};
-use support::problem;
-
-fn fp32_adamw(micro_batch: u64, accumulation: u64) -> Strategy {
-    Strategy {
-        precision: Precision::Fp32,
-        optimizer: Optimizer::AdamW,
-        placement: Placement::default(),
-        checkpoint: Checkpoint::None,
-        attention: Attention::Naive,
-        loss: Loss::Plain,
-        optimizer_in_backward: false,
-        micro_batch,
-        accumulation,
-    }
-}
+use headroom_plan::strategy::{Pins, Precision};
+use support::{plain_strategy, problem};
 
 #[test]
 fn the_fit_reproduces_hugging_faces_bert_large_v100_measurement() {
@@ -44,8 +28,8 @@ fn the_fit_reproduces_hugging_faces_bert_large_v100_measurement() {
     // 4·(524,288 + 105,000) / (2,097,152 + 105,000) = 1.1428.
     assert!((ratio - 1.1428).abs() < 1e-3, "{ratio}");
     // The whole step (the optimizer step and the attention traffic included) shows the same.
-    let one = evaluate(&p, &fp32_adamw(1, 4));
-    let four = evaluate(&p, &fp32_adamw(4, 1));
+    let one = evaluate(&p, &plain_strategy(Precision::Fp32, 1, 4));
+    let four = evaluate(&p, &plain_strategy(Precision::Fp32, 4, 1));
     let step_ratio = one.time.step_s / four.time.step_s;
     assert!(
         (step_ratio - measured).abs() < 0.03,
@@ -85,6 +69,10 @@ fn the_search_prefers_a_larger_micro_batch_to_accumulation() {
     let gpt2 = problem("gpt2", "RTX-4090", 1, 1, 1024, 32);
     assert!(recommended_micro_batch(&gpt2) > 1);
     // Everything else fixed, a larger micro-batch with less accumulation is faster.
-    let split = |mb| evaluate(&bert, &fp32_adamw(mb, 256 / mb)).time.step_s;
+    let split = |mb| {
+        evaluate(&bert, &plain_strategy(Precision::Fp32, mb, 256 / mb))
+            .time
+            .step_s
+    };
     assert!(split(1) > split(2) && split(2) > split(8) && split(8) > split(32));
 }

@@ -4,6 +4,8 @@
 //!
 //! Run: `cargo bench -p headroom-tensor --bench attention`
 
+mod common;
+
 use divan::Bencher;
 use headroom_memory::{AllocatorConfig, Category, Device};
 use headroom_tensor::{DType, Gradients, Tape, Tensor};
@@ -15,16 +17,6 @@ fn main() {
     divan::main();
 }
 
-fn data(n: usize, seed: u32) -> Vec<f32> {
-    (0..n)
-        .map(|i| {
-            ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) as f32
-                / (1u32 << 24) as f32
-                - 0.5
-        })
-        .collect()
-}
-
 fn fwd_bwd(bencher: Bencher, t: usize, fused: bool) {
     let device = Device::cpu(4 << 30, AllocatorConfig::default());
     let [b, h, d] = SHAPE;
@@ -34,7 +26,7 @@ fn fwd_bwd(bencher: Bencher, t: usize, fused: bool) {
         Tensor::from_f32(
             &device,
             &shape,
-            &data(n, seed),
+            &common::values(n, seed),
             DType::F32,
             Category::Input,
             None,

@@ -6,6 +6,8 @@
 //!
 //! Run: `cargo bench -p headroom-tensor --bench kernels16`
 
+mod common;
+
 use divan::Bencher;
 use headroom_memory::{AllocatorConfig, Category, Device};
 use headroom_tensor::{DType, Gradients, Tape, Tensor};
@@ -20,25 +22,22 @@ fn main() {
     divan::main();
 }
 
-fn data(n: usize, seed: u32) -> Vec<f32> {
-    (0..n)
-        .map(|i| {
-            ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) as f32
-                / (1u32 << 24) as f32
-                - 0.5
-        })
-        .collect()
-}
-
 fn dtype(bf16: bool) -> DType {
     if bf16 { DType::BF16 } else { DType::F32 }
 }
 
 fn tensor(device: &Device, shape: &[usize], seed: u32, dt: DType) -> Tensor {
     let n = shape.iter().product();
-    Tensor::from_f32(device, shape, &data(n, seed), dt, Category::Input, None)
-        .unwrap()
-        .track()
+    Tensor::from_f32(
+        device,
+        shape,
+        &common::values(n, seed),
+        dt,
+        Category::Input,
+        None,
+    )
+    .unwrap()
+    .track()
 }
 
 /// Forward and backward of `op` on inputs of the given shapes. The loss sums the output's first

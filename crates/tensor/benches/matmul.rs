@@ -8,6 +8,8 @@
 //!
 //! Run: `cargo bench -p headroom-tensor --bench matmul`
 
+mod common;
+
 use divan::Bencher;
 use divan::counter::ItemsCount;
 use half::bf16;
@@ -24,17 +26,7 @@ fn main() {
 }
 
 fn data(n: usize, seed: u32) -> Vec<f32> {
-    values(n * n, seed)
-}
-
-fn values(len: usize, seed: u32) -> Vec<f32> {
-    (0..len)
-        .map(|i| {
-            ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) as f32
-                / (1u32 << 24) as f32
-                - 0.5
-        })
-        .collect()
+    common::values(n * n, seed)
 }
 
 fn flops(n: usize) -> ItemsCount {
@@ -189,7 +181,7 @@ fn gpt(bencher: Bencher, g: Gemm, dtype: DType) {
         let x = Tensor::from_f32(
             &device,
             &shape,
-            &values(rows * cols, seed),
+            &common::values(rows * cols, seed),
             dtype,
             Category::Input,
             None,

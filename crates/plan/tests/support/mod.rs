@@ -8,6 +8,9 @@ pub mod schemas;
 use headroom_plan::cost::{CostModel, Problem};
 use headroom_plan::hardware;
 use headroom_plan::model::load_model;
+use headroom_plan::strategy::{
+    Attention, Checkpoint, Loss, Optimizer, Placement, Precision, Strategy,
+};
 use headroom_plan::workload::{BatchSpec, Workload};
 
 /// `model` on `nodes` nodes of `per_node` GPUs of preset `gpu`, `batch` sequences of `seq`
@@ -27,4 +30,20 @@ pub fn problem(model: &str, gpu: &str, per_node: u64, nodes: u64, seq: u64, batc
     )
     .unwrap();
     Problem::new(spec, hw, w, CostModel::default())
+}
+
+/// AdamW at `precision` with nothing else changed: no sharding or offload, no checkpointing,
+/// naive attention, the plain loss.
+pub fn plain_strategy(precision: Precision, micro_batch: u64, accumulation: u64) -> Strategy {
+    Strategy {
+        precision,
+        optimizer: Optimizer::AdamW,
+        placement: Placement::default(),
+        checkpoint: Checkpoint::None,
+        attention: Attention::Naive,
+        loss: Loss::Plain,
+        optimizer_in_backward: false,
+        micro_batch,
+        accumulation,
+    }
 }

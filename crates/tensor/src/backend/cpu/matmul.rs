@@ -11,7 +11,7 @@
 //! Not for: shape checks or batch broadcasting (the ops layer hands in matching batch dims).
 
 use super::bf16_gemm::{self, Bf16Gemm};
-use super::{Scalars, Scratch, scratch_f32};
+use super::{Scratch, scratch_f32};
 use crate::dtype::Elem;
 use crate::error::Result;
 use crate::shape::Layout;
@@ -60,19 +60,12 @@ fn parallelism(d: &Dims) -> Parallelism {
     }
 }
 
-/// `out (batch, m, n) = a @ b` for gemm's native element types (f32 here).
-pub fn matmul_native<T: Scalars>(
-    a: &[T],
-    la: &Layout,
-    b: &[T],
-    lb: &Layout,
-    out: &mut [T],
-    d: Dims,
-) {
+/// f32 `out (batch, m, n) = a @ b` on gemm, with the operands' own strides.
+pub fn matmul_f32(a: &[f32], la: &Layout, b: &[f32], lb: &Layout, out: &mut [f32], d: Dims) {
     let (ba, ars, acs) = split(la);
     let (bb, brs, bcs) = split(lb);
     let (ap, bp) = (a.as_ptr() as usize, b.as_ptr() as usize);
-    let one = |i: usize, o: &mut [T], par: Parallelism| {
+    let one = |i: usize, o: &mut [f32], par: Parallelism| {
         let (ao, bo) = (ba.index_of(i), bb.index_of(i));
         // SAFETY: `ao`/`bo` plus the matrix strides stay inside `a`/`b` because the layouts
         // were built by `Layout` from these storages' shapes; `o` is exactly m×n row-major.
@@ -85,14 +78,14 @@ pub fn matmul_native<T: Scalars>(
                 1,
                 d.n as isize,
                 false,
-                (ap as *const T).add(ao),
+                (ap as *const f32).add(ao),
                 acs,
                 ars,
-                (bp as *const T).add(bo),
+                (bp as *const f32).add(bo),
                 bcs,
                 brs,
-                T::ZERO,
-                T::ONE,
+                0.0,
+                1.0,
                 false,
                 false,
                 false,

@@ -25,16 +25,6 @@ use index::Ids;
 #[derive(Debug)]
 pub struct CpuBackend;
 
-/// Scalar types gemm multiplies natively.
-pub trait Scalars: Copy + Send + Sync + 'static {
-    const ZERO: Self;
-    const ONE: Self;
-}
-impl Scalars for f32 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-}
-
 /// An f32 scratch buffer from the device allocator, tagged `temporary`.
 #[derive(Debug)]
 pub struct Scratch(DeviceBuffer);
@@ -292,7 +282,7 @@ impl Backend for CpuBackend {
         }
         let device = dst.buf.device().clone();
         match a.dtype {
-            DType::F32 => matmul::matmul_native(
+            DType::F32 => matmul::matmul_f32(
                 slice::<f32>(a)?,
                 a.layout,
                 slice::<f32>(b)?,
