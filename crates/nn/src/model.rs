@@ -14,8 +14,8 @@ pub struct Recompute {
     /// is kept; its blocks are re-run in backward). Disjoint, in order.
     pub segments: Vec<Range<usize>>,
     /// Selective recomputation inside blocks that are not in a segment: keep matmul outputs,
-    /// recompute attention scores, softmax and attention dropout, and the GELU (with the
-    /// projection that consumes it).
+    /// recompute attention scores, softmax and attention dropout (Korthikanti et al. 2022).
+    /// GELU outputs are recomputed under every policy (`Tensor::gelu_linear`).
     pub selective: bool,
     /// The output projection and cross-entropy in this many chunks of tokens, each recomputed
     /// in backward so the logits of the whole micro-batch never exist at once (`--loss

@@ -100,6 +100,36 @@ fn masked_softmax(bencher: Bencher, bf16: bool) {
     });
 }
 
+/// The same probabilities as one op that computes only the kept (past) half.
+#[divan::bench(args = [false, true])]
+fn causal_softmax(bencher: Bencher, bf16: bool) {
+    fwd_bwd(bencher, bf16, &[&[16, HEADS, SEQ, SEQ]], |x| {
+        x[0].causal_softmax(0.125).unwrap()
+    });
+}
+
+/// The MLP's GELU and output projection, GELU's output saved for the projection's backward.
+#[divan::bench(args = [false, true])]
+fn gelu_then_linear(bencher: Bencher, bf16: bool) {
+    fwd_bwd(
+        bencher,
+        bf16,
+        &[&[TOKENS, MLP], &[MLP, WIDTH], &[WIDTH]],
+        |x| x[0].gelu().unwrap().linear(&x[1], &x[2]).unwrap(),
+    );
+}
+
+/// The same as one op that recomputes GELU's output in backward instead of saving it.
+#[divan::bench(args = [false, true])]
+fn gelu_linear(bencher: Bencher, bf16: bool) {
+    fwd_bwd(
+        bencher,
+        bf16,
+        &[&[TOKENS, MLP], &[MLP, WIDTH], &[WIDTH]],
+        |x| x[0].gelu_linear(&x[1], &x[2]).unwrap(),
+    );
+}
+
 #[divan::bench(args = [false, true])]
 fn head_split(bencher: Bencher, bf16: bool) {
     // The (B, T, 3C) → (B, H, T, D) views a GPT's attention makes contiguous.

@@ -55,6 +55,15 @@ pub(crate) fn lower_pair(a: &Tensor, b: &Tensor) -> Result<Option<(Tensor, Tenso
     Ok(Some((a.cast(low)?, b.cast(low)?)))
 }
 
+/// A linear layer's bias under the lower-precision policy: cast to the autocast dtype when it
+/// is a float of another dtype, so the 16-bit product is not widened back to meet it.
+pub(crate) fn lower_bias(b: &Tensor) -> Result<Tensor> {
+    match autocast_dtype() {
+        Some(low) if b.dtype().is_float() && b.dtype() != low => b.cast(low),
+        _ => Ok(b.clone()),
+    }
+}
+
 /// fp32 policy: the tensors in f32, if autocast is on and any of them is 16-bit.
 pub(crate) fn fp32_all(ts: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
     if autocast_dtype().is_none()

@@ -10,7 +10,7 @@ use crate::checkpoint::{self, CheckpointOp};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::grads::Gradients;
-use crate::ops::{attention, nn};
+use crate::ops::{attention, gelu_linear, nn};
 use crate::scope;
 use crate::tensor::Tensor;
 
@@ -81,6 +81,13 @@ pub(crate) enum Op {
     Cast {
         from: DType,
     },
+    /// y = gelu(x) @ w: dx = (dy @ wᵀ) ⊙ gelu'(x), dw = gelu(x)ᵀ @ dy with gelu(x) recomputed.
+    /// Saves x, and the weight only if x needs grad.
+    GeluMatmul {
+        x: Tensor,
+        w: Option<Tensor>,
+        w_shape: Vec<usize>,
+    },
     /// y = a @ b: da = dy @ bᵀ, db = aᵀ @ dy (summed over broadcast batch dims).
     Matmul {
         a: Option<Tensor>,
@@ -102,6 +109,11 @@ pub(crate) enum Op {
     Softmax {
         y: Tensor,
         log: bool,
+    },
+    /// Causal softmax of scaled scores: the rule reads only the output y.
+    CausalSoftmax {
+        y: Tensor,
+        scale: f32,
     },
     /// Layer norm: saves x, the weight and the f32 row statistics mean and rstd.
     LayerNorm {
@@ -236,11 +248,15 @@ pub(crate) fn backward(
             a.map(|a| a.transpose(-1, -2)?.matmul(dy)?.sum_to(&b_shape))
                 .transpose()?,
         ],
+        Op::GeluMatmul { x, w, w_shape } => {
+            gelu_linear::gelu_matmul_backward(&x, w.as_ref(), &w_shape, dy, want(1))?
+        }
         Op::Embedding { ids, vocab } => vec![Some(nn::embedding_backward(&ids, dy, vocab)?), None],
         Op::GatherLast { idx, in_shape } => {
             vec![Some(nn::scatter_last(&idx, dy, &in_shape)?), None]
         }
         Op::Softmax { y, log } => vec![Some(nn::softmax_backward(&y, dy, log)?)],
+        Op::CausalSoftmax { y, scale } => vec![Some(nn::causal_softmax_backward(&y, dy, scale)?)],
         Op::LayerNorm { x, w, mean, rstd } => {
             let (dx, dw, db) = nn::layer_norm_backward(&x, &w, &mean, &rstd, dy)?;
             vec![Some(dx), Some(dw), Some(db)]

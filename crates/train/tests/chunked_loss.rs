@@ -68,8 +68,11 @@ fn the_activation_peak_drops_by_the_logits() {
     // block), their mean and the loss (512 each). Chunked in K, the last chunk's logits and
     // log-softmax (2 · (N/K)·V·4) beside the K chunks' picked log-probabilities (512 each).
     let (_, plain) = run_alone(&with(Loss::Plain, Precision::Fp32, 1));
+    // K stops at 4: at K = 8 the loss's working set (2 · 16·256·4 bytes) is smaller than the
+    // GELU output the last block's MLP holds for a moment (N·F·4 = 128·128·4, recomputed in
+    // backward, not kept), so the peak of `activation` is reached there instead.
     let plain_loss = 2 * 128 * 256 * 4 + 512 + 2 * 512;
-    for k in [4i64, 8] {
+    for k in [2i64, 4] {
         let (_, t) = run_alone(&with(Loss::Chunked(k as u64), Precision::Fp32, 1));
         let chunked_loss = 2 * (128 / k) * 256 * 4 + k * 512;
         assert_eq!(

@@ -145,8 +145,9 @@ fn activation_bytes_per_policy_match_the_hand_count() {
     // What each op saves (crates/tensor/src/backprop.rs), every buffer rounded up to 512 bytes:
     //   block input x (N·C·4 = 512, kept by the layer norm), the norm's mean and rstd (N·4 = 64
     //   → 512 each), its output y (512, kept by the first matmul), the biased first matmul
-    //   output (N·H·4 = 2048, kept by GELU) and the GELU output (2048, kept by the second matmul).
-    //   So in = 512 and inner = 512 + 512 + 512 + 2048 + 2048 = 5632 per block.
+    //   output (N·H·4 = 2048, kept by the fused GELU and second matmul, which recomputes the
+    //   GELU output in backward instead of keeping it). So in = 512 and inner = 512 + 512 + 512
+    //   + 2048 = 3584 per block.
     //   Head: final norm (its input 512, mean 512, rstd 512), its output (512, kept by the output
     //   matmul), the log-probabilities (N·256·4 = 16384, kept by log-softmax) and the loss (512):
     //   18,944 bytes.
@@ -173,7 +174,7 @@ fn activation_bytes_per_policy_match_the_hand_count() {
     };
     let head = 512 * 4 + 16384 + 512;
     // none: 4 blocks in full + head.
-    assert_eq!(after(Vec::new()), 4 * (512 + 5632) + head);
+    assert_eq!(after(Vec::new()), 4 * (512 + 3584) + head);
     // all: one input per block + head.
     assert_eq!(after(Plan::every_block(4).segments), 4 * 512 + head);
     // sqrt: 2 segments of 2 blocks, each keeping its input.
@@ -181,6 +182,6 @@ fn activation_bytes_per_policy_match_the_hand_count() {
     // every:2: blocks 0 and 2 keep only their inputs, 1 and 3 everything.
     assert_eq!(
         after(Plan::every_kth(4, 2).segments),
-        2 * 512 + 2 * (512 + 5632) + head
+        2 * 512 + 2 * (512 + 3584) + head
     );
 }

@@ -4,7 +4,9 @@
 //! Parameters live in one flat block per layer (`embed`, `block.i`, `head`).
 //!
 //! Attention is naive (scores materialised) or memory-efficient (the fused kernel), chosen per
-//! model with [`Gpt::set_attention`].
+//! model with [`Gpt::set_attention`]. The MLP's GELU output is never saved: its projection
+//! recomputes it in backward (`Tensor::gelu_linear`), so a block keeps `x`, its two norm
+//! outputs, q/k/v, the attention output and the MLP's pre-activation.
 //!
 //! Not for: training.
 
@@ -103,7 +105,7 @@ struct BlockParams {
     w: Vec<Tensor>,
     heads: usize,
     dropout: f32,
-    /// Recompute the attention core and the GELU (with its projection) in backward.
+    /// Recompute the attention core (scores, softmax, dropout, weighted sum) in backward.
     selective: bool,
     attention: Attention,
 }
@@ -112,10 +114,11 @@ struct BlockParams {
 /// The memory-heavy part of attention (its saved tensors are s² per head).
 fn core_attention(q: &Tensor, k: &Tensor, v: &Tensor, dropout: f32) -> Result<Tensor> {
     let hd = q.shape()[3];
-    let scores = q
-        .matmul(&k.transpose(-2, -1)?)?
-        .scale(1.0 / (hd as f32).sqrt())?; // (B, H, T, T)
-    let att = scores.causal_mask()?.softmax()?.dropout(dropout)?;
+    let scores = q.matmul(&k.transpose(-2, -1)?)?; // (B, H, T, T)
+    // Scale, causal mask and softmax in one op (the bits of the three, half the work).
+    let att = scores
+        .causal_softmax(1.0 / (hd as f32).sqrt())?
+        .dropout(dropout)?;
     att.matmul(v) // (B, H, T, D)
 }
 
@@ -167,18 +170,8 @@ impl BlockParams {
         let x = x.add(&self.attention(&h)?)?;
         let h = x.layer_norm(self.get("ln2.w"), self.get("ln2.b"), 1e-5)?;
         let fc = h.linear(self.get("mlp.fc.w"), self.get("mlp.fc.b"))?; // (B, T, F)
-        let (w, b) = (
-            self.get("mlp.proj.w").clone(),
-            self.get("mlp.proj.b").clone(),
-        );
-        let gelu_proj = move |t: &Tensor| t.gelu()?.linear(&w, &b);
-        // Selective: keep the first matmul's output, recompute GELU and the projection that
-        // consumes its (B, T, F) output, so that output is never stored.
-        let m = if self.selective {
-            checkpoint(&[&fc], move |t| gelu_proj(&t[0]))?
-        } else {
-            gelu_proj(&fc)?
-        };
+        // GELU's (B, T, F) output is recomputed in backward, never saved (under every policy).
+        let m = fc.gelu_linear(self.get("mlp.proj.w"), self.get("mlp.proj.b"))?;
         x.add(&m.dropout(self.dropout)?)
     }
 }

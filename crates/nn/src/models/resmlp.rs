@@ -66,8 +66,11 @@ impl BlockParams {
 
     fn compute(&self, x: &Tensor) -> Result<Tensor> {
         let h = x.layer_norm(&self.w[0], &self.w[1], 1e-5)?;
-        let h = h.linear(&self.w[2], &self.w[3])?.gelu()?; // (B, T, H)
-        let h = h.linear(&self.w[4], &self.w[5])?.dropout(self.dropout)?; // (B, T, C)
+        let h = h.linear(&self.w[2], &self.w[3])?; // (B, T, H)
+        // GELU's output is recomputed in backward, not saved (see `Tensor::gelu_linear`).
+        let h = h
+            .gelu_linear(&self.w[4], &self.w[5])?
+            .dropout(self.dropout)?; // (B, T, C)
         x.add(&h)
     }
 }

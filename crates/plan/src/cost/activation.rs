@@ -13,7 +13,7 @@
 //! | attention-output dropout mask | sbh (if dropout) | sbh |
 //! | core attention, naive | e·as²b softmax + (as²b mask + e·as²b dropout output if dropout) | 5as²b |
 //! | core attention, memory-efficient | 4·asb (fp32 log-sum-exp; LLM-Analysis) | — |
-//! | MLP, plain | e·sbh + 2·e·sbf + sbh mask (if dropout) | 19sbh |
+//! | MLP, plain | e·sbh + 2·e·sbf + sbh mask (if dropout); e·sbh + e·sbf where the activation's output is recomputed (headroom's engine) | 19sbh |
 //! | MLP, gated (SwiGLU) | e·sbh + 4·e·sbf (gate out, act out, up out, product) | — |
 //! | MoE | MLP expert part × experts_per_token + 4·sbE router logits | — |
 //!
@@ -71,8 +71,15 @@ pub fn block(spec: &ModelSpec, s: f64, b: f64, e: f64, attention: Attention) -> 
             Attention::MemoryEfficient => 4.0 * a * s * b,
         };
     let k = spec.experts_per_token as f64;
+    // A plain MLP keeps its input, its first matmul's output and the activation's output; the
+    // last not where the engine recomputes it.
+    let act_out = if spec.recomputed_mlp_activation {
+        0.0
+    } else {
+        1.0
+    };
     let mlp = match spec.mlp {
-        MlpKind::Plain => e * sb * h + k * 2.0 * e * sb * f + drop * sb * h,
+        MlpKind::Plain => e * sb * h + k * (1.0 + act_out) * e * sb * f + drop * sb * h,
         MlpKind::Gated => e * sb * h + k * 4.0 * e * sb * f,
     };
     let router = if spec.num_experts > 1 {

@@ -162,6 +162,7 @@ fn decoder_llama_like(name: &str, family: Family, f: &Fields) -> Result<ModelSpe
         dropout: f.prob_or("attention_dropout", 0.0)? > 0.0,
         bias: f.flag_or("attention_bias", false)?,
         relative_attention_buckets: 0,
+        recomputed_mlp_activation: false,
         type_vocab_size: 0,
     })
 }
@@ -190,6 +191,7 @@ fn gpt2(name: &str, f: &Fields) -> Result<ModelSpec> {
         dropout: f.prob_or("resid_pdrop", 0.1)? > 0.0 || f.prob_or("attn_pdrop", 0.1)? > 0.0,
         bias: true,
         relative_attention_buckets: 0,
+        recomputed_mlp_activation: false,
         type_vocab_size: 0,
     })
 }
@@ -218,6 +220,7 @@ fn gpt_neox(name: &str, f: &Fields) -> Result<ModelSpec> {
             || f.prob_or("attention_dropout", 0.0)? > 0.0,
         bias: f.flag_or("attention_bias", true)?,
         relative_attention_buckets: 0,
+        recomputed_mlp_activation: false,
         type_vocab_size: 0,
     })
 }
@@ -245,6 +248,7 @@ fn bert(name: &str, f: &Fields) -> Result<ModelSpec> {
         dropout: f.prob_or("hidden_dropout_prob", 0.1)? > 0.0,
         bias: true,
         relative_attention_buckets: 0,
+        recomputed_mlp_activation: false,
         type_vocab_size: f.size_or("type_vocab_size", 2)?,
     })
 }
@@ -283,6 +287,7 @@ fn t5(name: &str, f: &Fields) -> Result<ModelSpec> {
         dropout: f.prob_or("dropout_rate", 0.1)? > 0.0,
         bias: false,
         relative_attention_buckets: f.size_or("relative_attention_num_buckets", 32)?,
+        recomputed_mlp_activation: false,
         type_vocab_size: 0,
     })
 }

@@ -116,6 +116,10 @@ pub struct ModelSpec {
     pub bias: bool,
     /// T5's `relative_attention_num_buckets`; 0 for other families.
     pub relative_attention_buckets: u64,
+    /// The MLP's activation output (GELU's) is recomputed in backward from its input instead
+    /// of being saved: headroom's engine does so (as `torch.compile`'s partitioner does);
+    /// eager PyTorch, and so the frameworks planned for, saves it.
+    pub recomputed_mlp_activation: bool,
     /// BERT's `type_vocab_size`; 0 for other families.
     pub type_vocab_size: u64,
 }
@@ -152,6 +156,7 @@ impl ModelSpec {
             dropout: false,
             bias: true,
             relative_attention_buckets: 0,
+            recomputed_mlp_activation: false,
             type_vocab_size: 0,
         }
     }

@@ -116,6 +116,11 @@ pub trait Backend: std::fmt::Debug + Send + Sync {
     fn softmax(&self, x: &Src, log: bool, dst: &mut Dst) -> Result<()>;
     /// Gradient of softmax (`log == false`) or log-softmax from its output `y` and `dy`.
     fn softmax_backward(&self, y: &Src, dy: &Src, log: bool, dst: &mut Dst) -> Result<()>;
+    /// `softmax(mask(x · scale))` over the last axis of `(…, Tq, Tk)` scores, row `i` keeping
+    /// columns `0..=i` (the masked outputs are 0): the bits of scale, causal mask and softmax.
+    fn causal_softmax(&self, x: &Src, scale: f32, dst: &mut Dst) -> Result<()>;
+    /// Its gradient from the output `y` and `dy`: `scale · mask(softmax'(y, dy))`.
+    fn causal_softmax_backward(&self, y: &Src, dy: &Src, scale: f32, dst: &mut Dst) -> Result<()>;
     /// Layer norm over the last axis; writes `y` and the f32 row statistics `mean`, `rstd`.
     #[allow(clippy::too_many_arguments)]
     fn layer_norm(

@@ -149,6 +149,14 @@ impl Backend for ShapeOnlyBackend {
         elementwise(&[x], &[dst]);
         Ok(())
     }
+    fn causal_softmax(&self, x: &Src, _: f32, dst: &mut Dst) -> Result<()> {
+        elementwise(&[x], &[dst]);
+        Ok(())
+    }
+    fn causal_softmax_backward(&self, y: &Src, dy: &Src, _: f32, dst: &mut Dst) -> Result<()> {
+        elementwise(&[y, dy], &[dst]);
+        Ok(())
+    }
     fn causal_mask(&self, x: &Src, _: f32, dst: &mut Dst) -> Result<()> {
         elementwise(&[x], &[dst]);
         Ok(())

@@ -20,11 +20,7 @@ impl Tensor {
     /// `self @ w + b`: a linear layer with weight `(K, N)` and bias `(N)`. Under autocast the
     /// input, weight and bias are all cast to the autocast dtype and so is the output.
     pub fn linear(&self, w: &Tensor, b: &Tensor) -> Result<Tensor> {
-        let b = match autocast::autocast_dtype() {
-            Some(low) if b.dtype().is_float() && b.dtype() != low => b.cast(low)?,
-            _ => b.clone(),
-        };
-        self.matmul(w)?.add(&b)
+        self.matmul(w)?.add(&autocast::lower_bias(b)?)
     }
 
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {

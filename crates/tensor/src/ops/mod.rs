@@ -7,6 +7,7 @@
 
 pub mod attention;
 pub mod elementwise;
+pub mod gelu_linear;
 pub mod linear_loss;
 pub mod matmul;
 pub mod nn;

@@ -170,6 +170,30 @@ impl Tensor {
         Ok(record(out, &[self], || Op::CausalMask))
     }
 
+    /// `softmax(causal_mask(self · scale))` over the last axis as one op, with the bits of the
+    /// three: attention probabilities from raw `(…, T, T)` scores, computing only the kept
+    /// (past) half and keeping only the output for backward, where the three would also
+    /// allocate the scaled and the masked scores. Under autocast with 16-bit scores it is the
+    /// composition (softmax then runs in f32).
+    pub fn causal_softmax(&self, scale: f32) -> Result<Tensor> {
+        if autocast::autocast_dtype().is_some() && matches!(self.dtype(), DType::BF16 | DType::F16)
+        {
+            return self.scale(scale)?.causal_mask()?.softmax();
+        }
+        if self.rank() < 2 {
+            return Err(TensorError::invalid(
+                "causal_softmax",
+                "needs at least two axes (…, T, T)",
+            ));
+        }
+        float_only("causal_softmax", self)?;
+        let x = self.contiguous()?;
+        let y = out_like(&x, "softmax")?;
+        x.backend().causal_softmax(&x.src(), scale, &mut y.dst())?;
+        let saved = y.detach();
+        Ok(record(y, &[&x], || Op::CausalSoftmax { y: saved, scale }))
+    }
+
     /// Mean cross-entropy of `(…, V)` logits against integer targets of shape `(…)`:
     /// −mean(log_softmax(logits)[target]).
     pub fn cross_entropy(&self, targets: &Tensor) -> Result<Tensor> {
@@ -236,6 +260,14 @@ pub(crate) fn softmax_backward(y: &Tensor, dy: &Tensor, log: bool) -> Result<Ten
     let dx = out_like(y, "softmax.grad")?;
     y.backend()
         .softmax_backward(&y.src(), &dy.src(), log, &mut dx.dst())?;
+    Ok(dx)
+}
+
+pub(crate) fn causal_softmax_backward(y: &Tensor, dy: &Tensor, scale: f32) -> Result<Tensor> {
+    let dy = dy.contiguous()?;
+    let dx = out_like(y, "softmax.grad")?;
+    y.backend()
+        .causal_softmax_backward(&y.src(), &dy.src(), scale, &mut dx.dst())?;
     Ok(dx)
 }
 

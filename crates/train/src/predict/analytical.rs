@@ -35,10 +35,12 @@ pub fn planner_spec(name: &str, spec: &NnSpec) -> ModelSpec {
             max_learned_positions: Some(c.context as u64),
             tie_word_embeddings: c.tied,
             dropout: c.dropout > 0.0,
+            recomputed_mlp_activation: true,
             ..base(Family::Gpt2, c.vocab, c.width, c.layers, c.ffn)
         },
         NnSpec::Resmlp(c) => ModelSpec {
             dropout: c.dropout > 0.0,
+            recomputed_mlp_activation: true,
             ..base(Family::ResMlp, c.vocab, c.width, c.depth, c.hidden)
         },
     }

@@ -6,11 +6,13 @@
 
 pub(crate) mod attention;
 pub mod bf16_gemm;
+mod causal_softmax;
 mod elementwise;
 mod index;
 pub mod math;
 pub(crate) mod matmul;
 mod reduce;
+mod row_sums;
 mod rows;
 mod simd;
 mod walk;
@@ -80,6 +82,12 @@ fn ids<'a>(s: &'a Src) -> Result<Ids<'a>> {
 
 fn unsupported(op: &'static str, dtype: DType) -> TensorError {
     TensorError::UnsupportedDType { op, dtype }
+}
+
+/// The last two axes (rows, columns) of a rank ≥ 2 source.
+fn last_two(s: &Src) -> (usize, usize) {
+    let shape = s.layout.shape();
+    (shape[shape.len() - 2], shape[shape.len() - 1])
 }
 
 fn last_dim(s: &Src) -> usize {
@@ -325,6 +333,24 @@ impl Backend for CpuBackend {
             rows::softmax_backward(rows_of::<T>(y)?, rows_of::<T>(dy)?, last_dim(y), log, slice_mut::<T>(dst)?);
             Ok(())
         }, _ => Err(unsupported("softmax_backward", y.dtype)))
+    }
+
+    fn causal_softmax(&self, x: &Src, scale: f32, dst: &mut Dst) -> Result<()> {
+        let (tq, tk) = last_two(x);
+        with_float_type!(x.dtype, T => {
+            causal_softmax::causal_softmax(rows_of::<T>(x)?, tq, tk, scale, slice_mut::<T>(dst)?);
+            Ok(())
+        }, _ => Err(unsupported("causal_softmax", x.dtype)))
+    }
+
+    fn causal_softmax_backward(&self, y: &Src, dy: &Src, scale: f32, dst: &mut Dst) -> Result<()> {
+        let (tq, tk) = last_two(y);
+        with_float_type!(y.dtype, T => {
+            causal_softmax::causal_softmax_backward(
+                rows_of::<T>(y)?, rows_of::<T>(dy)?, tq, tk, scale, slice_mut::<T>(dst)?,
+            );
+            Ok(())
+        }, _ => Err(unsupported("causal_softmax_backward", y.dtype)))
     }
 
     fn layer_norm(

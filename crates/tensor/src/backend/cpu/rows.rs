@@ -10,6 +10,7 @@
 //! Not for: general reductions (see `reduce`).
 
 use super::math::fast_exp;
+use super::row_sums::{LANES, row_sums};
 use super::simd::wide;
 use crate::dtype::Elem;
 use rayon::prelude::*;
@@ -24,14 +25,14 @@ fn par_rows<U: Send>(out: &mut [U], c: usize, f: impl Fn(usize, &mut [U]) + Sync
 }
 
 /// Rows per parallel task of the kernels that keep a row buffer (about 16K elements a task).
-fn rows_per_task(c: usize) -> usize {
+pub(super) fn rows_per_task(c: usize) -> usize {
     ((1 << 14) / c.max(1)).max(1)
 }
 
 /// The largest element of a row, 16 lanes at a time. `max` is exact and order-free (NaNs are
 /// skipped as by a sequential fold; only the sign of a zero maximum can differ, which no
 /// caller can observe: it is only subtracted from the row before `exp` and added to a log).
-fn row_max<T: Elem>(xr: &[T]) -> f32 {
+pub(super) fn row_max<T: Elem>(xr: &[T]) -> f32 {
     let mut lanes = [f32::NEG_INFINITY; 16];
     let mut blocks = xr.chunks_exact(16);
     for b in &mut blocks {
@@ -44,32 +45,6 @@ fn row_max<T: Elem>(xr: &[T]) -> f32 {
         .iter()
         .fold(f32::NEG_INFINITY, |m, v| m.max(v.to_f32()));
     lanes.iter().fold(tail, |m, &l| m.max(l))
-}
-
-/// Rows whose sequential sums run interleaved, one dependency chain per row.
-const LANES: usize = 16;
-
-/// `Σ_j term(k, j)` for each row `k < n ≤ LANES`, each summed in index order from −0.0 exactly
-/// as `Iterator::sum` does (so the bits are those of a plain per-row `.sum()`). One row's sum
-/// is a chain of dependent adds, bound by the add latency; interleaving the rows' chains lets
-/// them overlap. The terms are first written column-major (`t[j·LANES + k]`), so the chains
-/// advance as one 16-lane vector add per column instead of a gather across rows; each lane
-/// still adds its row's terms in index order, so the bits do not change.
-#[inline(always)]
-fn row_sums(n: usize, c: usize, term: impl Fn(usize, usize) -> f32) -> [f32; LANES] {
-    let mut t = vec![0.0f32; c * LANES];
-    for k in 0..n {
-        for (j, col) in t.chunks_exact_mut(LANES).enumerate() {
-            col[k] = term(k, j);
-        }
-    }
-    let mut acc = [-0.0f32; LANES];
-    for col in t.chunks_exact(LANES) {
-        for (a, v) in acc.iter_mut().zip(col) {
-            *a += v;
-        }
-    }
-    acc
 }
 
 pub fn softmax<T: Elem>(x: &[T], c: usize, log: bool, y: &mut [T]) {
@@ -166,7 +141,9 @@ fn softmax_backward_rows<T: Elem>(y: &[T], dy: &[T], c: usize, log: bool, r0: us
     }
 }
 
-/// y = (x − μ)·rstd·w + b, rstd = 1/√(σ² + eps), with μ and σ² (biased) per row.
+/// y = (x − μ)·rstd·w + b, rstd = 1/√(σ² + eps), with μ and σ² (biased) per row. Each task
+/// takes `LANES` rows: their inputs are widened to f32 once, and the statistics and outputs
+/// computed from that copy (the weights are widened once for all tasks).
 #[allow(clippy::too_many_arguments)]
 pub fn layer_norm<T: Elem>(
     x: &[T],
@@ -178,44 +155,52 @@ pub fn layer_norm<T: Elem>(
     mean: &mut [f32],
     rstd: &mut [f32],
 ) {
-    mean.par_chunks_mut(LANES)
+    if c == 0 {
+        // μ = 0/0 and rstd = 1/√(0/0 + eps), as the sums of empty rows give.
+        mean.fill(f32::NAN);
+        rstd.fill(f32::NAN);
+        return;
+    }
+    let (wf, bf) = (widened(w), widened(b));
+    y.par_chunks_mut(LANES * c)
+        .zip(mean.par_chunks_mut(LANES))
         .zip(rstd.par_chunks_mut(LANES))
         .enumerate()
-        .for_each(|(b, (m, s))| {
-            let (rb, n) = (b * LANES, m.len());
+        .for_each(|(blk, ((yb, m), s))| {
+            let (rb, n) = (blk * LANES, m.len());
             let xb = &x[rb * c..(rb + n) * c];
             wide(
                 #[inline(always)]
                 || {
-                    let sums = row_sums(n, c, |k, j| xb[k * c + j].to_f32());
+                    let xf = widened(xb);
+                    let sums = row_sums(n, c, |k, j| xf[k * c + j]);
                     for (mu, sum) in m.iter_mut().zip(sums) {
                         *mu = sum / c as f32;
                     }
-                    let m = &*m;
-                    let sq = row_sums(n, c, |k, j| (xb[k * c + j].to_f32() - m[k]).powi(2));
+                    let sq = row_sums(n, c, |k, j| (xf[k * c + j] - m[k]).powi(2));
                     for (s, sq) in s.iter_mut().zip(sq) {
                         *s = 1.0 / (sq / c as f32 + eps).sqrt();
+                    }
+                    for (k, (yr, xr)) in yb.chunks_mut(c).zip(xf.chunks(c)).enumerate() {
+                        let (mu, rs) = (m[k], s[k]);
+                        for (((o, v), wj), bj) in yr.iter_mut().zip(xr).zip(&wf).zip(&bf) {
+                            *o = T::from_f32((v - mu) * rs * wj + bj);
+                        }
                     }
                 },
             )
         });
-    let (mean, rstd) = (&*mean, &*rstd);
-    par_rows(y, c, |r, yr| {
-        let (mu, rs) = (mean[r], rstd[r]);
-        let xr = &x[r * c..(r + 1) * c];
-        wide(
-            #[inline(always)]
-            || {
-                for (((o, v), wj), bj) in yr.iter_mut().zip(xr).zip(w).zip(b) {
-                    *o = T::from_f32((v.to_f32() - mu) * rs * wj.to_f32() + bj.to_f32());
-                }
-            },
-        )
-    });
+}
+
+/// `xs` in f32.
+#[inline(always)]
+fn widened<T: Elem>(xs: &[T]) -> Vec<f32> {
+    xs.iter().map(|v| v.to_f32()).collect()
 }
 
 /// With x̂ = (x − μ)·rstd and g = dy⊙w: dx = rstd·(g − mean(g) − x̂·mean(g⊙x̂)),
-/// dw = Σ_rows dy⊙x̂, db = Σ_rows dy. `acc` is f32 scratch of 2·C.
+/// dw = Σ_rows dy⊙x̂, db = Σ_rows dy. `acc` is f32 scratch of 2·C. Each task computes g and x̂
+/// of its `LANES` rows once, in f32, for both row sums and the output.
 #[allow(clippy::too_many_arguments)]
 pub fn layer_norm_backward<T: Elem>(
     x: &[T],
@@ -229,39 +214,44 @@ pub fn layer_norm_backward<T: Elem>(
     db: &mut [T],
     acc: &mut [f32],
 ) {
+    let wf = widened(w);
     dx.par_chunks_mut(LANES * c.max(1))
         .enumerate()
         .for_each(|(b, db)| {
             let (rb, n) = (b * LANES, db.len() / c.max(1));
             let (xb, gb) = (&x[rb * c..(rb + n) * c], &dy[rb * c..(rb + n) * c]);
-            let xh = |k: usize, v: &T| (v.to_f32() - mean[rb + k]) * rstd[rb + k];
-            let g = |d: &T, wj: &T| d.to_f32() * wj.to_f32();
-            let (mg, mgx) = wide(
+            wide(
                 #[inline(always)]
                 || {
-                    let mg = row_sums(n, c, |k, j| g(&gb[k * c + j], &w[j]));
-                    let mgx = row_sums(n, c, |k, j| {
-                        g(&gb[k * c + j], &w[j]) * xh(k, &xb[k * c + j])
-                    });
-                    (mg, mgx)
-                },
-            );
-            for (k, ((dr, xr), gr)) in db
-                .chunks_mut(c)
-                .zip(xb.chunks(c))
-                .zip(gb.chunks(c))
-                .enumerate()
-            {
-                let (rs, mg, mgx) = (rstd[rb + k], mg[k] / c as f32, mgx[k] / c as f32);
-                wide(
-                    #[inline(always)]
-                    || {
-                        for (((o, d), wj), v) in dr.iter_mut().zip(gr).zip(w).zip(xr) {
-                            *o = T::from_f32(rs * (g(d, wj) - mg - xh(k, v) * mgx));
+                    let mut g = vec![0.0f32; n * c];
+                    let mut xh = vec![0.0f32; n * c];
+                    for k in 0..n {
+                        let (mu, rs) = (mean[rb + k], rstd[rb + k]);
+                        let rows = k * c..(k + 1) * c;
+                        for ((o, d), wj) in
+                            g[rows.clone()].iter_mut().zip(&gb[rows.clone()]).zip(&wf)
+                        {
+                            *o = d.to_f32() * wj;
                         }
-                    },
-                )
-            }
+                        for (o, v) in xh[rows.clone()].iter_mut().zip(&xb[rows]) {
+                            *o = (v.to_f32() - mu) * rs;
+                        }
+                    }
+                    let mg = row_sums(n, c, |k, j| g[k * c + j]);
+                    let mgx = row_sums(n, c, |k, j| g[k * c + j] * xh[k * c + j]);
+                    for (k, ((dr, gr), hr)) in db
+                        .chunks_mut(c)
+                        .zip(g.chunks(c))
+                        .zip(xh.chunks(c))
+                        .enumerate()
+                    {
+                        let (rs, mg, mgx) = (rstd[rb + k], mg[k] / c as f32, mgx[k] / c as f32);
+                        for ((o, gj), h) in dr.iter_mut().zip(gr).zip(hr) {
+                            *o = T::from_f32(rs * (gj - mg - h * mgx));
+                        }
+                    }
+                },
+            )
         });
     let (aw, ab) = acc.split_at_mut(c);
     aw.fill(0.0);

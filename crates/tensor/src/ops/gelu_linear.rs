@@ -1,0 +1,74 @@
+//! GELU followed by a linear layer, `gelu(x) @ w + b`, recorded as one op that saves only the
+//! pre-activation `x`: the GELU output, as large as `x`, is recomputed from it in backward
+//! (where the weight gradient needs it) instead of being kept from forward to backward. This
+//! is the choice of PyTorch's compiler (AOTAutograd's min-cut partitioner recomputes cheap
+//! pointwise ops rather than saving their outputs; docs/sources.md §22). The values are the
+//! composition's, bit for bit: forward and backward run the same kernels in the same order.
+//!
+//! Not for: GELU or matmul alone (see `elementwise`, `matmul`).
+
+use crate::autocast;
+use crate::backend::{BinaryOp, UnaryOp};
+use crate::backprop::Op;
+use crate::context::no_grad;
+use crate::error::Result;
+use crate::ops::{float_only, same_dtype};
+use crate::tape::{record, will_record};
+use crate::tensor::Tensor;
+
+impl Tensor {
+    /// `gelu(self) @ w`, saving only `self` for backward (the GELU output is recomputed there).
+    /// Under autocast with operands the policy would cast, it is the plain composition.
+    pub fn gelu_matmul(&self, w: &Tensor) -> Result<Tensor> {
+        if autocast::autocast_dtype().is_some_and(|low| self.dtype() != low || w.dtype() != low) {
+            return self.gelu()?.matmul(w);
+        }
+        float_only("gelu_matmul", self)?;
+        same_dtype("gelu_matmul", self, w)?;
+        let r = self.rank();
+        if r > 2 && w.rank() == 2 {
+            // (B, T, K) @ (K, N): fold to (B·T, K) as `matmul` does, so the weight gradient
+            // is the same single gemm (and the same sums) as the composition's.
+            let lead = &self.shape()[..r - 1];
+            let folded = self.reshape(&[lead.iter().product(), self.shape()[r - 1]])?;
+            let mut out_shape = lead.to_vec();
+            out_shape.push(w.shape()[1]);
+            return folded.gelu_matmul(w)?.reshape(&out_shape);
+        }
+        let out = no_grad(|| self.gelu()?.matmul(w))?;
+        let keep = will_record(&[self, w]);
+        Ok(record(out, &[self, w], || Op::GeluMatmul {
+            x: self.clone(),
+            w: (keep && self.requires_grad()).then(|| w.clone()),
+            w_shape: w.shape().to_vec(),
+        }))
+    }
+
+    /// `gelu(self) @ w + b`: [`Tensor::gelu_matmul`] plus a bias, the bias lowered under
+    /// autocast as in [`Tensor::linear`].
+    pub fn gelu_linear(&self, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+        self.gelu_matmul(w)?.add(&autocast::lower_bias(b)?)
+    }
+}
+
+/// The gradients of `x` (when `w` was saved, i.e. `x` needs one) and of the weight (when
+/// `want_w`), in the composition's order: `dg = dy @ wᵀ`, then `dx = dg ⊙ gelu'(x)`, then the
+/// recomputed `g = gelu(x)` for `dw = gᵀ @ dy`.
+pub(crate) fn gelu_matmul_backward(
+    x: &Tensor,
+    w: Option<&Tensor>,
+    w_shape: &[usize],
+    dy: &Tensor,
+    want_w: bool,
+) -> Result<Vec<Option<Tensor>>> {
+    let dx = w
+        .map(|w| {
+            let dg = dy.matmul(&w.transpose(-1, -2)?)?.sum_to(x.shape())?;
+            x.binary_raw(BinaryOp::UnaryGrad(UnaryOp::Gelu), &dg)
+        })
+        .transpose()?;
+    let dw = want_w
+        .then(|| x.gelu()?.transpose(-1, -2)?.matmul(dy)?.sum_to(w_shape))
+        .transpose()?;
+    Ok(vec![dx, dw])
+}
