@@ -11,13 +11,13 @@
 //! Not for: shape checks or batch broadcasting (the ops layer hands in matching batch dims).
 
 use super::bf16_gemm::{self, Bf16Gemm};
+use super::simd::wide;
 use super::{Scratch, scratch_f32};
 use crate::dtype::Elem;
 use crate::error::Result;
 use crate::shape::Layout;
 use gemm::Parallelism;
 use half::bf16;
-use half::slice::HalfFloatSliceExt;
 use headroom_memory::Device;
 use rayon::prelude::*;
 use std::sync::Mutex;
@@ -106,7 +106,9 @@ pub fn matmul_f32(a: &[f32], la: &Layout, b: &[f32], lb: &Layout, out: &mut [f32
 }
 
 /// Widens a strided 16-bit matrix into contiguous f32, keeping its memory order; returns the
-/// (row, column) strides of the copy.
+/// (row, column) strides of the copy. `parallel`: over the pool (a large product's panel),
+/// else on this thread (one of many small products running side by side).
+#[allow(clippy::too_many_arguments)]
 fn widen<H: Elem>(
     src: &[H],
     off: usize,
@@ -115,23 +117,23 @@ fn widen<H: Elem>(
     rs: isize,
     cs: isize,
     dst: &mut [f32],
-) -> (isize, isize)
-where
-    [H]: HalfFloatSliceExt,
-{
+    parallel: bool,
+) -> (isize, isize) {
     let (rs, cs) = (rs as usize, cs as usize);
-    if cs == 1 {
-        for r in 0..rows {
-            src[off + r * rs..off + r * rs + cols]
-                .convert_to_f32_slice(&mut dst[r * cols..(r + 1) * cols]);
+    let dst = &mut dst[..rows * cols];
+    if cs == 1 || rs == 1 {
+        // Contiguous lines: rows when row-major, columns when column-major.
+        let (line, step) = if cs == 1 { (cols, rs) } else { (rows, cs) };
+        by_lines(dst, line, parallel, |i, d| {
+            for (o, v) in d.iter_mut().zip(&src[off + i * step..off + i * step + line]) {
+                *o = v.to_f32();
+            }
+        });
+        if cs == 1 {
+            (cols as isize, 1)
+        } else {
+            (1, rows as isize)
         }
-        (cols as isize, 1)
-    } else if rs == 1 {
-        for c in 0..cols {
-            src[off + c * cs..off + c * cs + rows]
-                .convert_to_f32_slice(&mut dst[c * rows..(c + 1) * rows]);
-        }
-        (1, rows as isize)
     } else {
         for r in 0..rows {
             for c in 0..cols {
@@ -139,6 +141,45 @@ where
             }
         }
         (cols as isize, 1)
+    }
+}
+
+/// Rounds the row-major f32 panel `src` into `dst` (same length), in parallel when asked.
+fn narrow<H: Elem>(src: &[f32], dst: &mut [H], line: usize, parallel: bool) {
+    by_lines(dst, line, parallel, |i, d| {
+        for (o, &v) in d.iter_mut().zip(&src[i * line..]) {
+            *o = H::from_f32(v);
+        }
+    });
+}
+
+/// Runs `f(i, line_i)` over the `line`-long lines of `dst` with AVX-512 element loops, a few
+/// lines (about 16K elements) to a task when `parallel`. Conversions are exact or correctly
+/// rounded per element, so the split does not change a bit.
+fn by_lines<U: Send>(
+    dst: &mut [U],
+    line: usize,
+    parallel: bool,
+    f: impl Fn(usize, &mut [U]) + Sync + Send,
+) {
+    if line == 0 {
+        return;
+    }
+    let per = ((1 << 14) / line).max(1);
+    let task = |(t, chunk): (usize, &mut [U])| {
+        wide(
+            #[inline(always)]
+            || {
+                for (j, d) in chunk.chunks_mut(line).enumerate() {
+                    f(t * per + j, d);
+                }
+            },
+        )
+    };
+    if parallel {
+        dst.par_chunks_mut(per * line).enumerate().for_each(task);
+    } else {
+        dst.chunks_mut(per * line).enumerate().for_each(task);
     }
 }
 
@@ -209,10 +250,7 @@ pub(crate) fn matmul_widening<H: Elem>(
     lb: &Layout,
     out: &mut [H],
     d: Dims,
-) -> Result<()>
-where
-    [H]: HalfFloatSliceExt,
-{
+) -> Result<()> {
     let (ba, ars, acs) = split(la);
     let (bb, brs, bcs) = split(lb);
     let mut scratch = widening_scratch(device, d)?;
@@ -226,7 +264,7 @@ where
     let product = |i: usize, o: &mut [H], tiles: &mut Tiles, threads: bool| {
         let (bt, at, ot) = tiles;
         let tile = TILE_M.min(d.m).max(1);
-        let (brs_t, bcs_t) = widen(b, bb.index_of(i), d.k, d.n, brs, bcs, bt);
+        let (brs_t, bcs_t) = widen(b, bb.index_of(i), d.k, d.n, brs, bcs, bt, threads);
         for i0 in (0..d.m).step_by(tile) {
             let rows = tile.min(d.m - i0);
             let (ars_t, acs_t) = widen(
@@ -237,6 +275,7 @@ where
                 ars,
                 acs,
                 at,
+                threads,
             );
             let par = match threads {
                 true => parallelism(&Dims {
@@ -272,7 +311,7 @@ where
                     par,
                 )
             };
-            o[i0 * d.n..(i0 + rows) * d.n].convert_from_f32_slice(&ot[..rows * d.n]);
+            narrow(&ot[..rows * d.n], &mut o[i0 * d.n..(i0 + rows) * d.n], d.n, threads);
         }
     };
     let size = d.m * d.n;
