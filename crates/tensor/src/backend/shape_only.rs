@@ -149,6 +149,16 @@ impl Backend for ShapeOnlyBackend {
         elementwise(&[x], &[dst]);
         Ok(())
     }
+    fn gelu_backward_with_output(
+        &self,
+        x: &Src,
+        dy: &Src,
+        dx: &mut Dst,
+        y: &mut Dst,
+    ) -> Result<()> {
+        elementwise(&[x, dy], &[dx, y]);
+        Ok(())
+    }
     fn causal_softmax(&self, x: &Src, _: f32, dst: &mut Dst) -> Result<()> {
         elementwise(&[x], &[dst]);
         Ok(())

@@ -8,11 +8,10 @@
 //! Not for: GELU or matmul alone (see `elementwise`, `matmul`).
 
 use crate::autocast;
-use crate::backend::{BinaryOp, UnaryOp};
 use crate::backprop::Op;
 use crate::context::no_grad;
 use crate::error::Result;
-use crate::ops::{float_only, same_dtype};
+use crate::ops::{float_only, out_like, same_dtype};
 use crate::tape::{record, will_record};
 use crate::tensor::Tensor;
 
@@ -52,8 +51,8 @@ impl Tensor {
 }
 
 /// The gradients of `x` (when `w` was saved, i.e. `x` needs one) and of the weight (when
-/// `want_w`), in the composition's order: `dg = dy @ wᵀ`, then `dx = dg ⊙ gelu'(x)`, then the
-/// recomputed `g = gelu(x)` for `dw = gᵀ @ dy`.
+/// `want_w`): `dg = dy @ wᵀ`, then one pass for `dx = dg ⊙ gelu'(x)` and the recomputed
+/// `g = gelu(x)`, then `dw = gᵀ @ dy` — the composition's kernels, so its bits.
 pub(crate) fn gelu_matmul_backward(
     x: &Tensor,
     w: Option<&Tensor>,
@@ -61,14 +60,24 @@ pub(crate) fn gelu_matmul_backward(
     dy: &Tensor,
     want_w: bool,
 ) -> Result<Vec<Option<Tensor>>> {
-    let dx = w
-        .map(|w| {
+    let (dx, g) = match w {
+        Some(w) => {
             let dg = dy.matmul(&w.transpose(-1, -2)?)?.sum_to(x.shape())?;
-            x.binary_raw(BinaryOp::UnaryGrad(UnaryOp::Gelu), &dg)
-        })
-        .transpose()?;
+            let (x, dg) = (x.contiguous()?, dg.contiguous()?);
+            let dx = out_like(&x, "gelu.grad")?;
+            let g = out_like(&x, "gelu")?;
+            x.backend().gelu_backward_with_output(
+                &x.src(),
+                &dg.src(),
+                &mut dx.dst(),
+                &mut g.dst(),
+            )?;
+            (Some(dx), g)
+        }
+        None => (None, x.gelu()?),
+    };
     let dw = want_w
-        .then(|| x.gelu()?.transpose(-1, -2)?.matmul(dy)?.sum_to(w_shape))
+        .then(|| g.transpose(-1, -2)?.matmul(dy)?.sum_to(w_shape))
         .transpose()?;
     Ok(vec![dx, dw])
 }

@@ -18,6 +18,11 @@ use crate::dtype::DType;
 use crate::error::{Result, TensorError};
 use crate::tensor::Tensor;
 
+/// An uninitialised tensor of `x`'s shape, dtype and device (an op's output).
+pub(crate) fn out_like(x: &Tensor, name: &str) -> Result<Tensor> {
+    Tensor::empty(&x.device(), x.shape(), x.dtype(), name)
+}
+
 pub(crate) fn same_dtype(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
     if a.dtype() != b.dtype() {
         return Err(TensorError::DTypeMismatch {

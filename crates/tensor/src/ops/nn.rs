@@ -8,14 +8,10 @@ use crate::autocast;
 use crate::backprop::Op;
 use crate::dtype::DType;
 use crate::error::{Result, TensorError};
-use crate::ops::{float_only, index_dtype, same_dtype};
+use crate::ops::{float_only, index_dtype, out_like, same_dtype};
 use crate::rng;
 use crate::tape::record;
 use crate::tensor::Tensor;
-
-fn out_like(x: &Tensor, name: &str) -> Result<Tensor> {
-    Tensor::empty(&x.device(), x.shape(), x.dtype(), name)
-}
 
 /// `(rows, last)` of a tensor treated as a batch of rows over its last axis.
 fn rows(op: &'static str, x: &Tensor) -> Result<(usize, usize)> {

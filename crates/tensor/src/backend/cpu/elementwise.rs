@@ -12,6 +12,7 @@
 //!
 //! Not for: reductions across elements (see `reduce`).
 
+use super::math;
 use super::simd::wide;
 use super::walk::{RowStarts, inner_dim};
 use crate::dtype::Elem;
@@ -158,6 +159,34 @@ pub fn map2<T: Elem>(
             },
         )
     });
+}
+
+/// GELU backward that also returns GELU's output: `dx = dy ⊙ gelu'(x)` and `y = gelu(x)` in
+/// one pass over contiguous `x` and `dy` (for an op that recomputes the output in backward).
+pub fn gelu_grad_and_value<T: Elem>(x: &[T], dy: &[T], dx: &mut [T], y: &mut [T]) {
+    let n = dx.len();
+    let body = |start: usize, dxs: &mut [T], ys: &mut [T]| {
+        wide(
+            #[inline(always)]
+            || {
+                let len = dxs.len();
+                let (xs, gs) = (&x[start..start + len], &dy[start..start + len]);
+                for (((o, v), xv), g) in dxs.iter_mut().zip(ys.iter_mut()).zip(xs).zip(gs) {
+                    let (grad, value) = math::gelu_grad_and_value(xv.to_f32(), g.to_f32());
+                    *o = T::from_f32(grad);
+                    *v = T::from_f32(value);
+                }
+            },
+        )
+    };
+    if n <= CHUNK {
+        body(0, dx, y);
+    } else {
+        dx.par_chunks_mut(CHUNK)
+            .zip(y.par_chunks_mut(CHUNK))
+            .enumerate()
+            .for_each(|(c, (d, v))| body(c * CHUNK, d, v));
+    }
 }
 
 /// Sequential strided copy of any plain-old-data element type into a strided destination.

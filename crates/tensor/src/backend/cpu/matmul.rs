@@ -125,7 +125,10 @@ fn widen<H: Elem>(
         // Contiguous lines: rows when row-major, columns when column-major.
         let (line, step) = if cs == 1 { (cols, rs) } else { (rows, cs) };
         by_lines(dst, line, parallel, |i, d| {
-            for (o, v) in d.iter_mut().zip(&src[off + i * step..off + i * step + line]) {
+            for (o, v) in d
+                .iter_mut()
+                .zip(&src[off + i * step..off + i * step + line])
+            {
                 *o = v.to_f32();
             }
         });
@@ -311,7 +314,12 @@ pub(crate) fn matmul_widening<H: Elem>(
                     par,
                 )
             };
-            narrow(&ot[..rows * d.n], &mut o[i0 * d.n..(i0 + rows) * d.n], d.n, threads);
+            narrow(
+                &ot[..rows * d.n],
+                &mut o[i0 * d.n..(i0 + rows) * d.n],
+                d.n,
+                threads,
+            );
         }
     };
     let size = d.m * d.n;

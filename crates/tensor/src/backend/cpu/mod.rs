@@ -266,6 +266,21 @@ impl Backend for CpuBackend {
         }, _ => Err(unsupported("binary", a.dtype)))
     }
 
+    fn gelu_backward_with_output(
+        &self,
+        x: &Src,
+        dy: &Src,
+        dx: &mut Dst,
+        y: &mut Dst,
+    ) -> Result<()> {
+        with_float_type!(x.dtype, T => {
+            elementwise::gelu_grad_and_value(
+                rows_of::<T>(x)?, rows_of::<T>(dy)?, slice_mut::<T>(dx)?, slice_mut::<T>(y)?,
+            );
+            Ok(())
+        }, _ => Err(unsupported("gelu_backward", x.dtype)))
+    }
+
     fn reduce(&self, op: ReduceOp, x: &Src, axes: &[usize], dst: &mut Dst) -> Result<()> {
         with_float_type!(x.dtype, T => {
             reduce::reduce(slice::<T>(x)?, x.layout, axes, op, slice_mut::<T>(dst)?);
