@@ -19,6 +19,7 @@
 //!
 //! Not for: modules, optimizers or training loops (the nn and train crates).
 
+mod adjoint;
 pub mod autocast;
 pub mod backend;
 mod backprop;

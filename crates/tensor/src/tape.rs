@@ -5,6 +5,7 @@
 //!
 //! Not for: the derivative rules themselves (see `backprop`).
 
+use crate::adjoint::Adjoints;
 use crate::backprop::{self, Op};
 use crate::context;
 use crate::error::{Result, TensorError};
@@ -140,7 +141,7 @@ impl Tape {
     ) -> Result<HashMap<VarId, Tensor>> {
         let mut nodes = std::mem::take(&mut self.inner.borrow_mut().nodes);
         let produced: HashSet<VarId> = nodes.iter().map(|n| n.output).collect();
-        let mut adjoint: HashMap<VarId, Tensor> = HashMap::new();
+        let mut adjoint = Adjoints::default();
         let mut captured = HashMap::new();
         for (v, g) in seeds {
             route(v, g, &produced, capture, &mut adjoint, &mut captured, grads)?;
@@ -150,9 +151,24 @@ impl Tape {
             context::with_output_category(Category::Temporary, || {
                 context::no_grad(|| -> Result<()> {
                     while let Some(node) = nodes.pop() {
-                        let Some(dy) = adjoint.remove(&node.output) else {
+                        let Some(dy) = adjoint.take(node.output)? else {
                             continue; // does not reach the loss; its saved tensors drop here
                         };
+                        // A view's gradient waits, unpadded, beside its siblings' (`adjoint`).
+                        if let (
+                            Op::Narrow {
+                                in_shape,
+                                axis,
+                                start,
+                            },
+                            [Some(var)],
+                        ) = (&node.op, node.inputs.as_slice())
+                            && produced.contains(var)
+                            && !capture.contains(var)
+                        {
+                            adjoint.add_slice(*var, dy, in_shape, *axis, *start)?;
+                            continue;
+                        }
                         let needs: Vec<bool> = node.inputs.iter().map(Option::is_some).collect();
                         let dxs = backprop::backward(node.op, &dy, &needs, grads)?;
                         drop(dy);
@@ -186,14 +202,14 @@ fn route(
     g: Tensor,
     produced: &HashSet<VarId>,
     capture: &HashSet<VarId>,
-    adjoint: &mut HashMap<VarId, Tensor>,
+    adjoint: &mut Adjoints,
     captured: &mut HashMap<VarId, Tensor>,
     grads: &mut Gradients,
 ) -> Result<()> {
     if capture.contains(&var) {
         accumulate(captured, var, g)
     } else if produced.contains(&var) {
-        accumulate(adjoint, var, g)
+        adjoint.add(var, g)
     } else {
         grads.accumulate(var, &g)
     }

@@ -107,10 +107,10 @@ pub trait Backend: std::fmt::Debug + Send + Sync {
 
     fn unary(&self, op: UnaryOp, x: &Src, dst: &mut Dst) -> Result<()>;
     fn binary(&self, op: BinaryOp, a: &Src, b: &Src, dst: &mut Dst) -> Result<()>;
-    /// GELU's backward from its contiguous input `x` and `dy`, writing `dx` and also GELU's
-    /// output `y` (recomputed, the bits of `unary(Gelu)`): one pass for an op that saves only x.
-    fn gelu_backward_with_output(&self, x: &Src, dy: &Src, dx: &mut Dst, y: &mut Dst)
-    -> Result<()>;
+    /// GELU's backward from its contiguous input `x`, in place: `grad` holds `dy` on entry and
+    /// `dx` on return; also writes GELU's output `y` (recomputed, the bits of `unary(Gelu)`).
+    /// One pass and no third buffer for an op that saves only x.
+    fn gelu_backward_with_output(&self, x: &Src, grad: &mut Dst, y: &mut Dst) -> Result<()>;
     /// Reduces `axes` of `x` into `dst`, whose shape is `x`'s with those axes set to 1.
     fn reduce(&self, op: ReduceOp, x: &Src, axes: &[usize], dst: &mut Dst) -> Result<()>;
     /// `(…, M, K) @ (…, K, N) -> (…, M, N)`; batch dims already broadcast to `dst`'s.

@@ -110,6 +110,13 @@ impl Backend for ShapeOnlyBackend {
         dw: &mut Dst,
         db: &mut Dst,
     ) -> Result<()> {
+        // The CPU kernel's f32 accumulators of dw and db, allocated and freed around it.
+        let c = *x.layout.shape().last().unwrap_or(&1);
+        drop(super::cpu::scratch_f32(
+            dx.buf.device(),
+            2 * c,
+            "layer_norm.dw_db",
+        )?);
         elementwise(&[x, mean, rstd, dy], &[dx, dw, db]);
         Ok(())
     }
@@ -126,6 +133,8 @@ impl Backend for ShapeOnlyBackend {
         dx: &mut Dst,
         dw: &mut Dst,
     ) -> Result<()> {
+        let c = *x.layout.shape().last().unwrap_or(&1);
+        drop(super::cpu::scratch_f32(dx.buf.device(), c, "rms_norm.dw")?);
         elementwise(&[x, rstd, dy], &[dx, dw]);
         Ok(())
     }
@@ -134,6 +143,12 @@ impl Backend for ShapeOnlyBackend {
         Ok(())
     }
     fn embedding_backward(&self, ids: &Src, dy: &Src, dtable: &mut Dst) -> Result<()> {
+        let n = dtable.layout.numel();
+        drop(super::cpu::scratch_f32(
+            dtable.buf.device(),
+            n,
+            "embedding.scatter_add",
+        )?);
         elementwise(&[ids, dy, dy], &[dtable]);
         Ok(())
     }
@@ -149,14 +164,9 @@ impl Backend for ShapeOnlyBackend {
         elementwise(&[x], &[dst]);
         Ok(())
     }
-    fn gelu_backward_with_output(
-        &self,
-        x: &Src,
-        dy: &Src,
-        dx: &mut Dst,
-        y: &mut Dst,
-    ) -> Result<()> {
-        elementwise(&[x, dy], &[dx, y]);
+    /// `grad` is read and written: counted twice.
+    fn gelu_backward_with_output(&self, x: &Src, grad: &mut Dst, y: &mut Dst) -> Result<()> {
+        elementwise(&[x], &[grad, grad, y]);
         Ok(())
     }
     fn causal_softmax(&self, x: &Src, _: f32, dst: &mut Dst) -> Result<()> {

@@ -62,16 +62,15 @@ pub(crate) fn gelu_matmul_backward(
 ) -> Result<Vec<Option<Tensor>>> {
     let (dx, g) = match w {
         Some(w) => {
-            let dg = dy.matmul(&w.transpose(-1, -2)?)?.sum_to(x.shape())?;
-            let (x, dg) = (x.contiguous()?, dg.contiguous()?);
-            let dx = out_like(&x, "gelu.grad")?;
+            // dg is this rule's own fresh buffer: GELU's gradient overwrites it.
+            let dx = dy
+                .matmul(&w.transpose(-1, -2)?)?
+                .sum_to(x.shape())?
+                .contiguous()?;
+            let x = x.contiguous()?;
             let g = out_like(&x, "gelu")?;
-            x.backend().gelu_backward_with_output(
-                &x.src(),
-                &dg.src(),
-                &mut dx.dst(),
-                &mut g.dst(),
-            )?;
+            x.backend()
+                .gelu_backward_with_output(&x.src(), &mut dx.dst(), &mut g.dst())?;
             (Some(dx), g)
         }
         None => (None, x.gelu()?),

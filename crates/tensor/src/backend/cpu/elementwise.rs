@@ -161,28 +161,28 @@ pub fn map2<T: Elem>(
     });
 }
 
-/// GELU backward that also returns GELU's output: `dx = dy ⊙ gelu'(x)` and `y = gelu(x)` in
-/// one pass over contiguous `x` and `dy` (for an op that recomputes the output in backward).
-pub fn gelu_grad_and_value<T: Elem>(x: &[T], dy: &[T], dx: &mut [T], y: &mut [T]) {
-    let n = dx.len();
-    let body = |start: usize, dxs: &mut [T], ys: &mut [T]| {
+/// GELU backward that also returns GELU's output, in one pass over contiguous `x`: `grad`
+/// holds `dy` on entry and `dy ⊙ gelu'(x)` on return, and `y = gelu(x)` (for an op that
+/// recomputes the output in backward; in place, so two buffers of x's size, not three).
+pub fn gelu_grad_and_value<T: Elem>(x: &[T], grad: &mut [T], y: &mut [T]) {
+    let n = grad.len();
+    let body = |start: usize, gs: &mut [T], ys: &mut [T]| {
         wide(
             #[inline(always)]
             || {
-                let len = dxs.len();
-                let (xs, gs) = (&x[start..start + len], &dy[start..start + len]);
-                for (((o, v), xv), g) in dxs.iter_mut().zip(ys.iter_mut()).zip(xs).zip(gs) {
-                    let (grad, value) = math::gelu_grad_and_value(xv.to_f32(), g.to_f32());
-                    *o = T::from_f32(grad);
+                let xs = &x[start..start + gs.len()];
+                for ((g, v), xv) in gs.iter_mut().zip(ys.iter_mut()).zip(xs) {
+                    let (dx, value) = math::gelu_grad_and_value(xv.to_f32(), g.to_f32());
+                    *g = T::from_f32(dx);
                     *v = T::from_f32(value);
                 }
             },
         )
     };
     if n <= CHUNK {
-        body(0, dx, y);
+        body(0, grad, y);
     } else {
-        dx.par_chunks_mut(CHUNK)
+        grad.par_chunks_mut(CHUNK)
             .zip(y.par_chunks_mut(CHUNK))
             .enumerate()
             .for_each(|(c, (d, v))| body(c * CHUNK, d, v));

@@ -266,16 +266,10 @@ impl Backend for CpuBackend {
         }, _ => Err(unsupported("binary", a.dtype)))
     }
 
-    fn gelu_backward_with_output(
-        &self,
-        x: &Src,
-        dy: &Src,
-        dx: &mut Dst,
-        y: &mut Dst,
-    ) -> Result<()> {
+    fn gelu_backward_with_output(&self, x: &Src, grad: &mut Dst, y: &mut Dst) -> Result<()> {
         with_float_type!(x.dtype, T => {
             elementwise::gelu_grad_and_value(
-                rows_of::<T>(x)?, rows_of::<T>(dy)?, slice_mut::<T>(dx)?, slice_mut::<T>(y)?,
+                rows_of::<T>(x)?, slice_mut::<T>(grad)?, slice_mut::<T>(y)?,
             );
             Ok(())
         }, _ => Err(unsupported("gelu_backward", x.dtype)))
