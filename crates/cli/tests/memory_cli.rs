@@ -112,6 +112,37 @@ fn capacity_turns_unservable_allocations_into_oom_events_and_expandable_avoids_t
 }
 
 #[test]
+fn the_planned_arena_reserves_the_packed_peak() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.json", FRAGMENTING);
+    // Lifetimes: 5 MiB (events 0–2), 5 MiB (1–4), 12 MiB (3–5); at most 5 + 12 = 17 MiB live.
+    // Largest first: the 12 MiB block at offset 0, the second 5 MiB (live with it) at 12 MiB,
+    // the first 5 MiB (live only with the second) best-fit into the gap at 0: a 17 MiB arena.
+    // The caching allocator needs a 20 MiB segment and a 12 MiB one.
+    let out = headroom(&[
+        "memory",
+        "replay",
+        &trace,
+        "--allocator",
+        "planned",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["allocator"], "planned");
+    assert_eq!(v["stats"]["reserved_bytes.all.peak"], 17 << 20);
+    assert_eq!(v["stats"]["allocated_bytes.all.peak"], 17 << 20);
+    assert_eq!(v["arena"]["windows_as_planned"], 1);
+    let out = headroom(&["memory", "replay", &trace, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["stats"]["reserved_bytes.all.peak"], 32 << 20);
+}
+
+#[test]
 fn text_report_shows_the_summary_table() {
     let dir = tempfile::tempdir().unwrap();
     let trace = write(dir.path(), "t.json", FRAGMENTING);

@@ -257,3 +257,58 @@ mod tests {
         }
     }
 }
+
+/// Which allocator serves a device: `caching` (PyTorch's default), `expandable` (expandable
+/// segments) or `planned` (a planned arena for the windows a dry run recorded, the caching
+/// pools for the rest).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AllocatorKind {
+    #[default]
+    Caching,
+    Expandable,
+    Planned,
+}
+
+impl AllocatorKind {
+    pub const ALL: [AllocatorKind; 3] = [
+        AllocatorKind::Caching,
+        AllocatorKind::Expandable,
+        AllocatorKind::Planned,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AllocatorKind::Caching => "caching",
+            AllocatorKind::Expandable => "expandable",
+            AllocatorKind::Planned => "planned",
+        }
+    }
+
+    /// The caching pools' settings this kind runs with.
+    pub fn config(self) -> AllocatorConfig {
+        match self {
+            AllocatorKind::Expandable => AllocatorConfig::expandable(),
+            AllocatorKind::Caching | AllocatorKind::Planned => AllocatorConfig::default(),
+        }
+    }
+}
+
+impl std::fmt::Display for AllocatorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for AllocatorKind {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        AllocatorKind::ALL
+            .into_iter()
+            .find(|k| k.name() == text)
+            .ok_or_else(|| {
+                format!("unknown allocator '{text}'; accepted: caching, expandable, planned")
+            })
+    }
+}

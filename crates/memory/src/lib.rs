@@ -9,6 +9,7 @@
 //! strategy types.
 
 pub mod allocator;
+pub mod arena;
 pub mod breakdown;
 pub mod category;
 pub mod config;
@@ -30,10 +31,11 @@ pub mod synthetic;
 pub mod timeline;
 pub mod trace;
 
-pub use allocator::{Allocation, CachingAllocator, InvalidFree};
+pub use allocator::{Allocation, ArenaError, ArenaReport, CachingAllocator, InvalidFree};
+pub use arena::ArenaPlan;
 pub use breakdown::{CategoryBytes, MemoryBreakdown, MemoryPeaks};
 pub use category::Category;
-pub use config::AllocatorConfig;
+pub use config::{AllocatorConfig, AllocatorKind};
 pub use device::{Device, DeviceBuffer};
 pub use fragmentation::Fragmentation;
 pub use oom::OutOfMemory;

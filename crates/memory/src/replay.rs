@@ -428,6 +428,33 @@ pub fn replay(trace: &Trace, allocator: &mut CachingAllocator) -> ReplayOutcome 
     outcome
 }
 
+/// The window a whole trace is replayed in under the planned arena.
+pub const TRACE_WINDOW: &str = "trace";
+
+/// Replays `trace` through `allocator` with a planned arena: the trace is first recorded as one
+/// window on an unlimited address-only allocator, its plan installed on `allocator`, and then
+/// replayed in that window (allocations still live at the trace's end go to the caching pools).
+pub fn replay_planned(
+    trace: &Trace,
+    allocator: &mut CachingAllocator,
+) -> Result<ReplayOutcome, crate::ArenaError> {
+    let mut recorder = CachingAllocator::new(
+        u64::MAX / 4,
+        allocator.config().clone(),
+        Box::new(crate::VirtualSource::default()),
+    );
+    recorder.record_windows();
+    recorder.begin_window(TRACE_WINDOW);
+    replay(trace, &mut recorder);
+    recorder.end_window();
+    let plan = recorder.take_recorded_plan().unwrap_or_default();
+    allocator.install_plan(plan)?;
+    allocator.begin_window(TRACE_WINDOW);
+    let outcome = replay(trace, allocator);
+    allocator.end_window();
+    Ok(outcome)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@
 use crate::report::timeline::write_timeline_svg;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand, ValueEnum};
-use headroom_memory::replay::{ReplayOutcome, parse_trace, replay};
+use headroom_memory::replay::{ReplayOutcome, parse_trace, replay, replay_planned};
 use headroom_memory::size::{ByteSize, format_bytes};
 use headroom_memory::timeline::timeline;
 use headroom_memory::{
@@ -33,6 +33,9 @@ pub enum AllocatorKind {
     Caching,
     /// Expandable segments: one growable range per pool.
     Expandable,
+    /// A planned arena: the whole trace recorded once, packed by lifetimes, replayed from the
+    /// plan (what is still live at the end goes to the caching pools).
+    Planned,
 }
 
 #[derive(Debug, Args)]
@@ -89,7 +92,11 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
     if args.snapshot.is_some() || args.timeline.is_some() {
         allocator.trace_mut().record_history(true, usize::MAX);
     }
-    let outcome = replay(&trace, &mut allocator);
+    let outcome = if args.allocator == AllocatorKind::Planned {
+        replay_planned(&trace, &mut allocator)?
+    } else {
+        replay(&trace, &mut allocator)
+    };
     if let Some(path) = &args.snapshot {
         Snapshot::capture(&allocator)
             .write_pickle(path)
@@ -103,11 +110,7 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
                 || args.trace.display().to_string(),
                 |n| n.to_string_lossy().into_owned()
             ),
-            if allocator.config().expandable_segments {
-                "expandable"
-            } else {
-                "caching"
-            }
+            kind_name(args.allocator)
         );
         write_timeline_svg(&series, args.capacity.map(|c| c.0), &title, path)?;
     }
@@ -116,7 +119,12 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
         let report = serde_json::json!({
             "trace": args.trace.display().to_string(),
             "format": trace.format,
-            "allocator": if allocator.config().expandable_segments { "expandable" } else { "caching" },
+            "allocator": match args.allocator {
+                AllocatorKind::Caching => "caching",
+                AllocatorKind::Expandable => "expandable",
+                AllocatorKind::Planned => "planned",
+            },
+            "arena": allocator.arena_report(),
             "capacity_bytes": args.capacity.map(|c| c.0),
             "events": trace.events.len(),
             "outcome": outcome,
@@ -136,6 +144,14 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn kind_name(kind: AllocatorKind) -> &'static str {
+    match kind {
+        AllocatorKind::Caching => "caching",
+        AllocatorKind::Expandable => "expandable-segments",
+        AllocatorKind::Planned => "planned-arena",
+    }
+}
+
 fn print_text(
     args: &ReplayArgs,
     a: &CachingAllocator,
@@ -151,11 +167,7 @@ fn print_text(
     println!(
         "Replayed {events} events of {} through the {} allocator, capacity {capacity}.",
         args.trace.display(),
-        if a.config().expandable_segments {
-            "expandable-segments"
-        } else {
-            "caching"
-        },
+        kind_name(args.allocator),
     );
     println!(
         "{} allocations, {} frees, {} out-of-memory events.",

@@ -14,7 +14,7 @@ use headroom_dist::{Communicator, ThreadGroup};
 use headroom_memory::output::{check_writable, write_output};
 use headroom_memory::size::format_bytes;
 use headroom_memory::timeline::timeline;
-use headroom_memory::{AllocatorConfig, Device, Snapshot};
+use headroom_memory::{Device, Snapshot};
 use headroom_tensor::on_kernel_threads;
 use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
@@ -190,7 +190,7 @@ impl RankRun<'_> {
     fn train(&self, comm: Option<Box<dyn Communicator>>) -> anyhow::Result<Option<Stopped>> {
         let config = self.config;
         let lead = comm.as_ref().is_none_or(|c| c.rank() == 0);
-        let device = Device::cpu(config.device_memory, AllocatorConfig::default());
+        let device = Device::cpu(config.device_memory, config.allocator.config());
         if lead {
             device
                 .lock()

@@ -110,6 +110,7 @@ pub fn print_report(report: &TrainReport, device: &Device, timeline: Option<&Pat
             report.skipped_steps
         );
     }
+    print_arena(report);
     print_loader(report);
     super::communication::print_communication(report);
     super::offload::print_offload(report);
@@ -118,6 +119,32 @@ pub fn print_report(report: &TrainReport, device: &Device, timeline: Option<&Pat
     }
     if let Some(path) = timeline {
         println!("Memory timeline: {}", path.display());
+    }
+}
+
+/// `--allocator planned`: the arena against its lower bound, and how the windows went.
+fn print_arena(report: &TrainReport) {
+    let Some(a) = &report.arena else {
+        return;
+    };
+    let peak = report.memory.peak_allocated_bytes;
+    println!(
+        "Planned arena {} for a planned peak of {} live ({:.3}×); reserved/allocated at the peak {:.3}. Windows: {} as planned, {} deviated, {} unplanned; {} requests from the arena, {} left to the caching pools.",
+        format_bytes(a.arena_bytes),
+        format_bytes(a.planned_peak_live),
+        a.arena_bytes as f64 / a.planned_peak_live.max(1) as f64,
+        report.memory.peak_reserved_bytes as f64 / peak.max(1) as f64,
+        a.windows_as_planned,
+        a.windows_deviated,
+        a.windows_unplanned,
+        a.requests_from_arena,
+        a.requests_passed_on,
+    );
+    for d in &a.deviations {
+        println!("  deviation: {d}");
+    }
+    for w in &a.unstable_windows {
+        println!("  window \"{w}\" changed between the dry run's steps: not planned");
     }
 }
 

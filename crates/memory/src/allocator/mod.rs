@@ -13,10 +13,12 @@
 
 mod blocks;
 mod expandable;
+mod planned;
 mod reclaim;
 mod view;
 mod window;
 
+pub use planned::{ArenaError, ArenaReport};
 pub use view::{BlockState, BlockView, SegmentView};
 pub use window::{NameBytes, Window};
 
@@ -72,6 +74,10 @@ pub struct CachingAllocator {
     trace: Trace,
     /// The open measurement window, if a caller opened one.
     window: Option<Window>,
+    /// The planned arena, once a plan is installed.
+    arena: Option<planned::Arena>,
+    /// Records windows' requests for a plan (dry runs).
+    recorder: Option<crate::arena::Recorder>,
 }
 
 impl CachingAllocator {
@@ -98,6 +104,8 @@ impl CachingAllocator {
             stats,
             trace: Trace::default(),
             window: None,
+            arena: None,
+            recorder: None,
         }
     }
 
@@ -187,6 +195,24 @@ impl CachingAllocator {
             return Err(self.out_of_memory(size, size, size, name));
         }
         let rounded = round_size(size, self.config.divisions_for(size));
+        let found = match self.malloc_planned(rounded, size, category, &name) {
+            Some(a) => Ok(a),
+            None => self.malloc_cached(rounded, size, category, name),
+        };
+        if let (Ok(a), Some(r)) = (&found, self.recorder.as_mut()) {
+            r.on_alloc(a.addr, rounded, category);
+        }
+        found
+    }
+
+    /// A request served by the caching pools.
+    fn malloc_cached(
+        &mut self,
+        rounded: u64,
+        size: u64,
+        category: Category,
+        name: Option<Arc<str>>,
+    ) -> Result<Allocation, OutOfMemory> {
         let pool = Pool::for_size(rounded);
         let id = if self.config.expandable_segments {
             self.malloc_expandable(pool, rounded)
@@ -317,6 +343,19 @@ impl CachingAllocator {
 
         let (addr, size) = (self.blocks.get(id).addr, self.blocks.get(id).size);
         self.live.insert(addr, id);
+        self.count_alloc(pool, addr, size, requested, category, name)
+    }
+
+    /// The statistics, window and trace of handing out `size` bytes at `addr`.
+    fn count_alloc(
+        &mut self,
+        pool: Pool,
+        addr: u64,
+        size: u64,
+        requested: u64,
+        category: Category,
+        name: Option<Arc<str>>,
+    ) -> Allocation {
         let old_peak = self.stats.allocated_bytes.all.peak;
         self.stats.allocation.increase(pool, 1);
         self.stats.allocated_bytes.increase(pool, size);
@@ -351,24 +390,19 @@ impl CachingAllocator {
 
     /// Returns the block at `addr` to its pool, merging it with free neighbours.
     pub fn free(&mut self, addr: u64) -> Result<(), InvalidFree> {
+        if let Some(r) = self.recorder.as_mut() {
+            r.on_free(addr);
+        }
+        if self.free_planned(addr) {
+            return Ok(());
+        }
         let id = self.live.remove(&addr).ok_or(InvalidFree { addr })?;
         let (pool, size, requested, category, name) = {
             let b = self.blocks.get_mut(id);
             b.allocated = false;
             (b.pool, b.size, b.requested, b.category, b.name.take())
         };
-        self.stats.allocation.decrease(pool, 1);
-        self.stats.allocated_bytes.decrease(pool, size);
-        if size >= self.config.max_split_size {
-            self.stats.oversize_allocations.decrease(1);
-        }
-        self.stats.category_bytes[category.index()].decrease(size);
-        if let Some(w) = self.window.as_mut() {
-            w.on_free(name.as_ref(), size);
-        }
-        let tag = Some((category, name));
-        self.trace
-            .record(TraceAction::FreeRequested, addr, requested, tag.clone());
+        let tag = self.count_free_requested(pool, addr, size, requested, category, name);
 
         // free_block: merge with free neighbours, return to the pool.
         let mut before = (0, 0);
@@ -399,12 +433,49 @@ impl CachingAllocator {
         self.stats
             .inactive_split_bytes
             .change(pool, after.1 - before.1);
+        self.count_free_completed(pool, addr, size, requested, tag);
+        Ok(())
+    }
+
+    /// The statistics, window and trace of a free's request (PyTorch's `free`).
+    fn count_free_requested(
+        &mut self,
+        pool: Pool,
+        addr: u64,
+        size: u64,
+        requested: u64,
+        category: Category,
+        name: Option<Arc<str>>,
+    ) -> Option<(Category, Option<Arc<str>>)> {
+        self.stats.allocation.decrease(pool, 1);
+        self.stats.allocated_bytes.decrease(pool, size);
+        if size >= self.config.max_split_size {
+            self.stats.oversize_allocations.decrease(1);
+        }
+        self.stats.category_bytes[category.index()].decrease(size);
+        if let Some(w) = self.window.as_mut() {
+            w.on_free(name.as_ref(), size);
+        }
+        let tag = Some((category, name));
+        self.trace
+            .record(TraceAction::FreeRequested, addr, requested, tag.clone());
+        tag
+    }
+
+    /// The statistics and trace of a free's completion (PyTorch's `free_block`).
+    fn count_free_completed(
+        &mut self,
+        pool: Pool,
+        addr: u64,
+        size: u64,
+        requested: u64,
+        tag: Option<(Category, Option<Arc<str>>)>,
+    ) {
         self.stats.active.decrease(pool, 1);
         self.stats.active_bytes.decrease(pool, size);
         self.stats.requested_bytes.decrease(pool, requested);
         self.trace
             .record(TraceAction::FreeCompleted, addr, requested, tag);
-        Ok(())
     }
 
     /// `(count, bytes)` a block contributes to `inactive_split`: free, in a split segment, and

@@ -134,6 +134,10 @@ impl CachingAllocator {
                 }
             }
         }
+        if let Some(arena) = self.arena_view() {
+            let at = out.partition_point(|s| s.address < arena.address);
+            out.insert(at, arena);
+        }
         out
     }
 }

@@ -12,6 +12,7 @@ const MAX_RANKS: usize = 256;
 const MAX_WORKERS: usize = 64;
 use super::{ConfigError, describe_toml_error};
 use crate::data::SamplerKind;
+use headroom_memory::AllocatorKind;
 use headroom_memory::size::ByteSize;
 use headroom_strategy::{
     Attention, Checkpoint, Loss, Offload, Optimizer, Pins, Placement, Precision, Strategy,
@@ -87,6 +88,12 @@ pub struct TrainConfig {
         value_name = "BOOL"
     )]
     pub empty_cache_after_eval: Option<bool>,
+    /// Device allocator: caching (PyTorch's default), expandable (expandable segments), or
+    /// planned (every training step and evaluation served from one arena whose offsets a dry run
+    /// planned from the allocations' lifetimes; reserved close to the peak of live bytes;
+    /// requests off the plan fall back to the caching pools, counted in the report).
+    #[arg(long, value_parser = clap::value_parser!(AllocatorKind))]
+    pub allocator: Option<AllocatorKind>,
     /// Train on this text file instead of the bundled corpus.
     #[arg(long, value_name = "FILE")]
     pub data: Option<PathBuf>,
@@ -246,6 +253,7 @@ impl TrainConfig {
             eval_every,
             eval_batches,
             empty_cache_after_eval,
+            allocator,
             data,
             checkpoint,
             attention,
@@ -369,6 +377,7 @@ impl TrainConfig {
             eval_every: self.eval_every.unwrap_or(50),
             eval_batches,
             empty_cache_after_eval: self.empty_cache_after_eval.unwrap_or(false),
+            allocator: self.allocator.unwrap_or_default(),
             data: self.data,
             save_dir: self.save_dir,
             save_every: self.save_every.unwrap_or(0),

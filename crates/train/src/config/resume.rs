@@ -117,6 +117,7 @@ impl RunConfig {
             eval_every: Some(self.eval_every),
             eval_batches: Some(self.eval_batches),
             empty_cache_after_eval: Some(self.empty_cache_after_eval),
+            allocator: Some(self.allocator),
             data: self.data.clone(),
             checkpoint: Some(s.checkpoint),
             attention: Some(s.attention),

@@ -30,6 +30,9 @@ pub struct RunConfig {
     pub eval_every: u64,
     pub eval_batches: usize,
     pub empty_cache_after_eval: bool,
+    /// The device allocator.
+    #[serde(default)]
+    pub allocator: headroom_memory::AllocatorKind,
     pub data: Option<PathBuf>,
     #[serde(alias = "checkpoint_dir")]
     pub save_dir: Option<PathBuf>,

@@ -9,7 +9,7 @@ use crate::config::RunConfig;
 use crate::data::Corpus;
 use crate::trainer::{TrainError, TrainEvent, Trainer};
 use headroom_dist::ShapeOnlyRank;
-use headroom_memory::{AllocatorConfig, Device, MemoryPeaks};
+use headroom_memory::{AllocatorKind, ArenaError, Device, MemoryPeaks};
 use headroom_strategy::largest_fitting;
 use headroom_tensor::backend::work::{Work, count_work, work_so_far};
 use serde::Serialize;
@@ -59,15 +59,32 @@ fn dry_run(
 ) -> Result<DryOutcome, TrainError> {
     let mut c = config.clone();
     c.steps = c.steps.clamp(1, DRY_STEPS);
-    c = c.with_split(c.micro_batch(), c.accumulation().min(DRY_ACCUMULATION));
+    // A planned arena serves whole steps: the dry run makes every micro-batch's requests.
+    if c.allocator != AllocatorKind::Planned {
+        c = c.with_split(c.micro_batch(), c.accumulation().min(DRY_ACCUMULATION));
+    }
     c.eval_every = 0;
     c.save_dir = None;
     c.oom_recovery = false;
-    let device = Device::shape_only(capacity, AllocatorConfig::default());
+    let device = Device::shape_only(capacity, c.allocator.config());
     let mut micro_work = None;
     let mut offload = None;
     // A rank of a data-parallel group: rank 0, which holds the largest shards.
     let world = c.data_parallel;
+    if c.allocator == AllocatorKind::Planned {
+        let plan = super::arena::record_arena_plan(&c, corpus, (0, world))?;
+        if let Err(e) = device.lock().install_plan(plan) {
+            return match e {
+                ArenaError::TooLarge { .. } => Ok(DryOutcome {
+                    device: device.clone(),
+                    completed: false,
+                    micro_work: None,
+                    offload: None,
+                }),
+                other => Err(other.into()),
+            };
+        }
+    }
     let built = if world > 1 {
         Trainer::on_rank(
             c,
@@ -156,7 +173,12 @@ pub fn dry_run_counted(config: &RunConfig, corpus: &Corpus) -> Result<DryRun, Tr
         [] => Work::default(),
     };
     // The micro-batches the dry run left out repeat the last one it ran.
-    let skipped = config.accumulation().saturating_sub(DRY_ACCUMULATION);
+    let ran = if config.allocator == AllocatorKind::Planned {
+        config.accumulation()
+    } else {
+        config.accumulation().min(DRY_ACCUMULATION)
+    };
+    let skipped = config.accumulation() - ran;
     if let Some(micro) = unlimited.micro_work {
         step_work = step_work + micro.times(skipped as f64);
     }

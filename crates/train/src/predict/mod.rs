@@ -7,9 +7,11 @@
 //! Not for: running (see `trainer`).
 
 pub mod analytical;
+pub mod arena;
 pub mod auto;
 pub mod dry_run;
 pub mod error;
 pub mod prepare;
 
+pub use arena::record_arena_plan;
 pub use dry_run::{DryRun, Prediction, dry_run_counted, largest_micro_batch, predict};

@@ -114,6 +114,9 @@ pub struct TrainReport {
     /// Offloaded runs: this rank's host and disk tiers.
     #[serde(default)]
     pub offload: Option<OffloadReport>,
+    /// `--allocator planned`: how the planned arena served the run.
+    #[serde(default)]
+    pub arena: Option<headroom_memory::ArenaReport>,
 }
 
 impl TrainReport {
@@ -141,6 +144,7 @@ impl TrainReport {
             communication: None,
             ranks: Vec::new(),
             offload: None,
+            arena: None,
         }
     }
 

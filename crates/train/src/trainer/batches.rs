@@ -12,7 +12,11 @@ use headroom_tensor::{DType, Tensor, no_grad};
 impl Trainer {
     /// Mean loss over the validation batches, computed without a tape.
     pub fn validate(&mut self) -> Result<f64, TrainError> {
-        self.device.lock().trace_mut().set_phase("validation");
+        {
+            let mut a = self.device.lock();
+            a.trace_mut().set_phase("validation");
+            a.begin_window(super::step::EVALUATION_WINDOW);
+        }
         let batches = self
             .sampler
             .sampler()
@@ -32,6 +36,7 @@ impl Trainer {
                 sum += loss.to_scalar_f32()? as f64;
             }
         }
+        self.device.lock().end_window();
         let mean = sum / batches.len().max(1) as f64;
         self.report.val_losses.push(ValLoss {
             step: self.step,

@@ -17,7 +17,7 @@ use crate::recompute::policy::recompute_for;
 use crate::report::TrainReport;
 use crate::scaler::{LossScaler, ScalerConfig};
 use headroom_dist::Communicator;
-use headroom_memory::{Category, Device};
+use headroom_memory::{AllocatorKind, Category, Device};
 use headroom_nn::Model;
 use headroom_nn::models::{ModelSpec, build_model};
 use headroom_nn::optim::{Optimizer, OptimizerConfig, StateDtype, TensorShape, UpdateRule};
@@ -153,6 +153,10 @@ impl Trainer {
         )?;
         headroom_tensor::rng::manual_seed(config.seed);
         device.lock().trace_mut().set_phase("init");
+        if config.allocator == AllocatorKind::Planned && device.is_backed() {
+            let plan = crate::predict::record_arena_plan(&config, corpus, ranks)?;
+            device.lock().install_plan(plan)?;
+        }
         let placement = config.strategy.placement;
         // Offloading ZeRO-3 parameters alone takes ZeRO-3's machinery in a group of one.
         let comm = match comm {

@@ -26,6 +26,8 @@ pub enum TrainError {
     Model(#[from] ModelSpecError),
     #[error("{0}")]
     OutOfMemory(OutOfMemory),
+    #[error(transparent)]
+    Arena(#[from] headroom_memory::ArenaError),
     #[error("engine error: {0}")]
     Engine(TensorError),
     #[error(transparent)]

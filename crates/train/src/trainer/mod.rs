@@ -47,7 +47,7 @@ use crate::recompute::policy::{BudgetDecision, recompute_for};
 use crate::report::{CacheRelease, TrainReport};
 use crate::scaler::LossScaler;
 use headroom_dist::Communicator;
-use headroom_memory::{AllocatorConfig, Device};
+use headroom_memory::Device;
 use headroom_nn::models::ModelSpec;
 use headroom_nn::optim::Optimizer;
 use headroom_nn::{Model, Recompute};
@@ -112,7 +112,7 @@ impl Trainer {
     /// Builds the model, optimizer and data for `config` on a fresh CPU device of
     /// `config.device_memory` bytes.
     pub fn new(config: RunConfig, corpus: &Corpus) -> Result<Trainer, TrainError> {
-        let device = Device::cpu(config.device_memory, AllocatorConfig::default());
+        let device = Device::cpu(config.device_memory, config.allocator.config());
         Trainer::on_device(config, corpus, device)
     }
 
@@ -346,6 +346,7 @@ impl Trainer {
         self.report.set_loader(self.sampler.report());
         self.report.communication = self.communication_since(counted_from);
         self.report.offload = self.offload.as_ref().map(|o| o.report());
+        self.report.arena = self.device.lock().arena_report();
         Ok(&self.report)
     }
 

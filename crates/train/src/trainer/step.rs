@@ -19,6 +19,13 @@ use headroom_nn::grad::{GradStats, grad_multiplier, grad_stats};
 use headroom_tensor::backend::work::work_so_far;
 use headroom_tensor::{DType, Tape, Tensor};
 
+/// The planned arena's window of a run's first optimizer step.
+pub const FIRST_STEP_WINDOW: &str = "first step";
+/// The planned arena's window of every later optimizer step.
+pub const STEP_WINDOW: &str = "step";
+/// The planned arena's window of a validation.
+pub const EVALUATION_WINDOW: &str = "evaluation";
+
 /// Fails as `fault` says.
 fn inject(fault: Fault) -> Result<(), TrainError> {
     match fault.kind {
@@ -52,7 +59,16 @@ impl Trainer {
         let micro_batch = self.config.micro_batch();
         self.skip_samples(micro_batch * accumulation * rank);
         // The leak guard compares every step's peak: measure this one on its own.
-        self.device.lock().open_window();
+        {
+            let mut a = self.device.lock();
+            a.open_window();
+            // The planned arena's window: the first step also creates the optimizer state.
+            a.begin_window(if self.report.losses.is_empty() {
+                FIRST_STEP_WINDOW
+            } else {
+                STEP_WINDOW
+            });
+        }
         self.note_phase(Phase::Start, 0);
         let history = if self.hooks.grow_step_buffer {
             let rows = self.step as usize + 1;
@@ -135,6 +151,7 @@ impl Trainer {
             self.backward_passes = 0;
         }
         drop(history);
+        self.device.lock().end_window();
         self.note_phase(Phase::Step, accumulation - 1);
         self.step += 1;
         self.report.losses.push(loss);
