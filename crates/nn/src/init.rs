@@ -4,7 +4,7 @@
 //! Not for: which rule a weight follows (each model says so).
 
 use headroom_tensor::rng::uniform;
-use headroom_tensor::{ParamBlock, Result};
+use headroom_tensor::{ParamBlock, ParamSpec, Result};
 
 /// How one weight starts.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -13,29 +13,55 @@ pub enum Init {
     Ones,
     /// normal(0, σ)
     Normal(f32),
+    /// uniform(−b, b)
+    Uniform(f32),
 }
 
 /// Fills every weight of `blocks` by `rule(weight name)`; weight w of block b draws from stream
 /// (b << 8 | w) of `seed`, so each weight's values depend only on its position, not on the others.
 pub fn initialise(blocks: &[ParamBlock], seed: u64, rule: impl Fn(&str) -> Init) -> Result<()> {
     for (bi, block) in blocks.iter().enumerate() {
-        if !block.flat().device().is_backed() {
-            continue; // a dry run's device holds no values: drawing them would only cost time
-        }
-        let mut values = Vec::with_capacity(block.numel());
-        for (wi, spec) in block.specs().iter().enumerate() {
-            let n: usize = spec.shape.iter().product();
-            match rule(&spec.name) {
-                Init::Zeros => values.extend(std::iter::repeat_n(0.0, n)),
-                Init::Ones => values.extend(std::iter::repeat_n(1.0, n)),
-                Init::Normal(std) => {
-                    values.extend(normal(n, std, seed, ((bi as u64) << 8) | wi as u64))
-                }
-            }
-        }
-        block.set_values(&values)?;
+        initialise_at(block, bi, seed, &rule)?;
     }
     Ok(())
+}
+
+/// Fills `block` as [`initialise`] fills the block at index `bi` of a list.
+pub fn initialise_at(
+    block: &ParamBlock,
+    bi: usize,
+    seed: u64,
+    rule: &impl Fn(&str) -> Init,
+) -> Result<()> {
+    if !block.flat().device().is_backed() {
+        return Ok(()); // a dry run's device holds no values: drawing them would only cost time
+    }
+    block.set_values(&block_values(bi, block.specs(), seed, rule))
+}
+
+/// The initial values of block `bi` whose weights `specs` lays out (back to back, in order),
+/// as [`initialise`] draws them: on the host, without a block on any device.
+pub fn block_values(
+    bi: usize,
+    specs: &[ParamSpec],
+    seed: u64,
+    rule: &impl Fn(&str) -> Init,
+) -> Vec<f32> {
+    let mut values = Vec::new();
+    for (wi, spec) in specs.iter().enumerate() {
+        let n: usize = spec.shape.iter().product();
+        let stream = ((bi as u64) << 8) | wi as u64;
+        match rule(&spec.name) {
+            Init::Zeros => values.extend(std::iter::repeat_n(0.0, n)),
+            Init::Ones => values.extend(std::iter::repeat_n(1.0, n)),
+            Init::Normal(std) => values.extend(normal(n, std, seed, stream)),
+            Init::Uniform(bound) => {
+                let base = stream << 40;
+                values.extend((0..n).map(|i| (2.0 * uniform(seed, base + i as u64) - 1.0) * bound))
+            }
+        }
+    }
+    values
 }
 
 /// `n` values drawn from normal(0, `std`) for stream `stream` of `seed`.

@@ -7,6 +7,9 @@
 use headroom_tensor::{ParamBlock, Result, Tensor, checkpoint};
 use std::ops::Range;
 
+/// Blocks by name with their values (f32, back to back in the block's layout).
+pub type NamedValues = Vec<(String, Vec<f32>)>;
+
 /// What to recompute in backward instead of storing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recompute {
@@ -33,17 +36,54 @@ impl Recompute {
 pub trait Model {
     /// Preset or configuration name.
     fn name(&self) -> &str;
-    /// Parameter blocks in a fixed order (the order of checkpoints and optimizer state).
+    /// Trainable parameter blocks in a fixed order (the order of checkpoints and optimizer
+    /// state).
     fn blocks(&self) -> &[ParamBlock];
+    /// Frozen parameter blocks (LoRA's base weights): parameters only, no gradient, no
+    /// optimizer state, whole on every rank.
+    fn frozen_blocks(&self) -> &[ParamBlock] {
+        &[]
+    }
     /// Number of repeated blocks (transformer blocks, residual MLP blocks) a recomputation plan
     /// chooses among.
     fn depth(&self) -> usize;
     /// Mean cross-entropy of a micro-batch: `inputs` and `targets` are `(B, T)` integer tensors.
     fn loss(&self, inputs: &Tensor, targets: &Tensor, recompute: &Recompute) -> Result<Tensor>;
 
-    /// Total parameter count.
+    /// Frozen weights stored in NF4 (QLoRA's base projections), in a fixed order.
+    fn quantized(&self) -> Vec<std::sync::Arc<headroom_tensor::Nf4Weight>> {
+        Vec::new()
+    }
+
+    /// The same weights for restoring their bytes (a resumed run's); call between steps.
+    fn quantized_mut(&mut self) -> Vec<&mut std::sync::Arc<headroom_tensor::Nf4Weight>> {
+        Vec::new()
+    }
+
+    /// With LoRA: every frozen block in the plain model's layout with the adapters folded in,
+    /// given each trainable block's values (`None` without adapters).
+    fn merged_blocks(&self, adapters: &[Vec<f32>]) -> Result<Option<NamedValues>> {
+        let _ = adapters;
+        Ok(None)
+    }
+
+    /// Parameters training updates.
     fn num_params(&self) -> usize {
         self.blocks().iter().map(|b| b.numel()).sum()
+    }
+
+    /// Frozen parameters (the base of a LoRA fine-tune, its NF4 weights included).
+    fn num_frozen_params(&self) -> usize {
+        let quantized: usize = self
+            .quantized()
+            .iter()
+            .map(|w| w.shape().iter().product::<usize>())
+            .sum();
+        self.frozen_blocks()
+            .iter()
+            .map(|b| b.numel())
+            .sum::<usize>()
+            + quantized
     }
 }
 

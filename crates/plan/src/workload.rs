@@ -37,6 +37,9 @@ pub struct Workload {
     /// The data loader of each rank, when given: its staging buffers and workers count in
     /// the host memory of the plan.
     pub loader: Option<LoaderSpec>,
+    /// A LoRA/QLoRA fine-tune: only the adapters train.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora: Option<crate::strategy::Lora>,
 }
 
 /// Each rank's data loader: worker threads and the batches queued ahead.
@@ -156,6 +159,7 @@ impl Workload {
             micro_batch,
             accumulation,
             loader: None,
+            lora: None,
         })
     }
 
@@ -165,6 +169,24 @@ impl Workload {
             loader: Some(loader),
             ..self
         }
+    }
+
+    /// The workload fine-tuning `lora`'s adapters on `model` only; an error when no module of
+    /// the model matches a target.
+    pub fn with_lora(self, model: &ModelSpec, lora: crate::strategy::Lora) -> Result<Workload> {
+        let inv = crate::model::ParamInventory::of(model);
+        if crate::model::LoraCounts::of(&inv, &lora).is_none() {
+            return Err(PlanError::Batch(format!(
+                "--lora-targets {}: no projection of {} matches; accepted: {}",
+                lora.targets,
+                model.name,
+                crate::strategy::LoraTargets::ACCEPTED
+            )));
+        }
+        Ok(Workload {
+            lora: Some(lora),
+            ..self
+        })
     }
 
     /// Tokens per optimizer step over all devices.

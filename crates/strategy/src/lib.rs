@@ -1,7 +1,7 @@
 //! The strategy vocabulary of headroom, defined once and used by the planner, the engine and the
 //! CLI alike: `Precision` (with its bytes per category), `Optimizer` (every optimizer either side
 //! knows, each saying whether the engine runs it), `Checkpoint` (every activation-checkpointing
-//! policy), `Attention`, `Loss` (plain or chunked cross-entropy), `Placement` (ZeRO stage and the offload tier of each model state), the
+//! policy), `Attention`, `Loss` (plain or chunked cross-entropy), `Lora` (low-rank adapters on a frozen base), `Placement` (ZeRO stage and the offload tier of each model state), the
 //! `Strategy` that combines them, the `Pins` a user fixes, and the `MemoryBreakdown` every
 //! prediction and every report is expressed in.
 //!
@@ -14,6 +14,7 @@
 mod attention;
 mod checkpoint;
 mod error;
+mod lora;
 mod loss;
 mod named;
 mod optimizer;
@@ -26,6 +27,7 @@ mod strategy;
 pub use attention::Attention;
 pub use checkpoint::Checkpoint;
 pub use error::{StrategyError, parse_flag};
+pub use lora::{BaseWeights, Lora, LoraTarget, LoraTargets};
 pub use loss::Loss;
 pub use optimizer::Optimizer;
 pub use pins::{Pins, changed_levers};

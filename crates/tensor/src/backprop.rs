@@ -88,6 +88,13 @@ pub(crate) enum Op {
         w: Option<Tensor>,
         w_shape: Vec<usize>,
     },
+    /// y = x @ dequant(w) for a frozen NF4 weight: dx = dy @ dequant(w)ᵀ, the weight
+    /// dequantised again. Saves the weight's handle only.
+    Nf4Matmul {
+        w: std::sync::Arc<crate::nf4::Nf4Weight>,
+        x_shape: Vec<usize>,
+        dtype: DType,
+    },
     /// y = a @ b: da = dy @ bᵀ, db = aᵀ @ dy (summed over broadcast batch dims).
     Matmul {
         a: Option<Tensor>,
@@ -250,6 +257,11 @@ pub(crate) fn backward(
         ],
         Op::GeluMatmul { x, w, w_shape } => {
             gelu_linear::gelu_matmul_backward(&x, w.as_ref(), &w_shape, dy, want(1))?
+        }
+        Op::Nf4Matmul { w, x_shape, dtype } => {
+            vec![Some(crate::nf4::matmul_nf4_backward(
+                &w, &x_shape, dtype, dy,
+            )?)]
         }
         Op::Embedding { ids, vocab } => vec![Some(nn::embedding_backward(&ids, dy, vocab)?), None],
         Op::GatherLast { idx, in_shape } => {

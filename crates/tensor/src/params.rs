@@ -7,6 +7,10 @@
 //! gradient (ZeRO-2, 3) and of the parameters (ZeRO-3) as buffers of their own, and its full
 //! flat buffers start released: they take bytes only while the block computes.
 //!
+//! A frozen block ([`ParamBlock::frozen`], LoRA's base weights) holds parameters only: its views
+//! are not tracked, so backward computes no gradient for them and saves nothing on their behalf,
+//! and its gradient buffer never takes bytes. It is whole on every rank.
+//!
 //! Not for: initialisation schemes or optimizers (the nn crate).
 
 use crate::dtype::DType;
@@ -51,9 +55,31 @@ pub struct ParamBlock {
     params: Vec<Tensor>,
     grads: Vec<Tensor>,
     shard: Option<BlockShard>,
+    frozen: bool,
 }
 
 impl ParamBlock {
+    /// Allocates a frozen block's zeroed flat parameter buffer for `weights`: no gradient, not
+    /// tracked, not sharded (the base weights of a LoRA fine-tune).
+    pub fn frozen(
+        device: &Device,
+        name: &str,
+        weights: &[(&str, &[usize])],
+        dtype: DType,
+    ) -> Result<ParamBlock> {
+        let mut block = crate::shard::without_sharding(|| {
+            ParamBlock::with_gradients(device, name, weights, dtype, false)
+        })?;
+        block.params = block.params.iter().map(Tensor::detach).collect();
+        block.frozen = true;
+        Ok(block)
+    }
+
+    /// Whether the block is frozen (no gradient, no optimizer state).
+    pub fn is_frozen(&self) -> bool {
+        self.frozen
+    }
+
     /// Allocates a block's zeroed flat parameter and gradient buffers for `weights`
     /// (`(name, shape)` pairs, laid out in order).
     pub fn new(
@@ -61,6 +87,16 @@ impl ParamBlock {
         name: &str,
         weights: &[(&str, &[usize])],
         dtype: DType,
+    ) -> Result<ParamBlock> {
+        ParamBlock::with_gradients(device, name, weights, dtype, true)
+    }
+
+    fn with_gradients(
+        device: &Device,
+        name: &str,
+        weights: &[(&str, &[usize])],
+        dtype: DType,
+        gradients: bool,
     ) -> Result<ParamBlock> {
         if !dtype.is_float() {
             return Err(TensorError::UnsupportedDType {
@@ -86,7 +122,7 @@ impl ParamBlock {
             false => Tensor::zeros(device, &[total], dtype, Category::Parameter, Some(name))?,
         };
         let grad_name = format!("{name}.grad");
-        let flat_grad = match shard_grads || gradients_released() {
+        let flat_grad = match shard_grads || gradients_released() || !gradients {
             true => Tensor::released(device, &[total], dtype, Category::Gradient),
             false => Tensor::zeros(
                 device,
@@ -133,6 +169,7 @@ impl ParamBlock {
             params,
             grads,
             shard,
+            frozen: false,
         })
     }
 

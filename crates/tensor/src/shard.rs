@@ -46,13 +46,23 @@ thread_local! {
 
 /// Runs `f` (a model's construction) with every `ParamBlock` it builds laid out by `layout`.
 pub fn with_sharding<R>(layout: ShardLayout, f: impl FnOnce() -> R) -> R {
+    with_layout(Some(layout), f)
+}
+
+/// Runs `f` with no layout in force: the blocks it builds are whole and keep their gradients
+/// (a LoRA base's frozen blocks, replicated on every rank).
+pub(crate) fn without_sharding<R>(f: impl FnOnce() -> R) -> R {
+    with_layout(None, f)
+}
+
+fn with_layout<R>(layout: Option<ShardLayout>, f: impl FnOnce() -> R) -> R {
     struct Restore(Option<ShardLayout>);
     impl Drop for Restore {
         fn drop(&mut self) {
             LAYOUT.with(|l| l.set(self.0));
         }
     }
-    let _restore = Restore(LAYOUT.with(|l| l.replace(Some(layout))));
+    let _restore = Restore(LAYOUT.with(|l| l.replace(layout)));
     f()
 }
 

@@ -13,7 +13,8 @@ use headroom_plan::hardware::{self, Hardware, HardwareOverrides};
 use headroom_plan::model::load_model;
 use headroom_plan::search::search;
 use headroom_plan::strategy::{
-    Attention, Checkpoint, Loss, Offload, Optimizer, Pins, Precision, ZeroStage, parse_flag,
+    Attention, BaseWeights, Checkpoint, Lora, LoraTargets, Loss, Offload, Optimizer, Pins,
+    Precision, ZeroStage, parse_flag,
 };
 use headroom_plan::workload::{BatchSpec, LoaderSpec, Workload, context_warning};
 use std::path::{Path, PathBuf};
@@ -140,6 +141,22 @@ pub struct PlanArgs {
     /// Batches each rank's loader queues ahead (with --workers).
     #[arg(long, value_name = "K", default_value_t = 2, requires = "workers")]
     pub prefetch: u64,
+    /// Plan a LoRA fine-tune with adapters of this rank: the base is frozen (parameters only)
+    /// and only the adapters have gradients, master weights and optimizer states.
+    #[arg(long, value_name = "R")]
+    pub lora_rank: Option<usize>,
+    /// The LoRA scale's numerator (updates × alpha/rank; default: the rank).
+    #[arg(long, value_name = "ALPHA", requires = "lora_rank")]
+    pub lora_alpha: Option<f32>,
+    /// The projections LoRA adapts: comma-separated q, k, v, qkv, o, gate, up, down, or
+    /// all-linear (default q,v). A fused projection (GPT-2's c_attn, Phi-3's qkv_proj) gets one
+    /// adapter when any of q, k, v is named.
+    #[arg(long, value_parser = parse_flag::<LoraTargets>, value_name = "LIST", requires = "lora_rank")]
+    pub lora_targets: Option<LoraTargets>,
+    /// How the frozen base is stored: plain (the parameter dtype) or nf4 (QLoRA: every block
+    /// projection in 4-bit NormalFloat with double-quantised scales, 4.127 bits per weight).
+    #[arg(long, value_parser = parse_flag::<BaseWeights>, value_name = "FORMAT", requires = "lora_rank")]
+    pub lora_base: Option<BaseWeights>,
     /// headroom's own models: plan one rank of N data-parallel ranks (as `headroom train
     /// --data-parallel N` runs them), the ZeRO stage searched unless --zero pins it; the
     /// budget is per rank and --global-batch is split over the ranks.
@@ -284,6 +301,10 @@ pub fn run(args: PlanArgs) -> Result<()> {
         }),
         None => workload,
     };
+    let workload = match args.lora()? {
+        Some(lora) => workload.with_lora(&spec, lora)?,
+        None => workload,
+    };
     let mut cost = CostModel::default();
     if let Some(v) = args.efficiency {
         if !(v > 0.0 && v <= 1.0) {
@@ -405,4 +426,19 @@ fn read_hardware(path: &Path) -> Result<HardwareOverrides> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("--hardware {}", path.display()))?;
     HardwareOverrides::from_toml(&text).with_context(|| format!("--hardware {}", path.display()))
+}
+
+impl PlanArgs {
+    /// The LoRA fine-tune the `--lora-*` flags describe, if `--lora-rank` is given.
+    pub fn lora(&self) -> Result<Option<Lora>> {
+        let Some(rank) = self.lora_rank else {
+            return Ok(None);
+        };
+        Ok(Some(Lora::new(
+            rank,
+            self.lora_alpha.unwrap_or(rank as f32),
+            self.lora_targets.clone().unwrap_or_default(),
+            self.lora_base.unwrap_or_default(),
+        )?))
+    }
 }

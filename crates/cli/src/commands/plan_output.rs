@@ -119,10 +119,26 @@ impl<'a> Report<'a> {
             "Model     {} ({}): {} parameters; largest layer {} ({})\n",
             spec.name,
             spec.family.model_type(),
-            group_digits(p.facts.params),
+            group_digits(p.facts.total_params),
             self.largest_layer.0,
             group_digits(self.largest_layer.1)
         );
+        if let (Some(lora), Some(counts)) = (&p.workload.lora, &p.facts.lora) {
+            out += &format!(
+                "Fine-tune {lora}: {} trainable parameters in {} adapters ({:.3} %), the base frozen{}\n",
+                group_digits(counts.trainable),
+                counts.adapted_modules,
+                100.0 * counts.trainable as f64 / p.facts.total_params.max(1) as f64,
+                match counts.frozen_nf4 {
+                    0 => String::new(),
+                    n => format!(
+                        "; {} block weights in NF4 ({})",
+                        group_digits(n),
+                        format_bytes(counts.frozen_nf4_bytes)
+                    ),
+                }
+            );
+        }
         out += &format!(
             "Hardware  {} × {} ({} per node × {} node{}), {} each, {} usable\n",
             hw.world_size(),

@@ -168,6 +168,10 @@ fn run_config(args: &PlanArgs, budget: u64) -> Result<RunConfig> {
         accumulation: Some(accumulation as usize),
         device_memory: Some(headroom_memory::ByteSize(budget)),
         data_parallel: Some(n),
+        lora_rank: args.lora_rank,
+        lora_alpha: args.lora_alpha,
+        lora_targets: args.lora_targets.clone(),
+        lora_base: args.lora_base,
         ..Default::default()
     };
     Ok(config.resolve()?)
@@ -320,6 +324,10 @@ fn train_toml(c: &RunConfig) -> Result<String> {
         micro_batch: Some(c.micro_batch()),
         accumulation: Some(c.accumulation()),
         device_memory: Some(headroom_memory::ByteSize(c.device_memory)),
+        lora_rank: c.lora.as_ref().map(|l| l.rank),
+        lora_alpha: c.lora.as_ref().map(|l| l.alpha),
+        lora_targets: c.lora.as_ref().map(|l| l.targets.clone()),
+        lora_base: c.lora.as_ref().map(|l| l.base),
         ..Default::default()
     };
     Ok(format!(

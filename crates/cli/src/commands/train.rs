@@ -210,9 +210,9 @@ impl RankRun<'_> {
                 print_budget_decision(d, trainer.model().depth());
             }
             eprintln!(
-                "headroom train: {} ({} parameters), {} on {}, micro-batch {} × accumulation {}{} × {} tokens, {} steps, device budget {}{}",
+                "headroom train: {} ({}), {} on {}, micro-batch {} × accumulation {}{} × {} tokens, {} steps, device budget {}{}",
                 trainer.model().name(),
-                group_digits(trainer.model().num_params() as u64),
+                describe_parameters(trainer.model(), config.lora.as_ref()),
                 config.strategy.precision,
                 self.corpus.name,
                 config.micro_batch(),
@@ -421,5 +421,26 @@ fn explain_prepare(e: PrepareError) -> anyhow::Error {
     match e {
         PrepareError::Train(e) => explain(e),
         other => anyhow::Error::new(other),
+    }
+}
+
+/// "N parameters", or with LoRA the trainable adapters against the frozen base (as PEFT's
+/// `print_trainable_parameters` puts it).
+fn describe_parameters(
+    model: &dyn headroom_nn::Model,
+    lora: Option<&headroom_train::strategy::Lora>,
+) -> String {
+    let trainable = model.num_params() as u64;
+    match lora {
+        None => format!("{} parameters", group_digits(trainable)),
+        Some(l) => {
+            let frozen = model.num_frozen_params() as u64;
+            format!(
+                "{l}: {} trainable parameters of {} ({:.2} %), the base frozen",
+                group_digits(trainable),
+                group_digits(trainable + frozen),
+                100.0 * trainable as f64 / (trainable + frozen).max(1) as f64
+            )
+        }
     }
 }

@@ -1,8 +1,11 @@
-//! The models headroom trains: a GPT-style decoder and a deep residual MLP, and their presets.
+//! The models headroom trains: a GPT-style decoder (optionally with LoRA adapters on a frozen
+//! base) and a deep residual MLP, and their presets.
 
 pub mod gpt;
 mod limits;
+pub mod lora;
 pub mod presets;
+pub mod qlora;
 pub mod resmlp;
 
 pub use gpt::{Gpt, GptConfig};

@@ -36,6 +36,7 @@ pub fn preset(name: &str) -> Option<ModelSpec> {
             dropout: 0.0,
             tied: true,
             attention: Attention::Naive,
+            lora: None,
         })
     };
     Some(match name {

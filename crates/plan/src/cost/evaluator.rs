@@ -68,6 +68,16 @@ impl Evaluator for Problem {
                     if world == 1 && pins.zero_stage.is_none() && zero_stage.number() != wanted {
                         continue;
                     }
+                    // A LoRA run's model states beyond the frozen base are the adapters' few
+                    // MiB: offloading them saves nothing worth a PCIe round trip, and a 4-bit
+                    // base cannot be offloaded by the frameworks planned for. Searched only
+                    // when pinned.
+                    let offloaded =
+                        offload_optimizer.is_offloaded() || offload_params.is_offloaded();
+                    let pinned = pins.offload_optimizer.is_some() || pins.offload_params.is_some();
+                    if self.workload.lora.is_some() && offloaded && !pinned {
+                        continue;
+                    }
                     placements.push(Placement {
                         zero_stage,
                         offload_optimizer,

@@ -128,7 +128,11 @@ impl ModelStates {
         let opt_off = s.placement.offload_optimizer != Offload::None;
         let par_off = s.placement.offload_params != Offload::None;
 
-        let param_local = shard(p * pb, s.placement.zero_stage.shards_parameters());
+        // A LoRA base is frozen: parameters only, in the parameter dtype or NF4 (QLoRA).
+        let frozen = f
+            .lora
+            .map_or(0.0, |l| l.frozen_bytes(s.precision.param_bytes()) as f64);
+        let param_local = shard(p * pb + frozen, s.placement.zero_stage.shards_parameters());
         // With the step in backward each parameter's gradient is freed once applied
         // (torchtune's optimizer_in_bwd hooks): about the largest tensor's at a time.
         let grad_local = match s.optimizer_in_backward {
@@ -176,7 +180,7 @@ impl ModelStates {
             }
         }
         if par_off {
-            let local = (p * pb / n).ceil();
+            let local = ((p * pb + frozen) / n).ceil();
             if s.placement.offload_params == Offload::Nvme {
                 nvme += local;
                 host += PARAM_NVME_STAGING_ELEMENTS * pb;

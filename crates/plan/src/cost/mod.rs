@@ -59,7 +59,12 @@ impl Default for CostModel {
 /// The numbers of a model the cost model needs, computed once from its inventory.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ModelFacts {
+    /// Parameters training updates (with LoRA: the adapters').
     pub params: u64,
+    /// Every parameter of the model, the LoRA adapters' included.
+    pub total_params: u64,
+    /// A LoRA fine-tune's counts: the frozen base and its storage.
+    pub lora: Option<crate::model::LoraCounts>,
     /// The most parameters ZeRO-3/FSDP gathers at once: the larger of one block and the largest
     /// single module (an embedding or LM head, gathered per module by DeepSpeed).
     pub gather_unit_params: u64,
@@ -78,6 +83,8 @@ impl ModelFacts {
         let largest = inv.largest_layer().1;
         ModelFacts {
             params: inv.total(),
+            total_params: inv.total(),
+            lora: None,
             gather_unit_params: inv.max_block_params().max(largest),
             largest_layer_params: largest,
             adafactor_state_elements: inv.adafactor_state_elements(),
@@ -110,7 +117,19 @@ impl Problem {
         cost: CostModel,
     ) -> Problem {
         let inv = ParamInventory::of(&spec);
-        let facts = ModelFacts::of(&spec, &inv);
+        let mut facts = ModelFacts::of(&spec, &inv);
+        if let Some(counts) = workload
+            .lora
+            .as_ref()
+            .and_then(|l| crate::model::LoraCounts::of(&inv, l))
+        {
+            // Only the adapters have gradients, master weights and optimizer states.
+            facts.params = counts.trainable;
+            facts.total_params = inv.total() + counts.trainable;
+            facts.largest_layer_params = counts.largest_adapter;
+            facts.adafactor_state_elements = counts.adafactor_elements;
+            facts.lora = Some(counts);
+        }
         Problem {
             spec,
             facts,

@@ -4,12 +4,14 @@
 //! Not for: building or running the model; the planner never touches weights.
 
 pub mod config_json;
+pub mod lora;
 pub mod params;
 pub mod presets;
 
 use serde::Serialize;
 
 pub use config_json::parse_config;
+pub use lora::LoraCounts;
 pub use params::{Leaf, LeafKind, ParamInventory};
 pub use presets::{PRESET_NAMES, load_model};
 

@@ -15,8 +15,8 @@ use crate::data::SamplerKind;
 use headroom_memory::AllocatorKind;
 use headroom_memory::size::ByteSize;
 use headroom_strategy::{
-    Attention, Checkpoint, Loss, Offload, Optimizer, Pins, Placement, Precision, Strategy,
-    StrategyError, ZeroStage, parse_flag,
+    Attention, BaseWeights, Checkpoint, Lora, LoraTargets, Loss, Offload, Optimizer, Pins,
+    Placement, Precision, Strategy, StrategyError, ZeroStage, parse_flag,
 };
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -120,6 +120,25 @@ pub struct TrainConfig {
         value_name = "BOOL"
     )]
     pub optimizer_in_backward: Option<bool>,
+    /// Fine-tune with LoRA adapters of this rank (Hu et al. 2021): the base weights are
+    /// frozen (no gradient, no optimizer state) and each targeted projection gains a trainable
+    /// update (alpha/rank)·x·A·B with A of in × rank and B of rank × out elements.
+    #[arg(long, value_name = "R")]
+    pub lora_rank: Option<usize>,
+    /// The LoRA scale's numerator: updates are multiplied by alpha/rank (default: the rank, a
+    /// scale of 1, as PEFT's defaults r = 8, lora_alpha = 8).
+    #[arg(long, value_name = "ALPHA")]
+    pub lora_alpha: Option<f32>,
+    /// The projections LoRA adapts: comma-separated q, k, v, qkv (the fused projection), o
+    /// (attention output), up, down (the MLP), or all-linear (default: q,v, PEFT's default
+    /// for Llama).
+    #[arg(long, value_parser = parse_flag::<LoraTargets>, value_name = "LIST")]
+    pub lora_targets: Option<LoraTargets>,
+    /// How LoRA's frozen base is stored: plain (the parameter dtype) or nf4 (QLoRA: each
+    /// layer's four projections in 4-bit NormalFloat with double-quantised block scales,
+    /// dequantised per GEMM; norms, biases, embeddings and the head stay in the parameter dtype).
+    #[arg(long, value_parser = parse_flag::<BaseWeights>, value_name = "FORMAT")]
+    pub lora_base: Option<BaseWeights>,
     /// Save the run (weights, optimizer state, data position) under this directory.
     #[arg(long, value_name = "DIR", visible_alias = "checkpoint-dir")]
     #[serde(alias = "checkpoint_dir")]
@@ -259,6 +278,10 @@ impl TrainConfig {
             attention,
             loss,
             optimizer_in_backward,
+            lora_rank,
+            lora_alpha,
+            lora_targets,
+            lora_base,
             save_dir,
             save_every,
             oom_recovery,
@@ -352,8 +375,10 @@ impl TrainConfig {
                 "is below 1 MiB; give a size such as 512MiB or 2GiB",
             ));
         }
+        let lora = self.resolve_lora()?;
         Ok(RunConfig {
             model: self.model.unwrap_or_else(|| DEFAULT_MODEL.into()),
+            lora,
             layers: self.layers,
             width: self.width,
             heads: self.heads,
@@ -394,6 +419,25 @@ impl TrainConfig {
             pin_memory: self.pin_memory.unwrap_or(true),
             offload_dir: self.offload_dir,
         })
+    }
+
+    /// The LoRA fine-tune the `lora_*` keys configure, if `lora_rank` is set.
+    fn resolve_lora(&self) -> Result<Option<Lora>, ConfigError> {
+        let Some(rank) = self.lora_rank else {
+            if self.lora_alpha.is_some() || self.lora_targets.is_some() || self.lora_base.is_some()
+            {
+                return Err(value(
+                    "lora_rank",
+                    &"unset",
+                    "must be set for lora_alpha, lora_targets or lora_base to take effect (e.g. --lora-rank 8)",
+                ));
+            }
+            return Ok(None);
+        };
+        let alpha = self.lora_alpha.unwrap_or(rank as f32);
+        let targets = self.lora_targets.clone().unwrap_or_default();
+        let base = self.lora_base.unwrap_or_default();
+        Ok(Some(Lora::new(rank, alpha, targets, base)?))
     }
 
     /// The strategy these keys configure, defaults filled, checked against the engine.

@@ -13,6 +13,9 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunConfig {
     pub model: String,
+    /// LoRA adapters on a frozen base; `None` trains every weight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora: Option<headroom_strategy::Lora>,
     pub layers: Option<usize>,
     pub width: Option<usize>,
     pub heads: Option<usize>,

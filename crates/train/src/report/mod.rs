@@ -91,7 +91,11 @@ pub struct TrainReport {
     pub skipped_steps: u64,
     pub cache_releases: Vec<CacheRelease>,
     pub warnings: Vec<String>,
+    /// Parameters training updates (with LoRA: the adapters').
     pub parameters: u64,
+    /// Frozen parameters (LoRA's base weights).
+    #[serde(default)]
+    pub frozen_parameters: u64,
     pub config: RunConfig,
     /// The dry run's peak allocated bytes, next to `peak_allocated_bytes`.
     pub predicted_peak_bytes: Option<u64>,
@@ -133,6 +137,7 @@ impl TrainReport {
             cache_releases: Vec::new(),
             warnings: Vec::new(),
             parameters,
+            frozen_parameters: 0,
             config: config.clone(),
             predicted_peak_bytes: None,
             predicted_breakdown: None,

@@ -42,7 +42,18 @@ fn unchecked_model_spec(config: &RunConfig) -> Result<ModelSpec, TrainError> {
         ModelSpec::Gpt(mut c) => {
             c.dropout = config.dropout.unwrap_or(c.dropout);
             c.attention = config.strategy.attention;
+            c.lora = config.lora.clone();
             ModelSpec::Gpt(c)
+        }
+        ModelSpec::Resmlp(_) if config.lora.is_some() => {
+            return Err(TrainError::Config(ConfigError::Value {
+                key: "lora_rank",
+                value: config.lora.as_ref().map_or(0, |l| l.rank).to_string(),
+                reason: format!(
+                    "LoRA adapts a transformer's projections, and '{}' is a residual MLP; use a GPT model (e.g. --model gpt-small) or drop --lora-rank",
+                    config.model
+                ),
+            }));
         }
         ModelSpec::Resmlp(mut c) => {
             c.dropout = config.dropout.unwrap_or(c.dropout);
@@ -229,7 +240,8 @@ impl Trainer {
         let scaler = precision
             .loss_scaling()
             .then(|| LossScaler::new(ScalerConfig::default()));
-        let report = TrainReport::new(&config, model.num_params() as u64);
+        let mut report = TrainReport::new(&config, model.num_params() as u64);
+        report.frozen_parameters = model.num_frozen_params() as u64;
         Ok(Trainer {
             config,
             precision,

@@ -134,6 +134,10 @@ impl Trainer {
             return Ok(dir);
         };
         let mut groups = TensorGroups::new();
+        if let Some((base, merged)) = self.lora_groups(&model)? {
+            groups.insert("base".into(), base);
+            groups.insert("merged".into(), merged);
+        }
         groups.insert("model".into(), model);
         if let Some(master) = master {
             groups.insert("master".into(), master);
@@ -339,6 +343,7 @@ impl Trainer {
             .collect();
         for key in [
             "model",
+            "lora",
             "precision",
             "optimizer",
             "layers",
@@ -390,6 +395,7 @@ impl Trainer {
                 None => write_bytes(block.flat(), &t.data)?,
             }
         }
+        self.resume_base(groups.get("base"), corrupt)?;
         if let Some(master) = &self.master {
             let saved = groups
                 .get("master")

@@ -154,6 +154,7 @@ mod tests {
                 dropout: 0.0,
                 tied: true,
                 attention: Default::default(),
+                lora: None,
             })
         };
         // gpt-small's shapes are kept whole: 16 × 128 rows, 4 × 4 heads.

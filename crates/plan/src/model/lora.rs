@@ -1,0 +1,134 @@
+//! LoRA and QLoRA on a Hugging Face model, counted from the parameter inventory: which `Linear`
+//! leaves of the blocks a target list adapts (PEFT's `target_modules` matching the module's
+//! name), the adapters' trainable elements (r·(in + out) each), and the frozen base's bytes —
+//! in the parameter dtype, or for QLoRA every block `Linear` weight in 4-bit NormalFloat
+//! (bitsandbytes `Linear4bit`: embeddings, norms, biases and the output head stay 16-bit).
+//!
+//! NF4 storage of one weight of n elements (Dettmers et al. 2023, §3 "Double Quantization";
+//! bitsandbytes `quantize_4bit` with `compress_statistics`; docs/sources.md §24): n/2 bytes of
+//! codes, one absmax per block of 64 quantised to 8 bits (n/64 bytes), one fp32 scale per block
+//! of 256 absmax values and one fp32 offset per weight, so 4 + 8/64 + 32/(64·256) = 4.127 bits
+//! per parameter.
+//!
+//! Not for: the adapters' arithmetic (the engine) or the ranking of plans (the search).
+
+use super::params::{Leaf, LeafKind, ParamInventory};
+use crate::strategy::{BaseWeights, Lora, LoraTarget};
+
+/// The targets a block `Linear` serves, from its module name; empty for modules LoRA targets
+/// cannot name (routers, experts).
+fn served_by(leaf: &Leaf) -> &'static [LoraTarget] {
+    use LoraTarget::*;
+    let name = leaf.path.rsplit('.').next().unwrap_or_default();
+    let parent = leaf.path.rsplit('.').nth(1).unwrap_or_default();
+    match (parent, name) {
+        (_, "q_proj" | "query") => &[Q],
+        (_, "k_proj" | "key") => &[K],
+        (_, "v_proj" | "value") => &[V],
+        // Fused projections: one adapter on the whole module (PEFT adapts modules, not slices).
+        (_, "qkv_proj" | "c_attn" | "query_key_value") => &[Q, K, V, Qkv],
+        (_, "o_proj") | ("attn" | "attention", "c_proj" | "dense") => &[O],
+        ("output", "dense") if leaf.path.contains(".attention.") => &[O],
+        (_, "gate_proj") => &[Gate],
+        (_, "gate_up_proj") => &[Gate, Up],
+        (_, "up_proj" | "c_fc" | "dense_h_to_4h" | "fc1") => &[Up],
+        ("intermediate", "dense") => &[Up],
+        (_, "down_proj" | "dense_4h_to_h" | "fc2") | ("mlp", "c_proj") => &[Down],
+        ("output", "dense") => &[Down],
+        _ => &[],
+    }
+}
+
+/// Whether `targets` adapt `leaf` (`qkv` also names separate q, k and v projections).
+fn adapted(leaf: &Leaf, lora: &Lora) -> bool {
+    leaf.kind == LeafKind::Linear
+        && leaf.block.is_some()
+        && served_by(leaf).iter().any(|&t| {
+            lora.targets.contains(t)
+                || (lora.targets.contains(LoraTarget::Qkv)
+                    && matches!(t, LoraTarget::Q | LoraTarget::K | LoraTarget::V))
+        })
+}
+
+/// Bytes of one weight of `n` elements in NF4 with double-quantised scales.
+pub fn nf4_bytes(n: u64) -> u64 {
+    let blocks = n.div_ceil(64);
+    n.div_ceil(2) + blocks + 4 * blocks.div_ceil(256) + 4
+}
+
+/// A LoRA fine-tune's counts on one model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct LoraCounts {
+    /// The adapters' elements (the only ones with gradients and optimizer state).
+    pub trainable: u64,
+    /// Modules that get an adapter.
+    pub adapted_modules: u64,
+    /// The largest adapter matrix (A or B): the step in backward's gradient unit.
+    pub largest_adapter: u64,
+    /// Adafactor's factored state of the adapters: rows + columns of each matrix.
+    pub adafactor_elements: u64,
+    /// Frozen elements stored in the parameter dtype.
+    pub frozen_plain: u64,
+    /// Frozen elements stored in NF4 (QLoRA), and their bytes.
+    pub frozen_nf4: u64,
+    pub frozen_nf4_bytes: u64,
+}
+
+impl LoraCounts {
+    /// The counts of `lora` on the model of `inv`; `None` when no module matches a target.
+    pub fn of(inv: &ParamInventory, lora: &Lora) -> Option<LoraCounts> {
+        let mut c = LoraCounts {
+            trainable: 0,
+            adapted_modules: 0,
+            largest_adapter: 0,
+            adafactor_elements: 0,
+            frozen_plain: 0,
+            frozen_nf4: 0,
+            frozen_nf4_bytes: 0,
+        };
+        let r = lora.rank as u64;
+        for leaf in &inv.leaves {
+            if adapted(leaf, lora) {
+                // Leaves are (out, in) as nn.Linear stores them; the count is symmetric.
+                c.trainable += r * (leaf.rows + leaf.cols);
+                c.adapted_modules += 1;
+                c.largest_adapter = c.largest_adapter.max(r * leaf.rows.max(leaf.cols));
+                c.adafactor_elements += (leaf.cols + r) + (r + leaf.rows);
+            }
+            let quantised = lora.base == BaseWeights::Nf4
+                && leaf.kind == LeafKind::Linear
+                && leaf.block.is_some();
+            if quantised {
+                let n = leaf.rows * leaf.cols;
+                c.frozen_nf4 += n;
+                c.frozen_nf4_bytes += nf4_bytes(n);
+                c.frozen_plain += leaf.bias;
+            } else {
+                c.frozen_plain += leaf.params();
+            }
+        }
+        (c.adapted_modules > 0).then_some(c)
+    }
+
+    /// Device bytes of the frozen base with the parameter dtype's `param_bytes` per element.
+    pub fn frozen_bytes(&self, param_bytes: u64) -> u64 {
+        self.frozen_plain * param_bytes + self.frozen_nf4_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nf4_costs_the_published_4_127_bits_per_parameter() {
+        // Llama-2-7B's q_proj, 4096 × 4096: 8,388,608 code bytes, 262,144 absmax bytes, 1,024
+        // second-level scales and one offset.
+        let n = 4096 * 4096;
+        assert_eq!(nf4_bytes(n), 8_388_608 + 262_144 + 4 * 1_024 + 4);
+        let bits = 8.0 * nf4_bytes(n) as f64 / n as f64;
+        assert!((bits - 4.127).abs() < 0.001, "{bits}");
+        // Odd sizes round every part up.
+        assert_eq!(nf4_bytes(65), 33 + 2 + 4 + 4);
+    }
+}

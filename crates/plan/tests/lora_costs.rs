@@ -1,0 +1,93 @@
+//! What the analytical model charges for LoRA and QLoRA, against counts derived by hand for
+//! Llama-2-7B (hidden 4,096, MLP 11,008, 32 layers, vocabulary 32,000, untied head) at rank 8
+//! on the query and value projections, the setting of PEFT's and the QLoRA paper's examples.
+
+mod support;
+
+use headroom_plan::cost::{Problem, evaluate};
+use headroom_plan::strategy::{BaseWeights, Category, Lora, Precision};
+use support::{plain_strategy, problem};
+
+/// Llama-2-7B on one A100-80GB, one sequence of 512 tokens, with `base` under the adapters.
+fn llama(base: BaseWeights) -> Problem {
+    let p = problem("llama-2-7b", "A100-80GB", 1, 1, 512, 1);
+    let lora = Lora::new(8, 16.0, "q,v".parse().unwrap(), base).unwrap();
+    let workload = p.workload.clone().with_lora(&p.spec, lora).unwrap();
+    Problem::new(p.spec, p.hardware, workload, p.cost)
+}
+
+// Each adapter is 8·(4,096 + 4,096) = 65,536 elements; two per layer, 32 layers.
+const ADAPTERS: u64 = 65_536 * 2 * 32;
+const BASE: u64 = 6_738_415_616;
+
+#[test]
+fn lora_model_states_are_the_adapters_and_a_frozen_16_bit_base() {
+    assert_eq!(ADAPTERS, 4_194_304); // PEFT prints "trainable params: 4,194,304"
+    let p = llama(BaseWeights::Plain);
+    assert_eq!(p.facts.params, ADAPTERS);
+    assert_eq!(p.facts.total_params, BASE + ADAPTERS);
+    let plan = evaluate(&p, &plain_strategy(Precision::Bf16Mixed, 1, 1));
+    let at = |c: Category| plan.memory.breakdown.steady[c];
+    assert_eq!(at(Category::Parameter), 2 * (BASE + ADAPTERS));
+    // Gradients exist during the step only (freed between steps, as `zero_grad` sets them to
+    // None).
+    assert_eq!(
+        plan.memory.breakdown.at_peak[Category::Gradient],
+        2 * ADAPTERS
+    );
+    assert_eq!(at(Category::Gradient), 0);
+    assert_eq!(at(Category::MasterWeight), 4 * ADAPTERS);
+    assert_eq!(at(Category::OptimizerState), 8 * ADAPTERS);
+}
+
+#[test]
+fn qlora_stores_the_block_projections_in_nf4_with_double_quantised_scales() {
+    let p = llama(BaseWeights::Nf4);
+    let plan = evaluate(&p, &plain_strategy(Precision::Bf16Mixed, 1, 1));
+    // NF4 of n elements: n/2 code bytes, n/64 absmax bytes, 4 bytes per 256 absmax, 4 bytes of
+    // offset. q, k, v, o (4,096²): 8,388,608 + 262,144 + 4,096 + 4 = 8,654,852 each; gate, up,
+    // down (11,008 × 4,096 = 45,088,768): 22,544,384 + 704,512 + 11,008 + 4 = 23,259,908 each.
+    let per_layer = 4 * 8_654_852 + 3 * 23_259_908;
+    // Embeddings, the head and 65 norms of 4,096 stay bf16: 2·32,000·4,096 + 65·4,096.
+    let plain = 2 * 32_000 * 4_096 + 65 * 4_096;
+    let expected = 32 * per_layer + 2 * plain + 2 * ADAPTERS;
+    assert_eq!(expected, 3_873_981_312);
+    assert_eq!(plan.memory.breakdown.steady[Category::Parameter], expected);
+    // About 4.127 bits per quantised weight, as the QLoRA paper states.
+    let quantised: u64 = 32 * (4 * 4096 * 4096 + 3 * 11_008 * 4096);
+    let bits = 8.0 * (32 * per_layer) as f64 / quantised as f64;
+    assert!((bits - 4.127).abs() < 0.001, "{bits}");
+    // The adapters' states are LoRA's; the 16-bit base of plain LoRA is 3.3 times larger.
+    let lora = evaluate(
+        &llama(BaseWeights::Plain),
+        &plain_strategy(Precision::Bf16Mixed, 1, 1),
+    );
+    assert_eq!(
+        lora.memory.breakdown.steady[Category::OptimizerState],
+        plan.memory.breakdown.steady[Category::OptimizerState]
+    );
+    let ratio = lora.memory.breakdown.steady[Category::Parameter] as f64 / expected as f64;
+    assert!((3.4..3.5).contains(&ratio), "{ratio}");
+}
+
+#[test]
+fn targets_a_model_does_not_have_are_refused_by_name() {
+    let p = problem("gpt2", "A100-80GB", 1, 1, 512, 1);
+    // GPT-2 has no gated MLP.
+    let lora = Lora::new(8, 16.0, "gate".parse().unwrap(), BaseWeights::Plain).unwrap();
+    let e = p
+        .workload
+        .clone()
+        .with_lora(&p.spec, lora)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("--lora-targets gate") && e.contains("gpt2"),
+        "{e}"
+    );
+    // Its fused c_attn serves q, k, v and qkv alike: one adapter of 8·(768 + 2,304) per layer.
+    let lora = Lora::new(8, 16.0, "q,v".parse().unwrap(), BaseWeights::Plain).unwrap();
+    let w = p.workload.clone().with_lora(&p.spec, lora).unwrap();
+    let q = Problem::new(p.spec, p.hardware, w, p.cost);
+    assert_eq!(q.facts.params, 12 * 8 * (768 + 2304));
+}
