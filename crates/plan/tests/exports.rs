@@ -329,3 +329,62 @@ fn the_step_in_backward_is_refused_with_what_the_tools_would_hold_instead() {
         );
     }
 }
+
+#[test]
+fn lora_plans_export_peft_and_bitsandbytes_configs_named_as_the_models_modules() {
+    use headroom_plan::export::peft::{adapter_config, bitsandbytes_config};
+    use headroom_plan::strategy::{BaseWeights, Lora};
+    use support::schemas::{check_bitsandbytes, check_peft};
+    let lora_problem = |model: &str, targets: &str, base: BaseWeights| {
+        let p = problem(model, "A100-80GB", 1, 1, 512, 8);
+        let lora = Lora::new(16, 32.0, targets.parse().unwrap(), base).unwrap();
+        let w = p.workload.clone().with_lora(&p.spec, lora).unwrap();
+        Problem::new(p.spec, p.hardware, w, p.cost)
+    };
+    // Llama: PEFT's module names, each projection its own.
+    let p = lora_problem("llama-2-7b", "q,v,down", BaseWeights::Nf4);
+    let peft = adapter_config(&p).unwrap();
+    check_peft(&peft);
+    assert_eq!(peft["r"], 16);
+    assert_eq!(peft["lora_alpha"], 32.0);
+    assert_eq!(
+        peft["target_modules"],
+        serde_json::json!(["down_proj", "q_proj", "v_proj"])
+    );
+    let best = plan(
+        &p,
+        Precision::Bf16Mixed,
+        0,
+        Offload::None,
+        Offload::None,
+        Checkpoint::None,
+    );
+    let bnb = bitsandbytes_config(&p, &best).unwrap();
+    check_bitsandbytes(&bnb);
+    assert_eq!(bnb["bnb_4bit_quant_type"], "nf4");
+    assert_eq!(bnb["bnb_4bit_compute_dtype"], "bfloat16");
+    // GPT-2: q names the fused c_attn; the attention output needs its parent, because the MLP's
+    // output projection is also called c_proj and is not adapted; Conv1D stores (in, out).
+    let p = lora_problem("gpt2", "q,o", BaseWeights::Plain);
+    let peft = adapter_config(&p).unwrap();
+    check_peft(&peft);
+    assert_eq!(
+        peft["target_modules"],
+        serde_json::json!(["attn.c_proj", "c_attn"])
+    );
+    assert_eq!(peft["fan_in_fan_out"], true);
+    // A plain LoRA plan has no quantization to configure, and a plan without LoRA no adapters.
+    let best = plan(
+        &p,
+        Precision::Bf16Mixed,
+        0,
+        Offload::None,
+        Offload::None,
+        Checkpoint::None,
+    );
+    let e = bitsandbytes_config(&p, &best).unwrap_err().to_string();
+    assert!(e.contains("--lora-base nf4"), "{e}");
+    let plain = problem("gpt2", "A100-80GB", 1, 1, 512, 8);
+    let e = adapter_config(&plain).unwrap_err().to_string();
+    assert!(e.contains("--lora-rank"), "{e}");
+}

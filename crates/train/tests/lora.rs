@@ -285,3 +285,50 @@ fn qlora_keeps_its_nf4_base_bitwise_predicts_exactly_and_resumes_bitwise() {
         assert_eq!(groups["base"]["block.0.attn.qkv.w.nf4"].data, before[0]);
     }
 }
+
+#[test]
+fn lora_settings_that_cannot_take_effect_are_refused_with_the_fix() {
+    use headroom_train::config::TrainConfig;
+    let e = TrainConfig {
+        lora_alpha: Some(16.0),
+        ..Default::default()
+    }
+    .resolve()
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("lora_rank") && e.contains("--lora-rank 8"),
+        "{e}"
+    );
+    let e = TrainConfig {
+        lora_rank: Some(0),
+        ..Default::default()
+    }
+    .resolve()
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("--lora-rank"), "{e}");
+    let c = TrainConfig {
+        model: Some("resmlp".into()),
+        lora_rank: Some(8),
+        ..Default::default()
+    }
+    .resolve()
+    .unwrap();
+    let e = headroom_train::trainer::model_spec(&c)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("residual MLP") && e.contains("gpt-small"), "{e}");
+    // The GPT has no gate projection.
+    let c = TrainConfig {
+        lora_rank: Some(8),
+        lora_targets: Some("gate".parse().unwrap()),
+        ..Default::default()
+    }
+    .resolve()
+    .unwrap();
+    let e = headroom_train::trainer::model_spec(&c)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("adapt up and down"), "{e}");
+}

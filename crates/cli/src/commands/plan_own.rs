@@ -255,6 +255,13 @@ fn to_text(
         group_digits(spec.num_params() as u64),
         spec.depth()
     );
+    if let (Some(lora), ModelSpec::Gpt(c)) = (&config.lora, spec) {
+        let trainable = c.trainable_params().unwrap_or(0) as u64;
+        out += &format!(
+            "Fine-tune {lora}: {} trainable parameters, the base frozen\n",
+            group_digits(trainable)
+        );
+    }
     let n = config.data_parallel;
     let ranks = match n {
         1 => String::new(),

@@ -1,8 +1,9 @@
 //! Serving requests from a planned arena. With an [`ArenaPlan`] installed, the allocator holds
 //! one arena segment of the plan's size; inside a window the caller opened with a key the plan
 //! knows, the k-th request gets the k-th planned offset when it asks for the planned size and
-//! category, and requests the plan leaves out (those that outlive the window) go to the caching
-//! pools. A request that differs from the plan — another size, another category, more requests
+//! category, and requests the plan leaves out (those that outlive the window but not the run) go
+//! to the caching pools. Permanent requests (model states) take the plan's permanent region at
+//! the bottom of the arena and stay there. A request that differs from the plan — another size, another category, more requests
 //! than planned, or an offset still covered by a live arena block — is a deviation: it and the
 //! rest of the window are served by the caching pools, and the deviation is counted and kept
 //! for the report. Statistics, windows and traces count arena blocks like any other, in the
@@ -170,7 +171,7 @@ impl CachingAllocator {
     }
 
     /// Opens window `key`: served from the plan when the plan has it and no arena block of an
-    /// earlier window is still live. Also starts recording it when recording.
+    /// earlier window (outside the permanent region) is still live. Also starts recording it when recording.
     pub fn begin_window(&mut self, key: &str) {
         self.end_window();
         if let Some(r) = self.recorder.as_mut() {
@@ -182,8 +183,14 @@ impl CachingAllocator {
         arena.open = Some(key.to_string());
         match arena.plan.windows.iter().position(|w| w.key == key) {
             None => arena.report.windows_unplanned += 1,
-            Some(_) if !arena.live.is_empty() => {
-                let n = arena.live.len();
+            Some(_)
+                if arena
+                    .live
+                    .range(arena.plan.permanent_bytes..)
+                    .next()
+                    .is_some() =>
+            {
+                let n = arena.live.range(arena.plan.permanent_bytes..).count();
                 arena.deviate(format!(
                     "{n} arena blocks of an earlier window are still live"
                 ));

@@ -50,6 +50,38 @@ fn adapted(leaf: &Leaf, lora: &Lora) -> bool {
         })
 }
 
+/// The module names PEFT's `target_modules` needs for `lora` on the model of `inv`: for each
+/// adapted module the shortest suffix of its path (after the block index) that names no
+/// module of the block that is not adapted, sorted, without repeats.
+pub fn adapted_modules(inv: &ParamInventory, lora: &Lora) -> Vec<String> {
+    // Paths inside a block: `model.layers.3.self_attn.q_proj` → ["self_attn", "q_proj"].
+    let inner = |leaf: &Leaf| -> Vec<String> {
+        let parts: Vec<&str> = leaf.path.split('.').collect();
+        let at = parts
+            .iter()
+            .position(|p| p.parse::<u64>().is_ok())
+            .map_or(0, |i| i + 1);
+        parts[at..].iter().map(|p| p.to_string()).collect()
+    };
+    let in_blocks: Vec<&Leaf> = inv.leaves.iter().filter(|l| l.block.is_some()).collect();
+    let mut names = Vec::new();
+    for leaf in in_blocks.iter().filter(|l| adapted(l, lora)) {
+        let path = inner(leaf);
+        let name = (1..=path.len())
+            .map(|k| path[path.len() - k..].join("."))
+            .find(|suffix| {
+                !in_blocks.iter().any(|other| {
+                    !adapted(other, lora) && inner(other).join(".").ends_with(suffix.as_str())
+                })
+            })
+            .unwrap_or_else(|| path.join("."));
+        names.push(name);
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
 /// Bytes of one weight of `n` elements in NF4 with double-quantised scales.
 pub fn nf4_bytes(n: u64) -> u64 {
     let blocks = n.div_ceil(64);

@@ -276,3 +276,74 @@ pub fn check_accelerate(yaml: &str) -> BTreeMap<String, String> {
     }
     out
 }
+
+/// PEFT `LoraConfig` fields an `adapter_config.json` may hold, with the documented values of
+/// the enumerated ones. Source: https://huggingface.co/docs/peft/package_reference/lora
+/// (`LoraConfig`: r, lora_alpha, target_modules, lora_dropout, fan_in_fan_out, bias ∈ {"none",
+/// "all", "lora_only"}) and https://huggingface.co/docs/peft/package_reference/config
+/// (`PeftConfig`: peft_type, task_type ∈ TaskType, base_model_name_or_path, inference_mode).
+pub fn check_peft(config: &Value) {
+    let allowed: BTreeMap<&str, &[&str]> = BTreeMap::from([
+        ("peft_type", &["LORA"][..]),
+        (
+            "task_type",
+            &[
+                "SEQ_CLS",
+                "SEQ_2_SEQ_LM",
+                "CAUSAL_LM",
+                "TOKEN_CLS",
+                "QUESTION_ANS",
+                "FEATURE_EXTRACTION",
+            ][..],
+        ),
+        ("base_model_name_or_path", &[][..]),
+        ("r", &[][..]),
+        ("lora_alpha", &[][..]),
+        ("lora_dropout", &[][..]),
+        ("target_modules", &[][..]),
+        ("bias", &["none", "all", "lora_only"][..]),
+        ("fan_in_fan_out", &[][..]),
+        ("inference_mode", &[][..]),
+    ]);
+    check_flat(config, &allowed, "PEFT LoraConfig");
+}
+
+/// Transformers `BitsAndBytesConfig.to_dict()` keys, with documented values. Source:
+/// https://huggingface.co/docs/transformers/main_classes/quantization (`BitsAndBytesConfig`:
+/// load_in_4bit, load_in_8bit, llm_int8_skip_modules, bnb_4bit_compute_dtype,
+/// bnb_4bit_quant_type ∈ {"fp4", "nf4"}, bnb_4bit_use_double_quant, bnb_4bit_quant_storage;
+/// quant_method "bitsandbytes").
+pub fn check_bitsandbytes(config: &Value) {
+    let allowed: BTreeMap<&str, &[&str]> = BTreeMap::from([
+        ("quant_method", &["bitsandbytes"][..]),
+        ("load_in_4bit", &[][..]),
+        ("load_in_8bit", &[][..]),
+        ("bnb_4bit_quant_type", &["fp4", "nf4"][..]),
+        ("bnb_4bit_use_double_quant", &[][..]),
+        (
+            "bnb_4bit_compute_dtype",
+            &["float32", "float16", "bfloat16"][..],
+        ),
+        (
+            "bnb_4bit_quant_storage",
+            &["uint8", "float16", "bfloat16", "float32"][..],
+        ),
+        ("llm_int8_skip_modules", &[][..]),
+    ]);
+    check_flat(config, &allowed, "BitsAndBytesConfig");
+}
+
+fn check_flat(config: &Value, allowed: &BTreeMap<&str, &[&str]>, tool: &str) {
+    let object = config.as_object().expect("a JSON object");
+    for (key, value) in object {
+        let values = allowed
+            .get(key.as_str())
+            .unwrap_or_else(|| panic!("{tool} key {key} is not documented"));
+        if let Some(text) = value.as_str() {
+            assert!(
+                values.is_empty() || values.contains(&text),
+                "{tool} {key}: {text} not among {values:?}"
+            );
+        }
+    }
+}

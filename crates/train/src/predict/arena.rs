@@ -43,7 +43,8 @@ pub fn record_arena_plan(
         Trainer::on_device(c, corpus, device.clone())?
     };
     trainer.train(&mut |_| {})?;
-    drop(trainer);
+    // Taken while the trainer lives: what it still holds at the end is permanent.
     let plan = device.lock().take_recorded_plan();
+    drop(trainer);
     Ok(plan.unwrap_or_default())
 }

@@ -168,6 +168,7 @@ impl Trainer {
             let plan = crate::predict::record_arena_plan(&config, corpus, ranks)?;
             device.lock().install_plan(plan)?;
         }
+        device.lock().begin_window(super::step::INIT_WINDOW);
         let placement = config.strategy.placement;
         // Offloading ZeRO-3 parameters alone takes ZeRO-3's machinery in a group of one.
         let comm = match comm {
@@ -240,6 +241,7 @@ impl Trainer {
         let scaler = precision
             .loss_scaling()
             .then(|| LossScaler::new(ScalerConfig::default()));
+        device.lock().end_window();
         let mut report = TrainReport::new(&config, model.num_params() as u64);
         report.frozen_parameters = model.num_frozen_params() as u64;
         Ok(Trainer {

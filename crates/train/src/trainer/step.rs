@@ -21,6 +21,9 @@ use headroom_tensor::{DType, Tape, Tensor};
 
 /// The planned arena's window of a run's first optimizer step.
 pub const FIRST_STEP_WINDOW: &str = "first step";
+/// The planned arena's window of the model's construction: its parameters, gradients and master
+/// weights are permanent (the arena's bottom region).
+pub const INIT_WINDOW: &str = "init";
 /// The planned arena's window of every later optimizer step.
 pub const STEP_WINDOW: &str = "step";
 /// The planned arena's window of a validation.
@@ -149,6 +152,12 @@ impl Trainer {
         if !self.hooks.skip_zero_grad {
             self.zero_grads()?;
             self.backward_passes = 0;
+        }
+        // Freed inside the step's window, so the planned arena packs them with the step, and
+        // in block order: the bindings (a hash map of views) go first.
+        if let Some((buffers, grads)) = separate {
+            drop(grads);
+            drop(buffers);
         }
         drop(history);
         self.device.lock().end_window();
