@@ -67,6 +67,31 @@ pub trait Model {
         Ok(None)
     }
 
+    /// The model's weights as a plain run lays them out: block names and element counts (the
+    /// trainable blocks, or under LoRA the base's blocks in the full layout).
+    fn plain_blocks(&self) -> Vec<(String, usize)> {
+        let blocks = match self.frozen_blocks() {
+            [] => self.blocks(),
+            frozen => frozen,
+        };
+        blocks
+            .iter()
+            .map(|b| (b.name().to_string(), b.numel()))
+            .collect()
+    }
+
+    /// Sets plain block `name` from `values` in the plain layout (another run's weights).
+    fn load_plain_block(&mut self, name: &str, values: &[f32]) -> Result<()> {
+        let blocks = match self.frozen_blocks() {
+            [] => self.blocks(),
+            frozen => frozen,
+        };
+        let block = blocks.iter().find(|b| b.name() == name).ok_or_else(|| {
+            headroom_tensor::TensorError::invalid("load", format!("no block {name}"))
+        })?;
+        block.set_values(values)
+    }
+
     /// Parameters training updates.
     fn num_params(&self) -> usize {
         self.blocks().iter().map(|b| b.numel()).sum()

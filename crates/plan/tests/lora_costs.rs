@@ -91,3 +91,29 @@ fn targets_a_model_does_not_have_are_refused_by_name() {
     let q = Problem::new(p.spec, p.hardware, w, p.cost);
     assert_eq!(q.facts.params, 12 * 8 * (768 + 2304));
 }
+
+#[test]
+fn lora_keeps_only_the_projection_inputs_its_adapters_read() {
+    use headroom_plan::cost::activation::model_activations;
+    use headroom_plan::strategy::{Attention, Checkpoint, Loss};
+    let acts = |p: &Problem| {
+        model_activations(
+            &p.spec,
+            512.0,
+            1.0,
+            2.0,
+            Attention::MemoryEfficient,
+            Checkpoint::None,
+            Loss::Plain,
+        )
+    };
+    let full = problem("llama-2-7b", "A100-80GB", 1, 1, 512, 1);
+    let lora = llama(BaseWeights::Plain);
+    // Rank 8 on q, v of Llama-2-7B at 512 tokens, 2-byte activations: per block the output
+    // projection's input (4,096), the MLP's input (4,096) and the gated product (11,008) are no
+    // longer kept, two rank-8 intermediates are; outside the blocks the head's input goes.
+    let per_block = -2.0 * 512.0 * (4096.0 + 4096.0 + 11_008.0) + 2.0 * 2.0 * 512.0 * 8.0;
+    let expected = 32.0 * per_block - 2.0 * 512.0 * 4096.0;
+    assert_eq!(acts(&lora) - acts(&full), expected);
+    assert_eq!(expected, -632_815_616.0);
+}

@@ -8,7 +8,7 @@ use crate::report::progress::Progress;
 use crate::report::timeline::write_timeline_svg;
 use crate::report::train_report::print_report;
 use crate::signals::{Interrupted, StopSignals, name};
-use anyhow::Context;
+use anyhow::{Context, bail};
 use clap::Args;
 use headroom_dist::{Communicator, ThreadGroup};
 use headroom_memory::output::{check_writable, write_output};
@@ -87,12 +87,18 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let mpi = mpi_rank(&merged)?;
     let lead = mpi.as_ref().is_none_or(|c| c.rank() == 0);
     check_outputs(&args, &merged)?;
+    if args.resume.is_some() && merged.init_from.is_some() {
+        bail!(
+            "--init-from and --resume both give the run's weights: --resume continues a saved run (weights, optimizer state, data position), --init-from starts a new one from a save's weights; give one"
+        );
+    }
     let (mut config, pins, mut options) = match &args.resume {
-        Some(dir) => (
-            resumed_config(dir, &merged)?,
-            Pins::default(),
-            PrepareOptions::default(),
-        ),
+        Some(dir) => {
+            // The saved run's weights replace whatever it started from.
+            let mut c = resumed_config(dir, &merged)?;
+            c.init_from = None;
+            (c, Pins::default(), PrepareOptions::default())
+        }
         None => {
             let pins = merged.pins();
             let options = PrepareOptions {

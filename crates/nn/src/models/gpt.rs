@@ -549,6 +549,51 @@ impl Model for Gpt {
         }
     }
 
+    fn plain_blocks(&self) -> Vec<(String, usize)> {
+        let full: usize = block_shapes(self.config.width, self.config.ffn)
+            .iter()
+            .map(|s| s.iter().product::<usize>())
+            .sum();
+        self.blocks
+            .iter()
+            .map(|b| match b.name().starts_with("block.") {
+                true => (b.name().to_string(), full),
+                false => (b.name().to_string(), b.numel()),
+            })
+            .collect()
+    }
+
+    fn load_plain_block(&mut self, name: &str, values: &[f32]) -> Result<()> {
+        let bi = self
+            .blocks
+            .iter()
+            .position(|b| b.name() == name)
+            .ok_or_else(|| TensorError::invalid("load", format!("no block {name}")))?;
+        let Some(nf4) = bi.checked_sub(1).and_then(|l| self.quantized.get_mut(l)) else {
+            return self.blocks[bi].set_values(values);
+        };
+        // QLoRA: the plain layout's projections re-quantised, the rest into the frozen block.
+        let shapes = block_shapes(self.config.width, self.config.ffn);
+        let weights: Vec<(&str, &[usize])> = BLOCK_WEIGHTS
+            .iter()
+            .copied()
+            .zip(shapes.iter().map(|s| s.as_slice()))
+            .collect();
+        let mut kept = Vec::new();
+        for spec in qlora::layout(&weights) {
+            let n: usize = spec.shape.iter().product();
+            let part = &values[spec.offset..spec.offset + n];
+            match QUANTIZED.iter().position(|q| *q == spec.name) {
+                Some(i) => {
+                    let bytes = headroom_tensor::nf4::quantize_nf4(part);
+                    Nf4Weight::set_bytes(&mut nf4[i], &bytes)?;
+                }
+                None => kept.extend_from_slice(part),
+            }
+        }
+        self.blocks[bi].set_values(&kept)
+    }
+
     fn quantized(&self) -> Vec<Arc<Nf4Weight>> {
         self.quantized.iter().flatten().cloned().collect()
     }

@@ -17,12 +17,18 @@
 //! | MLP, gated (SwiGLU) | e·sbh + 4·e·sbf (gate out, act out, up out, product) | — |
 //! | MoE | MLP expert part × experts_per_token + 4·sbE router logits | — |
 //!
+//! Under LoRA (`ModelSpec::lora_saves`) the inputs only a frozen projection's weight gradient
+//! would read are not kept: the attention's input unless q/k/v are adapted, the output
+//! projection's unless o is, the MLP's unless gate/up are, the activation's output (or the gated
+//! product) unless down is, and the output head's; each adapter adds its rank-r intermediate.
+//!
 //! The 34·sbh + 5·as²b of Eq. 1 is reproduced exactly for GPT-style blocks (see tests).
 //! T5 decoder blocks add a cross-attention costed like a self-attention plus a third norm. A
 //! block without attention (headroom's residual MLP) keeps one norm input and the MLP terms.
 //!
 //! Not for: parameters, gradients or optimizer states (see `memory`).
 
+use crate::model::lora::LoraSaves;
 use crate::model::{Family, MlpKind, ModelSpec};
 use crate::strategy::{Attention, Checkpoint, Loss};
 
@@ -64,7 +70,18 @@ pub fn block(spec: &ModelSpec, s: f64, b: f64, e: f64, attention: Attention) -> 
         0.0
     };
     let norms = (1.0 + attention_blocks + extra_norms) * e * sb * h;
-    let attn_linear = attention_blocks * (e * sb * (h + q + kv + kv + q) + drop * sb * h);
+    // Under LoRA a projection's input is kept only where an adapter reads it.
+    let saves = spec.lora_saves;
+    let keep = |needed: fn(&LoraSaves) -> bool| {
+        saves
+            .as_ref()
+            .map_or(1.0, |l| f64::from(u8::from(needed(l))))
+    };
+    let (qkv_in, o_in) = (keep(|l| l.qkv_input), keep(|l| l.o_input));
+    let (mlp_in, down_in) = (keep(|l| l.mlp_input), keep(|l| l.down_input));
+    let adapters = saves.map_or(0.0, |l| l.adapters_per_block * l.rank * e * sb);
+    let attn_linear =
+        attention_blocks * (e * sb * (h * qkv_in + q + kv + kv + q * o_in) + drop * sb * h);
     let core = attention_blocks
         * match attention {
             Attention::Naive => e * a * s * s * b + drop * (a * s * s * b + e * a * s * s * b),
@@ -73,14 +90,17 @@ pub fn block(spec: &ModelSpec, s: f64, b: f64, e: f64, attention: Attention) -> 
     let k = spec.experts_per_token as f64;
     // A plain MLP keeps its input, its first matmul's output and the activation's output; the
     // last not where the engine recomputes it.
-    let act_out = if spec.recomputed_mlp_activation {
-        0.0
-    } else {
-        1.0
+    // Under LoRA it is kept only for an adapter on the down projection (a frozen one needs
+    // no input), recomputed or not.
+    let act_out = match saves {
+        Some(_) => down_in,
+        None if spec.recomputed_mlp_activation => 0.0,
+        None => 1.0,
     };
     let mlp = match spec.mlp {
-        MlpKind::Plain => e * sb * h + k * (1.0 + act_out) * e * sb * f + drop * sb * h,
-        MlpKind::Gated => e * sb * h + k * 4.0 * e * sb * f,
+        MlpKind::Plain => e * sb * h * mlp_in + k * (1.0 + act_out) * e * sb * f + drop * sb * h,
+        // Gate out, activation out and up out always; their product (down's input) as above.
+        MlpKind::Gated => e * sb * h * mlp_in + k * (3.0 + down_in) * e * sb * f,
     };
     let router = if spec.num_experts > 1 {
         4.0 * sb * spec.num_experts as f64
@@ -88,7 +108,7 @@ pub fn block(spec: &ModelSpec, s: f64, b: f64, e: f64, attention: Attention) -> 
         0.0
     };
 
-    let encoder = norms + attn_linear + mlp + router;
+    let encoder = norms + attn_linear + mlp + router + adapters;
     let (linear_part, core_attention) = if spec.num_decoder_layers > 0 {
         // T5: decoder blocks carry a cross-attention and a third norm; average over all blocks.
         let decoder = encoder + attn_linear + e * sb * h;
@@ -114,7 +134,9 @@ pub fn block(spec: &ModelSpec, s: f64, b: f64, e: f64, attention: Attention) -> 
 pub fn outside_blocks(spec: &ModelSpec, s: f64, b: f64, e: f64, loss: Loss) -> f64 {
     let h = spec.hidden_size as f64;
     let drop = if spec.dropout { 1.0 } else { 0.0 };
-    drop * s * b * h + 2.0 * e * s * b * h + logits(spec, s, b, loss)
+    // A frozen output projection (LoRA) keeps no input for its weight's gradient.
+    let head_in = if spec.lora_saves.is_some() { 0.0 } else { 1.0 };
+    drop * s * b * h + (1.0 + head_in) * e * s * b * h + logits(spec, s, b, loss)
 }
 
 /// The fp32 logits held at once: `4sbv`, a K-th of it for a chunked loss.

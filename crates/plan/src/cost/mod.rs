@@ -130,6 +130,14 @@ impl Problem {
             facts.adafactor_state_elements = counts.adafactor_elements;
             facts.lora = Some(counts);
         }
+        let mut spec = spec;
+        if let (Some(lora), Some(counts)) = (&workload.lora, &facts.lora) {
+            spec.lora_saves = Some(crate::model::lora::LoraSaves::of(
+                lora,
+                counts,
+                spec.total_blocks(),
+            ));
+        }
         Problem {
             spec,
             facts,

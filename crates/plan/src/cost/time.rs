@@ -152,7 +152,14 @@ fn flops(problem: &Problem, s: &Strategy) -> (f64, f64) {
     let q = spec.q_dim() as f64;
     let attn_layers = f.attention_layers as f64;
     let attention_flops = 12.0 * seq * q * tokens * attn_layers;
-    let model_flops = 6.0 * f.active_matmul_params * tokens + attention_flops;
+    // Forward 2, backward 4 FLOPs per weight and token (input and weight gradients); a frozen
+    // LoRA base computes only the input gradient (2), its adapters all three.
+    let model_flops = match f.lora {
+        None => 6.0 * f.active_matmul_params * tokens + attention_flops,
+        Some(l) => {
+            (4.0 * f.active_matmul_params + 6.0 * l.trainable as f64) * tokens + attention_flops
+        }
+    };
     let blocks = spec.total_blocks();
     let recompute_flops = match effective_policy(problem, s) {
         Checkpoint::None | Checkpoint::Budget(_) => 0.0,

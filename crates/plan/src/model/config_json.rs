@@ -164,6 +164,7 @@ fn decoder_llama_like(name: &str, family: Family, f: &Fields) -> Result<ModelSpe
         relative_attention_buckets: 0,
         recomputed_mlp_activation: false,
         type_vocab_size: 0,
+        lora_saves: None,
     })
 }
 
@@ -193,6 +194,7 @@ fn gpt2(name: &str, f: &Fields) -> Result<ModelSpec> {
         relative_attention_buckets: 0,
         recomputed_mlp_activation: false,
         type_vocab_size: 0,
+        lora_saves: None,
     })
 }
 
@@ -222,6 +224,7 @@ fn gpt_neox(name: &str, f: &Fields) -> Result<ModelSpec> {
         relative_attention_buckets: 0,
         recomputed_mlp_activation: false,
         type_vocab_size: 0,
+        lora_saves: None,
     })
 }
 
@@ -250,6 +253,7 @@ fn bert(name: &str, f: &Fields) -> Result<ModelSpec> {
         relative_attention_buckets: 0,
         recomputed_mlp_activation: false,
         type_vocab_size: f.size_or("type_vocab_size", 2)?,
+        lora_saves: None,
     })
 }
 
@@ -289,6 +293,7 @@ fn t5(name: &str, f: &Fields) -> Result<ModelSpec> {
         relative_attention_buckets: f.size_or("relative_attention_num_buckets", 32)?,
         recomputed_mlp_activation: false,
         type_vocab_size: 0,
+        lora_saves: None,
     })
 }
 

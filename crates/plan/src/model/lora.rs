@@ -148,6 +148,41 @@ impl LoraCounts {
     }
 }
 
+/// Which projection inputs a LoRA run's backward keeps: a projection's input is needed only for
+/// its weight's gradient, so a frozen projection without an adapter keeps none (as PyTorch's
+/// autograd saves `x` of `x·W` only when `W` requires a gradient); each adapter keeps its
+/// rank-r intermediate.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct LoraSaves {
+    /// The attention's input (q, k, v adapted).
+    pub qkv_input: bool,
+    /// The attention output projection's input (o adapted).
+    pub o_input: bool,
+    /// The MLP's input (gate or up adapted).
+    pub mlp_input: bool,
+    /// The down projection's input, the activation's output (down adapted).
+    pub down_input: bool,
+    /// Adapters per block, each keeping `rank` elements per token.
+    pub adapters_per_block: f64,
+    pub rank: f64,
+}
+
+impl LoraSaves {
+    /// The saves of `lora`, whose counts on a model of `blocks` transformer blocks are `counts`.
+    pub fn of(lora: &Lora, counts: &LoraCounts, blocks: u64) -> LoraSaves {
+        use LoraTarget::*;
+        let t = &lora.targets;
+        LoraSaves {
+            qkv_input: [Q, K, V, Qkv].iter().any(|&x| t.contains(x)),
+            o_input: t.contains(O),
+            mlp_input: t.contains(Gate) || t.contains(Up),
+            down_input: t.contains(Down),
+            adapters_per_block: counts.adapted_modules as f64 / blocks.max(1) as f64,
+            rank: lora.rank as f64,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -124,6 +124,10 @@ pub struct ModelSpec {
     pub recomputed_mlp_activation: bool,
     /// BERT's `type_vocab_size`; 0 for other families.
     pub type_vocab_size: u64,
+    /// Under LoRA, which projection inputs backward still needs (the frozen projections' own
+    /// are not kept); set by `Problem::new` from the workload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora_saves: Option<lora::LoraSaves>,
 }
 
 impl ModelSpec {
@@ -160,6 +164,7 @@ impl ModelSpec {
             relative_attention_buckets: 0,
             recomputed_mlp_activation: false,
             type_vocab_size: 0,
+            lora_saves: None,
         }
     }
 

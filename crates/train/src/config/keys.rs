@@ -139,6 +139,12 @@ pub struct TrainConfig {
     /// dequantised per GEMM; norms, biases, embeddings and the head stay in the parameter dtype).
     #[arg(long, value_parser = parse_flag::<BaseWeights>, value_name = "FORMAT")]
     pub lora_base: Option<BaseWeights>,
+    /// Start from the weights of a save (a --save-dir directory or one of its step-NNNNNN
+    /// folders) instead of the seed's initialisation: its merged model when it is a LoRA run's,
+    /// else its model. With --lora-rank they become the frozen base. The step, optimizer state
+    /// and data start afresh (--resume continues a run instead).
+    #[arg(long, value_name = "SAVE")]
+    pub init_from: Option<PathBuf>,
     /// Save the run (weights, optimizer state, data position) under this directory.
     #[arg(long, value_name = "DIR", visible_alias = "checkpoint-dir")]
     #[serde(alias = "checkpoint_dir")]
@@ -282,6 +288,7 @@ impl TrainConfig {
             lora_alpha,
             lora_targets,
             lora_base,
+            init_from,
             save_dir,
             save_every,
             oom_recovery,
@@ -379,6 +386,7 @@ impl TrainConfig {
         Ok(RunConfig {
             model: self.model.unwrap_or_else(|| DEFAULT_MODEL.into()),
             lora,
+            init_from: self.init_from,
             layers: self.layers,
             width: self.width,
             heads: self.heads,

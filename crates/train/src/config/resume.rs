@@ -127,6 +127,7 @@ impl RunConfig {
             lora_alpha: self.lora.as_ref().map(|l| l.alpha),
             lora_targets: self.lora.as_ref().map(|l| l.targets.clone()),
             lora_base: self.lora.as_ref().map(|l| l.base),
+            init_from: self.init_from.clone(),
             save_dir: self.save_dir.clone(),
             save_every: Some(self.save_every),
             oom_recovery: Some(self.oom_recovery),

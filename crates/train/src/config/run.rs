@@ -16,6 +16,9 @@ pub struct RunConfig {
     /// LoRA adapters on a frozen base; `None` trains every weight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora: Option<headroom_strategy::Lora>,
+    /// The save whose weights the run starts from, if not the seed's initialisation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_from: Option<PathBuf>,
     pub layers: Option<usize>,
     pub width: Option<usize>,
     pub heads: Option<usize>,

@@ -84,8 +84,14 @@ pub fn analytical_memory(config: &RunConfig) -> Result<Analytical, TrainError> {
         config.data_parallel as u64,
     )
     .map_err(planner)?;
+    let workload = match &config.lora {
+        Some(lora) => workload.with_lora(&spec, lora.clone()).map_err(planner)?,
+        None => workload,
+    };
+    let problem = Problem::new(spec, hw, workload, CostModel::default());
+    // The problem's spec: under LoRA it says which projection inputs are kept.
     let activation_bytes = activation::model_activations(
-        &spec,
+        &problem.spec,
         seq_len as f64,
         micro_batch as f64,
         strategy.precision.activation_bytes() as f64,
@@ -94,7 +100,6 @@ pub fn analytical_memory(config: &RunConfig) -> Result<Analytical, TrainError> {
         strategy.loss,
     )
     .round() as u64;
-    let problem = Problem::new(spec, hw, workload, CostModel::default());
     Ok(Analytical {
         memory: memory::predict(&problem, &strategy),
         activation_bytes,

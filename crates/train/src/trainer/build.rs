@@ -189,7 +189,7 @@ impl Trainer {
             // With the step in backward a gradient takes bytes only while it is computed.
             released_gradients: config.strategy.optimizer_in_backward,
         };
-        let model = with_sharding(layout, || {
+        let mut model = with_sharding(layout, || {
             build_model(
                 &config.model,
                 &spec,
@@ -198,6 +198,10 @@ impl Trainer {
                 config.seed,
             )
         })?;
+        if let Some(path) = &config.init_from {
+            // Before master weights and offload stores copy the parameters.
+            super::init_from::init_from(model.as_mut(), path, !device.is_backed())?;
+        }
         let mut grads = Gradients::new();
         for block in model.blocks() {
             block.bind_grads(&mut grads)?;

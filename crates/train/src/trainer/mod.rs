@@ -20,6 +20,7 @@ mod fused_step;
 mod group;
 mod guard;
 mod host_grads;
+mod init_from;
 mod lora;
 mod offload;
 mod offload_step;
