@@ -134,6 +134,15 @@ fn block_shapes(c: usize, f: usize) -> [Vec<usize>; 12] {
     ]
 }
 
+/// A block's weights as `(name, shape)` pairs in `BLOCK_WEIGHTS` order.
+fn block_weights(shapes: &[Vec<usize>; 12]) -> Vec<(&'static str, &[usize])> {
+    BLOCK_WEIGHTS
+        .iter()
+        .copied()
+        .zip(shapes.iter().map(|s| s.as_slice()))
+        .collect()
+}
+
 const BLOCK_WEIGHTS: [&str; 12] = [
     "ln1.w",
     "ln1.b",
@@ -322,11 +331,7 @@ impl Gpt {
         let mut quantized = Vec::new();
         blocks.push(new_block("embed", &[("wte", &[v, c]), ("wpe", &[s, c])])?);
         let shapes = block_shapes(c, f);
-        let weights: Vec<(&str, &[usize])> = BLOCK_WEIGHTS
-            .iter()
-            .copied()
-            .zip(shapes.iter().map(|s| s.as_slice()))
-            .collect();
+        let weights = block_weights(&shapes);
         for i in 0..config.layers {
             let name = format!("block.{i}");
             if nf4 {
@@ -378,11 +383,7 @@ impl Gpt {
             ));
         };
         let shapes = block_shapes(self.config.width, self.config.ffn);
-        let weights: Vec<(&str, &[usize])> = BLOCK_WEIGHTS
-            .iter()
-            .copied()
-            .zip(shapes.iter().map(|s| s.as_slice()))
-            .collect();
+        let weights = block_weights(&shapes);
         let specs = qlora::layout(&weights);
         let mut out = Vec::with_capacity(self.blocks.len());
         for (bi, block) in self.blocks.iter().enumerate() {
@@ -574,11 +575,7 @@ impl Model for Gpt {
         };
         // QLoRA: the plain layout's projections re-quantised, the rest into the frozen block.
         let shapes = block_shapes(self.config.width, self.config.ffn);
-        let weights: Vec<(&str, &[usize])> = BLOCK_WEIGHTS
-            .iter()
-            .copied()
-            .zip(shapes.iter().map(|s| s.as_slice()))
-            .collect();
+        let weights = block_weights(&shapes);
         let mut kept = Vec::new();
         for spec in qlora::layout(&weights) {
             let n: usize = spec.shape.iter().product();

@@ -72,6 +72,24 @@ pub struct StoredTensor {
     pub data: Vec<u8>,
 }
 
+/// Little-endian float bytes of `dtype` as f32 values (16-bit values are exact in f32).
+pub fn widen(bytes: &[u8], dtype: StoredDtype) -> Vec<f32> {
+    match dtype {
+        StoredDtype::Bf16 => bytes
+            .chunks_exact(2)
+            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        StoredDtype::F16 => bytes
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        _ => bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+    }
+}
+
 /// Everything beside the tensors.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {

@@ -10,7 +10,7 @@
 
 use super::TrainError;
 use crate::config::ConfigError;
-use crate::save::{self, SaveError, StoredDtype, StoredTensor};
+use crate::save::{self, SaveError};
 use headroom_nn::Model;
 use std::path::Path;
 
@@ -20,26 +20,6 @@ fn bad(path: &Path, reason: String) -> TrainError {
         value: path.display().to_string(),
         reason,
     })
-}
-
-fn values(t: &StoredTensor) -> Vec<f32> {
-    match t.dtype {
-        StoredDtype::Bf16 => t
-            .data
-            .chunks_exact(2)
-            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        StoredDtype::F16 => t
-            .data
-            .chunks_exact(2)
-            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        _ => t
-            .data
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-    }
 }
 
 /// Loads the weights of the save at `path` into `model`, checking every block's size (a dry
@@ -70,7 +50,7 @@ pub(super) fn init_from(model: &mut dyn Model, path: &Path, dry: bool) -> Result
                 format!("its {source} weights have no block {name}: the save is of another model (give the same --model, --layers, --width and --heads)"),
             )
         })?;
-        let v = values(t);
+        let v = save::widen(&t.data, t.dtype);
         if v.len() != numel {
             return Err(bad(
                 path,

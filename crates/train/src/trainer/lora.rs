@@ -5,40 +5,14 @@
 //!
 //! Not for: the adapters themselves (saved as the model's trainable blocks, in `save.rs`).
 
-use super::save::{read_bytes, write_bytes};
+use super::save::{read_bytes, stored_dtype, write_bytes};
 use super::{TrainError, Trainer};
-use crate::save::{StoredDtype, StoredTensor};
-use headroom_tensor::{DType, Nf4Weight, TensorError};
+use crate::save::{StoredDtype, StoredTensor, widen};
+use headroom_tensor::{Nf4Weight, TensorError};
 use std::collections::BTreeMap;
 
 /// Stored tensors by name.
 type Tensors = BTreeMap<String, StoredTensor>;
-
-/// Little-endian bytes of `dtype` as f32 values.
-fn widen(bytes: &[u8], dtype: StoredDtype) -> Vec<f32> {
-    match dtype {
-        StoredDtype::Bf16 => bytes
-            .chunks_exact(2)
-            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        StoredDtype::F16 => bytes
-            .chunks_exact(2)
-            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        _ => bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-    }
-}
-
-fn stored_dtype(d: DType) -> StoredDtype {
-    match d {
-        DType::BF16 => StoredDtype::Bf16,
-        DType::F16 => StoredDtype::F16,
-        _ => StoredDtype::F32,
-    }
-}
 
 impl Trainer {
     /// The `base` and `merged` groups of a LoRA run's save, from the whole adapters of `model`

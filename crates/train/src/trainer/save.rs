@@ -15,7 +15,7 @@ use headroom_tensor::{DType, Tensor};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-fn stored_dtype(d: DType) -> StoredDtype {
+pub(super) fn stored_dtype(d: DType) -> StoredDtype {
     match d {
         DType::BF16 => StoredDtype::Bf16,
         DType::F16 => StoredDtype::F16,
@@ -70,20 +70,7 @@ fn gather_stored(
 ) -> Result<Vec<u8>, TrainError> {
     let (_, padded) = shard_of(numel, comm.rank(), comm.world_size());
     // 16-bit values are exact in f32, so the round trip keeps every bit.
-    let mut values: Vec<f32> = match dtype {
-        StoredDtype::Bf16 => shard
-            .chunks_exact(2)
-            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        StoredDtype::F16 => shard
-            .chunks_exact(2)
-            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        _ => shard
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-    };
+    let mut values = save::widen(shard, dtype);
     values.resize(padded, 0.0);
     let mut all = vec![0.0f32; padded * comm.world_size()];
     comm.all_gather(&values, &mut all)?;
