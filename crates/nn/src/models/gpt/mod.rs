@@ -11,18 +11,25 @@
 //! With `lora` set, every base block is frozen and the trainable blocks are the adapters
 //! (`lora.i`, see `lora.rs`): [`Model::blocks`] lists those, [`Model::frozen_blocks`] the base.
 //!
+//! The blocks' layout and forward are in `block.rs`, the base in the plain layout (merged
+//! exports, `--init-from`) in `base.rs`.
+//!
 //! Not for: training.
 
+mod base;
+mod block;
+
 use super::limits::{MAX_BLOCKS, MAX_DIM, check_sizes};
-use super::lora::{BlockAdapters, block_adapter_params, build_adapters, merge_block};
+use super::lora::{BlockAdapters, block_adapter_params, build_adapters};
 use super::qlora::{self, QUANTIZED};
-use crate::init::{Init, initialise_at};
+use crate::init::initialise_at;
 use crate::model::{Model, NamedValues, Recompute, run_blocks};
+use block::{BLOCK_WEIGHTS, BlockParams, block_shapes, block_weights, gpt2_init};
 use headroom_memory::{Category, Device};
 pub use headroom_strategy::Attention;
-use headroom_strategy::{BaseWeights, Lora, LoraTarget};
+use headroom_strategy::{BaseWeights, Lora};
 use headroom_tensor::Nf4Weight;
-use headroom_tensor::{DType, ParamBlock, Result, Tensor, TensorError, checkpoint, param_scope};
+use headroom_tensor::{DType, ParamBlock, Result, Tensor, TensorError, param_scope};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -105,192 +112,6 @@ impl GptConfig {
     }
 }
 
-/// GPT-2's initialisation: normal(0, 0.02) weights, zero biases, unit norm gains.
-fn gpt2_init(name: &str) -> Init {
-    if name.ends_with(".b") {
-        Init::Zeros
-    } else if name.starts_with("ln") {
-        Init::Ones
-    } else {
-        Init::Normal(0.02)
-    }
-}
-
-/// The shapes of a block's weights in `BLOCK_WEIGHTS` order, for width `c` and MLP width `f`.
-fn block_shapes(c: usize, f: usize) -> [Vec<usize>; 12] {
-    [
-        vec![c],
-        vec![c],
-        vec![c, 3 * c],
-        vec![3 * c],
-        vec![c, c],
-        vec![c],
-        vec![c],
-        vec![c],
-        vec![c, f],
-        vec![f],
-        vec![f, c],
-        vec![c],
-    ]
-}
-
-/// A block's weights as `(name, shape)` pairs in `BLOCK_WEIGHTS` order.
-fn block_weights(shapes: &[Vec<usize>; 12]) -> Vec<(&'static str, &[usize])> {
-    BLOCK_WEIGHTS
-        .iter()
-        .copied()
-        .zip(shapes.iter().map(|s| s.as_slice()))
-        .collect()
-}
-
-const BLOCK_WEIGHTS: [&str; 12] = [
-    "ln1.w",
-    "ln1.b",
-    "attn.qkv.w",
-    "attn.qkv.b",
-    "attn.proj.w",
-    "attn.proj.b",
-    "ln2.w",
-    "ln2.b",
-    "mlp.fc.w",
-    "mlp.fc.b",
-    "mlp.proj.w",
-    "mlp.proj.b",
-];
-
-/// Views of one block's weights, cheap to clone into a checkpoint scope.
-#[derive(Clone)]
-struct BlockParams {
-    /// The block's index in the model's block list.
-    index: usize,
-    /// The weights held as tensors, by name (all twelve, or QLoRA's eight unquantised).
-    w: Vec<(&'static str, Tensor)>,
-    /// QLoRA's NF4 projections, in `QUANTIZED` order (empty otherwise).
-    nf4: Vec<Arc<Nf4Weight>>,
-    heads: usize,
-    dropout: f32,
-    /// Recompute the attention core (scores, softmax, dropout, weighted sum) in backward.
-    selective: bool,
-    attention: Attention,
-    /// The block's LoRA adapters, if any.
-    adapters: Option<BlockAdapters>,
-}
-
-/// Scores, causal mask, softmax, dropout and the weighted sum of values: (B, H, T, D) each.
-/// The memory-heavy part of attention (its saved tensors are s² per head).
-fn core_attention(q: &Tensor, k: &Tensor, v: &Tensor, dropout: f32) -> Result<Tensor> {
-    let hd = q.shape()[3];
-    let scores = q.matmul(&k.transpose(-2, -1)?)?; // (B, H, T, T)
-    // Scale, causal mask and softmax in one op (the bits of the three, half the work).
-    let att = scores
-        .causal_softmax(1.0 / (hd as f32).sqrt())?
-        .dropout(dropout)?;
-    att.matmul(v) // (B, H, T, D)
-}
-
-impl BlockParams {
-    fn get(&self, name: &str) -> &Tensor {
-        &self
-            .w
-            .iter()
-            .find(|(n, _)| *n == name)
-            .expect("a weight the block holds")
-            .1
-    }
-
-    /// Weight `name` in NF4, under QLoRA.
-    fn nf4(&self, name: &str) -> Option<&Arc<Nf4Weight>> {
-        let i = QUANTIZED.iter().position(|q| *q == name)?;
-        self.nf4.get(i)
-    }
-
-    /// Causal self-attention: (B, T, C) → (B, T, C), scores materialised.
-    fn attention(&self, h: &Tensor) -> Result<Tensor> {
-        let (b, t, c) = (h.shape()[0], h.shape()[1], h.shape()[2]);
-        let (nh, hd) = (self.heads, c / self.heads);
-        let qkv = self.project(h, "attn.qkv", LoraTarget::Qkv)?; // (B, T, 3C)
-        let split = |i: usize, target: LoraTarget| -> Result<Tensor> {
-            let part = qkv.narrow(2, i * c, c)?;
-            let part = match &self.adapters {
-                Some(a) => a.add_update(target, h, part)?,
-                None => part,
-            };
-            part.reshape(&[b, t, nh, hd])?.permute(&[0, 2, 1, 3]) // (B, H, T, D)
-        };
-        let (q, k, v) = (
-            split(0, LoraTarget::Q)?,
-            split(1, LoraTarget::K)?,
-            split(2, LoraTarget::V)?,
-        );
-        let y = if self.attention == Attention::MemoryEfficient {
-            // Fused: saves q, k, v, y and a (B, H, T) statistic only, so there is nothing
-            // T×T for selective recomputation to drop.
-            let scale = 1.0 / (hd as f32).sqrt();
-            Tensor::attention(&q, &k, &v, true, scale, self.dropout)? // (B, H, T, D)
-        } else if self.selective {
-            let p = self.dropout;
-            checkpoint(&[&q, &k, &v], move |t| {
-                core_attention(&t[0], &t[1], &t[2], p)
-            })?
-        } else {
-            core_attention(&q, &k, &v, self.dropout)?
-        };
-        let y = y.permute(&[0, 2, 1, 3])?.reshape(&[b, t, c])?; // (B, T, C)
-        self.project(&y, "attn.proj", LoraTarget::O)?
-            .dropout(self.dropout)
-    }
-
-    /// `x·W + b` for weight `{name}.w`, plus the adapter's update when `target` has one.
-    fn project(&self, x: &Tensor, name: &str, target: LoraTarget) -> Result<Tensor> {
-        let (w, b) = (format!("{name}.w"), format!("{name}.b"));
-        let y = match self.nf4(&w) {
-            Some(q) => x.linear_nf4(q, self.get(&b))?,
-            None => x.linear(self.get(&w), self.get(&b))?,
-        };
-        match &self.adapters {
-            Some(a) => a.add_update(target, x, y),
-            None => Ok(y),
-        }
-    }
-
-    /// The block inside its parameter scope (gathered there under ZeRO-3).
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        param_scope(&[self.index], x, |x| self.compute(x))
-    }
-
-    /// x + attn(ln1(x)), then + mlp(ln2(x)).
-    fn compute(&self, x: &Tensor) -> Result<Tensor> {
-        let h = x.layer_norm(self.get("ln1.w"), self.get("ln1.b"), 1e-5)?;
-        let x = x.add(&self.attention(&h)?)?;
-        let h = x.layer_norm(self.get("ln2.w"), self.get("ln2.b"), 1e-5)?;
-        let fc = self.project(&h, "mlp.fc", LoraTarget::Up)?; // (B, T, F)
-        // GELU's (B, T, F) output is recomputed in backward, never saved (under every policy)
-        // unless an adapter on the down projection reads it.
-        let b = self.get("mlp.proj.b");
-        let down = self
-            .adapters
-            .as_ref()
-            .filter(|a| a.adapts(LoraTarget::Down));
-        let m = match (self.nf4("mlp.proj.w"), down) {
-            // An NF4 projection saves nothing, so GELU's output is not kept for it either.
-            (Some(q), _) => {
-                let g = fc.gelu()?;
-                let m = g.linear_nf4(q, b)?;
-                match down {
-                    Some(a) => a.add_update(LoraTarget::Down, &g, m)?,
-                    None => m,
-                }
-            }
-            (None, Some(a)) => {
-                let m = fc.gelu_linear(self.get("mlp.proj.w"), b)?;
-                a.add_update(LoraTarget::Down, &fc.gelu()?, m)?
-            }
-            (None, None) => fc.gelu_linear(self.get("mlp.proj.w"), b)?,
-        };
-        x.add(&m.dropout(self.dropout)?)
-    }
-}
-
 /// A GPT on a device.
 #[derive(Debug)]
 pub struct Gpt {
@@ -370,37 +191,6 @@ impl Gpt {
             gpt.adapters = build_adapters(&gpt.config, lora, device, dtype, seed)?;
         }
         Ok(gpt)
-    }
-
-    /// The plain layout of every base block's weights, with layer i's adapters (the values
-    /// of `adapters[i]`, laid out as the adapter block) folded in: what a merged export writes,
-    /// under the plain model's block names. QLoRA's NF4 projections are dequantised first.
-    pub fn merged_blocks(&self, adapters: &[Vec<f32>]) -> Result<NamedValues> {
-        let Some(lora) = &self.config.lora else {
-            return Err(TensorError::invalid(
-                "merge",
-                "the model has no LoRA adapters",
-            ));
-        };
-        let shapes = block_shapes(self.config.width, self.config.ffn);
-        let weights = block_weights(&shapes);
-        let specs = qlora::layout(&weights);
-        let mut out = Vec::with_capacity(self.blocks.len());
-        for (bi, block) in self.blocks.iter().enumerate() {
-            let layer = bi.checked_sub(1).filter(|&l| l < self.config.layers);
-            let mut values = match layer.and_then(|l| self.quantized.get(l)) {
-                Some(q) => qlora::full_values(block, q, &weights)?,
-                None => block.flat().to_vec_f32()?,
-            };
-            if let Some(l) = layer {
-                let a = adapters.get(l).ok_or_else(|| {
-                    TensorError::invalid("merge", format!("no adapter values for layer {l}"))
-                })?;
-                merge_block(&self.config, lora, &specs, &mut values, a)?;
-            }
-            out.push((block.name().to_string(), values));
-        }
-        Ok(out)
     }
 
     pub fn config(&self) -> &GptConfig {
@@ -551,44 +341,11 @@ impl Model for Gpt {
     }
 
     fn plain_blocks(&self) -> Vec<(String, usize)> {
-        let full: usize = block_shapes(self.config.width, self.config.ffn)
-            .iter()
-            .map(|s| s.iter().product::<usize>())
-            .sum();
-        self.blocks
-            .iter()
-            .map(|b| match b.name().starts_with("block.") {
-                true => (b.name().to_string(), full),
-                false => (b.name().to_string(), b.numel()),
-            })
-            .collect()
+        self.plain_layout()
     }
 
     fn load_plain_block(&mut self, name: &str, values: &[f32]) -> Result<()> {
-        let bi = self
-            .blocks
-            .iter()
-            .position(|b| b.name() == name)
-            .ok_or_else(|| TensorError::invalid("load", format!("no block {name}")))?;
-        let Some(nf4) = bi.checked_sub(1).and_then(|l| self.quantized.get_mut(l)) else {
-            return self.blocks[bi].set_values(values);
-        };
-        // QLoRA: the plain layout's projections re-quantised, the rest into the frozen block.
-        let shapes = block_shapes(self.config.width, self.config.ffn);
-        let weights = block_weights(&shapes);
-        let mut kept = Vec::new();
-        for spec in qlora::layout(&weights) {
-            let n: usize = spec.shape.iter().product();
-            let part = &values[spec.offset..spec.offset + n];
-            match QUANTIZED.iter().position(|q| *q == spec.name) {
-                Some(i) => {
-                    let bytes = headroom_tensor::nf4::quantize_nf4(part);
-                    Nf4Weight::set_bytes(&mut nf4[i], &bytes)?;
-                }
-                None => kept.extend_from_slice(part),
-            }
-        }
-        self.blocks[bi].set_values(&kept)
+        self.load_plain(name, values)
     }
 
     fn quantized(&self) -> Vec<Arc<Nf4Weight>> {
