@@ -160,3 +160,35 @@ fn the_search_tries_the_step_in_backward_on_one_gpu_only() {
         "{e}"
     );
 }
+
+#[test]
+fn paged_8_bit_states_keep_one_block_on_the_device_and_the_rest_on_the_host() {
+    // Llama-2-7B on one RTX-4090, bf16-mixed: 8-bit states are 2 bytes per parameter plus
+    // 2 × 4 bytes per 256; paged, the device holds one gather unit's share (the larger of a
+    // block and the largest module: a block, 4·4096² + 3·4096·11,008 + 2·4096 = 202,383,360
+    // parameters), the host the whole.
+    let p = support::problem("llama-2-7b", "RTX-4090", 1, 1, 512, 1);
+    let at = |optimizer: Optimizer| {
+        let s = Strategy {
+            optimizer,
+            ..support::plain_strategy(Precision::Bf16Mixed, 1, 1)
+        };
+        evaluate(&p, &s)
+    };
+    let (plain, paged) = (at(Optimizer::AdamW8bit), at(Optimizer::PagedAdamW8bit));
+    let params = 6_738_415_616f64;
+    let full = 2.0 * params + 8.0 * (params / 256.0).ceil();
+    let state = |plan: &Plan| plan.memory.breakdown.steady[Category::OptimizerState] as f64;
+    assert!((state(&plain) - full).abs() <= 1.0, "{}", state(&plain));
+    let unit = 202_383_360f64;
+    assert!(
+        (state(&paged) - full * unit / params).abs() <= 1.0,
+        "{}",
+        state(&paged)
+    );
+    // The host takes the whole state.
+    let host = paged.memory.host_bytes_per_node as f64 - plain.memory.host_bytes_per_node as f64;
+    assert!((host - full).abs() <= 1.0, "{host}");
+    // Paging crosses PCIe twice a step: slower, never faster.
+    assert!(paged.time.step_s > plain.time.step_s);
+}

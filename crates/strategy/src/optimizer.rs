@@ -22,6 +22,9 @@ named_enum!(
         AdamWBf16 = "adamw-bf16",
         /// 8-bit AdamW (Dettmers et al. 2022): uint8 states + an fp32 absmax per 2048.
         AdamW8bit = "adamw-8bit",
+        /// 8-bit AdamW with paged states (bitsandbytes' PagedAdamW8bit): the states live in host
+        /// memory and are paged onto the device one block at a time for its update.
+        PagedAdamW8bit = "paged-adamw-8bit",
         /// Adafactor without momentum (Shazeer & Stern 2018): factored second moment.
         Adafactor = "adafactor",
         /// LAMB (You et al. 2020): Adam's states with a per-tensor trust ratio.
@@ -37,7 +40,7 @@ impl Optimizer {
             Optimizer::Sgd => Some(0),
             Optimizer::SgdMomentum => Some(1),
             Optimizer::AdamW | Optimizer::AdamWBf16 | Optimizer::Lamb => Some(2),
-            Optimizer::AdamW8bit | Optimizer::Adafactor => None,
+            Optimizer::AdamW8bit | Optimizer::PagedAdamW8bit | Optimizer::Adafactor => None,
         }
     }
 
@@ -61,12 +64,20 @@ impl Optimizer {
         }
     }
 
-    /// 0: AdamW semantics; 1: memory-saving variants of Adam (bf16, 8-bit, factored states);
-    /// 2: a different optimizer family.
+    /// Whether the states live off the device between updates (paged).
+    pub const fn paged(self) -> bool {
+        matches!(self, Optimizer::PagedAdamW8bit)
+    }
+
+    /// 0: AdamW semantics; 1: memory-saving variants of Adam (bf16, 8-bit, paged 8-bit,
+    /// factored states); 2: a different optimizer family.
     pub const fn fidelity_tier(self) -> u8 {
         match self {
             Optimizer::AdamW => 0,
-            Optimizer::AdamWBf16 | Optimizer::AdamW8bit | Optimizer::Adafactor => 1,
+            Optimizer::AdamWBf16
+            | Optimizer::AdamW8bit
+            | Optimizer::PagedAdamW8bit
+            | Optimizer::Adafactor => 1,
             Optimizer::Sgd | Optimizer::SgdMomentum | Optimizer::Lamb => 2,
         }
     }

@@ -13,6 +13,7 @@ mod adamw;
 mod adamw8bit;
 mod apply;
 mod lamb;
+mod paged;
 pub mod quant8;
 mod sgd;
 mod square_sum;
@@ -75,6 +76,10 @@ pub struct OptimizerConfig {
     pub beta2: f32,
     pub eps: f32,
     pub state_dtype: StateDtype,
+    /// States live on the host between updates, paged onto the device per flat buffer
+    /// (`paged-adamw-8bit`; see `paged`).
+    #[serde(default)]
+    pub paged: bool,
 }
 
 impl OptimizerConfig {
@@ -95,6 +100,7 @@ impl OptimizerConfig {
             beta2: 0.999,
             eps,
             state_dtype: StateDtype::F32,
+            paged: false,
         }
     }
 
@@ -108,7 +114,7 @@ impl OptimizerConfig {
         use headroom_strategy::{NumberFormat, Optimizer as O};
         let rule = match optimizer {
             O::Sgd | O::SgdMomentum => UpdateRule::Sgd,
-            O::AdamW | O::AdamWBf16 | O::AdamW8bit => UpdateRule::AdamW,
+            O::AdamW | O::AdamWBf16 | O::AdamW8bit | O::PagedAdamW8bit => UpdateRule::AdamW,
             O::Lamb => UpdateRule::Lamb,
             O::Adafactor => UpdateRule::Adafactor,
         };
@@ -117,11 +123,12 @@ impl OptimizerConfig {
             c.momentum = 0.0;
         }
         c.state_dtype = match optimizer.state_format(precision) {
-            _ if optimizer == O::AdamW8bit => StateDtype::Int8,
+            _ if matches!(optimizer, O::AdamW8bit | O::PagedAdamW8bit) => StateDtype::Int8,
             _ if optimizer == O::Adafactor => StateDtype::F32,
             NumberFormat::Bf16 => StateDtype::Bf16,
             NumberFormat::F32 | NumberFormat::F16 => StateDtype::F32,
         };
+        c.paged = optimizer == O::PagedAdamW8bit;
         c
     }
 }
@@ -145,6 +152,9 @@ pub struct Optimizer {
     state: Vec<Vec<DeviceBuffer>>,
     /// Per flat buffer, the shape of each tensor in it (Adafactor factors each matrix).
     shapes: Vec<Vec<TensorShape>>,
+    /// Paged states: the host copies (buffers of `state` are then device-resident only while
+    /// their flat buffer is updated).
+    host: paged::HostPages,
 }
 
 impl Optimizer {
@@ -155,6 +165,7 @@ impl Optimizer {
             step: 0,
             state: Vec::new(),
             shapes: Vec::new(),
+            host: paged::HostPages::default(),
         }
     }
 
@@ -197,6 +208,10 @@ impl Optimizer {
         if self.state[index].len() == layout.len() {
             return Ok(());
         }
+        if self.config.paged && self.host.has(index) {
+            self.state[index] = self.host.page_in(&self.device, index, &layout)?;
+            return Ok(());
+        }
         for part in layout {
             let label = format!("group{index}.{}", part.name);
             let mut buffer =
@@ -231,8 +246,21 @@ impl Optimizer {
     pub fn reserve_state(&mut self, lens: &[usize]) -> Result<(), OutOfMemory> {
         for (i, &len) in lens.iter().enumerate() {
             self.ensure_state(i, len)?;
+            // Paged: one buffer's state on the device at a time, the rest on the host.
+            self.page_out(i);
         }
         Ok(())
+    }
+
+    /// Paged states: copies buffer `index`'s state to the host and gives its device bytes back.
+    fn page_out(&mut self, index: usize) {
+        if self.config.paged
+            && let Some(buffers) = self.state.get_mut(index)
+            && !buffers.is_empty()
+        {
+            self.host.page_out(index, buffers);
+            buffers.clear();
+        }
     }
 
     /// Starts an optimizer step (advances the bias-correction counter); follow with one
@@ -317,6 +345,7 @@ impl Optimizer {
             lr,
             sums,
         );
+        self.page_out(index);
         Ok(())
     }
 
@@ -413,6 +442,9 @@ impl Optimizer {
     /// State buffers by name (`group0.exp_avg`, …) with their bytes and element type, for
     /// checkpoints.
     pub fn state_bytes(&self) -> Vec<(String, &[u8], StateElement)> {
+        if self.config.paged {
+            return self.paged_state_bytes();
+        }
         self.state
             .iter()
             .enumerate()
@@ -433,6 +465,22 @@ impl Optimizer {
             .collect()
     }
 
+    /// Paged states by name, from their host copies.
+    fn paged_state_bytes(&self) -> Vec<(String, &[u8], StateElement)> {
+        (0..self.state.len())
+            .flat_map(|i| {
+                let pages = self.host.get(i);
+                let len = pages.first().map_or(0, |p| {
+                    p.len() / self.config.state_dtype.size_bytes() as usize
+                });
+                pages
+                    .iter()
+                    .zip(self.state_layout(i, len))
+                    .map(move |(p, part)| (format!("group{i}.{}", part.name), &p[..], part.element))
+            })
+            .collect()
+    }
+
     /// Restores state saved by [`Optimizer::state_bytes`]; `lens[i]` is buffer i's parameter count.
     pub fn load_state(
         &mut self,
@@ -441,8 +489,27 @@ impl Optimizer {
         saved: &dyn Fn(&str, &StateBuffer) -> Option<Vec<u8>>,
     ) -> Result<(), String> {
         for (i, &len) in lens.iter().enumerate() {
-            self.ensure_state(i, len).map_err(|e| e.to_string())?;
             let layout = self.state_layout(i, len);
+            if self.config.paged {
+                while self.state.len() <= i {
+                    self.state.push(Vec::new());
+                }
+                for (page, part) in self.host.get_mut(i, &layout).iter_mut().zip(&layout) {
+                    let key = format!("group{i}.{}", part.name);
+                    let bytes = saved(&key, part)
+                        .ok_or_else(|| format!("optimizer state {key} is missing"))?;
+                    if bytes.len() != page.len() {
+                        return Err(format!(
+                            "optimizer state {key} has {} bytes, expected {}",
+                            bytes.len(),
+                            page.len()
+                        ));
+                    }
+                    page.copy_from_slice(&bytes);
+                }
+                continue;
+            }
+            self.ensure_state(i, len).map_err(|e| e.to_string())?;
             for (buffer, part) in self.state[i].iter_mut().zip(&layout) {
                 let key = format!("group{i}.{}", part.name);
                 let bytes =

@@ -76,7 +76,9 @@ pub fn optimizer_state_bytes(problem: &Problem, s: &Strategy) -> f64 {
         }
         // uint8 m and v plus one fp32 absmax per block of 256 per state (Dettmers et al. 2022;
         // bitsandbytes' block since v0.44, the engine's too; docs/sources.md §16).
-        Optimizer::AdamW8bit => 2.0 * p + 2.0 * 4.0 * (p / 256.0).ceil(),
+        Optimizer::AdamW8bit | Optimizer::PagedAdamW8bit => {
+            2.0 * p + 2.0 * 4.0 * (p / 256.0).ceil()
+        }
         // Factored second moment in fp32 (Shazeer & Stern 2018), no first moment by default.
         Optimizer::Adafactor => problem.facts.adafactor_state_elements as f64 * 4.0,
     }
@@ -188,6 +190,15 @@ impl ModelStates {
                 host += local;
             }
         }
+        // Paged states live on the host; the device holds one gather unit's (a block's) while
+        // it is updated.
+        let opt_local = if s.optimizer.paged() && !opt_off {
+            host += opt_local;
+            let unit = (f.gather_unit_params as f64).min(p);
+            opt_local * unit / p.max(1.0)
+        } else {
+            opt_local
+        };
         ModelStates {
             param_device: if par_off { 0.0 } else { param_local },
             gathered_params,
@@ -259,7 +270,7 @@ fn optimizer_step_bytes(problem: &Problem, s: &Strategy) -> f64 {
         }
         // HF Adafactor works tensor by tensor: an fp32 update and squared gradient.
         Optimizer::Adafactor => 2.0 * 4.0 * problem.facts.largest_layer_params as f64,
-        Optimizer::AdamW8bit | Optimizer::Sgd => 0.0,
+        Optimizer::AdamW8bit | Optimizer::PagedAdamW8bit | Optimizer::Sgd => 0.0,
     }
 }
 

@@ -234,7 +234,12 @@ fn optimizer_step_s(problem: &Problem, s: &Strategy) -> f64 {
         s.precision.grad_bytes() as f64,
     );
     let bytes = 2.0 * (local * (pb + s.precision.master_bytes() as f64) + state) + local * gb;
-    bytes / (problem.hardware.gpu.memory_bandwidth_gbps * 1e9)
+    // Paged states cross PCIe twice a step (in for the update, out after it), not overlapped.
+    let paging = match s.optimizer.paged() {
+        true => 2.0 * state / (problem.hardware.pcie_bandwidth_gbps * 1e9),
+        false => 0.0,
+    };
+    bytes / (problem.hardware.gpu.memory_bandwidth_gbps * 1e9) + paging
 }
 
 /// Offload traffic and host optimizer time not hidden behind `compute_s`.

@@ -79,6 +79,12 @@ pub fn ds_config(problem: &Problem, plan: &Plan, opts: &ExportOptions) -> Result
                 reason: "DeepSpeed has no 8-bit optimizer type; pass bitsandbytes' AdamW8bit as a client optimizer (deepspeed.initialize(optimizer=bitsandbytes.optim.AdamW8bit(...))), or with Hugging Face Trainer use --optim adamw_bnb_8bit and drop \"optimizer\" from the config; or pin --optimizer adamw".into(),
             });
         }
+        Optimizer::PagedAdamW8bit => {
+            return Err(PlanError::Export {
+                format: "deepspeed".into(),
+                reason: "DeepSpeed has no paged optimizer type; pass bitsandbytes' PagedAdamW8bit as a client optimizer (deepspeed.initialize(optimizer=bitsandbytes.optim.PagedAdamW8bit(...))), or with Hugging Face Trainer use --optim paged_adamw_8bit and drop \"optimizer\" from the config; or pin --optimizer adamw".into(),
+            });
+        }
         other => {
             return Err(PlanError::Export {
                 format: "deepspeed".into(),

@@ -98,7 +98,10 @@ impl Evaluator for DryRunEvaluator<'_> {
     /// shards would cut their blocks or weights; the trainer refuses them).
     fn worth_trying(&self, strategy: &Strategy, _pins: &Pins) -> bool {
         use headroom_strategy::Optimizer as O;
-        let whole_tensors = matches!(strategy.optimizer, O::AdamW8bit | O::Adafactor);
+        let whole_tensors = matches!(
+            strategy.optimizer,
+            O::AdamW8bit | O::PagedAdamW8bit | O::Adafactor
+        );
         let cut = whole_tensors
             && self.config.data_parallel > 1
             && strategy.placement.zero_stage.number() >= 1;
