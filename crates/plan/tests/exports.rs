@@ -388,3 +388,104 @@ fn lora_plans_export_peft_and_bitsandbytes_configs_named_as_the_models_modules()
     let e = adapter_config(&plain).unwrap_err().to_string();
     assert!(e.contains("--lora-rank"), "{e}");
 }
+
+#[test]
+fn torchtune_overrides_name_the_recipes_keys_or_refuse_what_it_cannot_run() {
+    use headroom_plan::export::torchtune::torchtune_config;
+    use headroom_plan::strategy::{BaseWeights, Lora};
+    use support::schemas::check_torchtune;
+    let with_lora = |targets: &str, base: BaseWeights| {
+        let p = problem("llama-2-7b", "RTX-4090", 1, 1, 512, 8);
+        let lora = Lora::new(8, 16.0, targets.parse().unwrap(), base).unwrap();
+        let w = p.workload.clone().with_lora(&p.spec, lora).unwrap();
+        Problem::new(p.spec, p.hardware, w, p.cost)
+    };
+    let strategy = |optimizer, checkpoint, loss| Strategy {
+        precision: Precision::Bf16,
+        optimizer,
+        placement: Placement::default(),
+        checkpoint,
+        attention: Attention::MemoryEfficient,
+        loss,
+        optimizer_in_backward: false,
+        micro_batch: 2,
+        accumulation: 4,
+    };
+    // QLoRA on the attention and the whole MLP, paged 8-bit, every layer checkpointed, 8 chunks.
+    let p = with_lora("q,v,gate,up,down", BaseWeights::Nf4);
+    let s = strategy(
+        Optimizer::PagedAdamW8bit,
+        Checkpoint::ALL_BLOCKS,
+        Loss::Chunked(8),
+    );
+    let keys = check_torchtune(&torchtune_config(&p, &evaluate(&p, &s)).unwrap());
+    assert_eq!(
+        keys["model._component_"],
+        "torchtune.models.llama2.qlora_llama2_7b"
+    );
+    assert_eq!(keys["model.lora_attn_modules"], "[q_proj, v_proj]");
+    assert_eq!(keys["model.apply_lora_to_mlp"], "True");
+    assert_eq!(
+        (
+            keys["model.lora_rank"].as_str(),
+            keys["model.lora_alpha"].as_str()
+        ),
+        ("8", "16")
+    );
+    assert_eq!(
+        keys["optimizer._component_"],
+        "bitsandbytes.optim.PagedAdamW8bit"
+    );
+    assert_eq!(keys["enable_activation_checkpointing"], "True");
+    assert_eq!(
+        keys["loss._component_"],
+        "torchtune.modules.loss.CEWithChunkedOutputLoss"
+    );
+    assert_eq!(
+        (
+            keys["batch_size"].as_str(),
+            keys["gradient_accumulation_steps"].as_str()
+        ),
+        ("2", "4")
+    );
+    // What the recipes cannot express is refused with the flag that would make it expressible.
+    let refused = |p: &Problem, s: &Strategy, hint: &str| {
+        let e = torchtune_config(p, &evaluate(p, s))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(hint), "{e}");
+    };
+    let p = with_lora("q,down", BaseWeights::Plain);
+    refused(
+        &p,
+        &strategy(Optimizer::AdamW, Checkpoint::None, Loss::Plain),
+        "gate,up,down",
+    );
+    let p = with_lora("q,v", BaseWeights::Plain);
+    refused(
+        &p,
+        &strategy(Optimizer::AdamW, Checkpoint::EveryNth(4), Loss::Plain),
+        "--checkpoint all",
+    );
+    refused(
+        &p,
+        &strategy(Optimizer::Lamb, Checkpoint::None, Loss::Plain),
+        "--optimizer adamw",
+    );
+    refused(
+        &p,
+        &strategy(Optimizer::AdamW, Checkpoint::None, Loss::Chunked(4)),
+        "chunked:8",
+    );
+    let mixed = Strategy {
+        precision: Precision::Bf16Mixed,
+        ..strategy(Optimizer::AdamW, Checkpoint::None, Loss::Plain)
+    };
+    refused(&p, &mixed, "--precision bf16");
+    let eight = problem("llama-2-7b", "A100-80GB", 8, 1, 512, 64);
+    refused(
+        &eight,
+        &strategy(Optimizer::AdamW, Checkpoint::None, Loss::Plain),
+        "8 GPUs",
+    );
+}

@@ -8,7 +8,9 @@ use clap::Args;
 use headroom_memory::ByteSize;
 use headroom_plan::calibrate::{Measurement, calibrate};
 use headroom_plan::cost::{CostModel, Problem};
-use headroom_plan::export::{ExportOptions, accelerate, deepspeed, headroom, peft, write_export};
+use headroom_plan::export::{
+    ExportOptions, accelerate, deepspeed, headroom, peft, torchtune, write_export,
+};
 use headroom_plan::hardware::{self, Hardware, HardwareOverrides};
 use headroom_plan::model::load_model;
 use headroom_plan::search::search;
@@ -219,7 +221,8 @@ pub struct PlanArgs {
     #[arg(long)]
     pub json: bool,
     /// Write a config for the recommended plan: `--emit deepspeed ds.json`, `--emit accelerate
-    /// acc.yaml`, `--emit headroom train.toml`, and with --lora-rank `--emit peft
+    /// acc.yaml`, `--emit headroom train.toml`, `--emit torchtune overrides.yaml` (a
+    /// single-device recipe's keys), and with --lora-rank `--emit peft
     /// adapter_config.json` (PEFT's LoraConfig) and `--emit bitsandbytes quant.json` (QLoRA's
     /// BitsAndBytesConfig) (repeatable).
     #[arg(long, num_args = 2, value_names = ["KIND", "FILE"], action = clap::ArgAction::Append)]
@@ -237,7 +240,7 @@ pub struct PlanArgs {
     pub main_process_port: u16,
 }
 
-const EMIT_KINDS: &str = "deepspeed, accelerate, headroom, peft, bitsandbytes";
+const EMIT_KINDS: &str = "deepspeed, accelerate, headroom, torchtune, peft, bitsandbytes";
 
 pub fn run(args: PlanArgs) -> Result<()> {
     let emits: Vec<(String, PathBuf)> = args
@@ -385,6 +388,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
                 serde_json::to_string_pretty(&deepspeed::ds_config(&problem, best, &opts)?)? + "\n"
             }
             "accelerate" => accelerate::accelerate_config(&problem, best, &opts)?,
+            "torchtune" => torchtune::torchtune_config(&problem, best)?,
             "peft" => serde_json::to_string_pretty(&peft::adapter_config(&problem)?)? + "\n",
             "bitsandbytes" => {
                 serde_json::to_string_pretty(&peft::bitsandbytes_config(&problem, best)?)? + "\n"

@@ -1,6 +1,7 @@
 //! Exports of a plan into the configuration formats that run it: a DeepSpeed `ds_config.json`,
-//! an Accelerate config YAML (FSDP settings), a TOML for `headroom train`, and for LoRA plans
-//! PEFT's `adapter_config.json` and bitsandbytes' quantization config. An export either
+//! an Accelerate config YAML (FSDP settings), a TOML for `headroom train`, a torchtune
+//! single-device recipe's overrides, and for LoRA plans PEFT's `adapter_config.json` and
+//! bitsandbytes' quantization config. An export either
 //! expresses the plan the cost model predicted or refuses with the reason and what the tool
 //! would do instead (see `fidelity`). Files are written atomically: to a temporary file in the
 //! same directory, then renamed over the target.
@@ -12,6 +13,7 @@ pub mod deepspeed;
 mod fidelity;
 pub mod headroom;
 pub mod peft;
+pub mod torchtune;
 
 use crate::error::{PlanError, Result};
 use std::path::Path;

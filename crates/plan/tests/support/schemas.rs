@@ -347,3 +347,77 @@ fn check_flat(config: &Value, allowed: &BTreeMap<&str, &[&str]>, tool: &str) {
         }
     }
 }
+
+/// torchtune single-device recipe config keys (a `key:` line per top-level key, `  key:` per
+/// nested one) with the values the configs use. Source: torchtune's recipe configs
+/// (github.com/pytorch/torchtune, recipes/configs/llama2/7B_lora_single_device.yaml,
+/// 7B_qlora_single_device.yaml, llama3_1/8B_full_single_device.yaml: dtype, batch_size,
+/// gradient_accumulation_steps, enable_activation_checkpointing, enable_activation_offloading,
+/// optimizer_in_bwd, optimizer._component_, loss._component_, model._component_ and the LoRA
+/// builders' lora_attn_modules, apply_lora_to_mlp, apply_lora_to_output, lora_rank, lora_alpha,
+/// lora_dropout) and its "Memory optimization overview" tutorial (PagedAdamW8bit,
+/// CEWithChunkedOutputLoss).
+pub fn check_torchtune(yaml: &str) -> BTreeMap<String, String> {
+    let bools: &[&str] = &["True", "False"];
+    let schema: BTreeMap<&str, &[&str]> = BTreeMap::from([
+        ("model", &[][..]),
+        ("model._component_", &[][..]),
+        ("model.lora_attn_modules", &[][..]),
+        ("model.apply_lora_to_mlp", bools),
+        ("model.apply_lora_to_output", bools),
+        ("model.lora_rank", &[][..]),
+        ("model.lora_alpha", &[][..]),
+        ("model.lora_dropout", &[][..]),
+        ("dtype", &["bf16", "fp32"][..]),
+        ("batch_size", &[][..]),
+        ("gradient_accumulation_steps", &[][..]),
+        ("enable_activation_checkpointing", bools),
+        ("enable_activation_offloading", bools),
+        ("optimizer_in_bwd", bools),
+        ("optimizer", &[][..]),
+        (
+            "optimizer._component_",
+            &[
+                "torch.optim.AdamW",
+                "torch.optim.SGD",
+                "bitsandbytes.optim.AdamW8bit",
+                "bitsandbytes.optim.PagedAdamW8bit",
+            ][..],
+        ),
+        ("loss", &[][..]),
+        (
+            "loss._component_",
+            &[
+                "torch.nn.CrossEntropyLoss",
+                "torchtune.modules.loss.CEWithChunkedOutputLoss",
+            ][..],
+        ),
+    ]);
+    let mut out = BTreeMap::new();
+    let mut section = String::new();
+    for line in yaml.lines() {
+        if line.trim_start().starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let (k, v) = line
+            .split_once(':')
+            .unwrap_or_else(|| panic!("not key: value: {line}"));
+        let v = v.trim().to_string();
+        let key = match k.strip_prefix("  ") {
+            Some(inner) => format!("{section}.{inner}"),
+            None => {
+                section = k.to_string();
+                k.to_string()
+            }
+        };
+        let allowed = schema
+            .get(key.as_str())
+            .unwrap_or_else(|| panic!("torchtune key {key} is not documented"));
+        assert!(
+            allowed.is_empty() || v.is_empty() || allowed.contains(&v.as_str()),
+            "{key}: {v} not among {allowed:?}"
+        );
+        out.insert(key, v);
+    }
+    out
+}
