@@ -75,11 +75,8 @@ impl HostPages {
         }
         self.pages[index] = buffers
             .iter()
+            // A shape-only device's buffers have no bytes: empty pages of the right count.
             .map(|b| b.as_bytes().map(<[u8]>::to_vec).unwrap_or_default())
             .collect();
-        // A shape-only device's buffers have no bytes; keep a marker of the right count.
-        if self.pages[index].is_empty() {
-            self.pages[index] = vec![Vec::new()];
-        }
     }
 }

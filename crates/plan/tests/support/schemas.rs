@@ -245,11 +245,10 @@ pub fn accelerate_schema() -> BTreeMap<&'static str, &'static [&'static str]> {
     ])
 }
 
-/// Parses the exporter's YAML (flat maps one level deep, `#` comment lines) into
-/// `section.key → value`, checking each against [`accelerate_schema`].
-pub fn check_accelerate(yaml: &str) -> BTreeMap<String, String> {
-    let schema = accelerate_schema();
-    let mut out = BTreeMap::new();
+/// The exporters' YAML (flat maps one level deep, `#` comment lines) as `section.key` and
+/// value pairs, in order (a section's own line has an empty value; quotes are dropped).
+fn yaml_keys(yaml: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
     let mut section = String::new();
     for line in yaml.lines() {
         if line.trim_start().starts_with('#') || line.trim().is_empty() {
@@ -258,13 +257,24 @@ pub fn check_accelerate(yaml: &str) -> BTreeMap<String, String> {
         let (k, v) = line
             .split_once(':')
             .unwrap_or_else(|| panic!("not key: value: {line}"));
-        let v = v.trim().trim_matches('\'').to_string();
-        let key = if let Some(inner) = k.strip_prefix("  ") {
-            format!("{section}.{inner}")
-        } else {
-            section = k.to_string();
-            k.to_string()
+        let key = match k.strip_prefix("  ") {
+            Some(inner) => format!("{section}.{inner}"),
+            None => {
+                section = k.to_string();
+                k.to_string()
+            }
         };
+        out.push((key, v.trim().trim_matches('\'').to_string()));
+    }
+    out
+}
+
+/// Parses the exporter's YAML into `section.key → value`, checking each against
+/// [`accelerate_schema`].
+pub fn check_accelerate(yaml: &str) -> BTreeMap<String, String> {
+    let schema = accelerate_schema();
+    let mut out = BTreeMap::new();
+    for (key, v) in yaml_keys(yaml) {
         let allowed = schema
             .get(key.as_str())
             .unwrap_or_else(|| panic!("Accelerate key {key} is not documented"));
@@ -394,22 +404,7 @@ pub fn check_torchtune(yaml: &str) -> BTreeMap<String, String> {
         ),
     ]);
     let mut out = BTreeMap::new();
-    let mut section = String::new();
-    for line in yaml.lines() {
-        if line.trim_start().starts_with('#') || line.trim().is_empty() {
-            continue;
-        }
-        let (k, v) = line
-            .split_once(':')
-            .unwrap_or_else(|| panic!("not key: value: {line}"));
-        let v = v.trim().to_string();
-        let key = match k.strip_prefix("  ") {
-            Some(inner) => format!("{section}.{inner}"),
-            None => {
-                section = k.to_string();
-                k.to_string()
-            }
-        };
+    for (key, v) in yaml_keys(yaml) {
         let allowed = schema
             .get(key.as_str())
             .unwrap_or_else(|| panic!("torchtune key {key} is not documented"));
