@@ -56,7 +56,7 @@ pub fn explain(problem: &Problem, plan: &Plan) -> Vec<String> {
     }
 
     let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
-    let e = s.precision.activation_bytes() as f64;
+    let e = activation::Width::of(problem.framework, s);
     let plain = activation::model_activations(
         &problem.spec,
         seq,

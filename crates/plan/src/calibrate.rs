@@ -29,7 +29,7 @@
 //! Not for: choosing the plan (`search`) or the default constants (`cost`).
 
 use crate::cost::memory::Phase;
-use crate::cost::{CostModel, Problem, evaluate};
+use crate::cost::{CostModel, Problem, efficiency, evaluate};
 use crate::error::{PlanError, Result};
 use crate::strategy::{Category, Strategy};
 use crate::workload::{BatchSpec, Workload};
@@ -124,12 +124,19 @@ pub fn calibrate(problem: &Problem, m: &Measurement) -> Result<(CostModel, Calib
                 "the measured step ({measured_step_s:.4} s) is shorter than the time the model gives its memory-bound work, optimizer step and communication alone ({fixed_s:.4} s): the hardware or the strategy in the file does not describe this run"
             )));
         }
-        cost.efficiency *= t.compute_s / compute_s;
-        if cost.efficiency > 1.0 {
+        cost.efficiency_scale *= t.compute_s / compute_s;
+        let saturated = efficiency::saturated(
+            &Problem {
+                cost,
+                ..measured.clone()
+            },
+            s.precision,
+        );
+        if saturated > 1.0 {
             return Err(refuse(format!(
                 "{:.0} tokens/s would need {:.0} % of the GPUs' dense peak: check the GPU, the precision and the GPU count against the measured run",
                 m.tokens_per_s,
-                100.0 * cost.efficiency
+                100.0 * saturated
             )));
         }
         t = evaluate(
@@ -171,8 +178,14 @@ pub fn calibrate(problem: &Problem, m: &Measurement) -> Result<(CostModel, Calib
             source: m.source.clone(),
             measured_tokens_per_s: m.tokens_per_s,
             predicted_tokens_per_s: before.time.tokens_per_s,
-            efficiency_before: problem.cost.efficiency,
-            efficiency_after: cost.efficiency,
+            efficiency_before: efficiency::saturated(problem, s.precision),
+            efficiency_after: efficiency::saturated(
+                &Problem {
+                    cost,
+                    ..problem.clone()
+                },
+                s.precision,
+            ),
             measured_peak_allocated_bytes: m.peak_allocated_bytes,
             predicted_peak_allocated_bytes: predicted_allocated,
             activation_scale,

@@ -54,7 +54,7 @@ fn calibrating_to_the_models_own_prediction_changes_nothing() {
     let own = evaluate(&at_split(&p, &s), &s);
     let peak = allocated(&at_split(&p, &s), &s);
     let (cost, c) = calibrate(&p, &measurement(s, own.time.tokens_per_s, Some(peak))).unwrap();
-    assert!((cost.efficiency - p.cost.efficiency).abs() < 1e-12);
+    assert!((cost.efficiency_scale - 1.0).abs() < 1e-12);
     assert!(
         (c.activation_scale - 1.0).abs() < 1e-9,
         "{}",
@@ -119,7 +119,14 @@ fn calibrated_on_hugging_faces_micro_batch_4_it_predicts_their_accumulation_run(
     let p = problem("bert-large-uncased", "V100-16GB", 1, 1, 512, 4);
     let four = plain_strategy(Precision::Fp32, 4, 1);
     let (cost, c) = calibrate(&p, &measurement(four, 8.86 * 512.0, None)).unwrap();
-    assert!(c.efficiency_after > c.efficiency_before);
+    // The V100's fp32 efficiency is fitted to this very run (cost/efficiency.rs), so calibrating
+    // on it changes (almost) nothing.
+    assert!(
+        (c.efficiency_after / c.efficiency_before - 1.0).abs() < 0.01,
+        "{} -> {}",
+        c.efficiency_before,
+        c.efficiency_after
+    );
     let one = plain_strategy(Precision::Fp32, 1, 4);
     let calibrated = Problem { cost, ..p.clone() };
     let predicted = evaluate(&at_split(&calibrated, &one), &one)
@@ -142,14 +149,19 @@ fn measurements_that_cannot_describe_the_run_are_refused_with_the_reason() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("shorter than"), "{e}");
-    // Compute in 0.3 of the default model's time: 0.45 / 0.3 = 150 % of the peak.
+    // Compute in 0.3 of the default model's time: the saturated efficiency / 0.3 of the peak
+    // (0.3729 / 0.3 = 124 % on an H100 in bf16).
     let t = evaluate(&at_split(&p, &s), &s).time;
+    let needed = headroom_plan::cost::efficiency::saturated(&p, Precision::Bf16Mixed) / 0.3;
     let tokens = (8 * 4096) as f64;
     let fast = tokens / (t.step_s - 0.7 * t.compute_s);
     let e = calibrate(&p, &measurement(s, fast, None))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("150 % of the GPUs' dense peak"), "{e}");
+    assert!(
+        e.contains(&format!("{:.0} % of the GPUs' dense peak", 100.0 * needed)),
+        "{e}"
+    );
     // A peak below the model states the strategy holds anyway.
     let e = calibrate(&p, &measurement(s, default, Some(1 << 30)))
         .unwrap_err()

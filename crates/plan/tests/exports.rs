@@ -10,7 +10,8 @@ use headroom_memory::format_bytes;
 use headroom_plan::cost::{Plan, Problem, evaluate};
 use headroom_plan::export::{ExportOptions, accelerate::accelerate_config, deepspeed::ds_config};
 use headroom_plan::strategy::{
-    Attention, Checkpoint, Loss, Offload, Optimizer, Placement, Precision, Strategy, ZeroStage,
+    Attention, Checkpoint, Framework, Loss, Offload, Optimizer, Placement, Precision, Strategy,
+    ZeroStage,
 };
 use support::problem;
 use support::schemas::{check_accelerate, check_deepspeed};
@@ -109,7 +110,7 @@ fn pure_bf16_without_zero_is_refused_with_the_cost_of_fp32_states() {
 
 #[test]
 fn accelerate_refuses_every_kth_checkpointing_under_fsdp() {
-    let p = problem("llama-2-7b", "A100-80GB", 8, 1, 2048, 8);
+    let p = problem("llama-2-7b", "A100-80GB", 8, 1, 2048, 8).with_framework(Framework::Fsdp);
     let every4 = plan(
         &p,
         Precision::Bf16Mixed,

@@ -183,3 +183,16 @@ fn unsupported_families_name_the_supported_ones() {
         "{e}"
     );
 }
+
+#[test]
+fn llama_3_1_and_3_2_match_hand_counts() {
+    // Llama-3.2-3B (tied head): 28 blocks of q 3072·3072, k and v 3072·1024 each, o 3072·3072,
+    // gate, up and down 3072·8192 each, two norms 3072:
+    //   28·(2·9,437,184 + 2·3,145,728 + 3·25,165,824 + 6,144) = 28·100,669,440 = 2,818,744,320,
+    // plus the embedding 128,256·3072 = 394,002,432 and the final norm 3072: 3,212,749,824,
+    // the count its Hub model card rounds to 3.21B.
+    assert_eq!(count("llama-3.2-3b"), 3_212_749_824);
+    // Llama-3.1-8B has Llama-3-8B's shapes (only the RoPE scaling and the context differ).
+    assert_eq!(count("llama-3.1-8b"), count("llama-3-8b"));
+    assert_eq!(count("llama-3.1-8b"), 8_030_261_248);
+}

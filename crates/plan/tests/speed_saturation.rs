@@ -40,7 +40,7 @@ fn the_fit_reproduces_hugging_faces_bert_large_v100_measurement() {
 #[test]
 fn efficiency_rises_with_the_micro_batch_towards_the_saturated_value() {
     let p = problem("llama-2-7b", "H100-80GB", 1, 1, 4096, 8);
-    let saturated = p.cost.efficiency;
+    let saturated = headroom_plan::cost::efficiency::saturated(&p, Precision::Bf16Mixed);
     let mut last = 0.0;
     for mb in [1, 2, 4, 8, 64, 4096] {
         let e = achieved_efficiency(&p, Precision::Bf16Mixed, mb);

@@ -32,12 +32,15 @@ fn adam(zero_stage: u8) -> Strategy {
     }
 }
 
-/// Per-device model states for Ψ parameters on N GPUs, with the ZeRO-3 gather term removed so
-/// the accounting is exactly the paper's (Fig. 1 omits working buffers).
+/// Per-device model states for Ψ parameters on N GPUs, with the ZeRO-3 gather terms (modules
+/// fetched, prefetched and persistent) removed so the accounting is exactly the paper's
+/// (Fig. 1 omits working buffers).
 fn zero_states(psi: u64, n: u64, stage: u8) -> f64 {
     let mut p = problem("gpt2", "V100-32GB", 1, n, 128, n);
     p.facts.params = psi;
     p.facts.gather_unit_params = 0;
+    p.facts.largest_layer_params = 0;
+    p.facts.persistent_params = 0;
     memory::model_state_bytes(&p, &adam(stage)) as f64
 }
 

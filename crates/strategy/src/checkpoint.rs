@@ -2,7 +2,10 @@
 //! `all` (every block); `every:K` (blocks 0, K, 2K, …, one in every K); `sqrt` (⌈√n⌉ segments,
 //! Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost"); `budget:SIZE` (the least
 //! recomputation whose activation peak fits SIZE); `selective` (inside every block: keep matmul
-//! outputs, recompute the core attention — Korthikanti et al. 2022, arXiv 2205.05198).
+//! outputs, recompute the core attention — Korthikanti et al. 2022, arXiv 2205.05198);
+//! `selective-op` (torchtitan's per-operator policy: inside every block keep the attention
+//! kernel's output and every second matmul's, recompute everything else; planned, not run by
+//! headroom's engine).
 //!
 //! "Checkpoint" here always means activation checkpointing (recomputation); saving a run to
 //! disk is called saving.
@@ -30,14 +33,17 @@ pub enum Checkpoint {
     Budget(u64),
     /// Recompute only the core attention of every block.
     Selective,
+    /// torchtitan's per-operator selective checkpointing (`activation_checkpoint.mode =
+    /// "selective"`, `selective_ac_option = "op"`): every block keeps its input, the outputs of
+    /// its attention kernel and of its 1st, 3rd, 5th … matmul, and recomputes the rest.
+    SelectiveOp,
 }
 
 impl Checkpoint {
     /// Every block checkpointed.
     pub const ALL_BLOCKS: Checkpoint = Checkpoint::EveryNth(1);
     /// The accepted spellings.
-    pub const ACCEPTED: &'static str =
-        "none, all, every:K (K ≥ 1), sqrt, budget:SIZE (e.g. budget:64MiB), selective";
+    pub const ACCEPTED: &'static str = "none, all, every:K (K ≥ 1), sqrt, budget:SIZE (e.g. budget:64MiB), selective, selective-op";
     const FLAG: &'static str = "--checkpoint";
 
     /// Whether the policy recomputes anything.
@@ -55,6 +61,7 @@ impl fmt::Display for Checkpoint {
             Checkpoint::Sqrt => f.write_str("sqrt"),
             Checkpoint::Budget(b) => write!(f, "budget:{b}"),
             Checkpoint::Selective => f.write_str("selective"),
+            Checkpoint::SelectiveOp => f.write_str("selective-op"),
         }
     }
 }
@@ -72,6 +79,7 @@ impl FromStr for Checkpoint {
             "all" => Checkpoint::ALL_BLOCKS,
             "sqrt" => Checkpoint::Sqrt,
             "selective" => Checkpoint::Selective,
+            "selective-op" => Checkpoint::SelectiveOp,
             _ => {
                 if let Some(k) = s.strip_prefix("every:") {
                     match k.parse::<u64>() {
@@ -104,12 +112,20 @@ mod tests {
             ("every:3", Checkpoint::EveryNth(3)),
             ("sqrt", Checkpoint::Sqrt),
             ("selective", Checkpoint::Selective),
+            ("selective-op", Checkpoint::SelectiveOp),
             ("budget:64MiB", Checkpoint::Budget(64 << 20)),
         ];
         for (text, policy) in cases {
             assert_eq!(text.parse::<Checkpoint>().unwrap(), policy, "{text}");
         }
-        for text in ["none", "all", "every:3", "sqrt", "selective"] {
+        for text in [
+            "none",
+            "all",
+            "every:3",
+            "sqrt",
+            "selective",
+            "selective-op",
+        ] {
             assert_eq!(text.parse::<Checkpoint>().unwrap().to_string(), text);
         }
         assert_eq!(Checkpoint::Budget(1024).to_string(), "budget:1024");

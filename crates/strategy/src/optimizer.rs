@@ -104,3 +104,21 @@ mod tests {
         );
     }
 }
+
+named_enum!(
+    #[derive(Default)]
+    /// How a framework's optimizer walks the parameters, which decides the step's temporaries:
+    /// PyTorch's `foreach` kernels (its default on CUDA since 2.0) hold intermediates for every
+    /// tensor at once, about one copy of the parameters being updated (torchtune PR #389);
+    /// `fused=True` and a per-tensor loop (Hugging Face's `adamw_hf`, `foreach=False`) hold at
+    /// most one tensor's.
+    OptimizerImpl, "--optimizer-impl", {
+        /// Multi-tensor `foreach` kernels: a copy of the updated parameters at once.
+        #[default]
+        Foreach = "foreach",
+        /// One fused kernel per parameter group: no full-size intermediate.
+        Fused = "fused",
+        /// One tensor at a time: that tensor's intermediates.
+        PerTensor = "per-tensor",
+    }
+);

@@ -15,8 +15,8 @@ use headroom_plan::hardware::{self, Hardware, HardwareOverrides};
 use headroom_plan::model::load_model;
 use headroom_plan::search::search;
 use headroom_plan::strategy::{
-    Attention, BaseWeights, Checkpoint, Lora, LoraTargets, Loss, Offload, Optimizer, Pins,
-    Precision, ZeroStage, parse_flag,
+    Attention, BaseWeights, Checkpoint, Framework, Lora, LoraTargets, Loss, Offload, Optimizer,
+    OptimizerImpl, Pins, Precision, ZeroStage, parse_flag,
 };
 use headroom_plan::workload::{BatchSpec, LoaderSpec, Workload, context_warning};
 use std::path::{Path, PathBuf};
@@ -198,8 +198,22 @@ pub struct PlanArgs {
         value_name = "BOOL"
     )]
     pub optimizer_in_backward: Option<bool>,
-    /// Achievable fraction of the dense peak once micro-batches are large enough to fill the GPU
-    /// (default 0.45); smaller micro-batches reach less of it (see docs/planner.md).
+    /// Whose memory layout to predict: deepspeed (a 16-bit model, fp32 master weights and
+    /// states, ZeRO-3 gathering module by module) or fsdp (PyTorch's DDP/FSDP with autocast or
+    /// FSDP mixed precision: fp32 parameters that are the master copy, fp32 gradients, whole
+    /// blocks gathered; offload only of everything to the CPU). Default: the framework of the
+    /// exports asked for (`--emit deepspeed` → deepspeed; accelerate or torchtune alone →
+    /// fsdp), deepspeed otherwise.
+    #[arg(long, value_parser = parse_flag::<Framework>)]
+    pub framework: Option<Framework>,
+    /// How the optimizer steps the parameters, which sets its temporaries: foreach (PyTorch's
+    /// default on CUDA: about one copy of the parameters updated), fused (`fused=True`: none),
+    /// per-tensor (a loop such as Hugging Face's `adamw_hf` or `foreach=False`: one tensor's).
+    #[arg(long, value_parser = parse_flag::<OptimizerImpl>, default_value = "foreach")]
+    pub optimizer_impl: OptimizerImpl,
+    /// Achievable fraction of the dense peak once micro-batches are large enough to fill the GPU,
+    /// for every precision (default: each GPU's value fitted to a published run, 0.45 where none
+    /// is; see docs/planner.md); smaller micro-batches reach less of it.
     #[arg(long)]
     pub efficiency: Option<f64>,
     /// Fragmentation reserve as a fraction of allocated bytes (default 0.10).
@@ -315,7 +329,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
         if !(v > 0.0 && v <= 1.0) {
             bail!("--efficiency {v} is out of range; accepted: a fraction in (0, 1]");
         }
-        cost.efficiency = v;
+        cost.efficiency = Some(v);
     }
     if let Some(v) = args.fragmentation {
         if !(0.0..=1.0).contains(&v) {
@@ -341,7 +355,10 @@ pub fn run(args: PlanArgs) -> Result<()> {
         optimizer_in_backward: args.optimizer_in_backward,
         ..Pins::default()
     };
-    let mut problem = Problem::new(spec, hw, workload, cost);
+    let framework = args.framework.unwrap_or_else(|| default_framework(&emits));
+    let mut problem = Problem::new(spec, hw, workload, cost)
+        .with_framework(framework)
+        .with_optimizer_impl(args.optimizer_impl);
     let calibration = match &args.calibrate {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -401,6 +418,22 @@ pub fn run(args: PlanArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The framework the exports target: DeepSpeed when a ds_config is asked for (an Accelerate
+/// export then uses its DeepSpeed plugin), FSDP when only Accelerate or torchtune files are,
+/// DeepSpeed when none is.
+fn default_framework(emits: &[(String, PathBuf)]) -> Framework {
+    let kinds: Vec<&str> = emits.iter().map(|(k, _)| k.as_str()).collect();
+    if !kinds.contains(&"deepspeed")
+        && kinds
+            .iter()
+            .any(|k| ["accelerate", "torchtune"].contains(k))
+    {
+        Framework::Fsdp
+    } else {
+        Framework::DeepSpeed
+    }
 }
 
 /// GPU preset, then the `--hardware` TOML, then the flags.

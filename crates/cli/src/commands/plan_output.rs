@@ -97,6 +97,8 @@ impl<'a> Report<'a> {
             "hardware": hardware,
             "workload": workload,
             "cost_model": p.cost,
+            "framework": p.framework,
+            "optimizer_impl": p.optimizer_impl,
             "search": {
                 "evaluated": self.outcome.evaluated,
                 "fitting": self.outcome.fitting.len(),
@@ -157,6 +159,19 @@ impl<'a> Report<'a> {
             p.workload.seq_len,
             p.workload.global_batch,
             group_digits(p.workload.tokens_per_step())
+        );
+        out += &format!(
+            "Layout    {} ({}), {} optimizer step\n",
+            p.framework,
+            match p.framework {
+                headroom_plan::strategy::Framework::DeepSpeed => {
+                    "16-bit model, fp32 master weights and states, modules gathered one by one"
+                }
+                headroom_plan::strategy::Framework::Fsdp => {
+                    "fp32 parameters as the master copy, fp32 gradients, blocks gathered whole"
+                }
+            },
+            p.optimizer_impl
         );
         out += &format!(
             "Searched  {} strategies in {:.1} ms; {} fit\n\n",

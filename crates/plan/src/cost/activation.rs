@@ -30,7 +30,70 @@
 
 use crate::model::lora::LoraSaves;
 use crate::model::{Family, MlpKind, ModelSpec};
-use crate::strategy::{Attention, Checkpoint, Loss};
+use crate::strategy::{Attention, Checkpoint, Framework, Loss, Strategy};
+
+/// Bytes per saved element, by what the element is. Plain runs save everything at the compute
+/// width `e`; PyTorch's autocast computes softmax and norms in fp32 (its "fp32 islands",
+/// docs/sources.md §4), so naive attention's saved probabilities are fp32, and under DDP, where
+/// the weights stay fp32, the residual stream (the embedding's fp32 output plus 16-bit branch
+/// outputs, promoted) is fp32 too: every norm input and every block input is 4 bytes, and each
+/// projection reading a norm's fp32 output saves its own 16-bit cast of it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Width {
+    /// Compute width: projection inputs and outputs, MLP intermediates.
+    pub e: f64,
+    /// Naive attention's saved softmax output.
+    pub softmax: f64,
+    /// The residual stream: norm inputs and checkpointed block inputs.
+    pub residual: f64,
+    /// The logits the loss keeps: fp32 wherever the loss is computed in fp32 (autocast's
+    /// fp32 cross-entropy, fp32 runs, torchtune's upcast chunks); 16-bit where the whole model
+    /// runs in 16 bits and the loss with it (DeepSpeed's fp16/bf16 engines).
+    pub logits: f64,
+}
+
+impl From<f64> for Width {
+    fn from(e: f64) -> Width {
+        Width {
+            e,
+            softmax: e,
+            residual: e,
+            logits: 4.0,
+        }
+    }
+}
+
+impl Width {
+    /// The widths `s` saves at under `framework`'s mixed precision: DeepSpeed runs a 16-bit
+    /// model (no islands); PyTorch autocasts (fp32 softmax), with an fp32 residual stream where
+    /// the weights are fp32 at compute time (DDP, ZeRO-1's `ZeroRedundancyOptimizer`; FSDP's
+    /// `MixedPrecision` gathers 16-bit weights at stages 2–3).
+    pub fn of(framework: Framework, s: &Strategy) -> Width {
+        let e = s.precision.activation_bytes() as f64;
+        if framework == Framework::DeepSpeed && s.precision.master_weights() {
+            return Width {
+                logits: e,
+                ..Width::from(e)
+            };
+        }
+        if framework == Framework::DeepSpeed || !s.precision.master_weights() {
+            return Width::from(e);
+        }
+        let fp32_weights = !s.placement.zero_stage.shards_gradients();
+        Width {
+            e,
+            softmax: 4.0,
+            residual: if fp32_weights { 4.0 } else { e },
+            logits: 4.0,
+        }
+    }
+
+    /// Whether a norm's output is wider than the projections reading it (each then saves its
+    /// own cast).
+    fn casts_norm_outputs(&self) -> bool {
+        self.residual > self.e
+    }
+}
 
 /// Bytes of activations one block stores for backward, for micro-batch `b`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -50,7 +113,15 @@ impl BlockActivations {
 }
 
 /// Activations of one block (averaged over encoder and decoder blocks for T5).
-pub fn block(spec: &ModelSpec, s: f64, b: f64, e: f64, attention: Attention) -> BlockActivations {
+pub fn block(
+    spec: &ModelSpec,
+    s: f64,
+    b: f64,
+    w: impl Into<Width>,
+    attention: Attention,
+) -> BlockActivations {
+    let w: Width = w.into();
+    let e = w.e;
     let (h, q, kv, f) = (
         spec.hidden_size as f64,
         spec.q_dim() as f64,
@@ -69,7 +140,18 @@ pub fn block(spec: &ModelSpec, s: f64, b: f64, e: f64, attention: Attention) -> 
     } else {
         0.0
     };
-    let norms = (1.0 + attention_blocks + extra_norms) * e * sb * h;
+    let norms = (1.0 + attention_blocks + extra_norms) * w.residual * sb * h;
+    // Under an fp32 residual stream each separate projection after a norm keeps its own
+    // 16-bit cast of the norm's output: q, k and v apart (not fused), gate and up apart.
+    let fused_qkv = matches!(spec.family, Family::Gpt2 | Family::GptNeox | Family::Phi3);
+    let separate_gate_up = spec.mlp == MlpKind::Gated && spec.family != Family::Phi3;
+    let (extra_qkv_casts, extra_mlp_casts) = match w.casts_norm_outputs() {
+        true => (
+            if fused_qkv { 0.0 } else { 2.0 },
+            if separate_gate_up { 1.0 } else { 0.0 },
+        ),
+        false => (0.0, 0.0),
+    };
     // Under LoRA a projection's input is kept only where an adapter reads it.
     let saves = spec.lora_saves;
     let keep = |needed: fn(&LoraSaves) -> bool| {
@@ -80,11 +162,14 @@ pub fn block(spec: &ModelSpec, s: f64, b: f64, e: f64, attention: Attention) -> 
     let (qkv_in, o_in) = (keep(|l| l.qkv_input), keep(|l| l.o_input));
     let (mlp_in, down_in) = (keep(|l| l.mlp_input), keep(|l| l.down_input));
     let adapters = saves.map_or(0.0, |l| l.adapters_per_block * l.rank * e * sb);
-    let attn_linear =
-        attention_blocks * (e * sb * (h * qkv_in + q + kv + kv + q * o_in) + drop * sb * h);
+    let attn_linear = attention_blocks
+        * (e * sb * (h * qkv_in * (1.0 + extra_qkv_casts) + q + kv + kv + q * o_in)
+            + drop * sb * h);
     let core = attention_blocks
         * match attention {
-            Attention::Naive => e * a * s * s * b + drop * (a * s * s * b + e * a * s * s * b),
+            Attention::Naive => {
+                w.softmax * a * s * s * b + drop * (a * s * s * b + e * a * s * s * b)
+            }
             Attention::MemoryEfficient => 4.0 * a * s * b,
         };
     let k = spec.experts_per_token as f64;
@@ -100,7 +185,9 @@ pub fn block(spec: &ModelSpec, s: f64, b: f64, e: f64, attention: Attention) -> 
     let mlp = match spec.mlp {
         MlpKind::Plain => e * sb * h * mlp_in + k * (1.0 + act_out) * e * sb * f + drop * sb * h,
         // Gate out, activation out and up out always; their product (down's input) as above.
-        MlpKind::Gated => e * sb * h * mlp_in + k * (3.0 + down_in) * e * sb * f,
+        MlpKind::Gated => {
+            e * sb * h * mlp_in * (1.0 + extra_mlp_casts) + k * (3.0 + down_in) * e * sb * f
+        }
     };
     let router = if spec.num_experts > 1 {
         4.0 * sb * spec.num_experts as f64
@@ -111,7 +198,7 @@ pub fn block(spec: &ModelSpec, s: f64, b: f64, e: f64, attention: Attention) -> 
     let encoder = norms + attn_linear + mlp + router + adapters;
     let (linear_part, core_attention) = if spec.num_decoder_layers > 0 {
         // T5: decoder blocks carry a cross-attention and a third norm; average over all blocks.
-        let decoder = encoder + attn_linear + e * sb * h;
+        let decoder = encoder + attn_linear + w.residual * sb * h;
         let (ne, nd) = (spec.num_layers as f64, spec.num_decoder_layers as f64);
         (
             (ne * encoder + nd * decoder) / (ne + nd),
@@ -123,7 +210,7 @@ pub fn block(spec: &ModelSpec, s: f64, b: f64, e: f64, attention: Attention) -> 
     BlockActivations {
         linear_part,
         core_attention,
-        input: e * sb * h,
+        input: w.residual * sb * h,
     }
 }
 
@@ -131,17 +218,92 @@ pub fn block(spec: &ModelSpec, s: f64, b: f64, e: f64, attention: Attention) -> 
 /// dropout mask `sbh`, final-norm input and output-projection input `2·e·sbh`, fp32 logits
 /// `4sbv` — or, for a loss in K chunks, one chunk's `4sbv/K`, the logits the first step of
 /// backward recomputes while every other activation is still held.
-pub fn outside_blocks(spec: &ModelSpec, s: f64, b: f64, e: f64, loss: Loss) -> f64 {
+pub fn outside_blocks(spec: &ModelSpec, s: f64, b: f64, w: impl Into<Width>, loss: Loss) -> f64 {
+    let w: Width = w.into();
     let h = spec.hidden_size as f64;
     let drop = if spec.dropout { 1.0 } else { 0.0 };
     // A frozen output projection (LoRA) keeps no input for its weight's gradient.
     let head_in = if spec.lora_saves.is_some() { 0.0 } else { 1.0 };
-    drop * s * b * h + (1.0 + head_in) * e * s * b * h + logits(spec, s, b, loss)
+    drop * s * b * h + (w.residual + head_in * w.e) * s * b * h + logits(spec, s, b, w, loss)
 }
 
-/// The fp32 logits held at once: `4sbv`, a K-th of it for a chunked loss.
-pub fn logits(spec: &ModelSpec, s: f64, b: f64, loss: Loss) -> f64 {
-    4.0 * s * b * spec.vocab_size as f64 / loss.chunks() as f64
+/// The logits held at once: `4sbv` in fp32 (`w.logits` bytes each), a K-th of it for a chunked
+/// loss.
+pub fn logits(spec: &ModelSpec, s: f64, b: f64, w: impl Into<Width>, loss: Loss) -> f64 {
+    w.into().logits * s * b * spec.vocab_size as f64 / loss.chunks() as f64
+}
+
+/// What torchtitan's per-operator selective checkpointing (`selective-op`) keeps of one block
+/// for micro-batch `b`, and the matmul weights its recomputation runs again per token.
+///
+/// Its policy saves the outputs of `aten.mm` except every second one counted within the
+/// block (so the 1st, 3rd, 5th … in execution order), and of the SDPA kernels; everything else
+/// (norms, activations, element-wise products, naive attention's batched matmuls and softmax)
+/// is recomputed from the block's input, which the checkpoint keeps. Matmuls run in the order
+/// q, k, v (one fused qkv where the model fuses them), o, then gate, up, down (fused gate_up
+/// for Phi-3) or fc, proj.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OpSelective {
+    /// Bytes one block keeps: its input, the saved matmul outputs, the attention kernel's
+    /// output and log-sum-exp (memory-efficient attention only).
+    pub kept: f64,
+    /// Matmul weights recomputed per token (2 FLOPs each), experts scaled by k.
+    pub recomputed_weights: f64,
+    /// Whether the core attention is recomputed (naive attention is not an SDPA kernel).
+    pub recomputes_attention: bool,
+}
+
+/// [`OpSelective`] of `spec`'s blocks (see there).
+pub fn op_selective(
+    spec: &ModelSpec,
+    s: f64,
+    b: f64,
+    w: impl Into<Width>,
+    attention: Attention,
+) -> OpSelective {
+    let w: Width = w.into();
+    let (h, q, kv, f) = (
+        spec.hidden_size as f64,
+        spec.q_dim() as f64,
+        spec.kv_dim() as f64,
+        spec.intermediate_size as f64,
+    );
+    let k = spec.experts_per_token as f64;
+    let sb = s * b;
+    // (output width, weights) of each matmul in execution order.
+    let mut mms: Vec<(f64, f64)> = Vec::new();
+    if spec.has_attention() {
+        match matches!(spec.family, Family::Gpt2 | Family::GptNeox | Family::Phi3) {
+            true => mms.push((q + 2.0 * kv, h * (q + 2.0 * kv))),
+            false => mms.extend([(q, h * q), (kv, h * kv), (kv, h * kv)]),
+        }
+        mms.push((h, q * h));
+    }
+    let attention_matmuls = mms.len();
+    match (spec.mlp, spec.family) {
+        (MlpKind::Gated, Family::Phi3) => mms.extend([(2.0 * f, 2.0 * h * f), (h, f * h)]),
+        (MlpKind::Gated, _) => mms.extend([(f, h * f), (f, h * f), (h, f * h)]),
+        (MlpKind::Plain, _) => mms.extend([(f, h * f), (h, f * h)]),
+    }
+    let mut kept = w.residual * sb * h;
+    let mut recomputed = 0.0;
+    for (i, &(width, weights)) in mms.iter().enumerate() {
+        // MLP matmuls run once per routed expert.
+        let times = if i >= attention_matmuls { k } else { 1.0 };
+        match i % 2 == 0 {
+            true => kept += times * w.e * sb * width,
+            false => recomputed += times * weights,
+        }
+    }
+    let sdpa = spec.has_attention() && attention == Attention::MemoryEfficient;
+    if sdpa {
+        kept += w.e * sb * q + 4.0 * spec.num_heads as f64 * s * b;
+    }
+    OpSelective {
+        kept,
+        recomputed_weights: recomputed,
+        recomputes_attention: spec.has_attention() && !sdpa,
+    }
 }
 
 /// Number of blocks a policy recomputes among `n`: one in every `k` (rounded up) for `every:K`,
@@ -150,7 +312,10 @@ pub fn checkpointed_blocks(policy: Checkpoint, n: u64) -> u64 {
     match policy {
         Checkpoint::EveryNth(k) => n.div_ceil(k.max(1)),
         Checkpoint::Sqrt => n,
-        Checkpoint::None | Checkpoint::Selective | Checkpoint::Budget(_) => 0,
+        Checkpoint::None
+        | Checkpoint::Selective
+        | Checkpoint::SelectiveOp
+        | Checkpoint::Budget(_) => 0,
     }
 }
 
@@ -164,11 +329,12 @@ pub fn effective_policy(
     spec: &ModelSpec,
     s: f64,
     b: f64,
-    e: f64,
+    w: impl Into<Width>,
     attention: Attention,
     policy: Checkpoint,
     loss: Loss,
 ) -> Checkpoint {
+    let w: Width = w.into();
     if policy == Checkpoint::Selective && attention == Attention::MemoryEfficient {
         return Checkpoint::None;
     }
@@ -178,7 +344,7 @@ pub fn effective_policy(
     let n = spec.total_blocks();
     std::iter::once(Checkpoint::None)
         .chain((1..=n).rev().map(Checkpoint::EveryNth))
-        .find(|&c| model_activations(spec, s, b, e, attention, c, loss) <= budget as f64)
+        .find(|&c| model_activations(spec, s, b, w, attention, c, loss) <= budget as f64)
         .unwrap_or(Checkpoint::ALL_BLOCKS)
 }
 
@@ -193,18 +359,24 @@ pub fn model_activations(
     spec: &ModelSpec,
     s: f64,
     b: f64,
-    e: f64,
+    w: impl Into<Width>,
     attention: Attention,
     policy: Checkpoint,
     loss: Loss,
 ) -> f64 {
-    let blk = block(spec, s, b, e, attention);
+    let w: Width = w.into();
+    let blk = block(spec, s, b, w, attention);
     let n = spec.total_blocks();
-    let outside = outside_blocks(spec, s, b, e, loss);
-    let policy = effective_policy(spec, s, b, e, attention, policy, loss);
+    let outside = outside_blocks(spec, s, b, w, loss);
+    let policy = effective_policy(spec, s, b, w, attention, policy, loss);
     let blocks = match policy {
         Checkpoint::None => n as f64 * blk.full(),
         Checkpoint::Selective => n as f64 * blk.linear_part + blk.core_attention,
+        // Each block keeps what the policy saves; backward re-runs one block at a time.
+        Checkpoint::SelectiveOp => {
+            let kept = op_selective(spec, s, b, w, attention).kept.min(blk.full());
+            n as f64 * kept + (blk.full() - kept)
+        }
         Checkpoint::EveryNth(_) => {
             let c = checkpointed_blocks(policy, n) as f64;
             c * blk.input + (n as f64 - c) * blk.full() + (blk.full() - blk.input)

@@ -9,8 +9,8 @@ use super::{Plan, Problem, evaluate};
 use crate::error::PlanError;
 use crate::search::{Evaluator, Space, in_backward_values};
 use crate::strategy::{
-    Attention, Checkpoint, Loss, Offload, Optimizer, Pins, Placement, Precision, Strategy,
-    ZeroStage,
+    Attention, Checkpoint, Framework, Loss, Offload, Optimizer, Pins, Placement, Precision,
+    Strategy, ZeroStage,
 };
 
 /// Checkpoint policies tried when not pinned.
@@ -44,6 +44,9 @@ impl Evaluator for Problem {
                  ranks first: plan for one GPU, or drop the flag"
             )));
         }
+        if self.framework == Framework::Fsdp {
+            fsdp_offload_pins(pins)?;
+        }
         let precisions = Precision::ALL
             .iter()
             .copied()
@@ -76,6 +79,14 @@ impl Evaluator for Problem {
                         offload_optimizer.is_offloaded() || offload_params.is_offloaded();
                     let pinned = pins.offload_optimizer.is_some() || pins.offload_params.is_some();
                     if self.workload.lora.is_some() && offloaded && !pinned {
+                        continue;
+                    }
+                    // FSDP's only offload moves parameters, gradients and the optimizer step
+                    // to the host together, under full sharding; it has no NVMe tier.
+                    let fsdp_offload = offload_optimizer == Offload::Cpu
+                        && offload_params == Offload::Cpu
+                        && zero_stage.shards_parameters();
+                    if self.framework == Framework::Fsdp && offloaded && !fsdp_offload {
                         continue;
                     }
                     placements.push(Placement {
@@ -119,4 +130,28 @@ impl Evaluator for Problem {
             && s.attention == Attention::MemoryEfficient
             && pins.checkpoint.is_none())
     }
+}
+
+/// Offload pins FSDP cannot run, refused with what it can (PyTorch's `CPUOffload`: parameters,
+/// gradients and the optimizer step on the host, under FULL_SHARD; no NVMe tier).
+fn fsdp_offload_pins(pins: &Pins) -> Result<(), PlanError> {
+    let (opt, par) = (pins.offload_optimizer, pins.offload_params);
+    let nvme = opt == Some(Offload::Nvme) || par == Some(Offload::Nvme);
+    // One side offloaded and the other pinned on the device.
+    let mismatched = matches!(
+        (opt, par),
+        (Some(Offload::Cpu), Some(Offload::None)) | (Some(Offload::None), Some(Offload::Cpu))
+    );
+    let below_3 = pins.zero_stage.is_some_and(|z| !z.shards_parameters());
+    let cpu = opt == Some(Offload::Cpu) || par == Some(Offload::Cpu);
+    if nvme || mismatched || (cpu && below_3) {
+        return Err(PlanError::Incompatible(
+            "--framework fsdp offloads only parameters, gradients and the optimizer step \
+             together, to the CPU, under full sharding (CPUOffload(offload_params=True)); \
+             pin --offload-optimizer cpu --offload-params cpu (with --zero 3 or unpinned), \
+             or plan with --framework deepspeed for optimizer-only or NVMe offload"
+                .into(),
+        ));
+    }
+    Ok(())
 }

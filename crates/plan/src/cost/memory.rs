@@ -19,8 +19,8 @@
 //!
 //! Not for: step time (see `time`).
 
-use super::{Problem, activation};
-use crate::strategy::{Attention, Offload, Optimizer, Strategy};
+use super::{Problem, activation, gather};
+use crate::strategy::{Attention, Framework, Offload, Optimizer, OptimizerImpl, Strategy};
 use headroom_memory::{Category, CategoryBytes, MemoryBreakdown};
 use serde::Serialize;
 
@@ -134,12 +134,22 @@ impl ModelStates {
         let frozen = f
             .lora
             .map_or(0.0, |l| l.frozen_bytes(s.precision.param_bytes()) as f64);
-        let param_local = shard(p * pb + frozen, s.placement.zero_stage.shards_parameters());
+        // PyTorch's mixed precision (autocast, FSDP's `MixedPrecision`) trains fp32 parameters
+        // with fp32 gradients: the parameters are the master copy, and there is no other.
+        let torch_mixed = problem.framework == Framework::Fsdp && s.precision.master_weights();
+        let (stored_pb, stored_gb, mb) = match torch_mixed {
+            true => (4.0, 4.0, 0.0),
+            false => (pb, gb, mb),
+        };
+        let param_local = shard(
+            p * stored_pb + frozen,
+            s.placement.zero_stage.shards_parameters(),
+        );
         // With the step in backward each parameter's gradient is freed once applied
         // (torchtune's optimizer_in_bwd hooks): about the largest tensor's at a time.
         let grad_local = match s.optimizer_in_backward {
-            true => f.largest_layer_params as f64 * gb,
-            false => shard(p * gb, s.placement.zero_stage.shards_gradients()),
+            true => f.largest_layer_params as f64 * stored_gb,
+            false => shard(p * stored_gb, s.placement.zero_stage.shards_gradients()),
         };
         let master_local = shard(p * mb, s.placement.zero_stage.shards_optimizer());
         let opt_local = shard(
@@ -147,20 +157,17 @@ impl ModelStates {
             s.placement.zero_stage.shards_optimizer(),
         );
 
-        // ZeRO-3/FSDP gathers whole units before use: the current and the prefetched one (FSDP's
-        // rate limiter allows two in-flight all-gathers, docs/sources.md §11), plus the unsharded
-        // gradient of the unit being reduce-scattered (DeepSpeed's 4·largest_layer: 2 B param +
-        // 2 B grad). What is gathered can never exceed what other ranks hold.
-        let remote = if par_off { p } else { p * (n - 1.0) / n };
-        let unit = f.gather_unit_params as f64;
-        // With optimizer offload the gradients leave the device, but each unit's gradient is
-        // still produced there before it is copied out, whatever the number of GPUs.
-        let grad_window = if opt_off { p } else { remote };
-        let (gathered_params, grad_unit) = if s.placement.zero_stage.shards_parameters() {
-            ((2.0 * unit).min(remote) * pb, unit.min(grad_window) * gb)
-        } else {
-            (0.0, 0.0)
+        // Full sharding holds gathered parameters and one unit's unsharded gradient in the
+        // compute dtype (`gather`). Below it, PyTorch's mixed precision computes with 16-bit
+        // copies of the fp32 weights, held from forward to backward: autocast's cast of every
+        // matmul weight under DDP, FSDP's gathered 16-bit model under SHARD_GRAD_OP.
+        let (gathered, unsharded_grad) = gather::gathered_elements(problem, s);
+        let cast_copies = match (torch_mixed, s.placement.zero_stage.number()) {
+            (true, 0 | 1) => f.active_matmul_params.min(p) * pb,
+            (true, 2) => p * pb,
+            _ => 0.0,
         };
+        let (gathered_params, grad_unit) = (gathered * pb + cast_copies, unsharded_grad * gb);
 
         let mut host = 0.0;
         let mut nvme = 0.0;
@@ -238,7 +245,13 @@ fn backward_workspace_bytes(problem: &Problem, s: &Strategy) -> f64 {
     let spec = &problem.spec;
     let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
     let e = s.precision.activation_bytes() as f64;
-    let logits_grad = activation::logits(spec, seq, b, s.loss);
+    let logits_grad = activation::logits(
+        spec,
+        seq,
+        b,
+        activation::Width::of(problem.framework, s),
+        s.loss,
+    );
     let attn_bwd = match s.attention {
         Attention::Naive => 2.0 * e * spec.num_heads as f64 * seq * seq * b,
         Attention::MemoryEfficient => 0.0,
@@ -258,10 +271,12 @@ fn optimizer_step_bytes(problem: &Problem, s: &Strategy) -> f64 {
     } else {
         1.0
     };
-    // With the step in backward each parameter is stepped alone.
-    let local_params = match s.optimizer_in_backward {
-        true => problem.facts.largest_layer_params as f64,
-        false => local_params,
+    // With the step in backward each parameter is stepped alone, as a per-tensor loop and a
+    // fused kernel step theirs (a fused kernel's intermediates stay in registers).
+    let local_params = match (s.optimizer_in_backward, problem.optimizer_impl) {
+        (_, OptimizerImpl::Fused) => 0.0,
+        (true, _) | (false, OptimizerImpl::PerTensor) => problem.facts.largest_layer_params as f64,
+        (false, OptimizerImpl::Foreach) => local_params,
     };
     let sd = s.precision.state_format().bytes() as f64;
     match s.optimizer {
@@ -279,11 +294,11 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
     let spec = &problem.spec;
     let hw = &problem.hardware;
     let states = ModelStates::of(problem, s);
-    let e = s.precision.activation_bytes() as f64;
+    let w = activation::Width::of(problem.framework, s);
     let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
     let comm = communication_bytes(problem, s);
     let activations =
-        activation::model_activations(spec, seq, b, e, s.attention, s.checkpoint, s.loss)
+        activation::model_activations(spec, seq, b, w, s.attention, s.checkpoint, s.loss)
             * problem.cost.activation_scale;
     // input_ids, attention_mask and labels as int64.
     let input = 3.0 * 8.0 * seq * b;

@@ -5,13 +5,15 @@
 //! Not for: choosing among strategies (see `search`).
 
 pub mod activation;
+pub mod efficiency;
 mod evaluator;
+pub mod gather;
 pub mod memory;
 pub mod time;
 
 use crate::hardware::Hardware;
 use crate::model::{ModelSpec, ParamInventory};
-use crate::strategy::Strategy;
+use crate::strategy::{Framework, OptimizerImpl, Strategy};
 use crate::workload::Workload;
 use serde::Serialize;
 
@@ -22,9 +24,13 @@ pub use time::StepTime;
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct CostModel {
     /// Achievable fraction of the dense peak for the model's matmuls (MFU-like) once a
-    /// micro-batch is large enough to fill the GPU. Korthikanti et al. report 41–56 % MFU, FSDP
-    /// 55–60 % on A100; 0.45 is the default.
-    pub efficiency: f64,
+    /// micro-batch is large enough to fill the GPU, for every GPU and precision (`--efficiency`);
+    /// unset, each GPU and precision takes its value fitted to a published run
+    /// (`efficiency`), or 0.45.
+    pub efficiency: Option<f64>,
+    /// Factor on the saturated efficiency: 1 by default, set by `--calibrate` from a measured
+    /// step.
+    pub efficiency_scale: f64,
     /// Work per micro-batch (tokens × hidden size, per GPU) at which a GPU with the reference
     /// dense peak (`time::SATURATION_REFERENCE_TFLOPS`) reaches half of `efficiency`; a GPU
     /// `k` times faster needs `k` times the work. Fitted to Hugging Face's bert-large V100
@@ -46,7 +52,8 @@ pub struct CostModel {
 impl Default for CostModel {
     fn default() -> Self {
         CostModel {
-            efficiency: 0.45,
+            efficiency: None,
+            efficiency_scale: 1.0,
             half_saturation_work: 105_000.0,
             activation_scale: 1.0,
             fragmentation: 0.10,
@@ -68,6 +75,13 @@ pub struct ModelFacts {
     /// The most parameters ZeRO-3/FSDP gathers at once: the larger of one block and the largest
     /// single module (an embedding or LM head, gathered per module by DeepSpeed).
     pub gather_unit_params: u64,
+    /// Parameters of the largest transformer block (FSDP's wrapped unit).
+    pub block_params: u64,
+    /// Parameters outside the blocks (embeddings, final norm, untied head): FSDP's root unit.
+    pub root_params: u64,
+    /// Parameters in tensors of at most `10·hidden` elements (norms, biases), which DeepSpeed
+    /// ZeRO-3 keeps whole on every rank under Hugging Face's `"auto"` persistence threshold.
+    pub persistent_params: u64,
     pub largest_layer_params: u64,
     pub adafactor_state_elements: u64,
     /// Matmul weights per token (MoE experts scaled by k/E), LM head included.
@@ -86,6 +100,9 @@ impl ModelFacts {
             total_params: inv.total(),
             lora: None,
             gather_unit_params: inv.max_block_params().max(largest),
+            block_params: inv.max_block_params(),
+            root_params: inv.outside_block_params(),
+            persistent_params: inv.small_tensor_params(10 * spec.hidden_size),
             largest_layer_params: largest,
             adafactor_state_elements: inv.adafactor_state_elements(),
             active_matmul_params: inv.active_matmul_params(spec),
@@ -107,6 +124,10 @@ pub struct Problem {
     pub hardware: Hardware,
     pub workload: Workload,
     pub cost: CostModel,
+    /// Whose memory layout the plan predicts (DeepSpeed's by default; see `Framework`).
+    pub framework: Framework,
+    /// How the optimizer steps the parameters (its temporaries; PyTorch's foreach default).
+    pub optimizer_impl: OptimizerImpl,
 }
 
 impl Problem {
@@ -144,7 +165,22 @@ impl Problem {
             hardware,
             workload,
             cost,
+            framework: Framework::default(),
+            optimizer_impl: OptimizerImpl::default(),
         }
+    }
+
+    /// The same problem with another optimizer implementation.
+    pub fn with_optimizer_impl(self, optimizer_impl: OptimizerImpl) -> Problem {
+        Problem {
+            optimizer_impl,
+            ..self
+        }
+    }
+
+    /// The same problem for another framework's memory layout.
+    pub fn with_framework(self, framework: Framework) -> Problem {
+        Problem { framework, ..self }
     }
 
     /// Device bytes a plan may use: capacity × (1 − margin).

@@ -87,9 +87,9 @@ pub const SATURATION_REFERENCE_TFLOPS: f64 = 15.7;
 /// precision `p`: the saturated efficiency scaled by `w / (w + w½)` (see the module header).
 pub fn achieved_efficiency(problem: &Problem, p: Precision, micro_batch: u64) -> f64 {
     let work = (micro_batch * problem.workload.seq_len * problem.spec.hidden_size) as f64;
-    let half = problem.cost.half_saturation_work * peak_flops(problem, p)
-        / (SATURATION_REFERENCE_TFLOPS * 1e12);
-    problem.cost.efficiency * work / (work + half)
+    let half = problem.cost.half_saturation_work
+        * (peak_flops(problem, p) / (SATURATION_REFERENCE_TFLOPS * 1e12)).sqrt();
+    super::efficiency::saturated(problem, p) * work / (work + half)
 }
 
 /// Predicts the step time of `s` on `problem`.
@@ -102,7 +102,7 @@ pub fn predict(problem: &Problem, s: &Strategy) -> StepTime {
     let efficiency = achieved_efficiency(problem, s.precision, s.micro_batch);
     let compute_s = (model_flops + recompute_flops) / (n * peak * efficiency);
     let memory_bound_s = attention_traffic_s(problem, s);
-    let optimizer_s = optimizer_step_s(problem, s);
+    let optimizer_s = optimizer_step_s(problem, s) + paging_s(problem, s, compute_s);
 
     let p = f.params as f64;
     let (pb, gb) = (
@@ -164,6 +164,20 @@ fn flops(problem: &Problem, s: &Strategy) -> (f64, f64) {
     let recompute_flops = match effective_policy(problem, s) {
         Checkpoint::None | Checkpoint::Budget(_) => 0.0,
         Checkpoint::Selective => 4.0 * seq * q * tokens * attn_layers,
+        Checkpoint::SelectiveOp => {
+            let op = activation::op_selective(
+                spec,
+                seq,
+                1.0,
+                activation::Width::of(problem.framework, s),
+                s.attention,
+            );
+            let attention = match op.recomputes_attention {
+                true => 4.0 * seq * q * tokens * attn_layers,
+                false => 0.0,
+            };
+            2.0 * op.recomputed_weights * tokens * blocks as f64 + attention
+        }
         policy @ (Checkpoint::EveryNth(_) | Checkpoint::Sqrt) => {
             let share = activation::checkpointed_blocks(policy, blocks) as f64 / blocks as f64;
             share * (2.0 * f.active_block_matmul_params * tokens + attention_flops / 3.0)
@@ -183,7 +197,7 @@ fn effective_policy(problem: &Problem, s: &Strategy) -> Checkpoint {
         &problem.spec,
         problem.workload.seq_len as f64,
         s.micro_batch as f64,
-        s.precision.activation_bytes() as f64,
+        activation::Width::of(problem.framework, s),
         s.attention,
         s.checkpoint,
         s.loss,
@@ -234,12 +248,29 @@ fn optimizer_step_s(problem: &Problem, s: &Strategy) -> f64 {
         s.precision.grad_bytes() as f64,
     );
     let bytes = 2.0 * (local * (pb + s.precision.master_bytes() as f64) + state) + local * gb;
-    // Paged states cross PCIe twice a step (in for the update, out after it), not overlapped.
-    let paging = match s.optimizer.paged() {
-        true => 2.0 * state / (problem.hardware.pcie_bandwidth_gbps * 1e9),
-        false => 0.0,
+    bytes / (problem.hardware.gpu.memory_bandwidth_gbps * 1e9)
+}
+
+/// Paged optimizer states cross PCIe twice a step (in for the update, out after it).
+/// bitsandbytes prefetches the next tensor's pages on a side stream while the current one
+/// updates: after backward that hides nothing (the updates are short), but with the step in
+/// backward each block's pages move while the backward of the blocks before it computes, so
+/// only what exceeds the backward's time (⅔ of compute) is exposed.
+fn paging_s(problem: &Problem, s: &Strategy, compute_s: f64) -> f64 {
+    if !s.optimizer.paged() || s.placement.offload_optimizer != Offload::None {
+        return 0.0;
+    }
+    let shards = if s.placement.zero_stage.shards_optimizer() {
+        problem.hardware.world_size() as f64
+    } else {
+        1.0
     };
-    bytes / (problem.hardware.gpu.memory_bandwidth_gbps * 1e9) + paging
+    let state = memory::optimizer_state_bytes(problem, s) / shards;
+    let crossing = 2.0 * state / (problem.hardware.pcie_bandwidth_gbps * 1e9);
+    match s.optimizer_in_backward {
+        true => (crossing - compute_s * 2.0 / 3.0).max(0.0),
+        false => crossing,
+    }
 }
 
 /// Offload traffic and host optimizer time not hidden behind `compute_s`.

@@ -12,7 +12,7 @@
 use super::{ExportOptions, fidelity};
 use crate::cost::{Plan, Problem};
 use crate::error::{PlanError, Result};
-use crate::strategy::{Checkpoint, Loss, Offload, Precision};
+use crate::strategy::{Checkpoint, Framework, Loss, Offload, Precision};
 
 /// Builds the YAML text of `plan`.
 pub fn accelerate_config(problem: &Problem, plan: &Plan, opts: &ExportOptions) -> Result<String> {
@@ -41,9 +41,11 @@ pub fn accelerate_config(problem: &Problem, plan: &Plan, opts: &ExportOptions) -
             ));
         }
     };
-    let fsdp_can = s.placement.offload_optimizer == Offload::None
-        || (s.placement.offload_optimizer == Offload::Cpu
-            && s.placement.offload_params == Offload::Cpu);
+    // The plan's own framework decides the plugin: its memory is that framework's layout.
+    let fsdp_can = problem.framework == Framework::Fsdp
+        && (s.placement.offload_optimizer == Offload::None
+            || (s.placement.offload_optimizer == Offload::Cpu
+                && s.placement.offload_params == Offload::Cpu));
     let mut y = String::from("# Accelerate config written by `headroom plan --emit accelerate`\n");
     y += "compute_environment: LOCAL_MACHINE\ndebug: false\n";
     if s.placement.zero_stage.number() == 0 && s.placement.offload_optimizer == Offload::None {

@@ -12,14 +12,26 @@
 //! linear cross-entropy through `use_liger_kernel=True`) and are not part of ds_config.
 
 use super::{ExportOptions, fidelity};
+use crate::cost::gather;
 use crate::cost::{Plan, Problem};
 use crate::error::{PlanError, Result};
-use crate::strategy::{Offload, Optimizer, Precision};
+use crate::strategy::{Framework, Offload, Optimizer, Precision};
 use serde_json::{Value, json};
 
 /// Builds the ds_config of `plan`.
 pub fn ds_config(problem: &Problem, plan: &Plan, opts: &ExportOptions) -> Result<Value> {
     let s = &plan.strategy;
+    if problem.framework != Framework::DeepSpeed {
+        return Err(PlanError::Export {
+            format: "deepspeed".into(),
+            reason: format!(
+                "the plan predicts {}'s memory layout (fp32 parameters as the master copy, whole \
+                 blocks gathered), not DeepSpeed's; plan with --framework deepspeed to export a \
+                 ds_config",
+                problem.framework
+            ),
+        });
+    }
     if s.optimizer_in_backward {
         return Err(fidelity::refuse_step_in_backward(
             problem,
@@ -119,9 +131,12 @@ pub fn ds_config(problem: &Problem, plan: &Plan, opts: &ExportOptions) -> Result
     }
     if s.placement.zero_stage.shards_parameters() {
         let h = problem.spec.hidden_size;
-        // Hugging Face's "auto" values: prefetch 0.9·h², persistence threshold 10·h.
-        zero["stage3_prefetch_bucket_size"] = json!((0.9 * (h * h) as f64) as u64);
-        zero["stage3_param_persistence_threshold"] = json!(10 * h);
+        // The gathering the plan charged (`cost::gather`): Hugging Face's "auto" prefetch
+        // 0.9·h² and persistence threshold 10·h, DeepSpeed's default live-parameter cap.
+        zero["stage3_prefetch_bucket_size"] = json!(gather::deepspeed_prefetch_bucket(h));
+        zero["stage3_param_persistence_threshold"] =
+            json!(gather::deepspeed_persistence_threshold(h));
+        zero["stage3_max_live_parameters"] = json!(gather::DEEPSPEED_MAX_LIVE_PARAMETERS);
         zero["stage3_gather_16bit_weights_on_model_save"] = json!(true);
     }
     cfg["zero_optimization"] = zero;

@@ -39,7 +39,9 @@ fn builder(problem: &Problem, lora: Option<&Lora>) -> Option<String> {
         "llama-2-70b" => ("llama2", "llama2_70b"),
         "llama-3-8b" => ("llama3", "llama3_8b"),
         "llama-3-70b" => ("llama3", "llama3_70b"),
+        "llama-3.1-8b" => ("llama3_1", "llama3_1_8b"),
         "llama-3.2-1b" => ("llama3_2", "llama3_2_1b"),
+        "llama-3.2-3b" => ("llama3_2", "llama3_2_3b"),
         _ => return None,
     };
     let prefix = match lora.map(|l| l.base) {

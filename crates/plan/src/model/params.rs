@@ -173,6 +173,26 @@ impl ParamInventory {
         sums.into_iter().max().unwrap_or(0)
     }
 
+    /// Parameters of modules outside every transformer block (embeddings, final norm, an
+    /// untied head): what FSDP's root unit holds when each block is wrapped.
+    pub fn outside_block_params(&self) -> u64 {
+        self.leaves
+            .iter()
+            .filter(|l| l.block.is_none())
+            .map(Leaf::params)
+            .sum()
+    }
+
+    /// Parameters in tensors of at most `threshold` elements, a weight and its bias counted as
+    /// separate tensors (DeepSpeed's `stage3_param_persistence_threshold` is per tensor).
+    pub fn small_tensor_params(&self, threshold: u64) -> u64 {
+        let small = |n: u64| if n <= threshold { n } else { 0 };
+        self.leaves
+            .iter()
+            .map(|l| small(l.rows * l.cols) + small(l.bias))
+            .sum()
+    }
+
     /// Parameters of the input embeddings (token, position, token-type tables).
     pub fn embedding_params(&self) -> u64 {
         self.leaves

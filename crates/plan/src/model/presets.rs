@@ -52,8 +52,16 @@ const PRESETS: &[(&str, &str)] = &[
         include_str!("../../presets/llama-3-70b.json"),
     ),
     (
+        "llama-3.1-8b",
+        include_str!("../../presets/llama-3.1-8b.json"),
+    ),
+    (
         "llama-3.2-1b",
         include_str!("../../presets/llama-3.2-1b.json"),
+    ),
+    (
+        "llama-3.2-3b",
+        include_str!("../../presets/llama-3.2-3b.json"),
     ),
     ("mistral-7b", include_str!("../../presets/mistral-7b.json")),
     (
@@ -64,8 +72,8 @@ const PRESETS: &[(&str, &str)] = &[
 ];
 
 /// Names of every built-in model, in listing order.
-pub const PRESET_NAMES: [&str; 20] = {
-    let mut names = [""; 20];
+pub const PRESET_NAMES: [&str; 22] = {
+    let mut names = [""; 22];
     let mut i = 0;
     while i < PRESETS.len() {
         names[i] = PRESETS[i].0;
@@ -98,7 +106,11 @@ const HUB_IDS: &[(&str, &str)] = &[
     ("meta-llama/Meta-Llama-3-8B-Instruct", "llama-3-8b"),
     ("meta-llama/Meta-Llama-3-70B", "llama-3-70b"),
     ("meta-llama/Meta-Llama-3-70B-Instruct", "llama-3-70b"),
+    ("meta-llama/Llama-3.1-8B", "llama-3.1-8b"),
+    ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"),
     ("meta-llama/Llama-3.2-1B", "llama-3.2-1b"),
+    ("meta-llama/Llama-3.2-3B", "llama-3.2-3b"),
+    ("meta-llama/Llama-3.2-3B-Instruct", "llama-3.2-3b"),
     ("mistralai/Mistral-7B-v0.1", "mistral-7b"),
     ("mistralai/Mixtral-8x7B-v0.1", "mixtral-8x7b"),
     ("Qwen/Qwen2.5-7B", "qwen2.5-7b"),

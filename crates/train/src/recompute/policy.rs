@@ -56,6 +56,7 @@ pub fn recompute_for(
             },
             None,
         ),
+        Checkpoint::SelectiveOp => return Err(PolicyError::PlannerOnly),
         Checkpoint::Budget(budget) => {
             let shape = (micro_batch, seq_len);
             let decision = decide_budget(budget, loss_chunks, spec, dtype, shape)?;
@@ -69,6 +70,10 @@ pub fn recompute_for(
 pub enum PolicyError {
     #[error("checkpoint budget {budget} is too small: even recomputing every block needs {needed} of activations; raise the budget or lower --micro-batch or --seq-len", budget = format_bytes(*.budget), needed = format_bytes(*.needed))]
     BudgetTooSmall { budget: u64, needed: u64 },
+    #[error(
+        "--checkpoint selective-op is torchtitan's per-operator policy, which `headroom plan` predicts for Hugging Face models but headroom's engine does not run; accepted here: none, all, every:K, sqrt, budget:SIZE, selective"
+    )]
+    PlannerOnly,
     #[error("dry run of the model failed: {0}")]
     DryRun(#[from] TensorError),
 }

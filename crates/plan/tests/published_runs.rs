@@ -1,0 +1,299 @@
+//! The planner held to published runs on real GPUs (`tests/data/published/runs.toml`, each row
+//! with its source): every run that worked must be predicted to fit, the memory within the
+//! errors stated in docs/planner.md ("Held to reality"), the throughput of the rows the speed
+//! model was not fitted to within the stated mean error; the rows it was fitted to reproduce
+//! their throughput, and the fitted efficiencies are what `--calibrate` derives from them.
+//!
+//! `cargo test -p headroom-plan --test published_runs -- --nocapture` prints the table.
+
+use headroom_plan::calibrate::{Measurement, calibrate};
+use headroom_plan::cost::{CostModel, Plan, Problem, efficiency, evaluate};
+use headroom_plan::hardware::{self, HardwareOverrides};
+use headroom_plan::model::load_model;
+use headroom_plan::strategy::{
+    BaseWeights, Category, Framework, Lora, LoraTargets, OptimizerImpl, Strategy,
+};
+use headroom_plan::workload::{BatchSpec, Workload};
+use serde::Deserialize;
+use std::path::Path;
+
+#[derive(Deserialize)]
+struct Runs {
+    run: Vec<Run>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Run {
+    id: String,
+    source: String,
+    url: String,
+    model: String,
+    framework: Framework,
+    optimizer_impl: OptimizerImpl,
+    #[serde(default)]
+    fitted: bool,
+    seq_len: u64,
+    memory_mib: Option<f64>,
+    memory_kind: Option<String>,
+    samples_per_s: Option<f64>,
+    tokens_per_s_per_gpu: Option<f64>,
+    lora_rank: Option<usize>,
+    lora_alpha: Option<f32>,
+    lora_targets: Option<String>,
+    lora_base: Option<String>,
+    hardware: HardwareOverrides,
+    strategy: Strategy,
+}
+
+/// One run planned: the problem, the plan, and the measured and predicted figures.
+struct Row {
+    run: Run,
+    problem: Problem,
+    plan: Plan,
+    memory: Option<(f64, f64)>,
+    speed: Option<(f64, f64)>,
+}
+
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/published");
+
+fn problem_of(run: &Run) -> Problem {
+    let model = match run.model.ends_with(".json") {
+        true => Path::new(DATA).join(&run.model).display().to_string(),
+        false => run.model.clone(),
+    };
+    let spec = load_model(&model).unwrap();
+    let gpu = run.hardware.gpu.clone().unwrap();
+    let mut hw = hardware::resolve(&gpu, &[&run.hardware]).unwrap();
+    hw.apply(&HardwareOverrides {
+        gpu: None,
+        ..run.hardware.clone()
+    })
+    .unwrap();
+    let s = &run.strategy;
+    let split = BatchSpec::Split {
+        micro_batch: s.micro_batch,
+        accumulation: s.accumulation,
+    };
+    let world = hw.world_size();
+    let workload = Workload::new(
+        &spec,
+        run.seq_len,
+        split,
+        Some(s.micro_batch),
+        Some(s.accumulation),
+        world,
+    )
+    .unwrap();
+    let workload = match run.lora_rank {
+        Some(rank) => {
+            let targets: LoraTargets = run.lora_targets.as_deref().unwrap().parse().unwrap();
+            let base: BaseWeights = run.lora_base.as_deref().unwrap_or("plain").parse().unwrap();
+            let lora = Lora::new(rank, run.lora_alpha.unwrap(), targets, base).unwrap();
+            workload.with_lora(&spec, lora).unwrap()
+        }
+        None => workload,
+    };
+    Problem::new(spec, hw, workload, CostModel::default())
+        .with_framework(run.framework)
+        .with_optimizer_impl(run.optimizer_impl)
+}
+
+fn rows() -> Vec<Row> {
+    let text = std::fs::read_to_string(Path::new(DATA).join("runs.toml")).unwrap();
+    let runs: Runs = toml::from_str(&text).unwrap();
+    runs.run
+        .into_iter()
+        .map(|run| {
+            let problem = problem_of(&run);
+            let plan = evaluate(&problem, &run.strategy);
+            let at_peak = &plan.memory.breakdown.at_peak;
+            let peak = plan.memory.per_device_peak_bytes as f64;
+            let memory = run.memory_mib.map(|mib| {
+                let predicted = match run.memory_kind.as_deref().unwrap() {
+                    "device-used" => peak,
+                    "reserved" => peak - problem.hardware.cuda_context_bytes as f64,
+                    "active" => peak - at_peak[Category::Other] as f64,
+                    other => panic!("{}: memory_kind {other}", run.id),
+                };
+                (mib * 1024.0 * 1024.0, predicted)
+            });
+            let world = problem.hardware.world_size() as f64;
+            let measured = run
+                .tokens_per_s_per_gpu
+                .or(run.samples_per_s.map(|s| s * run.seq_len as f64 / world));
+            let speed = measured.map(|m| (m, plan.time.tokens_per_s / world));
+            Row {
+                run,
+                problem,
+                plan,
+                memory,
+                speed,
+            }
+        })
+        .collect()
+}
+
+fn error((measured, predicted): (f64, f64)) -> f64 {
+    predicted / measured - 1.0
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+fn gib(b: f64) -> String {
+    format!("{:.2}", b / (1u64 << 30) as f64)
+}
+
+#[test]
+fn published_runs_fit_and_are_predicted_within_the_stated_errors() {
+    let rows = rows();
+    let mut sources: Vec<&str> = rows.iter().map(|r| r.run.source.as_str()).collect();
+    sources.sort();
+    sources.dedup();
+    assert!(
+        rows.len() >= 12 && sources.len() >= 4,
+        "{} rows, {sources:?}",
+        rows.len()
+    );
+    println!(
+        "| run | source | memory published → predicted (GiB) | error | tokens/s/GPU published → predicted | error |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for r in &rows {
+        let mem = r.memory.map_or("—".into(), |m| {
+            format!(
+                "{} → {} ({})",
+                gib(m.0),
+                gib(m.1),
+                r.run.memory_kind.as_deref().unwrap()
+            )
+        });
+        let mem_err = r
+            .memory
+            .map_or("—".into(), |m| format!("{:+.1} %", 100.0 * error(m)));
+        let speed = r
+            .speed
+            .map_or("—".into(), |s| format!("{:.0} → {:.0}", s.0, s.1));
+        let speed_err = r.speed.map_or("—".into(), |s| match r.run.fitted {
+            true => "fitted".into(),
+            false => format!("{:+.1} %", 100.0 * error(s)),
+        });
+        println!(
+            "| `{}` | [{}]({}) | {mem} | {mem_err} | {speed} | {speed_err} |",
+            r.run.id, r.run.source, r.run.url
+        );
+    }
+    // Every published run worked, so every one must fit; the one that does not is stated in
+    // docs/planner.md: it sits at the very edge of its card, where the fragmentation reserve
+    // decides.
+    for r in rows
+        .iter()
+        .filter(|r| !KNOWN_MISSES.contains(&r.run.id.as_str()))
+    {
+        assert!(
+            r.plan.fits,
+            "{}: predicted {} GiB on a {} GiB GPU",
+            r.run.id,
+            gib(r.plan.memory.per_device_peak_bytes as f64),
+            gib(r.problem.hardware.gpu.memory_bytes as f64)
+        );
+    }
+    let mem: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| r.memory)
+        .map(|m| error(m).abs())
+        .collect();
+    let speed: Vec<f64> = rows
+        .iter()
+        .filter(|r| !r.run.fitted)
+        .filter_map(|r| r.speed)
+        .map(|s| error(s).abs())
+        .collect();
+    let worst = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
+    println!(
+        "\nmemory: {} rows, mean |error| {:.1} %, worst {:.1} %; throughput: {} rows not fitted, mean |error| {:.1} %, worst {:.1} %",
+        mem.len(),
+        100.0 * mean(&mem),
+        100.0 * worst(&mem),
+        speed.len(),
+        100.0 * mean(&speed),
+        100.0 * worst(&speed)
+    );
+    // The errors docs/planner.md states.
+    assert!(
+        mean(&mem) <= MEMORY_MEAN && worst(&mem) <= MEMORY_WORST,
+        "{mem:?}"
+    );
+    assert!(
+        mean(&speed) <= SPEED_MEAN && worst(&speed) <= SPEED_WORST,
+        "{speed:?}"
+    );
+}
+
+/// Published working runs the planner calls infeasible.
+const KNOWN_MISSES: [&str; 1] = ["zero-offload-10b-1xv100"];
+
+#[test]
+fn the_known_miss_is_at_the_edge_of_its_card() {
+    // ZeRO-Offload's 10B GPT-2 on one 32 GB V100: without the 10 % fragmentation reserve its
+    // predicted peak (allocated bytes and the CUDA context) is within 2 % of what the plan may
+    // use; with it, it is over. The published run is the largest the tutorial could fit.
+    for r in rows()
+        .iter()
+        .filter(|r| KNOWN_MISSES.contains(&r.run.id.as_str()))
+    {
+        assert!(
+            !r.plan.fits,
+            "{} fits now: update KNOWN_MISSES and the docs",
+            r.run.id
+        );
+        let at_peak = &r.plan.memory.breakdown.at_peak;
+        let without_reserve = (at_peak.total() - at_peak[Category::Other]) as f64
+            + r.problem.hardware.cuda_context_bytes as f64;
+        let usable = r.problem.usable_device_bytes() as f64;
+        assert!(
+            (without_reserve / usable - 1.0).abs() < 0.02,
+            "{}: {without_reserve} vs {usable}",
+            r.run.id
+        );
+    }
+}
+
+// The errors docs/planner.md states (the goals: memory 10 % mean and 20 % worst,
+// throughput 25 % mean).
+const MEMORY_MEAN: f64 = 0.055;
+const MEMORY_WORST: f64 = 0.105;
+const SPEED_MEAN: f64 = 0.105;
+const SPEED_WORST: f64 = 0.50;
+
+#[test]
+fn fitted_efficiencies_are_what_calibration_derives_from_their_runs() {
+    for r in rows().into_iter().filter(|r| r.run.fitted) {
+        let (measured, _) = r.speed.unwrap();
+        let world = r.problem.hardware.world_size() as f64;
+        let m = Measurement {
+            strategy: r.run.strategy,
+            seq_len: None,
+            tokens_per_s: measured * world,
+            peak_allocated_bytes: None,
+            source: Some(r.run.id.clone()),
+        };
+        let (_, c) = calibrate(&r.problem, &m).unwrap();
+        let (table, _) =
+            efficiency::fitted(&r.problem.hardware.gpu.name, r.run.strategy.precision).unwrap();
+        println!(
+            "{}: calibrated {:.4}, table {table:.4}",
+            r.run.id, c.efficiency_after
+        );
+        assert!(
+            (c.efficiency_after - table).abs() < 5e-4,
+            "{}: calibration gives {:.4}, the table {table:.4}",
+            r.run.id,
+            c.efficiency_after
+        );
+        // And the fitted row's throughput is then reproduced.
+        assert!(error(r.speed.unwrap()).abs() < 2e-3, "{}", r.run.id);
+    }
+}
