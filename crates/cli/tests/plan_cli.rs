@@ -250,7 +250,7 @@ fn malformed_config_json_is_a_clear_error() {
     assert!(
         e.contains("model_type 'falcon'")
             && e.contains(
-                "llama, mistral, mixtral, qwen2, gemma, gemma2, phi3, gpt2, gpt_neox, bert, t5"
+                "llama, mistral, mixtral, qwen2, qwen2_moe, gemma, gemma2, phi3, gpt2, gpt_neox, bert, t5"
             ),
         "{e}"
     );

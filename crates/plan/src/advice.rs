@@ -167,6 +167,10 @@ pub fn explain(problem: &Problem, plan: &Plan) -> Vec<String> {
 pub struct Shortfall {
     /// Bytes the closest plan lacks on each device (peak − usable).
     pub missing_bytes_per_device: u64,
+    /// Host RAM the closest plan lacks on each node (offloaded states, loaders), 0 if none.
+    pub missing_host_bytes_per_node: u64,
+    /// NVMe the closest plan lacks on each node, 0 if none.
+    pub missing_nvme_bytes_per_node: u64,
     /// Changes that make at least one plan fit, smallest first within each kind.
     pub suggestions: Vec<String>,
 }
@@ -261,9 +265,49 @@ pub fn shortfall(problem: &Problem, pins: &Pins, closest: &Plan) -> Shortfall {
         }
         seq /= 2;
     }
+    let keep = 1.0 - problem.cost.margin;
+    let host_usable = (hw.host_memory_bytes as f64 * keep) as u64;
     Shortfall {
         missing_bytes_per_device: missing,
+        missing_host_bytes_per_node: closest
+            .memory
+            .host_bytes_per_node
+            .saturating_sub(host_usable),
+        missing_nvme_bytes_per_node: closest
+            .memory
+            .nvme_bytes_per_node
+            .saturating_sub(hw.nvme_bytes),
         suggestions,
+    }
+}
+
+impl Shortfall {
+    /// What the closest plan lacks, in words: per GPU, and host RAM or NVMe per node where
+    /// those are what it misses.
+    pub fn missing_text(&self) -> String {
+        let mut parts = Vec::new();
+        if self.missing_bytes_per_device > 0 {
+            parts.push(format!(
+                "{} more per GPU",
+                format_bytes(self.missing_bytes_per_device)
+            ));
+        }
+        if self.missing_host_bytes_per_node > 0 {
+            parts.push(format!(
+                "{} more host RAM per node",
+                format_bytes(self.missing_host_bytes_per_node)
+            ));
+        }
+        if self.missing_nvme_bytes_per_node > 0 {
+            parts.push(format!(
+                "{} more NVMe per node",
+                format_bytes(self.missing_nvme_bytes_per_node)
+            ));
+        }
+        match parts.is_empty() {
+            true => "no more memory (it misses by less than a byte)".into(),
+            false => parts.join(" and "),
+        }
     }
 }
 

@@ -14,7 +14,7 @@ pub enum PlanError {
 
     /// config.json has a `model_type` the planner does not know.
     #[error(
-        "unsupported model_type '{0}' in config.json; accepted: llama, mistral, mixtral, qwen2, gemma, gemma2, phi3, gpt2, gpt_neox, bert, t5"
+        "unsupported model_type '{0}' in config.json; accepted: llama, mistral, mixtral, qwen2, qwen2_moe, gemma, gemma2, phi3, gpt2, gpt_neox, bert, t5"
     )]
     UnsupportedModelType(String),
 

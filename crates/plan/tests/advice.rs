@@ -57,3 +57,54 @@ fn zero_3_on_one_gpu_says_it_shards_nothing() {
     );
     assert!(!advice.contains("1 GPUs"), "{advice}");
 }
+
+#[test]
+fn a_plan_short_of_nvme_says_so_rather_than_zero_bytes_per_gpu() {
+    // A 1T GPT on one 16-GPU V100 node with the default 3.84 TB of NVMe: the NVMe plan fits the
+    // GPUs (about 20 GiB each) but its 16 bytes per parameter of states, 16 TB, do not fit the
+    // disks; the closest plan must say what is short.
+    use headroom_plan::advice::shortfall;
+    use headroom_plan::model::load_model;
+    use headroom_plan::search::search;
+    use headroom_plan::strategy::{Offload, Pins};
+    use headroom_plan::workload::{BatchSpec, Workload};
+    let model = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/published/gpt-1t.json"
+    );
+    let spec = load_model(model).unwrap();
+    let mut hw = headroom_plan::hardware::preset("V100-32GB").unwrap();
+    hw.gpus_per_node = 16;
+    hw.host_memory_bytes = 1_500_000_000_000;
+    let w = Workload::new(&spec, 1024, BatchSpec::Samples(16), None, None, 16).unwrap();
+    let p = Problem::new(spec, hw, w, Default::default());
+    let pins = Pins {
+        precision: Some(Precision::Fp16Mixed),
+        offload_optimizer: Some(Offload::Nvme),
+        offload_params: Some(Offload::Nvme),
+        ..Pins::default()
+    };
+    let out = search(&p, &pins, None).unwrap();
+    assert!(out.fitting.is_empty());
+    let closest = out.closest.as_ref().unwrap();
+    let short = shortfall(&p, &pins, closest);
+    assert_eq!(short.missing_bytes_per_device, 0);
+    // States: 4 (fp32 master) + 8 (AdamW) + 4 (fp32 gradients) bytes per parameter, plus the
+    // 2-byte parameters: 18 B × 1.008e12 ≈ 18.1 TB against 3.84 TB.
+    let need = 18.0 * p.facts.params as f64;
+    let missing = short.missing_nvme_bytes_per_node as f64;
+    assert!(
+        (missing - (need - 3.84e12)).abs() < 1e-3 * need,
+        "{missing}"
+    );
+    assert!(
+        short.missing_text().contains("more NVMe per node"),
+        "{}",
+        short.missing_text()
+    );
+    assert!(
+        !short.missing_text().contains("per GPU"),
+        "{}",
+        short.missing_text()
+    );
+}

@@ -11,8 +11,8 @@ use headroom_plan::cost::memory::Phase;
 use headroom_plan::cost::{Plan, Problem, evaluate};
 use headroom_plan::search::search;
 use headroom_plan::strategy::{
-    Attention, Category, Checkpoint, Framework, Loss, Optimizer, Pins, Placement, Precision,
-    Strategy, ZeroStage,
+    Attention, Category, Checkpoint, Loss, Optimizer, Pins, Placement, Precision, Strategy,
+    ZeroStage,
 };
 use headroom_plan::workload::{BatchSpec, Workload};
 use support::problem;
@@ -21,13 +21,8 @@ const S: f64 = 8192.0;
 const V: f64 = 128_256.0;
 const H: f64 = 4096.0;
 
-/// 8 sequences a GPU per step at `micro_batch` × the rest accumulated, planned for PyTorch's
-/// FSDP (autocast's fp32 loss: 4-byte logits).
+/// 8 sequences a GPU per step at `micro_batch` × the rest accumulated.
 fn llama(micro_batch: u64) -> Problem {
-    llama_on(micro_batch, Framework::Fsdp)
-}
-
-fn llama_on(micro_batch: u64, framework: Framework) -> Problem {
     let p = problem("llama-3-8b", "H100-80GB", 8, 1, 8192, 64);
     let workload = Workload::new(
         &p.spec,
@@ -38,7 +33,7 @@ fn llama_on(micro_batch: u64, framework: Framework) -> Problem {
         8,
     )
     .unwrap();
-    Problem { workload, ..p }.with_framework(framework)
+    Problem { workload, ..p }
 }
 
 fn strategy(loss: Loss, micro_batch: u64) -> Strategy {
@@ -89,12 +84,11 @@ fn the_search_chunks_the_loss_only_when_the_plain_one_does_not_fit() {
         micro_batch: Some(micro_batch),
         ..Pins::default()
     };
-    // Micro-batch 1 under DeepSpeed (16-bit states, a 16-bit loss): the plain loss fits and is
-    // faster.
-    let out = search(&llama_on(1, Framework::DeepSpeed), &pins(1), None).unwrap();
+    // Micro-batch 1: the plain loss fits and is faster.
+    let out = search(&llama(1), &pins(1), None).unwrap();
     assert_eq!(out.recommended().unwrap().strategy.loss, Loss::Plain);
-    // Micro-batch 8 under FSDP (autocast's fp32 loss): the logits alone are 4 · 8,192 · 8 ·
-    // 128,256 bytes (31 GiB), with their gradient 63 GiB, and no plain plan fits 80 GB.
+    // Micro-batch 8: the logits alone are 4 · 8,192 · 8 · 128,256 bytes (31 GiB), with their
+    // gradient 63 GiB, and no plain plan fits 80 GB.
     let out = search(&llama(8), &pins(8), None).unwrap();
     assert!(out.fitting.iter().all(|p| p.strategy.loss != Loss::Plain));
     let best = out.recommended().unwrap();
@@ -130,11 +124,10 @@ fn the_step_in_backward_holds_the_largest_tensors_gradient_instead_of_the_models
     assert_eq!(at(&ordinary, Category::Gradient), 2.0 * psi);
     assert_eq!(at(&ordinary, Category::Temporary), 4.0 * psi);
     // In backward: the largest tensor's gradient; the step's temporaries shrink to 4 bytes of
-    // it, so the peak moves into backward, whose temporary is the logits' gradient — 16-bit
-    // under DeepSpeed, whose bf16 engine computes the loss in bf16 too.
+    // it, so the peak moves into backward, whose temporary is the fp32 logits' gradient.
     assert_eq!(fused.memory.peak_phase, Phase::ForwardBackward);
     assert_eq!(at(&fused, Category::Gradient), 2.0 * largest);
-    assert_eq!(at(&fused, Category::Temporary), 2.0 * 2048.0 * 32_000.0);
+    assert_eq!(at(&fused, Category::Temporary), 4.0 * 2048.0 * 32_000.0);
     assert!(fused.memory.per_device_peak_bytes < ordinary.memory.per_device_peak_bytes);
     assert_eq!(fused.time.step_s, ordinary.time.step_s);
 }

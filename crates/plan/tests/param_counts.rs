@@ -175,13 +175,28 @@ fn gemma_gemma2_and_phi3_match_hand_derivations_and_published_totals() {
 
 #[test]
 fn unsupported_families_name_the_supported_ones() {
-    let e = headroom_plan::model::parse_config("x", r#"{"model_type": "qwen2_moe"}"#)
+    let e = headroom_plan::model::parse_config("x", r#"{"model_type": "deepseek_v2"}"#)
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("qwen2_moe") && e.contains("gemma2") && e.contains("phi3"),
+        e.contains("deepseek_v2") && e.contains("qwen2_moe") && e.contains("gemma2"),
         "{e}"
     );
+    // Qwen2-MoE variants with dense blocks are refused by the field that makes them so.
+    let moe = |extra: &str| {
+        let text = format!(
+            r#"{{"model_type": "qwen2_moe", "hidden_size": 64, "num_attention_heads": 4,
+                "num_hidden_layers": 2, "vocab_size": 100, "intermediate_size": 128{extra}}}"#
+        );
+        headroom_plan::model::parse_config("x", &text)
+    };
+    assert!(moe("").is_ok());
+    let e = moe(r#", "decoder_sparse_step": 2"#)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("decoder_sparse_step"), "{e}");
+    let e = moe(r#", "mlp_only_layers": [0]"#).unwrap_err().to_string();
+    assert!(e.contains("mlp_only_layers"), "{e}");
 }
 
 #[test]
@@ -195,4 +210,24 @@ fn llama_3_1_and_3_2_match_hand_counts() {
     // Llama-3.1-8B has Llama-3-8B's shapes (only the RoPE scaling and the context differ).
     assert_eq!(count("llama-3.1-8b"), count("llama-3-8b"));
     assert_eq!(count("llama-3.1-8b"), 8_030_261_248);
+}
+
+#[test]
+fn qwen1_5_moe_matches_hand_counts_and_its_published_totals() {
+    // Qwen1.5-MoE-A2.7B (Qwen2MoeForCausalLM), per block: q, k, v 2048·2048 with biases
+    // 3·(4,194,304 + 2048), o 4,194,304; router 60·2048; 60 experts of gate, up, down
+    // 2048·1408 = 60·8,650,752; the shared expert 3·2048·5632 = 34,603,008 and its gate 2048;
+    // two norms 2·2048. That is 570,560,512 per block, ×24 = 13,693,452,288; embedding and head
+    // 2·151,936·2048 = 622,329,856 and the final norm 2048: 14,315,784,192 — Qwen's "14.3B
+    // parameters in total".
+    assert_eq!(count("qwen1.5-moe-a2.7b"), 14_315_784_192);
+    // Activated per token: the attention's matmuls, the router, the shared expert and its
+    // gate, 4 of the 60 experts (4/60 · 519,045,120 = 34,603,008) and the head; with the
+    // embedding table's 311,164,928, 2,688,925,696 — Qwen's "2.7B activated".
+    let spec = load_model("qwen1.5-moe-a2.7b").unwrap();
+    let inv = ParamInventory::of(&spec);
+    let per_block = 4.0 * 4_194_304.0 + 60.0 * 2048.0 + 2048.0 + 34_603_008.0 + 34_603_008.0;
+    let active = 24.0 * per_block + 311_164_928.0;
+    assert!((inv.active_matmul_params(&spec) - active).abs() < 1.0);
+    assert_eq!(active as u64 + 311_164_928, 2_688_925_696);
 }

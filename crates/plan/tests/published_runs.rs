@@ -237,9 +237,9 @@ const KNOWN_MISSES: [&str; 1] = ["zero-offload-10b-1xv100"];
 
 #[test]
 fn the_known_miss_is_at_the_edge_of_its_card() {
-    // ZeRO-Offload's 10B GPT-2 on one 32 GB V100: without the 10 % fragmentation reserve its
-    // predicted peak (allocated bytes and the CUDA context) is within 2 % of what the plan may
-    // use; with it, it is over. The published run is the largest the tutorial could fit.
+    // ZeRO-Offload's 10B GPT-2 on one 32 GB V100 (the largest model its tutorial fits): even
+    // without the 10 % fragmentation reserve and the 5 % margin, its predicted allocated bytes
+    // and CUDA context are just over the card's capacity — by under 2 %.
     for r in rows()
         .iter()
         .filter(|r| KNOWN_MISSES.contains(&r.run.id.as_str()))
@@ -252,10 +252,11 @@ fn the_known_miss_is_at_the_edge_of_its_card() {
         let at_peak = &r.plan.memory.breakdown.at_peak;
         let without_reserve = (at_peak.total() - at_peak[Category::Other]) as f64
             + r.problem.hardware.cuda_context_bytes as f64;
-        let usable = r.problem.usable_device_bytes() as f64;
+        let capacity = r.problem.hardware.gpu.memory_bytes as f64;
+        let over = without_reserve / capacity - 1.0;
         assert!(
-            (without_reserve / usable - 1.0).abs() < 0.02,
-            "{}: {without_reserve} vs {usable}",
+            (0.0..0.02).contains(&over),
+            "{}: {without_reserve} vs {capacity}",
             r.run.id
         );
     }

@@ -385,8 +385,8 @@ pub fn run(args: PlanArgs) -> Result<()> {
     }
     let Some(best) = outcome.recommended() else {
         bail!(
-            "no plan fits: {} missing per GPU at best ({})",
-            headroom_memory::format_bytes(report.missing_bytes()),
+            "no plan fits: the closest needs {} ({})",
+            report.missing_text(),
             if args.json {
                 "the changes that would fit are in the JSON's shortfall.suggestions"
             } else {

@@ -71,10 +71,11 @@ impl<'a> Report<'a> {
     }
 
     /// Bytes the closest plan lacks per GPU (0 when a plan fits).
-    pub fn missing_bytes(&self) -> u64 {
+    /// What the closest plan lacks, in words (see `Shortfall::missing_text`).
+    pub fn missing_text(&self) -> String {
         self.shortfall
             .as_ref()
-            .map_or(0, |s| s.missing_bytes_per_device)
+            .map_or_else(|| "memory".into(), |s| s.missing_text())
     }
 
     pub fn to_json(&self) -> Value {
@@ -196,8 +197,8 @@ impl<'a> Report<'a> {
             }
             (None, Some(short)) => {
                 out += &format!(
-                    "Nothing fits: the closest plan (shown) needs {} more per GPU.\n",
-                    format_bytes(short.missing_bytes_per_device)
+                    "Nothing fits: the closest plan (shown) needs {}.\n",
+                    short.missing_text()
                 );
                 if short.suggestions.is_empty() {
                     out += "  No single change among more GPUs, a larger GPU, offload or a shorter sequence makes it fit.\n";

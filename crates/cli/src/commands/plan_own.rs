@@ -41,6 +41,8 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         .collect();
     let shortfall = outcome.closest().map(|c| Shortfall {
         missing_bytes_per_device: c.memory.per_device_peak_bytes.saturating_sub(budget),
+        missing_host_bytes_per_node: 0,
+        missing_nvme_bytes_per_node: 0,
         suggestions: vec![format!(
             "--device-memory {}: enough for the closest plan ({}), its reserved peak with no limit",
             format_bytes(c.memory.per_device_peak_bytes),

@@ -46,10 +46,6 @@ pub struct Width {
     pub softmax: f64,
     /// The residual stream: norm inputs and checkpointed block inputs.
     pub residual: f64,
-    /// The logits the loss keeps: fp32 wherever the loss is computed in fp32 (autocast's
-    /// fp32 cross-entropy, fp32 runs, torchtune's upcast chunks); 16-bit where the whole model
-    /// runs in 16 bits and the loss with it (DeepSpeed's fp16/bf16 engines).
-    pub logits: f64,
 }
 
 impl From<f64> for Width {
@@ -58,7 +54,6 @@ impl From<f64> for Width {
             e,
             softmax: e,
             residual: e,
-            logits: 4.0,
         }
     }
 }
@@ -70,12 +65,6 @@ impl Width {
     /// `MixedPrecision` gathers 16-bit weights at stages 2–3).
     pub fn of(framework: Framework, s: &Strategy) -> Width {
         let e = s.precision.activation_bytes() as f64;
-        if framework == Framework::DeepSpeed && s.precision.master_weights() {
-            return Width {
-                logits: e,
-                ..Width::from(e)
-            };
-        }
         if framework == Framework::DeepSpeed || !s.precision.master_weights() {
             return Width::from(e);
         }
@@ -84,7 +73,6 @@ impl Width {
             e,
             softmax: 4.0,
             residual: if fp32_weights { 4.0 } else { e },
-            logits: 4.0,
         }
     }
 
@@ -189,6 +177,13 @@ pub fn block(
             e * sb * h * mlp_in * (1.0 + extra_mlp_casts) + k * (3.0 + down_in) * e * sb * f
         }
     };
+    // A shared expert (Qwen2-MoE) keeps the same four intermediates at its own width, and its
+    // one-output gate's logit.
+    let shared = spec.shared_expert_size as f64;
+    let mlp = match shared > 0.0 {
+        true => mlp + (3.0 + down_in) * e * sb * shared + e * sb,
+        false => mlp,
+    };
     let router = if spec.num_experts > 1 {
         4.0 * sb * spec.num_experts as f64
     } else {
@@ -224,13 +219,15 @@ pub fn outside_blocks(spec: &ModelSpec, s: f64, b: f64, w: impl Into<Width>, los
     let drop = if spec.dropout { 1.0 } else { 0.0 };
     // A frozen output projection (LoRA) keeps no input for its weight's gradient.
     let head_in = if spec.lora_saves.is_some() { 0.0 } else { 1.0 };
-    drop * s * b * h + (w.residual + head_in * w.e) * s * b * h + logits(spec, s, b, w, loss)
+    drop * s * b * h + (w.residual + head_in * w.e) * s * b * h + logits(spec, s, b, loss)
 }
 
-/// The logits held at once: `4sbv` in fp32 (`w.logits` bytes each), a K-th of it for a chunked
-/// loss.
-pub fn logits(spec: &ModelSpec, s: f64, b: f64, w: impl Into<Width>, loss: Loss) -> f64 {
-    w.into().logits * s * b * spec.vocab_size as f64 / loss.chunks() as f64
+/// The fp32 logits held at once: `4sbv`, a K-th of it for a chunked loss. Hugging Face's
+/// causal-LM losses upcast the logits to fp32 under any precision and framework
+/// (`logits.float()` in the models and in `ForCausalLMLoss`), as autocast's fp32
+/// cross-entropy and torchtune's chunks do.
+pub fn logits(spec: &ModelSpec, s: f64, b: f64, loss: Loss) -> f64 {
+    4.0 * s * b * spec.vocab_size as f64 / loss.chunks() as f64
 }
 
 /// What torchtitan's per-operator selective checkpointing (`selective-op`) keeps of one block
@@ -285,11 +282,20 @@ pub fn op_selective(
         (MlpKind::Gated, _) => mms.extend([(f, h * f), (f, h * f), (h, f * h)]),
         (MlpKind::Plain, _) => mms.extend([(f, h * f), (h, f * h)]),
     }
+    let routed_matmuls = mms.len();
+    let shared = spec.shared_expert_size as f64;
+    if shared > 0.0 {
+        mms.extend([(shared, h * shared), (shared, h * shared), (h, shared * h)]);
+    }
     let mut kept = w.residual * sb * h;
     let mut recomputed = 0.0;
     for (i, &(width, weights)) in mms.iter().enumerate() {
-        // MLP matmuls run once per routed expert.
-        let times = if i >= attention_matmuls { k } else { 1.0 };
+        // Routed MLP matmuls run once per expert a token is routed to.
+        let times = if (attention_matmuls..routed_matmuls).contains(&i) {
+            k
+        } else {
+            1.0
+        };
         match i % 2 == 0 {
             true => kept += times * w.e * sb * width,
             false => recomputed += times * weights,

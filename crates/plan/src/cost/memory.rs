@@ -179,8 +179,10 @@ impl ModelStates {
             } else {
                 1.0
             };
-            let states = 4.0 * local + opt_local;
-            host += 4.0 * local;
+            // fp32 master weights and states, and the fp32 gradient partition: on the host,
+            // or swapped to NVMe with them sub-group by sub-group (DeepSpeed's
+            // PartitionedOptimizerSwapper swaps a sub-group's gradients with its states).
+            let states = 4.0 * local + opt_local + 4.0 * local;
             if s.placement.offload_optimizer == Offload::Nvme {
                 nvme += states;
                 host += 4.0 * local.min(OPT_NVME_SUB_GROUP) * 4.0;
@@ -245,13 +247,7 @@ fn backward_workspace_bytes(problem: &Problem, s: &Strategy) -> f64 {
     let spec = &problem.spec;
     let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
     let e = s.precision.activation_bytes() as f64;
-    let logits_grad = activation::logits(
-        spec,
-        seq,
-        b,
-        activation::Width::of(problem.framework, s),
-        s.loss,
-    );
+    let logits_grad = activation::logits(spec, seq, b, s.loss);
     let attn_bwd = match s.attention {
         Attention::Naive => 2.0 * e * spec.num_heads as f64 * seq * seq * b,
         Attention::MemoryEfficient => 0.0,

@@ -32,8 +32,8 @@ pub struct CostModel {
     /// step.
     pub efficiency_scale: f64,
     /// Work per micro-batch (tokens × hidden size, per GPU) at which a GPU with the reference
-    /// dense peak (`time::SATURATION_REFERENCE_TFLOPS`) reaches half of `efficiency`; a GPU
-    /// `k` times faster needs `k` times the work. Fitted to Hugging Face's bert-large V100
+    /// dense peak (`time::SATURATION_REFERENCE_TFLOPS`) reaches half of its saturated
+    /// efficiency; a GPU `k` times faster needs `√k` times the work. Fitted to Hugging Face's bert-large V100
     /// measurement of micro-batch 1 × accumulation 4 against micro-batch 4 (`docs/planner.md`).
     pub half_saturation_work: f64,
     /// Factor on every activation byte the model predicts: 1 by default, set by `--calibrate`

@@ -10,16 +10,19 @@
 //! - Compute time: FLOPs / (N · dense peak of the precision · achieved efficiency). fp32 uses
 //!   the fp32 peak (PyTorch disables TF32 matmuls by default). The achieved efficiency saturates
 //!   with the work of one micro-batch, `w = tokens per micro-batch × hidden size`:
-//!   `efficiency · w / (w + w½)`, with `w½ = half_saturation_work · peak / 15.7 TFLOP/s`. Small
+//!   `efficiency · w / (w + w½)`, with `w½ = half_saturation_work · √(peak / 15.7 TFLOP/s)`. Small
 //!   micro-batches leave a GPU's SMs idle (NVIDIA's "Matrix Multiplication Background" guide:
 //!   tile and wave quantisation) and pay each kernel's fixed latency once more per micro-batch,
-//!   and a faster GPU needs proportionally more work to hide both. `w½` is fitted so that
+//!   and a faster GPU needs more work to hide both (√ of its speed-up: fitted to the same guide's
+//!   fp16 runs, which a proportional rule made 46 % slow at micro-batch 1). `w½` is fitted so that
 //!   bert-large (hidden 1024, 512 tokens) on a V100 in fp32 runs micro-batch 1 × accumulation 4
 //!   at 0.875× the samples/s of micro-batch 4, as Hugging Face measured (7.75 against 8.86).
 //! - Naive attention moves its s² scores through HBM (written, softmax read+write, read by
 //!   attention·V; about twice that in backward): `12·e·a·s²·b` bytes per layer and micro-batch
 //!   over the memory bandwidth, not overlapped. Memory-efficient attention keeps them on chip.
-//! - Optimizer step on the GPU: memory bound, reading and writing the local states.
+//! - Optimizer step on the GPU: memory bound, reading and writing the local states; paged states
+//!   cross PCIe twice, overlapped with the backward when the step runs in backward.
+//! - The saturated efficiency is each GPU's and precision's (`efficiency`).
 //! - Communication per step, in elements (ZeRO §7): DDP and stage 1 `2Ψ` (gradients reduced once
 //!   per step under `no_sync`); stage 2 reduce-scatters every micro-batch `k·Ψ` and all-gathers
 //!   `Ψ`; stage 3 `3Ψ` per micro-batch. Ring traffic per device is `volume·(N−1)/N` over the

@@ -27,6 +27,7 @@ pub fn parse_config(name: &str, text: &str) -> Result<ModelSpec> {
         "mistral" => decoder_llama_like(name, Family::Mistral, &f)?,
         "mixtral" => decoder_llama_like(name, Family::Mixtral, &f)?,
         "qwen2" => decoder_llama_like(name, Family::Qwen2, &f)?,
+        "qwen2_moe" => decoder_llama_like(name, Family::Qwen2Moe, &f)?,
         "gemma" => decoder_llama_like(name, Family::Gemma, &f)?,
         "gemma2" => decoder_llama_like(name, Family::Gemma2, &f)?,
         "phi3" => decoder_llama_like(name, Family::Phi3, &f)?,
@@ -40,8 +41,7 @@ pub fn parse_config(name: &str, text: &str) -> Result<ModelSpec> {
     Ok(spec)
 }
 
-const ACCEPTED_TYPES: &str =
-    "one of: llama, mistral, mixtral, qwen2, gemma, gemma2, phi3, gpt2, gpt_neox, bert, t5";
+const ACCEPTED_TYPES: &str = "one of: llama, mistral, mixtral, qwen2, qwen2_moe, gemma, gemma2, phi3, gpt2, gpt_neox, bert, t5";
 
 fn field_err(field: &str, problem: &str, expected: &str) -> PlanError {
     PlanError::ConfigField {
@@ -132,13 +132,43 @@ fn decoder_llama_like(name: &str, family: Family, f: &Fields) -> Result<ModelSpe
         None | Some(Value::Null) => divide(hidden, heads, "num_attention_heads")?,
         Some(v) => positive("head_dim", v)?,
     };
-    let (num_experts, experts_per_token) = if family == Family::Mixtral {
-        (
+    let (num_experts, experts_per_token) = match family {
+        Family::Mixtral => (
             f.size_or("num_local_experts", 8)?,
             f.size_or("num_experts_per_tok", 2)?,
-        )
-    } else {
-        (1, 1)
+        ),
+        // Qwen2MoeConfig's defaults (Qwen1.5-MoE-A2.7B's values).
+        Family::Qwen2Moe => (
+            f.size_or("num_experts", 60)?,
+            f.size_or("num_experts_per_tok", 4)?,
+        ),
+        _ => (1, 1),
+    };
+    // Qwen2-MoE: routed experts of moe_intermediate_size plus one shared expert. Layers that
+    // stay dense (decoder_sparse_step > 1, mlp_only_layers) would make blocks differ in size,
+    // which the planner's per-block model does not express: refused by name.
+    let (intermediate, shared_expert_size) = match family {
+        Family::Qwen2Moe => {
+            if f.size_or("decoder_sparse_step", 1)? != 1 {
+                return Err(field_err(
+                    "decoder_sparse_step",
+                    "is not 1 (some blocks dense, others sparse)",
+                    "1: every block a mixture of experts (the released Qwen1.5-MoE and Qwen2-MoE models)",
+                ));
+            }
+            if matches!(f.obj.get("mlp_only_layers"), Some(Value::Array(a)) if !a.is_empty()) {
+                return Err(field_err(
+                    "mlp_only_layers",
+                    "lists dense blocks",
+                    "[]: every block a mixture of experts",
+                ));
+            }
+            (
+                f.size_or("moe_intermediate_size", 1408)?,
+                f.size_or("shared_expert_intermediate_size", 5632)?,
+            )
+        }
+        _ => (f.size("intermediate_size")?, 0),
     };
     Ok(ModelSpec {
         name: name.to_string(),
@@ -150,7 +180,7 @@ fn decoder_llama_like(name: &str, family: Family, f: &Fields) -> Result<ModelSpe
         num_heads: heads,
         num_kv_heads: kv_heads,
         head_dim,
-        intermediate_size: f.size("intermediate_size")?,
+        intermediate_size: intermediate,
         mlp: MlpKind::Gated,
         num_experts,
         experts_per_token,
@@ -165,6 +195,7 @@ fn decoder_llama_like(name: &str, family: Family, f: &Fields) -> Result<ModelSpe
         recomputed_mlp_activation: false,
         type_vocab_size: 0,
         lora_saves: None,
+        shared_expert_size,
     })
 }
 
@@ -195,6 +226,7 @@ fn gpt2(name: &str, f: &Fields) -> Result<ModelSpec> {
         recomputed_mlp_activation: false,
         type_vocab_size: 0,
         lora_saves: None,
+        shared_expert_size: 0,
     })
 }
 
@@ -225,6 +257,7 @@ fn gpt_neox(name: &str, f: &Fields) -> Result<ModelSpec> {
         recomputed_mlp_activation: false,
         type_vocab_size: 0,
         lora_saves: None,
+        shared_expert_size: 0,
     })
 }
 
@@ -254,6 +287,7 @@ fn bert(name: &str, f: &Fields) -> Result<ModelSpec> {
         recomputed_mlp_activation: false,
         type_vocab_size: f.size_or("type_vocab_size", 2)?,
         lora_saves: None,
+        shared_expert_size: 0,
     })
 }
 
@@ -294,6 +328,7 @@ fn t5(name: &str, f: &Fields) -> Result<ModelSpec> {
         recomputed_mlp_activation: false,
         type_vocab_size: 0,
         lora_saves: None,
+        shared_expert_size: 0,
     })
 }
 
@@ -311,13 +346,14 @@ fn divide(hidden: u64, heads: u64, heads_field: &str) -> Result<u64> {
 /// The largest sizes a config.json may give, checked before anything is counted or allocated:
 /// far beyond any published model, small enough that every product the planner forms stays
 /// exact in 64 bits.
-const LIMITS: [(&str, u64); 6] = [
+const LIMITS: [(&str, u64); 7] = [
     ("num_hidden_layers", 100_000),
     ("hidden_size", 1 << 20),
     ("intermediate_size", 1 << 22),
     ("vocab_size", 1 << 24),
     ("num_attention_heads", 1 << 16),
     ("num_local_experts", 1 << 12),
+    ("shared_expert_intermediate_size", 1 << 22),
 ];
 
 fn validate(spec: &ModelSpec) -> Result<()> {
@@ -328,6 +364,7 @@ fn validate(spec: &ModelSpec) -> Result<()> {
         spec.vocab_size,
         spec.num_heads,
         spec.num_experts,
+        spec.shared_expert_size,
     ];
     for ((field, limit), value) in LIMITS.into_iter().zip(values) {
         if value > limit {

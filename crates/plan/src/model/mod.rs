@@ -23,6 +23,9 @@ pub enum Family {
     Mistral,
     Mixtral,
     Qwen2,
+    /// Qwen2-MoE (Qwen1.5-MoE): Qwen2 attention, every block a routed MoE of gated experts plus
+    /// a gated shared expert.
+    Qwen2Moe,
     Gemma,
     Gemma2,
     Phi3,
@@ -43,6 +46,7 @@ impl Family {
             Family::Mistral => "mistral",
             Family::Mixtral => "mixtral",
             Family::Qwen2 => "qwen2",
+            Family::Qwen2Moe => "qwen2_moe",
             Family::Gemma => "gemma",
             Family::Gemma2 => "gemma2",
             Family::Phi3 => "phi3",
@@ -62,6 +66,7 @@ impl Family {
             Family::Mistral => "MistralDecoderLayer",
             Family::Mixtral => "MixtralDecoderLayer",
             Family::Qwen2 => "Qwen2DecoderLayer",
+            Family::Qwen2Moe => "Qwen2MoeDecoderLayer",
             Family::Gemma => "GemmaDecoderLayer",
             Family::Gemma2 => "Gemma2DecoderLayer",
             Family::Phi3 => "Phi3DecoderLayer",
@@ -104,6 +109,9 @@ pub struct ModelSpec {
     /// Experts per MoE block (1 for dense models) and experts each token is routed to.
     pub num_experts: u64,
     pub experts_per_token: u64,
+    /// FFN width of a shared expert every token passes through besides its routed ones
+    /// (Qwen2-MoE's `shared_expert_intermediate_size`); 0 when there is none.
+    pub shared_expert_size: u64,
     /// Limit of learned absolute position embeddings (GPT-2, BERT); `None` for RoPE/relative.
     pub max_learned_positions: Option<u64>,
     /// Context the model was trained for, where positions are rotary or relative and nothing
@@ -165,6 +173,7 @@ impl ModelSpec {
             recomputed_mlp_activation: false,
             type_vocab_size: 0,
             lora_saves: None,
+            shared_expert_size: 0,
         }
     }
 

@@ -96,6 +96,7 @@ impl ParamInventory {
             | Family::Mistral
             | Family::Mixtral
             | Family::Qwen2
+            | Family::Qwen2Moe
             | Family::Gemma
             | Family::Gemma2
             | Family::Phi3 => b.llama_like(),
@@ -365,8 +366,9 @@ impl Builder<'_> {
         let s = self.spec;
         let (h, q, kv, inter) = (s.hidden_size, s.q_dim(), s.kv_dim(), s.intermediate_size);
         // Qwen2Attention hard-codes bias on q/k/v and none on o; Llama's `attention_bias` covers all four.
-        let qkv_bias = s.bias || s.family == Family::Qwen2;
-        let o_bias = s.bias && s.family != Family::Qwen2;
+        let qwen = matches!(s.family, Family::Qwen2 | Family::Qwen2Moe);
+        let qkv_bias = s.bias || qwen;
+        let o_bias = s.bias && !qwen;
         self.top("model.embed_tokens", embedding(s.vocab_size, h), true, None);
         let unit = "model.layers.*";
         for i in 0..s.num_layers {
@@ -402,6 +404,39 @@ impl Builder<'_> {
                     self.in_block(&format!("{ex}.w2"), i, unit, linear(h, inter, false));
                     self.in_block(&format!("{ex}.w3"), i, unit, linear(inter, h, false));
                 }
+            } else if s.family == Family::Qwen2Moe {
+                // Qwen2MoeSparseMoeBlock: router, gated experts, a gated shared expert and its
+                // one-output sigmoid gate.
+                let m = "model.layers.*.mlp";
+                let router = |rows| Shape {
+                    kind: LeafKind::Router,
+                    rows,
+                    cols: h,
+                    bias: 0,
+                };
+                self.in_block(&format!("{m}.gate"), i, unit, router(s.num_experts));
+                for e in 0..s.num_experts {
+                    let ex = format!("{m}.experts.{e}");
+                    self.in_block(&format!("{ex}.gate_proj"), i, unit, linear(inter, h, false));
+                    self.in_block(&format!("{ex}.up_proj"), i, unit, linear(inter, h, false));
+                    self.in_block(&format!("{ex}.down_proj"), i, unit, linear(h, inter, false));
+                }
+                let shared = s.shared_expert_size;
+                let se = format!("{m}.shared_expert");
+                self.in_block(
+                    &format!("{se}.gate_proj"),
+                    i,
+                    unit,
+                    linear(shared, h, false),
+                );
+                self.in_block(&format!("{se}.up_proj"), i, unit, linear(shared, h, false));
+                self.in_block(
+                    &format!("{se}.down_proj"),
+                    i,
+                    unit,
+                    linear(h, shared, false),
+                );
+                self.in_block(&format!("{m}.shared_expert_gate"), i, unit, router(1));
             } else {
                 let m = "model.layers.*.mlp";
                 self.in_block(&format!("{m}.gate_proj"), i, unit, linear(inter, h, false));

@@ -69,11 +69,15 @@ const PRESETS: &[(&str, &str)] = &[
         include_str!("../../presets/mixtral-8x7b.json"),
     ),
     ("qwen2.5-7b", include_str!("../../presets/qwen2.5-7b.json")),
+    (
+        "qwen1.5-moe-a2.7b",
+        include_str!("../../presets/qwen1.5-moe-a2.7b.json"),
+    ),
 ];
 
 /// Names of every built-in model, in listing order.
-pub const PRESET_NAMES: [&str; 22] = {
-    let mut names = [""; 22];
+pub const PRESET_NAMES: [&str; 23] = {
+    let mut names = [""; 23];
     let mut i = 0;
     while i < PRESETS.len() {
         names[i] = PRESETS[i].0;
@@ -114,6 +118,7 @@ const HUB_IDS: &[(&str, &str)] = &[
     ("mistralai/Mistral-7B-v0.1", "mistral-7b"),
     ("mistralai/Mixtral-8x7B-v0.1", "mixtral-8x7b"),
     ("Qwen/Qwen2.5-7B", "qwen2.5-7b"),
+    ("Qwen/Qwen1.5-MoE-A2.7B", "qwen1.5-moe-a2.7b"),
 ];
 
 /// The built-in model a Hub id names (case-insensitive), if any.
