@@ -30,57 +30,19 @@
 
 use crate::model::lora::LoraSaves;
 use crate::model::{Family, MlpKind, ModelSpec};
-use crate::strategy::{Attention, Checkpoint, Framework, Loss, Strategy};
+use crate::strategy::{Attention, Checkpoint, Loss};
 
-/// Bytes per saved element, by what the element is. Plain runs save everything at the compute
-/// width `e`; PyTorch's autocast computes softmax and norms in fp32 (its "fp32 islands",
-/// docs/sources.md §4), so naive attention's saved probabilities are fp32, and under DDP, where
-/// the weights stay fp32, the residual stream (the embedding's fp32 output plus 16-bit branch
-/// outputs, promoted) is fp32 too: every norm input and every block input is 4 bytes, and each
-/// projection reading a norm's fp32 output saves its own 16-bit cast of it.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Width {
-    /// Compute width: projection inputs and outputs, MLP intermediates.
-    pub e: f64,
-    /// Naive attention's saved softmax output.
-    pub softmax: f64,
-    /// The residual stream: norm inputs and checkpointed block inputs.
-    pub residual: f64,
-}
+pub use super::selective_op::{OpSelective, op_selective};
+pub use super::width::Width;
 
-impl From<f64> for Width {
-    fn from(e: f64) -> Width {
-        Width {
-            e,
-            softmax: e,
-            residual: e,
-        }
-    }
-}
-
-impl Width {
-    /// The widths `s` saves at under `framework`'s mixed precision: DeepSpeed runs a 16-bit
-    /// model (no islands); PyTorch autocasts (fp32 softmax), with an fp32 residual stream where
-    /// the weights are fp32 at compute time (DDP, ZeRO-1's `ZeroRedundancyOptimizer`; FSDP's
-    /// `MixedPrecision` gathers 16-bit weights at stages 2–3).
-    pub fn of(framework: Framework, s: &Strategy) -> Width {
-        let e = s.precision.activation_bytes() as f64;
-        if framework == Framework::DeepSpeed || !s.precision.master_weights() {
-            return Width::from(e);
-        }
-        let fp32_weights = !s.placement.zero_stage.shards_gradients();
-        Width {
-            e,
-            softmax: 4.0,
-            residual: if fp32_weights { 4.0 } else { e },
-        }
-    }
-
-    /// Whether a norm's output is wider than the projections reading it (each then saves its
-    /// own cast).
-    fn casts_norm_outputs(&self) -> bool {
-        self.residual > self.e
-    }
+/// The widths of a block, as floats: hidden `h`, query `q`, key/value `kv`, FFN `f`.
+pub(super) fn dims(spec: &ModelSpec) -> (f64, f64, f64, f64) {
+    (
+        spec.hidden_size as f64,
+        spec.q_dim() as f64,
+        spec.kv_dim() as f64,
+        spec.intermediate_size as f64,
+    )
 }
 
 /// Bytes of activations one block stores for backward, for micro-batch `b`.
@@ -110,12 +72,7 @@ pub fn block(
 ) -> BlockActivations {
     let w: Width = w.into();
     let e = w.e;
-    let (h, q, kv, f) = (
-        spec.hidden_size as f64,
-        spec.q_dim() as f64,
-        spec.kv_dim() as f64,
-        spec.intermediate_size as f64,
-    );
+    let (h, q, kv, f) = dims(spec);
     let a = spec.num_heads as f64;
     let sb = s * b;
     let drop = if spec.dropout { 1.0 } else { 0.0 };
@@ -228,88 +185,6 @@ pub fn outside_blocks(spec: &ModelSpec, s: f64, b: f64, w: impl Into<Width>, los
 /// cross-entropy and torchtune's chunks do.
 pub fn logits(spec: &ModelSpec, s: f64, b: f64, loss: Loss) -> f64 {
     4.0 * s * b * spec.vocab_size as f64 / loss.chunks() as f64
-}
-
-/// What torchtitan's per-operator selective checkpointing (`selective-op`) keeps of one block
-/// for micro-batch `b`, and the matmul weights its recomputation runs again per token.
-///
-/// Its policy saves the outputs of `aten.mm` except every second one counted within the
-/// block (so the 1st, 3rd, 5th … in execution order), and of the SDPA kernels; everything else
-/// (norms, activations, element-wise products, naive attention's batched matmuls and softmax)
-/// is recomputed from the block's input, which the checkpoint keeps. Matmuls run in the order
-/// q, k, v (one fused qkv where the model fuses them), o, then gate, up, down (fused gate_up
-/// for Phi-3) or fc, proj.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct OpSelective {
-    /// Bytes one block keeps: its input, the saved matmul outputs, the attention kernel's
-    /// output and log-sum-exp (memory-efficient attention only).
-    pub kept: f64,
-    /// Matmul weights recomputed per token (2 FLOPs each), experts scaled by k.
-    pub recomputed_weights: f64,
-    /// Whether the core attention is recomputed (naive attention is not an SDPA kernel).
-    pub recomputes_attention: bool,
-}
-
-/// [`OpSelective`] of `spec`'s blocks (see there).
-pub fn op_selective(
-    spec: &ModelSpec,
-    s: f64,
-    b: f64,
-    w: impl Into<Width>,
-    attention: Attention,
-) -> OpSelective {
-    let w: Width = w.into();
-    let (h, q, kv, f) = (
-        spec.hidden_size as f64,
-        spec.q_dim() as f64,
-        spec.kv_dim() as f64,
-        spec.intermediate_size as f64,
-    );
-    let k = spec.experts_per_token as f64;
-    let sb = s * b;
-    // (output width, weights) of each matmul in execution order.
-    let mut mms: Vec<(f64, f64)> = Vec::new();
-    if spec.has_attention() {
-        match matches!(spec.family, Family::Gpt2 | Family::GptNeox | Family::Phi3) {
-            true => mms.push((q + 2.0 * kv, h * (q + 2.0 * kv))),
-            false => mms.extend([(q, h * q), (kv, h * kv), (kv, h * kv)]),
-        }
-        mms.push((h, q * h));
-    }
-    let attention_matmuls = mms.len();
-    match (spec.mlp, spec.family) {
-        (MlpKind::Gated, Family::Phi3) => mms.extend([(2.0 * f, 2.0 * h * f), (h, f * h)]),
-        (MlpKind::Gated, _) => mms.extend([(f, h * f), (f, h * f), (h, f * h)]),
-        (MlpKind::Plain, _) => mms.extend([(f, h * f), (h, f * h)]),
-    }
-    let routed_matmuls = mms.len();
-    let shared = spec.shared_expert_size as f64;
-    if shared > 0.0 {
-        mms.extend([(shared, h * shared), (shared, h * shared), (h, shared * h)]);
-    }
-    let mut kept = w.residual * sb * h;
-    let mut recomputed = 0.0;
-    for (i, &(width, weights)) in mms.iter().enumerate() {
-        // Routed MLP matmuls run once per expert a token is routed to.
-        let times = if (attention_matmuls..routed_matmuls).contains(&i) {
-            k
-        } else {
-            1.0
-        };
-        match i % 2 == 0 {
-            true => kept += times * w.e * sb * width,
-            false => recomputed += times * weights,
-        }
-    }
-    let sdpa = spec.has_attention() && attention == Attention::MemoryEfficient;
-    if sdpa {
-        kept += w.e * sb * q + 4.0 * spec.num_heads as f64 * s * b;
-    }
-    OpSelective {
-        kept,
-        recomputed_weights: recomputed,
-        recomputes_attention: spec.has_attention() && !sdpa,
-    }
 }
 
 /// Number of blocks a policy recomputes among `n`: one in every `k` (rounded up) for `every:K`,

@@ -9,7 +9,9 @@ pub mod efficiency;
 mod evaluator;
 pub mod gather;
 pub mod memory;
+mod selective_op;
 pub mod time;
+mod width;
 
 use crate::hardware::Hardware;
 use crate::model::{ModelSpec, ParamInventory};
