@@ -197,6 +197,11 @@ fn unsupported_families_name_the_supported_ones() {
     assert!(e.contains("decoder_sparse_step"), "{e}");
     let e = moe(r#", "mlp_only_layers": [0]"#).unwrap_err().to_string();
     assert!(e.contains("mlp_only_layers"), "{e}");
+    // More experts per token than experts: named by Qwen2-MoE's own field.
+    let e = moe(r#", "num_experts": 2, "num_experts_per_tok": 4"#)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("(4) exceeds num_experts (2)"), "{e}");
 }
 
 #[test]

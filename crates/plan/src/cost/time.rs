@@ -234,18 +234,23 @@ fn local_params(problem: &Problem, s: &Strategy) -> f64 {
     }
 }
 
+/// Optimizer-state bytes of each device (its shard under ZeRO ≥ 1).
+fn local_state_bytes(problem: &Problem, s: &Strategy) -> f64 {
+    let shards = if s.placement.zero_stage.shards_optimizer() {
+        problem.hardware.world_size() as f64
+    } else {
+        1.0
+    };
+    memory::optimizer_state_bytes(problem, s) / shards
+}
+
 /// The device-side optimizer step's memory traffic (none when the step runs on the host).
 fn optimizer_step_s(problem: &Problem, s: &Strategy) -> f64 {
     if s.placement.offload_optimizer != Offload::None {
         return 0.0;
     }
     let local = local_params(problem, s);
-    let shards = if s.placement.zero_stage.shards_optimizer() {
-        problem.hardware.world_size() as f64
-    } else {
-        1.0
-    };
-    let state = memory::optimizer_state_bytes(problem, s) / shards;
+    let state = local_state_bytes(problem, s);
     let (pb, gb) = (
         s.precision.param_bytes() as f64,
         s.precision.grad_bytes() as f64,
@@ -263,13 +268,8 @@ fn paging_s(problem: &Problem, s: &Strategy, compute_s: f64) -> f64 {
     if !s.optimizer.paged() || s.placement.offload_optimizer != Offload::None {
         return 0.0;
     }
-    let shards = if s.placement.zero_stage.shards_optimizer() {
-        problem.hardware.world_size() as f64
-    } else {
-        1.0
-    };
-    let state = memory::optimizer_state_bytes(problem, s) / shards;
-    let crossing = 2.0 * state / (problem.hardware.pcie_bandwidth_gbps * 1e9);
+    let crossing =
+        2.0 * local_state_bytes(problem, s) / (problem.hardware.pcie_bandwidth_gbps * 1e9);
     match s.optimizer_in_backward {
         true => (crossing - compute_s * 2.0 / 3.0).max(0.0),
         false => crossing,

@@ -393,13 +393,18 @@ fn validate(spec: &ModelSpec) -> Result<()> {
         ));
     }
     if spec.experts_per_token > spec.num_experts {
+        // Mixtral names its expert count num_local_experts, Qwen2-MoE num_experts.
+        let experts = match spec.family {
+            Family::Qwen2Moe => "num_experts",
+            _ => "num_local_experts",
+        };
         return Err(field_err(
             "num_experts_per_tok",
             &format!(
-                "({}) exceeds num_local_experts ({})",
+                "({}) exceeds {experts} ({})",
                 spec.experts_per_token, spec.num_experts
             ),
-            "at most num_local_experts",
+            &format!("at most {experts}"),
         ));
     }
     Ok(())

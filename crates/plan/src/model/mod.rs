@@ -4,6 +4,7 @@
 //! Not for: building or running the model; the planner never touches weights.
 
 pub mod config_json;
+mod layouts;
 pub mod lora;
 pub mod params;
 pub mod presets;
