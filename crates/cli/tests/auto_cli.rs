@@ -72,6 +72,7 @@ fn plan_for_an_own_model_has_the_planners_shape_and_fits_the_budget() {
         "zero_stage",
         "offload_optimizer",
         "offload_params",
+        "offload_activations",
         "checkpoint",
         "attention",
         "micro_batch",

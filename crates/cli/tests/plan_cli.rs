@@ -85,6 +85,8 @@ fn pinning_every_lever_evaluates_exactly_that_plan() {
         "none",
         "--offload-params",
         "none",
+        "--offload-activations",
+        "none",
         "--checkpoint",
         "every:2",
         "--attention",
@@ -222,6 +224,7 @@ fn emits_write_parseable_configs_atomically() {
         "zero_stage",
         "offload_optimizer",
         "offload_params",
+        "offload_activations",
         "device_memory",
     ] {
         assert!(t.contains_key(key), "missing {key}");

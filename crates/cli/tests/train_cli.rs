@@ -208,6 +208,51 @@ fn the_step_in_backward_holds_fewer_gradient_bytes_and_refuses_accumulation() {
 }
 
 #[test]
+fn activation_offload_reports_the_host_bytes_and_needs_checkpointing() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = tiny(&[
+        "--steps",
+        "2",
+        "--checkpoint",
+        "all",
+        "--offload-activations",
+        "cpu",
+        "--json-report",
+        "offload.json",
+    ]);
+    let out = run(&args, dir.path());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Activation offload:"), "{text}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("offload.json")).unwrap()).unwrap();
+    assert_eq!(report["config"]["offload_activations"], "cpu");
+    // gpt-tiny's two blocks keep inputs of micro-batch 4 × sequence 32 × width 32 in f32.
+    assert_eq!(
+        report["offloaded_activations_peak_bytes"],
+        2 * 4 * 32 * 32 * 4
+    );
+    let out = run(
+        &tiny(&[
+            "--steps",
+            "1",
+            "--checkpoint",
+            "none",
+            "--offload-activations",
+            "cpu",
+        ]),
+        dir.path(),
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("checkpoints no block"), "{err}");
+}
+
+#[test]
 fn malformed_config_names_the_key_and_line() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(

@@ -4,7 +4,7 @@
 //!
 //! Not for: training (see the train crate) or choosing plans (the train crate's `recompute`).
 
-use headroom_tensor::{ParamBlock, Result, Tensor, checkpoint};
+use headroom_tensor::{ParamBlock, Result, Tensor, checkpoint_block};
 use std::ops::Range;
 
 /// Blocks by name with their values (f32, back to back in the block's layout).
@@ -128,7 +128,7 @@ pub fn run_blocks<B: Clone + 'static>(
                 let run: Vec<B> = blocks[s.start..s.end.min(blocks.len())].to_vec();
                 i = s.end.max(i + 1);
                 segs.next();
-                x = checkpoint(&[&x], move |xs| {
+                x = checkpoint_block(&[&x], move |xs| {
                     let mut h = xs[0].clone();
                     for b in &run {
                         h = forward(b, &h)?;

@@ -68,8 +68,10 @@ pub fn explain(problem: &Problem, plan: &Plan) -> Vec<String> {
     );
     // The activations the plan keeps during backward (at an optimizer-step peak they are freed
     // and the breakdown at the peak holds none).
+    let offloaded = crate::cost::memory::offloaded_activation_bytes(problem, s);
     let act =
-        activation::model_activations(&problem.spec, seq, b, e, s.attention, s.checkpoint, s.loss)
+        (activation::model_activations(&problem.spec, seq, b, e, s.attention, s.checkpoint, s.loss)
+            - offloaded.device_saving)
             .round() as u64;
     let at_step = plan.memory.peak_phase == Phase::OptimizerStep;
     if s.checkpoint != Checkpoint::None
@@ -82,6 +84,12 @@ pub fn explain(problem: &Problem, plan: &Plan) -> Vec<String> {
             levers.push(format!(
                 "checkpointing ({}, +{recompute:.1}% FLOPs recomputed)",
                 s.checkpoint
+            ));
+        }
+        if offloaded.host > 0.0 {
+            levers.push(format!(
+                "the checkpointed inputs kept in host memory ({} there, one fetched back at a time)",
+                format_bytes(offloaded.host.round() as u64)
             ));
         }
         if s.attention == Attention::MemoryEfficient {
@@ -132,7 +140,8 @@ pub fn explain(problem: &Problem, plan: &Plan) -> Vec<String> {
         format_bytes(problem.hardware.gpu.memory_bytes)
     ));
     let offloads = s.placement.offload_optimizer != crate::strategy::Offload::None
-        || s.placement.offload_params != crate::strategy::Offload::None;
+        || s.placement.offload_params != crate::strategy::Offload::None
+        || s.placement.offload_activations != crate::strategy::Offload::None;
     let loader = problem.workload.loader;
     if offloads {
         out.push(format!(

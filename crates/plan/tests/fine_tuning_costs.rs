@@ -141,7 +141,7 @@ fn the_search_tries_the_step_in_backward_on_one_gpu_only() {
         out.fitting
             .iter()
             .filter(|p| p.strategy.optimizer_in_backward)
-            .all(|p| p.strategy.accumulation == 1 && p.strategy.placement.is_local())
+            .all(|p| p.strategy.accumulation == 1 && !p.strategy.placement.moves_model_states())
     );
     let eight = problem("llama-2-7b", "H100-80GB", 8, 1, 2048, 8);
     let out = search(&eight, &Pins::default(), None).unwrap();

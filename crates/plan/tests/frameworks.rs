@@ -30,6 +30,7 @@ fn strategy(precision: Precision, zero: u8, mb: u64) -> Strategy {
             zero_stage: ZeroStage::new(zero).unwrap(),
             offload_optimizer: Offload::None,
             offload_params: Offload::None,
+            offload_activations: Offload::None,
         },
         checkpoint: Checkpoint::ALL_BLOCKS,
         attention: Attention::MemoryEfficient,

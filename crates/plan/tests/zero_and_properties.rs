@@ -248,6 +248,7 @@ fn pinning_everything_evaluates_exactly_one_plan() {
         zero_stage: Some(ZeroStage::new(2).unwrap()),
         offload_optimizer: Some(Offload::None),
         offload_params: Some(Offload::None),
+        offload_activations: Some(Offload::None),
         checkpoint: Some(Checkpoint::ALL_BLOCKS),
         attention: Some(Attention::MemoryEfficient),
         loss: Some(Loss::Plain),

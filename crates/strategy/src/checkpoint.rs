@@ -50,6 +50,16 @@ impl Checkpoint {
     pub fn recomputes(self) -> bool {
         self != Checkpoint::None
     }
+
+    /// Whether the policy checkpoints whole blocks (or segments of them), each keeping only its
+    /// input: what activation offload moves to the host. `budget:SIZE` resolves to none or
+    /// `every:K`; it counts as checkpointing and offloads whatever inputs its choice keeps.
+    pub fn keeps_block_inputs(self) -> bool {
+        matches!(
+            self,
+            Checkpoint::EveryNth(_) | Checkpoint::Sqrt | Checkpoint::Budget(_)
+        )
+    }
 }
 
 impl fmt::Display for Checkpoint {

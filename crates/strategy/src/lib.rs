@@ -31,7 +31,7 @@ pub use error::{StrategyError, parse_flag};
 pub use framework::Framework;
 pub use lora::{BaseWeights, Lora, LoraTarget, LoraTargets};
 pub use loss::Loss;
-pub use optimizer::{Optimizer, OptimizerImpl};
+pub use optimizer::{LossImpl, Optimizer, OptimizerImpl};
 pub use pins::{Pins, changed_levers};
 pub use placement::{Offload, Placement, ZeroStage};
 pub use precision::{NumberFormat, Precision};

@@ -107,6 +107,22 @@ mod tests {
 
 named_enum!(
     #[derive(Default)]
+    /// How a framework's cross-entropy produces the logits' gradient: PyTorch's
+    /// `F.cross_entropy` (Hugging Face, torchtune, torchtitan) allocates it beside the saved
+    /// fp32 log-probabilities; Megatron-LM's `vocab_parallel_cross_entropy` writes it into the
+    /// softmax it saved in forward (`grad_input = softmax`, then in-place updates), so the fp32
+    /// logits exist once.
+    LossImpl, "--loss-impl", {
+        /// A new fp32 gradient of the logits in backward.
+        #[default]
+        Separate = "separate",
+        /// The gradient written into the saved softmax.
+        InPlace = "in-place",
+    }
+);
+
+named_enum!(
+    #[derive(Default)]
     /// How a framework's optimizer walks the parameters, which decides the step's temporaries:
     /// PyTorch's `foreach` kernels (its default on CUDA since 2.0) hold intermediates for every
     /// tensor at once, about one copy of the parameters being updated (torchtune PR #389);

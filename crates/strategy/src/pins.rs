@@ -14,6 +14,7 @@ pub struct Pins {
     pub zero_stage: Option<ZeroStage>,
     pub offload_optimizer: Option<Offload>,
     pub offload_params: Option<Offload>,
+    pub offload_activations: Option<Offload>,
     pub checkpoint: Option<Checkpoint>,
     pub attention: Option<Attention>,
     pub loss: Option<Loss>,
@@ -38,6 +39,7 @@ impl Pins {
             && keeps(self.zero_stage, s.placement.zero_stage)
             && keeps(self.offload_optimizer, s.placement.offload_optimizer)
             && keeps(self.offload_params, s.placement.offload_params)
+            && keeps(self.offload_activations, s.placement.offload_activations)
             && keeps(self.checkpoint, s.checkpoint)
             && keeps(self.attention, s.attention)
             && keeps(self.loss, s.loss)

@@ -104,7 +104,7 @@ impl Offload {
 }
 
 /// Where each model state lives. Serialises flat into a strategy (`zero_stage`,
-/// `offload_optimizer`, `offload_params`).
+/// `offload_optimizer`, `offload_params`, `offload_activations`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Placement {
     pub zero_stage: ZeroStage,
@@ -112,6 +112,10 @@ pub struct Placement {
     pub offload_optimizer: Offload,
     /// Tier of the parameters (ZeRO-3 only).
     pub offload_params: Offload,
+    /// Tier of the inputs kept by checkpointed blocks (DeepSpeed's `cpu_checkpointing`): copied
+    /// to host memory in forward, fetched back when backward recomputes the block.
+    #[serde(default)]
+    pub offload_activations: Offload,
 }
 
 impl Placement {
@@ -129,7 +133,23 @@ impl Placement {
         if self.offload_optimizer.is_offloaded() && !self.zero_stage.shards_optimizer() {
             return Some("--offload-optimizer needs --zero 1, 2 or 3".into());
         }
+        if self.offload_activations == Offload::Nvme {
+            return Some(
+                "--offload-activations takes cpu or none: checkpointed inputs are fetched back \
+                 once per block in backward, which host memory serves and NVMe does not \
+                 (DeepSpeed's cpu_checkpointing is host memory too)"
+                    .into(),
+            );
+        }
         None
+    }
+
+    /// Whether any model state (parameters, gradients, optimizer states) is sharded or
+    /// offloaded; activation offload alone moves none.
+    pub fn moves_model_states(&self) -> bool {
+        self.zero_stage.number() > 0
+            || self.offload_optimizer.is_offloaded()
+            || self.offload_params.is_offloaded()
     }
 
     /// Whether this is the single-device placement (stage 0, nothing offloaded).
@@ -163,12 +183,14 @@ mod tests {
             zero_stage: ZeroStage::new(2).unwrap(),
             offload_optimizer: Offload::Cpu,
             offload_params: Offload::Cpu,
+            offload_activations: Offload::None,
         };
         assert!(p.incompatibility().unwrap().contains("--zero 3"));
         let p = Placement {
             zero_stage: ZeroStage::new(3).unwrap(),
             offload_optimizer: Offload::None,
             offload_params: Offload::Nvme,
+            offload_activations: Offload::None,
         };
         assert!(p.incompatibility().unwrap().contains("--offload-optimizer"));
         let p = Placement {
@@ -176,5 +198,21 @@ mod tests {
             ..Placement::default()
         };
         assert!(p.incompatibility().unwrap().contains("--zero 1, 2 or 3"));
+    }
+
+    #[test]
+    fn activations_offload_to_host_memory_only() {
+        let p = |tier| Placement {
+            offload_activations: tier,
+            ..Placement::default()
+        };
+        assert_eq!(p(Offload::Cpu).incompatibility(), None);
+        assert!(!p(Offload::Cpu).is_local());
+        assert!(
+            p(Offload::Nvme)
+                .incompatibility()
+                .unwrap()
+                .contains("cpu or none")
+        );
     }
 }

@@ -51,6 +51,16 @@ impl Strategy {
         if self.micro_batch == 0 || self.accumulation == 0 {
             return Some("micro-batch and accumulation must be at least 1".into());
         }
+        if self.placement.offload_activations.is_offloaded()
+            && !self.checkpoint.keeps_block_inputs()
+        {
+            return Some(format!(
+                "--offload-activations moves the inputs that checkpointed blocks keep to host \
+                 memory, and --checkpoint {} checkpoints no block: use --checkpoint all, \
+                 every:K, sqrt or budget:SIZE",
+                self.checkpoint
+            ));
+        }
         if self.optimizer_in_backward {
             return self.in_backward_incompatibility();
         }
@@ -66,7 +76,7 @@ impl Strategy {
         } else if self.precision.loss_scaling() {
             "cannot run with fp16's loss scaler, which skips a step when any gradient overflows \
              and knows it only after every block has been updated: use --precision bf16-mixed"
-        } else if !self.placement.is_local() {
+        } else if self.placement.moves_model_states() {
             "runs each block's update on the device of a single process (torchtune's \
              optimizer_in_bwd): it does not combine with ZeRO sharding or offload"
         } else {
@@ -94,11 +104,17 @@ impl Strategy {
         } else {
             String::new()
         };
+        let activations = match self.placement.offload_activations {
+            Offload::None => "",
+            _ => ", activations offloaded to cpu",
+        };
         let placement = if self.placement.is_local() {
             String::new()
+        } else if !self.placement.moves_model_states() {
+            activations.to_string()
         } else {
             format!(
-                ", ZeRO-{} (offload optimizer {}, params {})",
+                ", ZeRO-{} (offload optimizer {}, params {}){activations}",
                 self.placement.zero_stage,
                 self.placement.offload_optimizer,
                 self.placement.offload_params
@@ -138,7 +154,7 @@ mod tests {
         assert_eq!(
             text,
             "{\"precision\":\"fp32\",\"optimizer\":\"adamw\",\"zero_stage\":0,\
-             \"offload_optimizer\":\"none\",\"offload_params\":\"none\",\"checkpoint\":\"none\",\
+             \"offload_optimizer\":\"none\",\"offload_params\":\"none\",\"offload_activations\":\"none\",\"checkpoint\":\"none\",\
              \"attention\":\"naive\",\"loss\":\"plain\",\"optimizer_in_backward\":false,\"micro_batch\":4,\"accumulation\":2}"
         );
         let json: serde_json::Value = serde_json::from_str(&text).unwrap();

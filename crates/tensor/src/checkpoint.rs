@@ -16,6 +16,7 @@ use crate::dtype::DType;
 use crate::error::{Result, TensorError};
 use crate::grads::Gradients;
 use crate::rng::{self, RngState};
+use crate::stash::{self, Stashed};
 use crate::tape::{Tape, VarId, record_always};
 use crate::tensor::Tensor;
 use headroom_memory::Category;
@@ -25,9 +26,15 @@ use std::rc::Rc;
 /// The function a checkpoint scope runs (and re-runs in backward).
 pub type ScopeFn = Rc<dyn Fn(&[Tensor]) -> Result<Tensor>>;
 
+/// An input a checkpoint node keeps: on the device, or in host memory (activation offload).
+pub(crate) enum Saved {
+    Device(Tensor),
+    Host(Stashed),
+}
+
 /// What a checkpoint node keeps: the inputs, the function and the RNG cursor at entry.
 pub(crate) struct CheckpointOp {
-    inputs: Vec<Tensor>,
+    inputs: Vec<Saved>,
     f: ScopeFn,
     rng: RngState,
     /// The autocast state the scope ran under; the recompute uses it again.
@@ -40,6 +47,24 @@ pub fn checkpoint(
     inputs: &[&Tensor],
     f: impl Fn(&[Tensor]) -> Result<Tensor> + 'static,
 ) -> Result<Tensor> {
+    scope(inputs, false, f)
+}
+
+/// [`checkpoint`] for a block (or a segment of blocks) of a model: inside
+/// [`crate::with_activation_offload`] the inputs it keeps go to host memory until backward
+/// recomputes it (`stash`).
+pub fn checkpoint_block(
+    inputs: &[&Tensor],
+    f: impl Fn(&[Tensor]) -> Result<Tensor> + 'static,
+) -> Result<Tensor> {
+    scope(inputs, true, f)
+}
+
+fn scope(
+    inputs: &[&Tensor],
+    offloadable: bool,
+    f: impl Fn(&[Tensor]) -> Result<Tensor> + 'static,
+) -> Result<Tensor> {
     let inputs: Vec<Tensor> = inputs.iter().map(|&t| t.clone()).collect();
     if context::recording_tape().is_none() {
         return f(&inputs);
@@ -50,7 +75,18 @@ pub fn checkpoint(
     // Recorded even when no input is tracked: `f` may capture parameters.
     let refs: Vec<&Tensor> = inputs.iter().collect();
     let f: ScopeFn = Rc::new(f);
-    let saved = inputs.clone();
+    let pool = stash::active().filter(|_| offloadable);
+    let saved = inputs
+        .iter()
+        .map(|t| {
+            Ok(match &pool {
+                Some(pool) => {
+                    stash::stash(pool, t)?.map_or_else(|| Saved::Device(t.clone()), Saved::Host)
+                }
+                None => Saved::Device(t.clone()),
+            })
+        })
+        .collect::<Result<Vec<Saved>>>()?;
     Ok(record_always(out.detach(), &refs, move || {
         Op::Checkpoint(CheckpointOp {
             inputs: saved,
@@ -74,16 +110,25 @@ pub(crate) fn backward(
         autocast: cast_state,
     } = op;
     let leaves: Vec<Tensor> = inputs
-        .iter()
-        .map(|t| {
-            if t.requires_grad() {
+        .into_iter()
+        .map(|saved| {
+            let (t, tracked) = match saved {
+                Saved::Device(t) => {
+                    let tracked = t.requires_grad();
+                    (t, tracked)
+                }
+                Saved::Host(s) => {
+                    let tracked = s.requires_grad();
+                    (s.fetch()?, tracked)
+                }
+            };
+            Ok(if tracked {
                 t.detach().track()
             } else {
                 t.detach()
-            }
+            })
         })
-        .collect();
-    drop(inputs);
+        .collect::<Result<Vec<Tensor>>>()?;
     let sub = Tape::new();
     let resume = rng::get_state();
     rng::set_state(rng);

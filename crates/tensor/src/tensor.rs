@@ -256,6 +256,11 @@ impl Tensor {
         self.storage.category()
     }
 
+    /// The storage behind this view.
+    pub(crate) fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
     /// Bytes of the storage behind this view (as requested from the allocator).
     pub fn storage_bytes(&self) -> usize {
         self.storage.len() * self.dtype().size_in_bytes()

@@ -15,8 +15,8 @@ use headroom_plan::hardware::{self, Hardware, HardwareOverrides};
 use headroom_plan::model::load_model;
 use headroom_plan::search::search;
 use headroom_plan::strategy::{
-    Attention, BaseWeights, Checkpoint, Framework, Lora, LoraTargets, Loss, Offload, Optimizer,
-    OptimizerImpl, Pins, Precision, ZeroStage, parse_flag,
+    Attention, BaseWeights, Checkpoint, Framework, Lora, LoraTargets, Loss, LossImpl, Offload,
+    Optimizer, OptimizerImpl, Pins, Precision, ZeroStage, parse_flag,
 };
 use headroom_plan::workload::{BatchSpec, LoaderSpec, Workload, context_warning};
 use std::path::{Path, PathBuf};
@@ -179,6 +179,10 @@ pub struct PlanArgs {
     /// Pin the parameter offload: none, cpu, nvme.
     #[arg(long, value_parser = parse_flag::<Offload>)]
     pub offload_params: Option<Offload>,
+    /// Pin the activation offload: none, or cpu (checkpointed blocks' inputs in host memory
+    /// between forward and backward; DeepSpeed's cpu_checkpointing). Needs block checkpointing.
+    #[arg(long, value_parser = parse_flag::<Offload>)]
+    pub offload_activations: Option<Offload>,
     /// Pin activation checkpointing: none, all, every:K, sqrt, budget:SIZE, selective.
     #[arg(long, value_parser = parse_flag::<Checkpoint>)]
     pub checkpoint: Option<Checkpoint>,
@@ -211,6 +215,13 @@ pub struct PlanArgs {
     /// per-tensor (a loop such as Hugging Face's `adamw_hf` or `foreach=False`: one tensor's).
     #[arg(long, value_parser = parse_flag::<OptimizerImpl>, default_value = "foreach")]
     pub optimizer_impl: OptimizerImpl,
+    /// How the cross-entropy produces the logits' gradient: separate (PyTorch's
+    /// F.cross_entropy, as Hugging Face, torchtune and torchtitan use: a new fp32 gradient
+    /// beside the saved log-probabilities) or in-place (Megatron-LM's
+    /// vocab_parallel_cross_entropy: written into the saved softmax, so the fp32 logits exist
+    /// once).
+    #[arg(long, value_parser = parse_flag::<LossImpl>, default_value = "separate")]
+    pub loss_impl: LossImpl,
     /// Achievable fraction of the dense peak once micro-batches are large enough to fill the GPU,
     /// for every precision (default: each GPU's value fitted to a published run, 0.45 where none
     /// is; see docs/planner.md); smaller micro-batches reach less of it.
@@ -349,6 +360,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
         zero_stage: args.zero,
         offload_optimizer: args.offload_optimizer,
         offload_params: args.offload_params,
+        offload_activations: args.offload_activations,
         checkpoint: args.checkpoint,
         attention: args.attention,
         loss: args.loss,
@@ -358,7 +370,8 @@ pub fn run(args: PlanArgs) -> Result<()> {
     let framework = args.framework.unwrap_or_else(|| default_framework(&emits));
     let mut problem = Problem::new(spec, hw, workload, cost)
         .with_framework(framework)
-        .with_optimizer_impl(args.optimizer_impl);
+        .with_optimizer_impl(args.optimizer_impl)
+        .with_loss_impl(args.loss_impl);
     let calibration = match &args.calibrate {
         Some(path) => {
             let text = std::fs::read_to_string(path)

@@ -267,8 +267,10 @@ pub fn plan_rows(plans: &[&Plan], has_attention: bool) -> Vec<PlanRow> {
                     s.optimizer.to_string(),
                     s.placement.zero_stage.to_string(),
                     format!(
-                        "{}/{}",
-                        s.placement.offload_optimizer, s.placement.offload_params
+                        "{}/{}/{}",
+                        s.placement.offload_optimizer,
+                        s.placement.offload_params,
+                        s.placement.offload_activations
                     ),
                     s.checkpoint.to_string(),
                     if has_attention {
@@ -291,7 +293,7 @@ pub fn plan_rows(plans: &[&Plan], has_attention: bool) -> Vec<PlanRow> {
 /// One row of a table of plans.
 pub struct PlanRow {
     pub fits: bool,
-    /// precision, optimizer, ZeRO stage, offload optimizer/params, checkpoint, attention, loss,
+    /// precision, optimizer, ZeRO stage, offload optimizer/params/activations, checkpoint, attention, loss,
     /// micro-batch × accumulation.
     pub strategy: [String; 8],
     pub by_category: CategoryBytes,
@@ -318,7 +320,7 @@ pub fn plans_table(rows: &[PlanRow], device: &str) -> String {
         "precision",
         "optimizer",
         "zero",
-        "offload o/p",
+        "offload o/p/a",
         "ckpt",
         "attention",
         "loss",

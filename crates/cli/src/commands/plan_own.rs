@@ -193,6 +193,7 @@ fn pins(args: &PlanArgs) -> Result<Pins> {
         zero_stage: args.zero,
         offload_optimizer: args.offload_optimizer,
         offload_params: args.offload_params,
+        offload_activations: args.offload_activations,
     })
 }
 

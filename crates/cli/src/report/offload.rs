@@ -3,6 +3,9 @@
 //! what moved, how fast, how much of it the update waited for, and whether direct I/O and page
 //! locking were granted (with the reason when not).
 //!
+//! Activation offload gets one line: the checkpointed inputs' most bytes on the host beside the
+//! device's activation peak.
+//!
 //! Not for: runs without offload (nothing is printed) or the JSON report.
 
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
@@ -19,6 +22,13 @@ const CATEGORIES: [Category; 4] = [
 
 /// Prints the tiers table and one line per store of an offloaded run.
 pub fn print_offload(report: &TrainReport) {
+    if let Some(host) = report.offloaded_activations_peak_bytes {
+        println!(
+            "Activation offload: checkpointed block inputs held up to {} in host memory; device activation peak {}",
+            format_bytes(host),
+            format_bytes(report.memory.peak_bytes_by_category[Category::Activation])
+        );
+    }
     let Some(o) = &report.offload else {
         return;
     };

@@ -229,6 +229,32 @@ pub fn effective_policy(
         .unwrap_or(Checkpoint::ALL_BLOCKS)
 }
 
+/// The checkpointed inputs held at the start of backward, as (count, bytes of each): the input
+/// of every checkpointed block under `every:K`, of every segment under `sqrt`, none for the
+/// other policies. Activation offload moves these to the host; backward fetches one back at a
+/// time, for the block it recomputes (DeepSpeed's `cpu_checkpointing` copies it back to the
+/// device synchronously at the start of the block's backward).
+pub fn checkpointed_inputs(
+    spec: &ModelSpec,
+    s: f64,
+    b: f64,
+    w: impl Into<Width>,
+    attention: Attention,
+    policy: Checkpoint,
+    loss: Loss,
+) -> (u64, f64) {
+    let w: Width = w.into();
+    let n = spec.total_blocks();
+    let input = block(spec, s, b, w, attention).input;
+    let resolved = effective_policy(spec, s, b, w, attention, policy, loss);
+    let count = match resolved {
+        Checkpoint::EveryNth(_) => checkpointed_blocks(resolved, n),
+        Checkpoint::Sqrt if n > 0 => n.div_ceil(n.div_ceil((n as f64).sqrt().ceil() as u64)),
+        _ => 0,
+    };
+    (count, input)
+}
+
 /// Activation bytes held at the start of backward, the peak of a step's activations.
 ///
 /// A checkpointed block keeps only its input; during its backward it is recomputed, so one

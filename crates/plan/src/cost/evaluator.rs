@@ -89,11 +89,18 @@ impl Evaluator for Problem {
                     if self.framework == Framework::Fsdp && offloaded && !fsdp_offload {
                         continue;
                     }
-                    placements.push(Placement {
-                        zero_stage,
-                        offload_optimizer,
-                        offload_params,
-                    });
+                    // Activation offload is host memory or nothing (Placement::incompatibility).
+                    for offload_activations in pins
+                        .offload_activations
+                        .map_or(vec![Offload::None, Offload::Cpu], |o| vec![o])
+                    {
+                        placements.push(Placement {
+                            zero_stage,
+                            offload_optimizer,
+                            offload_params,
+                            offload_activations,
+                        });
+                    }
                 }
             }
         }

@@ -20,7 +20,9 @@
 //! Not for: step time (see `time`).
 
 use super::{Problem, activation, gather};
-use crate::strategy::{Attention, Framework, Offload, Optimizer, OptimizerImpl, Strategy};
+use crate::strategy::{
+    Attention, Framework, LossImpl, Offload, Optimizer, OptimizerImpl, Strategy,
+};
 use headroom_memory::{Category, CategoryBytes, MemoryBreakdown};
 use serde::Serialize;
 
@@ -241,13 +243,17 @@ fn communication_bytes(problem: &Problem, s: &Strategy) -> f64 {
 }
 
 /// Transient workspace in backward, not live at the same time: the fp32 gradient of the logits
-/// (4·sbv, one chunk's for a chunked loss), then per layer the naive attention's score
+/// (4·sbv, one chunk's for a chunked loss; none when the loss writes it into its saved softmax,
+/// `LossImpl::InPlace`), then per layer the naive attention's score
 /// gradients (2·e·as²b).
 fn backward_workspace_bytes(problem: &Problem, s: &Strategy) -> f64 {
     let spec = &problem.spec;
     let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
     let e = s.precision.activation_bytes() as f64;
-    let logits_grad = activation::logits(spec, seq, b, s.loss);
+    let logits_grad = match problem.loss_impl {
+        LossImpl::Separate => activation::logits(spec, seq, b, s.loss),
+        LossImpl::InPlace => 0.0,
+    };
     let attn_bwd = match s.attention {
         Attention::Naive => 2.0 * e * spec.num_heads as f64 * seq * seq * b,
         Attention::MemoryEfficient => 0.0,
@@ -285,6 +291,41 @@ fn optimizer_step_bytes(problem: &Problem, s: &Strategy) -> f64 {
     }
 }
 
+/// What activation offload moves: the checkpointed inputs go to the host, and the device keeps
+/// the one fetched back for the block backward recomputes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OffloadedActivations {
+    /// Bytes on the host per rank (all checkpointed inputs of one micro-batch).
+    pub host: f64,
+    /// Bytes the device no longer holds at the peak (all inputs but the fetched one).
+    pub device_saving: f64,
+}
+
+/// The checkpointed inputs `s` moves to the host (none unless it offloads activations).
+pub fn offloaded_activation_bytes(problem: &Problem, s: &Strategy) -> OffloadedActivations {
+    if !s.placement.offload_activations.is_offloaded() {
+        return OffloadedActivations {
+            host: 0.0,
+            device_saving: 0.0,
+        };
+    }
+    let w = activation::Width::of(problem.framework, s);
+    let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
+    let (count, input) = activation::checkpointed_inputs(
+        &problem.spec,
+        seq,
+        b,
+        w,
+        s.attention,
+        s.checkpoint,
+        s.loss,
+    );
+    OffloadedActivations {
+        host: count as f64 * input,
+        device_saving: count.saturating_sub(1) as f64 * input,
+    }
+}
+
 /// Predicts the memory of `s` on `problem`.
 pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
     let spec = &problem.spec;
@@ -293,8 +334,10 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
     let w = activation::Width::of(problem.framework, s);
     let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
     let comm = communication_bytes(problem, s);
+    let offloaded = offloaded_activation_bytes(problem, s);
     let activations =
-        activation::model_activations(spec, seq, b, w, s.attention, s.checkpoint, s.loss)
+        (activation::model_activations(spec, seq, b, w, s.attention, s.checkpoint, s.loss)
+            - offloaded.device_saving)
             * problem.cost.activation_scale;
     // input_ids, attention_mask and labels as int64.
     let input = 3.0 * 8.0 * seq * b;
@@ -351,7 +394,9 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
         peak_phase,
         capacity_bytes: hw.gpu.memory_bytes,
         usable_bytes: problem.usable_device_bytes(),
-        host_bytes_per_node: ((states.host_per_rank + loader_host_bytes(problem, s))
+        host_bytes_per_node: ((states.host_per_rank
+            + offloaded.host * problem.cost.activation_scale
+            + loader_host_bytes(problem, s))
             * hw.gpus_per_node as f64)
             .round() as u64,
         nvme_bytes_per_node: (states.nvme_per_rank * hw.gpus_per_node as f64).round() as u64,

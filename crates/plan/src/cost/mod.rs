@@ -15,7 +15,7 @@ mod width;
 
 use crate::hardware::Hardware;
 use crate::model::{ModelSpec, ParamInventory};
-use crate::strategy::{Framework, OptimizerImpl, Strategy};
+use crate::strategy::{Framework, LossImpl, OptimizerImpl, Strategy};
 use crate::workload::Workload;
 use serde::Serialize;
 
@@ -130,6 +130,8 @@ pub struct Problem {
     pub framework: Framework,
     /// How the optimizer steps the parameters (its temporaries; PyTorch's foreach default).
     pub optimizer_impl: OptimizerImpl,
+    /// How the framework's cross-entropy produces the logits' gradient.
+    pub loss_impl: LossImpl,
 }
 
 impl Problem {
@@ -169,6 +171,7 @@ impl Problem {
             cost,
             framework: Framework::default(),
             optimizer_impl: OptimizerImpl::default(),
+            loss_impl: LossImpl::default(),
         }
     }
 
@@ -178,6 +181,11 @@ impl Problem {
             optimizer_impl,
             ..self
         }
+    }
+
+    /// The same problem with another cross-entropy implementation.
+    pub fn with_loss_impl(self, loss_impl: LossImpl) -> Problem {
+        Problem { loss_impl, ..self }
     }
 
     /// The same problem for another framework's memory layout.

@@ -307,5 +307,9 @@ fn offload_s(problem: &Problem, s: &Strategy, compute_s: f64) -> f64 {
         }
         offload_s += (t - compute_s).max(0.0);
     }
+    // Offloaded checkpoint inputs cross PCIe twice a micro-batch, out in forward and back in
+    // backward; DeepSpeed's cpu_checkpointing copies them synchronously, so none of it hides.
+    let activations = memory::offloaded_activation_bytes(problem, s).host;
+    offload_s += 2.0 * k * activations * problem.cost.activation_scale / pcie;
     offload_s
 }

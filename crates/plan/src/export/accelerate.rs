@@ -41,6 +41,13 @@ pub fn accelerate_config(problem: &Problem, plan: &Plan, opts: &ExportOptions) -
             ));
         }
     };
+    if s.placement.offload_activations.is_offloaded() {
+        return Err(fidelity::refuse_activation_offload(
+            problem,
+            plan,
+            "accelerate",
+        ));
+    }
     // The plan's own framework decides the plugin: its memory is that framework's layout.
     let fsdp_can = problem.framework == Framework::Fsdp
         && (s.placement.offload_optimizer == Offload::None

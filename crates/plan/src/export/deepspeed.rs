@@ -10,6 +10,10 @@
 //! Activation checkpointing, attention kind and a chunked loss are model-side settings in
 //! Hugging Face (`gradient_checkpointing_enable()`, `attn_implementation`, Liger Kernel's fused
 //! linear cross-entropy through `use_liger_kernel=True`) and are not part of ds_config.
+//! Activation offload is: `activation_checkpointing.cpu_checkpointing`, which acts on models
+//! that checkpoint through `deepspeed.checkpointing` (Megatron-DeepSpeed, the ZeRO-Offload
+//! tutorial's GPT-2); a Hugging Face model checkpointing through `torch.utils.checkpoint` keeps
+//! its inputs on the GPU whatever the section says.
 
 use super::{ExportOptions, fidelity};
 use crate::cost::gather;
@@ -140,5 +144,12 @@ pub fn ds_config(problem: &Problem, plan: &Plan, opts: &ExportOptions) -> Result
         zero["stage3_gather_16bit_weights_on_model_save"] = json!(true);
     }
     cfg["zero_optimization"] = zero;
+    if s.placement.offload_activations.is_offloaded() {
+        cfg["activation_checkpointing"] = json!({
+            "partition_activations": false,
+            "cpu_checkpointing": true,
+            "contiguous_memory_optimization": false,
+        });
+    }
     Ok(cfg)
 }

@@ -105,6 +105,36 @@ pub fn refuse_step_in_backward(problem: &Problem, plan: &Plan, format: &str) -> 
     }
 }
 
+/// Refusal of activation offload by a tool with no setting for it.
+pub fn refuse_activation_offload(problem: &Problem, plan: &Plan, format: &str) -> PlanError {
+    let instead = evaluate(
+        problem,
+        &Strategy {
+            placement: crate::strategy::Placement {
+                offload_activations: crate::strategy::Offload::None,
+                ..plan.strategy.placement
+            },
+            ..plan.strategy
+        },
+    );
+    let extra = instead
+        .memory
+        .per_device_peak_bytes
+        .saturating_sub(plan.memory.per_device_peak_bytes);
+    PlanError::Export {
+        format: format.into(),
+        reason: format!(
+            "the plan keeps the checkpointed blocks' inputs in host memory, which {format} has no \
+             setting for (DeepSpeed's activation_checkpointing.cpu_checkpointing and torchtune's \
+             enable_activation_offloading have one: --emit deepspeed or torchtune); {format} \
+             would keep them on the GPU, {} more per GPU at the peak ({}); pin \
+             --offload-activations none to plan for what {format} would run",
+            format_bytes(extra),
+            peak_instead(&instead, plan),
+        ),
+    }
+}
+
 /// "P instead of Q, which does not fit": the peak the tool would reach against the plan's.
 fn peak_instead(instead: &Plan, plan: &Plan) -> String {
     format!(

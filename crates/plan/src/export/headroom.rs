@@ -24,6 +24,10 @@ pub fn headroom_toml(problem: &Problem, plan: &Plan) -> String {
         s.placement.offload_optimizer
     );
     t += &format!("offload_params = \"{}\"\n", s.placement.offload_params);
+    t += &format!(
+        "offload_activations = \"{}\"\n",
+        s.placement.offload_activations
+    );
     t += &format!("device_memory = {}\n", problem.hardware.gpu.memory_bytes);
     t
 }

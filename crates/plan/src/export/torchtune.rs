@@ -171,7 +171,16 @@ pub fn torchtune_config(problem: &Problem, plan: &Plan) -> Result<String> {
     y += &format!("batch_size: {}\n", s.micro_batch);
     y += &format!("gradient_accumulation_steps: {}\n", s.accumulation);
     y += &format!("enable_activation_checkpointing: {checkpointing}\n");
-    y += "enable_activation_offloading: False\n";
+    // torchtune offloads every saved activation; under checkpointing those are the blocks'
+    // inputs, the plan's offload.
+    y += &format!(
+        "enable_activation_offloading: {}\n",
+        if s.placement.offload_activations.is_offloaded() {
+            "True"
+        } else {
+            "False"
+        }
+    );
     y += &format!(
         "optimizer_in_bwd: {}\n",
         if s.optimizer_in_backward {

@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 /// training options", "ZeRO Optimizations for FP16 Training", offload_param/offload_optimizer),
 /// plus `bf16_master_weights_and_grads` and `bf16_optimizer_states` from DeepSpeed's
 /// blogs/core_api_update ("Low-precision master params, grads, and optimizer states", PR #7700,
-/// github.com/deepspeedai/DeepSpeed/pull/7700).
+/// github.com/deepspeedai/DeepSpeed/pull/7700), and the "Activation Checkpointing" section
+/// (partition_activations, cpu_checkpointing, contiguous_memory_optimization,
+/// number_checkpoints, synchronize_checkpoint_boundary, profile).
 pub fn deepspeed_keys(section: &str) -> &'static [&'static str] {
     match section {
         "" => &[
@@ -22,6 +24,15 @@ pub fn deepspeed_keys(section: &str) -> &'static [&'static str] {
             "fp16",
             "bf16",
             "zero_optimization",
+            "activation_checkpointing",
+        ],
+        "activation_checkpointing" => &[
+            "partition_activations",
+            "cpu_checkpointing",
+            "contiguous_memory_optimization",
+            "number_checkpoints",
+            "synchronize_checkpoint_boundary",
+            "profile",
         ],
         "optimizer" => &["type", "params"],
         // AdamW (torch.optim.AdamW arguments) and Lamb ("lr", "weight_decay", "bias_correction",

@@ -227,6 +227,12 @@ pub struct TrainConfig {
     /// and --offload-optimizer.
     #[arg(long, value_name = "TIER", value_parser = parse_flag::<Offload>)]
     pub offload_params: Option<Offload>,
+    /// Where the inputs kept by checkpointed blocks live between forward and backward: none
+    /// (the device) or cpu (copied to host memory in forward, fetched back when backward
+    /// recomputes the block; DeepSpeed's cpu_checkpointing). Needs a --checkpoint policy that
+    /// checkpoints blocks (all, every:K, sqrt, budget:SIZE).
+    #[arg(long, value_name = "TIER", value_parser = parse_flag::<Offload>)]
+    pub offload_activations: Option<Offload>,
     /// Directory for the nvme tier's files (default: the system's temporary directory). Put
     /// it on the fastest local disk; the files are scratch, removed when the run ends.
     #[arg(long, value_name = "DIR")]
@@ -304,6 +310,7 @@ impl TrainConfig {
             pin_memory,
             offload_optimizer,
             offload_params,
+            offload_activations,
             offload_dir
         )
     }
@@ -316,6 +323,7 @@ impl TrainConfig {
             zero_stage: self.zero_stage,
             offload_optimizer: self.offload_optimizer,
             offload_params: self.offload_params,
+            offload_activations: self.offload_activations,
             checkpoint: self.checkpoint,
             attention: self.attention,
             loss: self.loss,
@@ -469,6 +477,7 @@ impl TrainConfig {
                 zero_stage: self.zero_stage.unwrap_or_default(),
                 offload_optimizer: self.offload_optimizer.unwrap_or_default(),
                 offload_params: self.offload_params.unwrap_or_default(),
+                offload_activations: self.offload_activations.unwrap_or_default(),
             },
             checkpoint: self.checkpoint.unwrap_or_default(),
             attention: self.attention.unwrap_or_default(),

@@ -143,6 +143,7 @@ impl RunConfig {
             collective_timeout: Some(self.collective_timeout_s),
             offload_optimizer: Some(s.placement.offload_optimizer),
             offload_params: Some(s.placement.offload_params),
+            offload_activations: Some(s.placement.offload_activations),
             offload_dir: self.offload_dir.clone(),
         }
     }

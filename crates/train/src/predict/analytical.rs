@@ -90,7 +90,7 @@ pub fn analytical_memory(config: &RunConfig) -> Result<Analytical, TrainError> {
     };
     let problem = Problem::new(spec, hw, workload, CostModel::default());
     // The problem's spec: under LoRA it says which projection inputs are kept.
-    let activation_bytes = activation::model_activations(
+    let activation_bytes = (activation::model_activations(
         &problem.spec,
         seq_len as f64,
         micro_batch as f64,
@@ -98,8 +98,9 @@ pub fn analytical_memory(config: &RunConfig) -> Result<Analytical, TrainError> {
         strategy.attention,
         strategy.checkpoint,
         strategy.loss,
-    )
-    .round() as u64;
+    ) - memory::offloaded_activation_bytes(&problem, &strategy)
+        .device_saving)
+        .round() as u64;
     Ok(Analytical {
         memory: memory::predict(&problem, &strategy),
         activation_bytes,

@@ -118,6 +118,9 @@ pub struct TrainReport {
     /// Offloaded runs: this rank's host and disk tiers.
     #[serde(default)]
     pub offload: Option<OffloadReport>,
+    /// `--offload-activations cpu`: the most bytes of checkpointed inputs held in host memory.
+    #[serde(default)]
+    pub offloaded_activations_peak_bytes: Option<u64>,
     /// `--allocator planned`: how the planned arena served the run.
     #[serde(default)]
     pub arena: Option<headroom_memory::ArenaReport>,
@@ -149,6 +152,7 @@ impl TrainReport {
             communication: None,
             ranks: Vec::new(),
             offload: None,
+            offloaded_activations_peak_bytes: None,
             arena: None,
         }
     }

@@ -248,6 +248,21 @@ impl Trainer {
         device.lock().end_window();
         let mut report = TrainReport::new(&config, model.num_params() as u64);
         report.frozen_parameters = model.num_frozen_params() as u64;
+        let activation_pool = config
+            .strategy
+            .placement
+            .offload_activations
+            .is_offloaded()
+            .then(|| {
+                // Its own account, so the report can show the activations' host bytes; the
+                // same budget as the offload tiers.
+                headroom_memory::host_pool::HostPool::new(
+                    config
+                        .host_memory
+                        .map(|b| b.saturating_sub(sampler.report().buffer_bytes)),
+                    config.pin_memory,
+                )
+            });
         Ok(Trainer {
             config,
             precision,
@@ -269,6 +284,7 @@ impl Trainer {
             stop: None,
             comm,
             offload,
+            activation_pool,
             report,
             weights_touched: false,
             kept: Vec::new(),

@@ -88,6 +88,9 @@ pub struct Trainer {
     comm: Option<Box<dyn Communicator>>,
     /// Offloaded states (`--offload-optimizer`, `--offload-params`).
     offload: Option<offload::Offloaded>,
+    /// Host memory for the checkpointed blocks' inputs (`--offload-activations cpu`), shared
+    /// with the offload tiers' budget.
+    activation_pool: Option<headroom_memory::host_pool::HostPool>,
     report: TrainReport,
     /// Whether the current step has started changing weights (then an OOM is not recoverable).
     weights_touched: bool,
@@ -348,6 +351,8 @@ impl Trainer {
         self.report.set_loader(self.sampler.report());
         self.report.communication = self.communication_since(counted_from);
         self.report.offload = self.offload.as_ref().map(|o| o.report());
+        self.report.offloaded_activations_peak_bytes =
+            self.activation_pool.as_ref().map(|p| p.stats().peak_bytes);
         self.report.arena = self.device.lock().arena_report();
         Ok(&self.report)
     }

@@ -194,8 +194,25 @@ impl Trainer {
         Ok(())
     }
 
-    /// One micro-batch's forward and backward; returns its loss (0 in a dry run).
+    /// One micro-batch's forward and backward; returns its loss (0 in a dry run). With
+    /// activation offload, the checkpointed blocks' inputs wait in host memory in between.
     fn forward_backward(
+        &mut self,
+        micro: usize,
+        x: &Tensor,
+        y: &Tensor,
+        factor: f32,
+        separate: &Option<MicroGradients>,
+    ) -> Result<f32, TrainError> {
+        match self.activation_pool.clone() {
+            Some(pool) => headroom_tensor::with_activation_offload(pool, || {
+                self.recorded_pass(micro, x, y, factor, separate)
+            }),
+            None => self.recorded_pass(micro, x, y, factor, separate),
+        }
+    }
+
+    fn recorded_pass(
         &mut self,
         micro: usize,
         x: &Tensor,

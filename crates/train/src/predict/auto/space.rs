@@ -68,6 +68,7 @@ pub(crate) fn engine_space(spec: &ModelSpec, pins: &Pins, world: usize) -> Space
     let offload = Placement {
         offload_optimizer: pins.offload_optimizer.unwrap_or_default(),
         offload_params: pins.offload_params.unwrap_or_default(),
+        offload_activations: pins.offload_activations.unwrap_or_default(),
         ..Placement::default()
     };
     let placements = match (pins.zero_stage, world > 1) {
