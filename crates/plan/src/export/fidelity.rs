@@ -80,17 +80,14 @@ pub fn refuse_partial_checkpointing(problem: &Problem, plan: &Plan, format: &str
 
 /// Refusal of the optimizer step in backward by a tool with no setting for it.
 pub fn refuse_step_in_backward(problem: &Problem, plan: &Plan, format: &str) -> PlanError {
-    let instead = evaluate(
+    let (instead, extra) = without_lever(
         problem,
-        &Strategy {
+        plan,
+        Strategy {
             optimizer_in_backward: false,
             ..plan.strategy
         },
     );
-    let extra = instead
-        .memory
-        .per_device_peak_bytes
-        .saturating_sub(plan.memory.per_device_peak_bytes);
     PlanError::Export {
         format: format.into(),
         reason: format!(
@@ -107,9 +104,10 @@ pub fn refuse_step_in_backward(problem: &Problem, plan: &Plan, format: &str) -> 
 
 /// Refusal of activation offload by a tool with no setting for it.
 pub fn refuse_activation_offload(problem: &Problem, plan: &Plan, format: &str) -> PlanError {
-    let instead = evaluate(
+    let (instead, extra) = without_lever(
         problem,
-        &Strategy {
+        plan,
+        Strategy {
             placement: crate::strategy::Placement {
                 offload_activations: crate::strategy::Offload::None,
                 ..plan.strategy.placement
@@ -117,10 +115,6 @@ pub fn refuse_activation_offload(problem: &Problem, plan: &Plan, format: &str) -
             ..plan.strategy
         },
     );
-    let extra = instead
-        .memory
-        .per_device_peak_bytes
-        .saturating_sub(plan.memory.per_device_peak_bytes);
     PlanError::Export {
         format: format.into(),
         reason: format!(
@@ -133,6 +127,17 @@ pub fn refuse_activation_offload(problem: &Problem, plan: &Plan, format: &str) -
             peak_instead(&instead, plan),
         ),
     }
+}
+
+/// The plan the tool would run instead (`instead`, the lever dropped) and the device bytes it
+/// adds at the peak.
+fn without_lever(problem: &Problem, plan: &Plan, instead: Strategy) -> (Plan, u64) {
+    let instead = evaluate(problem, &instead);
+    let extra = instead
+        .memory
+        .per_device_peak_bytes
+        .saturating_sub(plan.memory.per_device_peak_bytes);
+    (instead, extra)
 }
 
 /// "P instead of Q, which does not fit": the peak the tool would reach against the plan's.
