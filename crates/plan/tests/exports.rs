@@ -7,48 +7,17 @@
 mod support;
 
 use headroom_memory::format_bytes;
-use headroom_plan::cost::{Plan, Problem, evaluate};
+use headroom_plan::cost::{Problem, evaluate};
 use headroom_plan::export::{ExportOptions, accelerate::accelerate_config, deepspeed::ds_config};
 use headroom_plan::strategy::{
     Attention, Checkpoint, Framework, Loss, Offload, Optimizer, Placement, Precision, Strategy,
-    ZeroStage,
 };
-use support::problem;
 use support::schemas::{check_accelerate, check_deepspeed};
+use support::{plan, problem};
 
 /// Llama-2-7B: 6,738,415,616 parameters (the count of LlamaForCausalLM for
 /// meta-llama/Llama-2-7b-hf, also asserted in tests/param_counts.rs).
 const LLAMA2_7B: u64 = 6_738_415_616;
-
-fn plan(
-    p: &Problem,
-    precision: Precision,
-    zero: u8,
-    opt: Offload,
-    params: Offload,
-    ckpt: Checkpoint,
-) -> Plan {
-    let world = p.hardware.world_size();
-    evaluate(
-        p,
-        &Strategy {
-            precision,
-            optimizer: Optimizer::AdamW,
-            placement: Placement {
-                zero_stage: ZeroStage::new(zero).unwrap(),
-                offload_optimizer: opt,
-                offload_params: params,
-                offload_activations: Offload::None,
-            },
-            checkpoint: ckpt,
-            attention: Attention::MemoryEfficient,
-            loss: Loss::Plain,
-            optimizer_in_backward: false,
-            micro_batch: 1,
-            accumulation: p.workload.global_batch / world,
-        },
-    )
-}
 
 #[test]
 fn pure_bf16_uses_deepspeeds_bf16_state_options_at_zero_1() {
@@ -389,65 +358,6 @@ fn lora_plans_export_peft_and_bitsandbytes_configs_named_as_the_models_modules()
     let plain = problem("gpt2", "A100-80GB", 1, 1, 512, 8);
     let e = adapter_config(&plain).unwrap_err().to_string();
     assert!(e.contains("--lora-rank"), "{e}");
-}
-
-#[test]
-fn activation_offload_is_cpu_checkpointing_in_deepspeed_and_refused_by_accelerate() {
-    use headroom_plan::export::torchtune::torchtune_config;
-    use support::schemas::check_torchtune;
-    // A fused optimizer step, so that the peak is in backward, where the checkpoints are.
-    let p = problem("llama-2-7b", "A100-80GB", 8, 1, 4096, 8)
-        .with_optimizer_impl(headroom_plan::strategy::OptimizerImpl::Fused);
-    let kept = plan(
-        &p,
-        Precision::Bf16Mixed,
-        3,
-        Offload::None,
-        Offload::None,
-        Checkpoint::ALL_BLOCKS,
-    );
-    let offloaded = evaluate(
-        &p,
-        &Strategy {
-            placement: Placement {
-                offload_activations: Offload::Cpu,
-                ..kept.strategy.placement
-            },
-            ..kept.strategy
-        },
-    );
-    let opts = ExportOptions::default();
-    let ds = ds_config(&p, &offloaded, &opts).unwrap();
-    check_deepspeed(&ds);
-    assert_eq!(ds["activation_checkpointing"]["cpu_checkpointing"], true);
-    // Without the lever the section is absent (DeepSpeed's default keeps checkpoints on the GPU).
-    assert!(ds_config(&p, &kept, &opts).unwrap()["activation_checkpointing"].is_null());
-    // 32 layers of Llama-2-7B at micro-batch 1 × 4096 tokens: each checkpoint is
-    // 4096 · 4096 · 2 bytes = 32 MiB, 31 of them leave the GPU.
-    let extra = kept.memory.per_device_peak_bytes - offloaded.memory.per_device_peak_bytes;
-    let moved = 31u64 * 4096 * 4096 * 2;
-    assert!(extra >= moved, "{extra} < {moved}");
-    let e = accelerate_config(&p, &offloaded, &opts)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("cpu_checkpointing")
-            && e.contains(&format_bytes(extra))
-            && e.contains("--offload-activations none"),
-        "{e}"
-    );
-    // torchtune's single-device recipe: its own switch.
-    let one = problem("llama-3.2-3b", "RTX-4090", 1, 1, 2048, 4).with_framework(Framework::Fsdp);
-    let single = Strategy {
-        precision: Precision::Bf16,
-        placement: Placement {
-            offload_activations: Offload::Cpu,
-            ..Placement::default()
-        },
-        ..offloaded.strategy
-    };
-    let keys = check_torchtune(&torchtune_config(&one, &evaluate(&one, &single)).unwrap());
-    assert_eq!(keys["enable_activation_offloading"], "True");
 }
 
 #[test]

@@ -5,11 +5,11 @@
 
 pub mod schemas;
 
-use headroom_plan::cost::{CostModel, Problem};
+use headroom_plan::cost::{CostModel, Plan, Problem, evaluate};
 use headroom_plan::hardware;
 use headroom_plan::model::load_model;
 use headroom_plan::strategy::{
-    Attention, Checkpoint, Loss, Optimizer, Placement, Precision, Strategy,
+    Attention, Checkpoint, Loss, Offload, Optimizer, Placement, Precision, Strategy, ZeroStage,
 };
 use headroom_plan::workload::{BatchSpec, Workload};
 
@@ -46,4 +46,36 @@ pub fn plain_strategy(precision: Precision, micro_batch: u64, accumulation: u64)
         micro_batch,
         accumulation,
     }
+}
+
+/// AdamW at micro-batch 1 (accumulating the rest of the per-GPU batch) with the precision,
+/// ZeRO stage, offload tiers and checkpointing given, memory-efficient attention.
+pub fn plan(
+    p: &Problem,
+    precision: Precision,
+    zero: u8,
+    opt: Offload,
+    params: Offload,
+    ckpt: Checkpoint,
+) -> Plan {
+    let world = p.hardware.world_size();
+    evaluate(
+        p,
+        &Strategy {
+            precision,
+            optimizer: Optimizer::AdamW,
+            placement: Placement {
+                zero_stage: ZeroStage::new(zero).unwrap(),
+                offload_optimizer: opt,
+                offload_params: params,
+                offload_activations: Offload::None,
+            },
+            checkpoint: ckpt,
+            attention: Attention::MemoryEfficient,
+            loss: Loss::Plain,
+            optimizer_in_backward: false,
+            micro_batch: 1,
+            accumulation: p.workload.global_batch / world,
+        },
+    )
 }

@@ -222,12 +222,10 @@ impl Trainer {
         );
         let dry = !device.is_backed();
         // Host memory left to the offload tiers once the loader has its share.
-        let pool = headroom_memory::host_pool::HostPool::new(
-            config
-                .host_memory
-                .map(|b| b.saturating_sub(sampler.report().buffer_bytes)),
-            config.pin_memory,
-        );
+        let host_budget = config
+            .host_memory
+            .map(|b| b.saturating_sub(sampler.report().buffer_bytes));
+        let pool = headroom_memory::host_pool::HostPool::new(host_budget, config.pin_memory);
         let offload = offload::build(
             &config,
             model.as_ref(),
@@ -256,12 +254,7 @@ impl Trainer {
             .then(|| {
                 // Its own account, so the report can show the activations' host bytes; the
                 // same budget as the offload tiers.
-                headroom_memory::host_pool::HostPool::new(
-                    config
-                        .host_memory
-                        .map(|b| b.saturating_sub(sampler.report().buffer_bytes)),
-                    config.pin_memory,
-                )
+                headroom_memory::host_pool::HostPool::new(host_budget, config.pin_memory)
             });
         Ok(Trainer {
             config,
