@@ -95,6 +95,20 @@ fn plan_for_an_own_model_has_the_planners_shape_and_fits_the_budget() {
     assert_eq!(sum, peak, "categories sum to the peak");
     assert!(best["time"]["tokens_per_s"].as_f64().unwrap() > 0.0);
 
+    // The export carries the whole plan: where the states live and the allocator too.
+    let t: toml::Table = std::fs::read_to_string(dir.path().join("best.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    for key in ["offload_optimizer", "offload_params", "offload_activations"] {
+        assert_eq!(t[key].as_str(), s[key].as_str(), "{key}");
+    }
+    assert_eq!(
+        t["zero_stage"].as_integer().map(|z| z as u64),
+        s["zero_stage"].as_u64()
+    );
+    assert_eq!(t["allocator"].as_str(), v["allocator"].as_str());
+
     // The exported config trains inside the same budget, with no out-of-memory recovery.
     let o = headroom(
         &[
@@ -214,13 +228,17 @@ fn plan_ranks_the_zero_stages_for_data_parallel_ranks() {
     stages.dedup();
     assert_eq!(stages, vec![0, 1, 2, 3]);
     // gpt-small's 842,496 parameters: AdamW's two fp32 moments, 6,739,968 bytes whole, about a
-    // quarter of it per rank when sharded (each block's shard rounded up to 512 bytes).
+    // quarter of it per rank when sharded (each block's shard rounded up to 512 bytes), none
+    // on the device when offloaded to the host.
     let psi = 842_496u64;
     for p in plans {
         let optim = p["memory"]["by_category"]["optimizer_state"]
             .as_u64()
             .unwrap();
-        if stage(p) == 0 {
+        if p["strategy"]["offload_optimizer"] == "cpu" {
+            assert!(stage(p) >= 1, "{p}");
+            assert_eq!(optim, 0, "{p}");
+        } else if stage(p) == 0 {
             assert_eq!(optim, 8 * psi, "{p}");
         } else {
             assert!(optim >= 2 * psi && optim < 2 * psi + 16 * 1024, "{p}");

@@ -21,6 +21,9 @@ pub struct Pins {
     pub optimizer_in_backward: Option<bool>,
     pub micro_batch: Option<u64>,
     pub accumulation: Option<u64>,
+    /// The device allocator of headroom's engine (not a field of a strategy: it changes what a
+    /// plan reserves, not what it computes).
+    pub allocator: Option<headroom_memory::AllocatorKind>,
 }
 
 impl Pins {

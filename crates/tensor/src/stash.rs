@@ -90,6 +90,7 @@ pub(crate) fn stash(pool: &HostPool, t: &Tensor) -> Result<Option<Stashed>> {
         }
         false => Host::Counted(pool.reserve(bytes as u64).map_err(over)?),
     };
+    crate::backend::work::host_transfer(bytes as u64);
     Ok(Some(Stashed {
         host,
         shape: t.shape().to_vec(),
@@ -116,6 +117,7 @@ impl Stashed {
             let dst = guard.as_bytes_mut().expect("a backed device has bytes");
             dst[..buf.len()].copy_from_slice(buf);
         }
+        crate::backend::work::host_transfer((t.numel() * t.dtype().size_in_bytes()) as u64);
         Ok(t)
     }
 

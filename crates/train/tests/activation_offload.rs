@@ -70,6 +70,62 @@ fn the_inputs_move_from_the_device_to_the_host() {
 }
 
 #[test]
+fn a_step_counts_every_input_copied_out_and_back() {
+    let corpus = headroom_train::data::Corpus::bundled();
+    let copied = |offload| {
+        let dry = headroom_train::predict::dry_run_counted(&run(Precision::Fp32, offload), &corpus)
+            .unwrap();
+        dry.step_work.host_transfer_bytes
+    };
+    // Each of the four blocks' inputs goes to the host in forward and comes back in backward.
+    let input = (MICRO * SEQ * WIDTH * 4) as f64;
+    assert_eq!(copied(Offload::Cpu), 2.0 * LAYERS as f64 * input);
+    assert_eq!(copied(Offload::None), 0.0);
+}
+
+#[test]
+fn auto_offloads_the_inputs_where_only_that_fits() {
+    let corpus = headroom_train::data::Corpus::bundled();
+    // On the planned arena reserved is the live peak, so the budget is exactly the offloaded
+    // run's peak, which the run that keeps its inputs exceeds.
+    let on_arena = |offload| RunConfig {
+        allocator: headroom_memory::AllocatorKind::Planned,
+        ..run(Precision::Fp32, offload)
+    };
+    let reserved = |c: &RunConfig| {
+        headroom_train::predict::predict(c, &corpus)
+            .unwrap()
+            .memory
+            .peak_reserved_bytes
+    };
+    let mut c = on_arena(Offload::None);
+    let budget = reserved(&on_arena(Offload::Cpu));
+    assert!(budget < reserved(&c));
+    c.device_memory = budget;
+    let s = c.strategy;
+    let pins = headroom_train::strategy::Pins {
+        precision: Some(s.precision),
+        optimizer: Some(s.optimizer),
+        checkpoint: Some(s.checkpoint),
+        attention: Some(s.attention),
+        loss: Some(s.loss),
+        optimizer_in_backward: Some(false),
+        offload_optimizer: Some(Offload::None),
+        micro_batch: Some(MICRO as u64),
+        accumulation: Some(1),
+        allocator: Some(c.allocator),
+        ..Default::default()
+    };
+    let found = headroom_train::auto::plan(&c, &corpus, &pins).unwrap();
+    let best = found.recommended().expect("the offloaded run fits");
+    assert_eq!(best.strategy.placement.offload_activations, Offload::Cpu);
+    // Its predicted step pays for the copies: 2 × 4 inputs at the measured host-copy rate.
+    let copied = 2.0 * (LAYERS * MICRO * SEQ * WIDTH * 4) as f64;
+    let expected = copied / found.speed.host_copy_bytes_per_s;
+    assert!((best.time.offload_s - expected).abs() <= 1e-9 * expected.max(1.0));
+}
+
+#[test]
 fn the_dry_run_predicts_it_exactly() {
     for precision in [Precision::Fp32, Precision::Bf16Mixed] {
         assert_dry_run_exact(&run(precision, Offload::Cpu), &precision.to_string());

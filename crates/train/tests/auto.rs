@@ -1,12 +1,14 @@
 //! `--auto`: the search returns the best plan an exhaustive dry-run search finds, keeps pinned
 //! levers and the effective batch, and the plan it recommends really runs inside the budget.
 
-use headroom_memory::{AllocatorConfig, Device};
+use headroom_memory::{AllocatorKind, Device};
 use headroom_plan::cost::Plan;
 use headroom_train::auto::{SpeedModel, evaluate, plan};
 use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
-use headroom_train::strategy::{Attention, Checkpoint, Loss, Optimizer, Pins, Precision, Strategy};
+use headroom_train::strategy::{
+    Attention, Checkpoint, Loss, Offload, Optimizer, Pins, Precision, Strategy,
+};
 use headroom_train::{TrainEvent, Trainer};
 
 fn config(model: &str, budget: &str) -> RunConfig {
@@ -58,6 +60,7 @@ fn exhaustive(c: &RunConfig, corpus: &Corpus, speed: &SpeedModel) -> Vec<Plan> {
             Optimizer::AdamW,
             Optimizer::AdamWBf16,
             Optimizer::AdamW8bit,
+            Optimizer::PagedAdamW8bit,
             Optimizer::Adafactor,
         ] {
             for &checkpoint in &checkpoints {
@@ -97,6 +100,9 @@ fn the_search_finds_the_exhaustive_optimum_and_keeps_the_effective_batch() {
     let pins = Pins {
         loss: Some(Loss::Plain),
         optimizer_in_backward: Some(false),
+        offload_optimizer: Some(Offload::None),
+        offload_activations: Some(Offload::None),
+        allocator: Some(AllocatorKind::Caching),
         ..Pins::default()
     };
     for (model, budget) in cases {
@@ -178,6 +184,63 @@ fn the_search_finds_the_exhaustive_optimum_and_keeps_the_effective_batch() {
 }
 
 #[test]
+fn a_plan_that_fits_only_without_the_caching_pools_runs_on_the_planned_arena() {
+    let corpus = Corpus::bundled();
+    // Every strategy lever pinned: one plan, and a budget of exactly its live peak, which the
+    // caching pools (cached and split blocks on top) cannot keep to.
+    let mut c = config("gpt-tiny", "64MiB").with_split(4, 2);
+    let pins = Pins {
+        precision: Some(Precision::Fp32),
+        optimizer: Some(Optimizer::AdamW),
+        checkpoint: Some(Checkpoint::None),
+        attention: Some(Attention::Naive),
+        loss: Some(Loss::Plain),
+        optimizer_in_backward: Some(false),
+        zero_stage: Some(Default::default()),
+        offload_optimizer: Some(Offload::None),
+        offload_params: Some(Offload::None),
+        offload_activations: Some(Offload::None),
+        micro_batch: Some(4),
+        accumulation: Some(2),
+        ..Pins::default()
+    };
+    let live = headroom_train::predict::predict(&c, &corpus)
+        .unwrap()
+        .memory
+        .peak_allocated_bytes;
+    c.device_memory = live;
+    let caching_only = Pins {
+        allocator: Some(AllocatorKind::Caching),
+        ..pins
+    };
+    let on_caching = plan(&c, &corpus, &caching_only).unwrap();
+    assert!(
+        on_caching.recommended().is_none(),
+        "the pools fit the live peak"
+    );
+    assert_eq!(on_caching.allocator, AllocatorKind::Caching);
+    let found = plan(&c, &corpus, &pins).unwrap();
+    let best = found.recommended().expect("the arena fits the live peak");
+    assert_eq!(found.allocator, AllocatorKind::Planned);
+    assert!(best.memory.per_device_peak_bytes <= live);
+    assert!(found.reason(live).contains("--allocator planned"));
+    // The plan runs on a real device of that size without running out of memory.
+    let mut run = c.with_strategy(best.strategy);
+    run.allocator = found.allocator;
+    let device = Device::cpu(live, run.allocator.config());
+    let mut t = Trainer::on_device(run, &corpus, device).unwrap();
+    let mut recovered = 0;
+    t.train(&mut |e| {
+        if let TrainEvent::OomRecovered { .. } = e {
+            recovered += 1;
+        }
+    })
+    .unwrap();
+    assert_eq!(recovered, 0);
+    assert!(t.device().stats().reserved_bytes.all.peak as u64 <= live);
+}
+
+#[test]
 fn pinned_levers_are_kept() {
     let corpus = Corpus::bundled();
     // As `headroom train --accumulation 4` configures it: micro-batch 8 × accumulation 4.
@@ -209,8 +272,9 @@ fn the_recommended_plan_runs_inside_the_budget_where_the_configured_one_does_not
     assert_ne!(best, configured, "the configured run is meant not to fit");
     let mut recovered = 0;
     let run = |cand: &Strategy, recovered: &mut usize| {
-        let rc = c.with_strategy(*cand);
-        let device = Device::cpu(rc.device_memory, AllocatorConfig::default());
+        let mut rc = c.with_strategy(*cand);
+        rc.allocator = found.allocator;
+        let device = Device::cpu(rc.device_memory, rc.allocator.config());
         // The trainer plans the recomputation of the strategy's checkpoint policy itself.
         let mut t = Trainer::on_device(rc, &corpus, device).unwrap();
         let r = t.train(&mut |e| {
@@ -262,6 +326,7 @@ fn a_dry_run_counts_the_work_of_a_step() {
             int8: f64::INFINITY,
             adafactor: f64::INFINITY,
         },
+        host_copy_bytes_per_s: 1e9,
     };
     // Accumulating 4 micro-batches of 2 (the dry run runs 2 of them and extrapolates the rest)
     // does 4 times the work of one.

@@ -268,7 +268,7 @@ fn auto_shards_only_as_far_as_the_budget_needs() {
     // Each stage shards one more model state: a rank's peak falls stage by stage.
     let peaks: Vec<u64> = (0..=3).map(peak).collect();
     assert!(peaks.windows(2).all(|w| w[1] < w[0]), "{peaks:?}");
-    // Everything pinned but the placement.
+    // Everything pinned but the ZeRO stage (the host tier and the allocator too).
     let pins = Pins {
         precision: Some(Precision::Fp32),
         optimizer: Some(Optimizer::AdamW),
@@ -276,6 +276,9 @@ fn auto_shards_only_as_far_as_the_budget_needs() {
         attention: Some(Attention::Naive),
         micro_batch: Some(1),
         accumulation: Some(1),
+        offload_optimizer: Some(headroom_train::strategy::Offload::None),
+        offload_activations: Some(headroom_train::strategy::Offload::None),
+        allocator: Some(headroom_memory::AllocatorKind::Caching),
         ..Pins::default()
     };
     let choose = |budget: u64| {

@@ -47,6 +47,26 @@ fn paged_states_give_the_8_bit_weights_with_one_block_on_the_device() {
 }
 
 #[test]
+fn a_steady_step_pages_every_state_in_and_out() {
+    let corpus = Corpus::bundled();
+    let c = run(Optimizer::PagedAdamW8bit, Precision::Fp32);
+    let dry = headroom_train::predict::dry_run_counted(&c, &corpus).unwrap();
+    let (_, t) = run_alone(&c);
+    // After the first step every block's state is on the host: a steady step copies each one
+    // onto the device for its update and back (the allocator's 512-byte rounding is device
+    // padding, not copied bytes).
+    let exact = |p: usize| 2 * p + 2 * 4 * p.div_ceil(256);
+    let all: usize = t.model().blocks().iter().map(|b| exact(b.numel())).sum();
+    assert_eq!(dry.step_work.host_transfer_bytes, 2.0 * all as f64);
+    let unpaged = headroom_train::predict::dry_run_counted(
+        &run(Optimizer::AdamW8bit, Precision::Fp32),
+        &corpus,
+    )
+    .unwrap();
+    assert_eq!(unpaged.step_work.host_transfer_bytes, 0.0);
+}
+
+#[test]
 fn the_dry_run_predicts_paged_states_exactly() {
     assert_dry_run_exact(
         &run(Optimizer::PagedAdamW8bit, Precision::Bf16Mixed),

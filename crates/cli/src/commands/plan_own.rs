@@ -75,8 +75,11 @@ pub fn run(args: &PlanArgs) -> Result<()> {
                 "--emit {kind}: headroom's own models train with `headroom train`; accepted here: --emit headroom FILE"
             );
         }
-        write_export(path, &train_toml(&config.with_strategy(best.strategy))?)
-            .with_context(|| format!("--emit {kind}"))?;
+        let chosen = RunConfig {
+            allocator: outcome.allocator,
+            ..config.with_strategy(best.strategy)
+        };
+        write_export(path, &train_toml(&chosen)?).with_context(|| format!("--emit {kind}"))?;
         if !args.json {
             println!("wrote headroom config to {}", path.display());
         }
@@ -194,6 +197,7 @@ fn pins(args: &PlanArgs) -> Result<Pins> {
         offload_optimizer: args.offload_optimizer,
         offload_params: args.offload_params,
         offload_activations: args.offload_activations,
+        allocator: None,
     })
 }
 
@@ -229,7 +233,7 @@ fn to_json(
             "tokens_per_step": outcome.seq_len * outcome.effective_batch * config.data_parallel,
         },
         "cost_model": {
-            "memory": "dry run: the trainer's steps on a shape-only device through the real caching allocator",
+            "memory": "dry run: the trainer's steps on a shape-only device through the real allocator (caching pools, or the planned arena where it lets a faster plan fit)",
             "time": "work counted by the dry run over this machine's measured kernel rates",
         },
         "search": {
@@ -239,6 +243,7 @@ fn to_json(
         },
         "plans": shown,
         "recommended": outcome.recommended(),
+        "allocator": outcome.allocator,
         "advice": advice,
     })
 }
@@ -334,6 +339,12 @@ fn train_toml(c: &RunConfig) -> Result<String> {
         micro_batch: Some(c.micro_batch()),
         accumulation: Some(c.accumulation()),
         device_memory: Some(headroom_memory::ByteSize(c.device_memory)),
+        data_parallel: (c.data_parallel > 1).then_some(c.data_parallel),
+        zero_stage: Some(c.strategy.placement.zero_stage),
+        offload_optimizer: Some(c.strategy.placement.offload_optimizer),
+        offload_params: Some(c.strategy.placement.offload_params),
+        offload_activations: Some(c.strategy.placement.offload_activations),
+        allocator: Some(c.allocator),
         lora_rank: c.lora.as_ref().map(|l| l.rank),
         lora_alpha: c.lora.as_ref().map(|l| l.alpha),
         lora_targets: c.lora.as_ref().map(|l| l.targets.clone()),

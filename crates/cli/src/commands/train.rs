@@ -132,7 +132,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             );
         }
         let recovers = config.oom_recovery && !config.strategy.optimizer_in_backward;
-        print_prediction(&prepared.prediction, config.device_memory, recovers);
+        print_prediction(&prepared.prediction, &config, recovers);
     }
     refuse_beyond_host(&prepared.prediction)?;
     let run = RankRun {
@@ -343,10 +343,20 @@ fn resumed_config(dir: &Path, keys: &TrainConfig) -> anyhow::Result<RunConfig> {
 }
 
 /// The dry run's prediction for the run about to start; `recovers`: whether the trainer retries
-/// a step that runs out of memory.
-fn print_prediction(prediction: &Prediction, budget: u64, recovers: bool) {
+/// a step that runs out of memory. A run whose live peak fits but whose reserved peak does not
+/// is told that the planned arena reserves only the live peak.
+fn print_prediction(prediction: &Prediction, config: &RunConfig, recovers: bool) {
+    let budget = config.device_memory;
+    let arena = if !prediction.fits
+        && config.allocator != headroom_memory::AllocatorKind::Planned
+        && prediction.memory.peak_allocated_bytes <= budget
+    {
+        "; its live peak fits: --allocator planned reserves only that"
+    } else {
+        ""
+    };
     eprintln!(
-        "dry run: predicted peak {} allocated, {} reserved of the {} budget ({}; {:.0} ms)",
+        "dry run: predicted peak {} allocated, {} reserved of the {} budget ({}{arena}; {:.0} ms)",
         format_bytes(prediction.memory.peak_allocated_bytes),
         format_bytes(prediction.memory.peak_reserved_bytes),
         format_bytes(budget),

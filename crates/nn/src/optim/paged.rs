@@ -49,6 +49,10 @@ impl HostPages {
         layout: &[StateBuffer],
     ) -> Result<Vec<DeviceBuffer>, OutOfMemory> {
         let host = self.get(index);
+        if self.has(index) {
+            let bytes = layout.iter().map(|p| p.bytes as u64).sum();
+            headroom_tensor::backend::work::host_transfer(bytes);
+        }
         layout
             .iter()
             .enumerate()
@@ -73,6 +77,9 @@ impl HostPages {
         while self.pages.len() <= index {
             self.pages.push(Vec::new());
         }
+        headroom_tensor::backend::work::host_transfer(
+            buffers.iter().map(DeviceBuffer::len_bytes).sum(),
+        );
         self.pages[index] = buffers
             .iter()
             // A shape-only device's buffers have no bytes: empty pages of the right count.

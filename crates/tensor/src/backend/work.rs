@@ -70,6 +70,10 @@ pub struct Work {
     pub collectives: u64,
     /// Elements those collectives send from this rank on a ring.
     pub collective_elements: f64,
+    /// Bytes copied between the device and the host tier (offloaded activations, paged
+    /// optimizer states, offloaded gradients and weights), both directions: see
+    /// [`host_transfer`]. Not a kernel.
+    pub host_transfer_bytes: f64,
 }
 
 impl Work {
@@ -95,6 +99,7 @@ impl Work {
                 self.collectives.saturating_sub(o.collectives)
             },
             collective_elements: self.collective_elements + sign * o.collective_elements,
+            host_transfer_bytes: self.host_transfer_bytes + sign * o.host_transfer_bytes,
         }
     }
 }
@@ -110,6 +115,7 @@ impl Work {
             recompute_flops: self.recompute_flops * n,
             collectives: (self.collectives as f64 * n).round() as u64,
             collective_elements: self.collective_elements * n,
+            host_transfer_bytes: self.host_transfer_bytes * n,
         }
     }
 }
@@ -164,6 +170,19 @@ pub fn count_work<R>(f: impl FnOnce() -> R) -> (R, Work) {
     (result, inner)
 }
 
+/// Runs `f` with counting suspended on this thread: work it does is counted by no open scope
+/// (a dry run's set-up — building the model, recording an arena plan — is not a step's work).
+pub fn uncounted<R>(f: impl FnOnce() -> R) -> R {
+    struct Resume(Option<Work>);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            METER.with(|m| *m.borrow_mut() = self.0.take());
+        }
+    }
+    let _resume = Resume(METER.with(|m| m.borrow_mut().take()));
+    f()
+}
+
 fn record(f: impl FnOnce(&mut Work)) {
     METER.with(|m| {
         if let Some(w) = m.borrow_mut().as_mut() {
@@ -180,6 +199,17 @@ pub fn collective(sent_elements: f64) {
         if let Some(w) = m.borrow_mut().as_mut() {
             w.collectives += 1;
             w.collective_elements += sent_elements;
+        }
+    });
+}
+
+/// `bytes` copied between the device and the host tier inside a [`count_work`] scope (a stash
+/// or fetch of an offloaded activation, a page of optimizer state, an offloaded gradient or
+/// weight shard). Real and dry runs both call it; outside a scope it counts nothing.
+pub fn host_transfer(bytes: u64) {
+    METER.with(|m| {
+        if let Some(w) = m.borrow_mut().as_mut() {
+            w.host_transfer_bytes += bytes as f64;
         }
     });
 }
@@ -237,6 +267,21 @@ pub(crate) fn attention(heads: usize, t: usize, d: usize, causal: bool, backward
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uncounted_work_reaches_no_scope() {
+        let ((), w) = count_work(|| {
+            matmul(DType::F32, 1, 2, 3, 4);
+            uncounted(|| {
+                matmul(DType::F32, 1, 8, 8, 8);
+                host_transfer(100);
+            });
+            host_transfer(7);
+        });
+        assert_eq!(w.matmul_flops.f32, 2.0 * 24.0);
+        assert_eq!(w.kernels, 1);
+        assert_eq!(w.host_transfer_bytes, 7.0);
+    }
 
     #[test]
     fn nothing_is_counted_outside_a_scope_and_scopes_nest() {

@@ -330,6 +330,7 @@ impl TrainConfig {
             optimizer_in_backward: self.optimizer_in_backward,
             micro_batch: self.micro_batch.map(|m| m as u64),
             accumulation: self.accumulation.map(|a| a as u64),
+            allocator: self.allocator,
         }
     }
 

@@ -11,7 +11,7 @@ use crate::trainer::{TrainError, TrainEvent, Trainer};
 use headroom_dist::ShapeOnlyRank;
 use headroom_memory::{AllocatorKind, ArenaError, Device, MemoryPeaks};
 use headroom_strategy::largest_fitting;
-use headroom_tensor::backend::work::{Work, count_work, work_so_far};
+use headroom_tensor::backend::work::{Work, count_work, uncounted, work_so_far};
 use serde::Serialize;
 use std::time::Instant;
 
@@ -72,7 +72,7 @@ fn dry_run(
     // A rank of a data-parallel group: rank 0, which holds the largest shards.
     let world = c.data_parallel;
     if c.allocator == AllocatorKind::Planned {
-        let plan = super::arena::record_arena_plan(&c, corpus, (0, world))?;
+        let plan = uncounted(|| super::arena::record_arena_plan(&c, corpus, (0, world)))?;
         if let Err(e) = device.lock().install_plan(plan) {
             return match e {
                 ArenaError::TooLarge { .. } => Ok(DryOutcome {
@@ -85,16 +85,19 @@ fn dry_run(
             };
         }
     }
-    let built = if world > 1 {
-        Trainer::on_rank(
-            c,
-            corpus,
-            device.clone(),
-            Box::new(ShapeOnlyRank::new(0, world)),
-        )
-    } else {
-        Trainer::on_device(c, corpus, device.clone())
-    };
+    // Building the model is not a step's work: a one-step run's count starts at its step.
+    let built = uncounted(|| {
+        if world > 1 {
+            Trainer::on_rank(
+                c,
+                corpus,
+                device.clone(),
+                Box::new(ShapeOnlyRank::new(0, world)),
+            )
+        } else {
+            Trainer::on_device(c, corpus, device.clone())
+        }
+    });
     let outcome = built.and_then(|mut trainer| {
         let r = trainer.train(on_event).map(drop);
         micro_work = trainer.last_micro_batch_work();

@@ -71,6 +71,7 @@ pub fn prepare(
             predicted_tokens_per_s: best.time.tokens_per_s,
         });
         config = config.with_strategy(best.strategy);
+        config.allocator = plan.allocator;
         prediction = plan.recommended_prediction.clone();
     }
     let mut found_micro_batch = None;

@@ -121,6 +121,10 @@ impl Trainer {
                 padded,
             };
             let mut comm = comm.as_deref_mut().filter(|_| stage >= 1);
+            // The shard's gradient reaches the host in f32 and its new weights come back in the
+            // compute dtype.
+            let compute = block.flat().dtype().size_in_bytes();
+            headroom_tensor::backend::work::host_transfer((range.len() * (4 + compute)) as u64);
             let Some(region) = region else {
                 if let Some(comm) = comm {
                     count_shard_sums(optimizer, comm, &at)?;

@@ -109,6 +109,9 @@ impl ZeroHooks {
         match &self.params {
             Some(store) => {
                 let dtype = shard.dtype();
+                headroom_tensor::backend::work::host_transfer(
+                    (shard.numel() * dtype.size_in_bytes()) as u64,
+                );
                 let values = store
                     .borrow_mut()
                     .read(i, |r| r.map(|r| widen(r.parts[0], dtype)))?;

@@ -9,10 +9,12 @@
 //! micro-batch by bisection).
 //!
 //! Layout: `space` (what is tried), `evaluator` (one strategy evaluated by a counted dry run),
-//! `speed` (the measured speed model), this module (the search's outcome and its reason).
+//! `speed` (the measured speed model), `arena` (the planned arena as a lever), this module (the
+//! search's outcome and its reason).
 //!
 //! Not for: other models (the planner's analytical model covers Hugging Face configs).
 
+pub mod arena;
 pub mod evaluator;
 pub mod space;
 pub mod speed;
@@ -25,7 +27,7 @@ use crate::config::RunConfig;
 use crate::data::Corpus;
 use crate::predict::Prediction;
 use crate::trainer::{TrainError, model_spec};
-use headroom_memory::format_bytes;
+use headroom_memory::{AllocatorKind, format_bytes};
 use headroom_plan::cost::Plan;
 use headroom_plan::search::{SAME_SPEED, SearchOutcome, search};
 use headroom_strategy::{Pins, batch_splits};
@@ -43,6 +45,10 @@ pub struct AutoPlan {
     pub seq_len: usize,
     /// Whether the model has attention (the residual MLP has none: its plans name no kind).
     pub has_attention: bool,
+    /// The device allocator the recommended plan runs with (the plans were dry-run on it).
+    pub allocator: AllocatorKind,
+    /// Why that allocator, when the search compared several (see [`plan`]).
+    pub allocator_reason: Option<String>,
     /// Seconds the search took (calibration and dry runs).
     pub seconds: f64,
 }
@@ -89,6 +95,9 @@ impl AutoPlan {
             best.time.tokens_per_s,
             format_bytes(best.memory.per_device_peak_bytes)
         );
+        if let Some(why) = &self.allocator_reason {
+            out += &format!("\n  {why}");
+        }
         if let Some(f) = self.search.faster_over_budget() {
             out += &format!(
                 "\n  faster but over the budget: {}, which fits in {} ({:.0} tokens/s)",
@@ -102,7 +111,9 @@ impl AutoPlan {
 }
 
 /// Searches the strategies `pins` leave open for the fastest that fits `config.device_memory`.
-/// The effective batch is `config`'s (or the pinned micro-batch × accumulation).
+/// The effective batch is `config`'s (or the pinned micro-batch × accumulation). Unless the
+/// allocator is pinned, plans that miss only by the caching pools' overhead are retried on the
+/// planned arena (see [`arena`]).
 pub fn plan(config: &RunConfig, corpus: &Corpus, pins: &Pins) -> Result<AutoPlan, TrainError> {
     let started = Instant::now();
     let spec = model_spec(config)?;
@@ -125,10 +136,23 @@ pub fn plan(config: &RunConfig, corpus: &Corpus, pins: &Pins) -> Result<AutoPlan
     let speed = SpeedModel::measure(shapes)?;
     let has_attention = matches!(spec, headroom_nn::models::ModelSpec::Gpt(_));
     let evaluator = DryRunEvaluator::new(config, corpus, spec, speed, effective_batch);
-    let outcome = search(&evaluator, pins, Some(&config.strategy))?;
-    let recommended_prediction = outcome
+    let mut outcome = search(&evaluator, pins, Some(&config.strategy))?;
+    let mut recommended_prediction = outcome
         .recommended()
         .and_then(|p| evaluator.prediction(&p.strategy));
+    let (mut allocator, mut allocator_reason) = (config.allocator, None);
+    if pins.allocator.is_none() && config.allocator != AllocatorKind::Planned {
+        let peak_live = |s: &headroom_strategy::Strategy| {
+            evaluator
+                .prediction(s)
+                .map_or(u64::MAX, |p| p.memory.peak_allocated_bytes)
+        };
+        if let Some(rescued) = arena::rescue(config, corpus, &speed, &mut outcome, peak_live)? {
+            allocator = AllocatorKind::Planned;
+            allocator_reason = Some(rescued.reason(has_attention));
+            recommended_prediction = Some(rescued.prediction);
+        }
+    }
     Ok(AutoPlan {
         search: outcome,
         recommended_prediction,
@@ -136,6 +160,8 @@ pub fn plan(config: &RunConfig, corpus: &Corpus, pins: &Pins) -> Result<AutoPlan
         effective_batch: effective_batch as usize,
         seq_len,
         has_attention,
+        allocator,
+        allocator_reason,
         seconds: started.elapsed().as_secs_f64(),
     })
 }

@@ -8,7 +8,7 @@ use super::speed::CalibrationShapes;
 use headroom_nn::models::ModelSpec;
 use headroom_plan::search::{Space, in_backward_values};
 use headroom_strategy::{
-    Attention, Checkpoint, Loss, Optimizer, Pins, Placement, Precision, ZeroStage,
+    Attention, Checkpoint, Loss, Offload, Optimizer, Pins, Placement, Precision, ZeroStage,
 };
 
 /// The values `--auto` tries on each axis for `spec` on `world` data-parallel ranks (pinned
@@ -20,13 +20,15 @@ pub(crate) fn engine_space(spec: &ModelSpec, pins: &Pins, world: usize) -> Space
         vec![Precision::Fp32, Precision::Bf16Mixed, Precision::Bf16],
         |p| vec![p],
     );
-    // AdamW, or its bf16- and 8-bit-state variants and Adafactor as memory levers (the speed
-    // model times each one's update); other families only when pinned.
+    // AdamW, or its bf16- and 8-bit-state variants, paged 8-bit states and Adafactor as memory
+    // levers (the speed model times each one's update, and the pages' copies); other families
+    // only when pinned.
     let optimizers = pins.optimizer.map_or(
         vec![
             Optimizer::AdamW,
             Optimizer::AdamWBf16,
             Optimizer::AdamW8bit,
+            Optimizer::PagedAdamW8bit,
             Optimizer::Adafactor,
         ],
         |o| vec![o],
@@ -63,27 +65,53 @@ pub(crate) fn engine_space(spec: &ModelSpec, pins: &Pins, world: usize) -> Space
     // (ZeRO-1, 2, 3): each stage lowers a rank's memory, and its collectives are timed by the
     // speed model (ZeRO-3 sends 3Ψ where the others send 2Ψ), so a stage is chosen when it fits
     // where a lower one does not, or when it is faster.
-    // Offload is tried only when pinned: the speed model does not time host updates or disk
-    // transfers, so it could not rank an offloaded plan against one that fits without.
-    let offload = Placement {
-        offload_optimizer: pins.offload_optimizer.unwrap_or_default(),
-        offload_params: pins.offload_params.unwrap_or_default(),
-        offload_activations: pins.offload_activations.unwrap_or_default(),
-        ..Placement::default()
-    };
-    let placements = match (pins.zero_stage, world > 1) {
-        (Some(zero_stage), _) => vec![Placement {
-            zero_stage,
-            ..offload
-        }],
+    // Host memory as a tier: checkpointed blocks' inputs (GPTs and MLPs alike) and the
+    // optimizer's states and master weights under a ZeRO stage, each copied at the measured
+    // host-copy rate (the dry run counts the bytes). The disk tier and parameter offload only
+    // when pinned: the speed model does not time disk transfers, and parameter offload needs
+    // ZeRO-3 with several ranks.
+    let activation_offloads = pins
+        .offload_activations
+        .map_or(vec![Offload::None, Offload::Cpu], |o| vec![o]);
+    let optimizer_offloads = pins
+        .offload_optimizer
+        .map_or(vec![Offload::None, Offload::Cpu], |o| vec![o]);
+    let stages: Vec<ZeroStage> = match (pins.zero_stage, world > 1) {
+        (Some(stage), _) => vec![stage],
         (None, true) => (0..=3)
-            .map(|n| Placement {
-                zero_stage: ZeroStage::new(n).expect("stages 0 to 3 exist"),
-                ..offload
-            })
+            .map(|n| ZeroStage::new(n).expect("stages 0 to 3 exist"))
             .collect(),
-        (None, false) => vec![offload],
+        // One rank: stage 1 shards nothing, but it is how ZeRO-Offload runs on one device.
+        (None, false) => vec![
+            ZeroStage::default(),
+            ZeroStage::new(1).expect("stage 1 exists"),
+        ],
     };
+    let mut placements = Vec::new();
+    for &zero_stage in &stages {
+        for &offload_optimizer in &optimizer_offloads {
+            if pins.zero_stage.is_none()
+                && world == 1
+                && zero_stage.number() >= 1
+                && !offload_optimizer.is_offloaded()
+            {
+                continue;
+            }
+            for &offload_activations in &activation_offloads {
+                let p = Placement {
+                    zero_stage,
+                    offload_optimizer,
+                    offload_params: pins.offload_params.unwrap_or_default(),
+                    offload_activations,
+                };
+                // Offload without a ZeRO stage is no placement (a pinned one was refused when
+                // the configuration was read).
+                if p.incompatibility().is_none() {
+                    placements.push(p);
+                }
+            }
+        }
+    }
     // The plain loss, or chunked:8 where the logits are what does not fit (the dry run times
     // the recomputed projection).
     let losses = pins.loss.map_or(Loss::SEARCHED.to_vec(), |l| vec![l]);
@@ -141,6 +169,50 @@ const CALIBRATION_FLOPS: f64 = 1.5e9;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_memory_levers_are_searched_unless_pinned() {
+        let spec = headroom_nn::models::preset("gpt-tiny").expect("a preset");
+        let space = engine_space(&spec, &Pins::default(), 1);
+        assert!(space.optimizers.contains(&Optimizer::PagedAdamW8bit));
+        let has = |p: &Placement, stage: u8, optimizer: Offload, activations: Offload| {
+            p.zero_stage.number() == stage
+                && p.offload_optimizer == optimizer
+                && p.offload_activations == activations
+        };
+        // One rank: local, activations offloaded, and ZeRO-1 only as ZeRO-Offload's vehicle.
+        let placements = &space.placements;
+        assert_eq!(placements.len(), 4);
+        for (stage, o, a) in [
+            (0, Offload::None, Offload::None),
+            (0, Offload::None, Offload::Cpu),
+            (1, Offload::Cpu, Offload::None),
+            (1, Offload::Cpu, Offload::Cpu),
+        ] {
+            assert!(
+                placements.iter().any(|p| has(p, stage, o, a)),
+                "{stage} {o} {a}"
+            );
+        }
+        // Pins replace the values: a pinned stage on one rank is kept even without offload.
+        let pins = Pins {
+            zero_stage: ZeroStage::new(1).ok(),
+            offload_optimizer: Some(Offload::None),
+            offload_activations: Some(Offload::None),
+            optimizer: Some(Optimizer::AdamW),
+            ..Pins::default()
+        };
+        let pinned = engine_space(&spec, &pins, 1);
+        assert_eq!(pinned.optimizers, vec![Optimizer::AdamW]);
+        assert_eq!(pinned.placements.len(), 1);
+        assert!(has(&pinned.placements[0], 1, Offload::None, Offload::None));
+        // Two ranks: every stage with and without activation offload, optimizer offload from
+        // stage 1 on (2 + 3 × 4).
+        assert_eq!(
+            engine_space(&spec, &Pins::default(), 2).placements.len(),
+            14
+        );
+    }
 
     #[test]
     fn calibration_workloads_stay_small_for_wide_models() {

@@ -70,6 +70,8 @@ pub struct SpeedModel {
     pub collective_overhead_s: f64,
     /// AdamW's update, parameters per second, by state format.
     pub optimizer_params_per_s: UpdateRates,
+    /// Bytes per second copied between device memory and a host-tier buffer (one direction).
+    pub host_copy_bytes_per_s: f64,
 }
 
 /// Parameters updated per second: AdamW by state format, and Adafactor.
@@ -271,6 +273,7 @@ impl SpeedModel {
             collective_elements_per_s,
             collective_overhead_s,
             optimizer_params_per_s: measure_updates(),
+            host_copy_bytes_per_s: measure_host_copy(4 * elements),
         })
     }
 
@@ -305,7 +308,13 @@ impl SpeedModel {
             } else {
                 0.0
             };
-        let step_s = compute_s + memory_bound_s + kernel_overhead_s + communication_s;
+        // The engine's host copies are synchronous (no copy engine to overlap with on a CPU).
+        let offload_s = if self.host_copy_bytes_per_s > 0.0 {
+            work.host_transfer_bytes / self.host_copy_bytes_per_s
+        } else {
+            0.0
+        };
+        let step_s = compute_s + memory_bound_s + kernel_overhead_s + communication_s + offload_s;
         let model_flops = work.flops() - work.recompute_flops;
         StepTime {
             step_s,
@@ -317,11 +326,41 @@ impl SpeedModel {
             kernel_overhead_s,
             optimizer_s: 0.0,
             exposed_communication_s: communication_s,
-            offload_s: 0.0,
+            offload_s,
             communication_bytes_per_device: 4.0 * work.collective_elements,
             mfu: model_flops / step_s / self.matmul_flops_per_s.f32,
         }
     }
+}
+
+/// Bytes per second of a copy from a device buffer into a host-pool buffer of `bytes` and back
+/// (what activation offload, paging and offloaded gradients do): the best of three batches of
+/// [`MEASURE_FOR`].
+fn measure_host_copy(bytes: usize) -> f64 {
+    let bytes = bytes.max(1 << 16);
+    let device = Device::cpu(2 * bytes as u64, AllocatorConfig::default());
+    let pool = headroom_memory::host_pool::HostPool::new(None, false);
+    let (Ok(mut on_device), Ok(mut on_host)) = (
+        device.alloc(bytes as u64, Category::Activation, None),
+        pool.alloc::<u8>(bytes),
+    ) else {
+        return 0.0;
+    };
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let start = Instant::now();
+        let mut copies = 0u32;
+        while start.elapsed() < MEASURE_FOR || copies == 0 {
+            on_host.copy_from_slice(on_device.as_bytes().expect("a CPU buffer has bytes"));
+            on_device
+                .as_bytes_mut()
+                .expect("a CPU buffer has bytes")
+                .copy_from_slice(&on_host);
+            copies += 2;
+        }
+        best = best.min(start.elapsed().as_secs_f64() / f64::from(copies));
+    }
+    bytes as f64 / best
 }
 
 /// A collective's fixed cost and the ring elements per second a rank sends, on an in-process
@@ -442,6 +481,7 @@ mod tests {
                 int8: 5e7,
                 adafactor: 2.5e7,
             },
+            host_copy_bytes_per_s: 1e9,
         };
         let width = |f32, bf16, f16| PerWidth { f32, bf16, f16 };
         let work = Work {
@@ -452,21 +492,24 @@ mod tests {
             recompute_flops: 1e9,
             collectives: 10,
             collective_elements: 2e5,
+            host_transfer_bytes: 1e8,
         };
         let t = speed.step_time(&work, 1000.0);
         // 2 + 2 + 1 s of compute; 0.5 + 0.2 + 0.1 s memory bound; 1 ms of kernel overhead;
-        // 10 ms of collectives' overhead and 0.2 s sending 2e5 elements at 1e6 per second.
+        // 10 ms of collectives' overhead and 0.2 s sending 2e5 elements at 1e6 per second;
+        // 0.1 s copying 1e8 bytes to and from the host at 1e9 per second.
         assert!((t.compute_s - 5.0).abs() < 1e-12);
         assert!((t.memory_bound_s - 0.8).abs() < 1e-12);
         assert!((t.exposed_communication_s - 0.21).abs() < 1e-12);
+        assert!((t.offload_s - 0.1).abs() < 1e-12);
         assert_eq!(t.communication_bytes_per_device, 8e5);
-        assert!((t.step_s - 6.011).abs() < 1e-12);
+        assert!((t.step_s - 6.111).abs() < 1e-12);
         assert_eq!(t.model_flops, 2.2e9);
-        assert!((t.tokens_per_s - 1000.0 / 6.011).abs() < 1e-9);
+        assert!((t.tokens_per_s - 1000.0 / 6.111).abs() < 1e-9);
         // The update of 1e7 parameters: 0.1 s with f32 states, 0.2 s with 8-bit ones.
         let u = speed.step_time_with_update(&work, 1000.0, UpdateKind::Adam(StateDtype::Int8), 1e7);
-        assert!((u.optimizer_s - 0.2).abs() < 1e-12 && (u.step_s - 6.211).abs() < 1e-12);
-        assert!((u.tokens_per_s - 1000.0 / 6.211).abs() < 1e-9);
+        assert!((u.optimizer_s - 0.2).abs() < 1e-12 && (u.step_s - 6.311).abs() < 1e-12);
+        assert!((u.tokens_per_s - 1000.0 / 6.311).abs() < 1e-9);
         let f = speed.step_time_with_update(&work, 1000.0, UpdateKind::Adam(StateDtype::F32), 1e7);
         assert!((f.optimizer_s - 0.1).abs() < 1e-12);
         // Adafactor at its own rate: 0.4 s.
