@@ -3,8 +3,9 @@
 //! FLOP rate (`Gitem/s` = GFLOP/s).
 //!
 //! The `gpt_*` benches time the GEMM shapes of one training step of a GPT of width 384,
-//! sequence 256 and micro-batch 16 (4096 tokens) plus a 1024³ square, on the native bf16
-//! kernel (`VDPBF16PS`), the widening fallback and f32, all through `Tensor::matmul`.
+//! sequence 256 and micro-batch 16 (4096 tokens) plus a 1024³ square, on AMX tiles (where the CPU
+//! has them), the native bf16 kernel (`VDPBF16PS`), the widening fallback and f32, all through
+//! `Tensor::matmul`.
 //!
 //! Run: `cargo bench -p headroom-tensor --bench matmul`
 
@@ -203,6 +204,17 @@ fn gpt_bf16_native(bencher: Bencher, g: Gemm) {
         Bf16Gemm::Native,
         "no AVX512_BF16 here"
     );
+    gpt(bencher, g, DType::BF16);
+}
+
+/// AMX tiles (`TDPBF16PS`), on CPUs that have them (Xeon Sapphire Rapids and later); skipped
+/// elsewhere.
+#[divan::bench(args = GPT, sample_count = 10, sample_size = 1)]
+fn gpt_bf16_amx(bencher: Bencher, g: Gemm) {
+    if set_bf16_gemm(Bf16Gemm::Amx) != Bf16Gemm::Amx {
+        eprintln!("gpt_bf16_amx: this CPU has no AMX-BF16 (or the OS did not grant it); skipped");
+        return;
+    }
     gpt(bencher, g, DType::BF16);
 }
 

@@ -190,8 +190,10 @@ fn by_lines<U: Send>(
 /// Shared with the shape-only backend, whose dry runs must allocate the same bytes.
 pub fn bf16_scratch(device: &Device, d: Dims) -> Result<Vec<Scratch>> {
     match bf16_gemm::bf16_gemm() {
+        #[cfg(target_arch = "x86_64")]
+        Bf16Gemm::Amx => Ok(bf16_gemm::amx::scratch(device, d)?.into()),
         Bf16Gemm::Native => Ok(bf16_gemm::scratch(device, d)?.into()),
-        Bf16Gemm::Widening => widening_scratch(device, d),
+        _ => widening_scratch(device, d),
     }
 }
 
@@ -221,7 +223,7 @@ pub fn widening_scratch(device: &Device, d: Dims) -> Result<Vec<Scratch>> {
     Ok(out)
 }
 
-/// bf16 `out = a @ b` on the kernel in use: native `VDPBF16PS` or widening to f32.
+/// bf16 `out = a @ b` on the kernel in use: AMX tiles, native `VDPBF16PS` or widening to f32.
 pub fn matmul_bf16(
     device: &Device,
     a: &[bf16],
@@ -232,8 +234,10 @@ pub fn matmul_bf16(
     d: Dims,
 ) -> Result<()> {
     #[cfg(target_arch = "x86_64")]
-    if bf16_gemm::bf16_gemm() == Bf16Gemm::Native {
-        return bf16_gemm::matmul(device, a, la, b, lb, out, d);
+    match bf16_gemm::bf16_gemm() {
+        Bf16Gemm::Amx => return bf16_gemm::amx::matmul(device, a, la, b, lb, out, d),
+        Bf16Gemm::Native => return bf16_gemm::matmul(device, a, la, b, lb, out, d),
+        Bf16Gemm::Widening => {}
     }
     matmul_widening(device, a, la, b, lb, out, d)
 }

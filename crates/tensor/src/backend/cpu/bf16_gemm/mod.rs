@@ -27,13 +27,17 @@
 //! sums, and `VCVTNEPS2BF16` flushes subnormal results (Intel SDM); the widening path keeps
 //! them. Neither matters at training magnitudes. Sources: `docs/sources.md` §17.
 //!
-//! Which kernel runs: the CPU is checked once with `is_x86_feature_detected!`;
-//! `HEADROOM_BF16_GEMM=widening` in the environment, or [`set_bf16_gemm`], selects the
-//! widening fallback instead.
+//! Which kernel runs: the CPU is checked once. Where it has AMX-BF16 tiles (Intel Xeons from
+//! Sapphire Rapids on, whose `VDPBF16PS` runs only at the f32 FMA rate) the `amx` kernel runs;
+//! else this one where AVX512_BF16 exists; else the widening fallback.
+//! `HEADROOM_BF16_GEMM=native` or `=widening` in the environment, or [`set_bf16_gemm`], selects
+//! a slower one instead.
 //!
 //! Not for: f32 or f16 products (gemm), shape checks or batch broadcasting (the ops layer),
 //! fused epilogues (bias, activation) or a k-split for tall-skinny products.
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod amx;
 #[cfg(target_arch = "x86_64")]
 mod driver;
 #[cfg(target_arch = "x86_64")]
@@ -66,6 +70,8 @@ const BATCH_SLOTS: usize = 8;
 /// The kernel the CPU backend multiplies bf16 matrices with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bf16Gemm {
+    /// `TDPBF16PS` on AMX tiles (`amx`); needs AMX-TILE, AMX-BF16 and the OS's permission.
+    Amx,
     /// `VDPBF16PS` on packed bf16 pairs (this module); needs AVX512F/BW/VL and AVX512_BF16.
     Native,
     /// Widen tiles to f32 and call gemm's f32 kernels (`matmul.rs`); runs on any CPU.
@@ -75,6 +81,7 @@ pub enum Bf16Gemm {
 const UNDECIDED: u8 = 0;
 const NATIVE: u8 = 1;
 const WIDENING: u8 = 2;
+const AMX: u8 = 3;
 static CHOICE: AtomicU8 = AtomicU8::new(UNDECIDED);
 
 /// Whether this CPU has the instructions the native kernel needs.
@@ -92,33 +99,48 @@ pub fn native_supported() -> bool {
     }
 }
 
-/// The kernel in use: native when the CPU supports it, unless `HEADROOM_BF16_GEMM=widening`
-/// or [`set_bf16_gemm`] chose the fallback.
+/// Whether this CPU and OS run the AMX kernel.
+pub fn amx_supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        amx::supported()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The kernel in use: the fastest this CPU runs (AMX, then `VDPBF16PS`, then widening), unless
+/// `HEADROOM_BF16_GEMM=native` or `=widening` in the environment, or [`set_bf16_gemm`], chose
+/// a slower one.
 pub fn bf16_gemm() -> Bf16Gemm {
     match CHOICE.load(Ordering::Relaxed) {
+        AMX => Bf16Gemm::Amx,
         NATIVE => Bf16Gemm::Native,
         WIDENING => Bf16Gemm::Widening,
         _ => {
-            let forced = std::env::var("HEADROOM_BF16_GEMM").is_ok_and(|v| v == "widening");
-            set_bf16_gemm(if forced {
-                Bf16Gemm::Widening
-            } else {
-                Bf16Gemm::Native
+            let forced = std::env::var("HEADROOM_BF16_GEMM");
+            set_bf16_gemm(match forced.as_deref() {
+                Ok("widening") => Bf16Gemm::Widening,
+                Ok("native") => Bf16Gemm::Native,
+                _ => Bf16Gemm::Amx,
             })
         }
     }
 }
 
 /// Selects the kernel for the whole process (benchmarks and A/B runs; tests that run in
-/// parallel should call the kernels directly instead). `Native` falls back to `Widening` on a
-/// CPU without the instructions; returns the kernel now in use.
+/// parallel should call the kernels directly instead). A kernel the CPU cannot run falls back
+/// to the next (AMX to `Native` to `Widening`); returns the kernel now in use.
 pub fn set_bf16_gemm(kernel: Bf16Gemm) -> Bf16Gemm {
-    let chosen = if kernel == Bf16Gemm::Native && native_supported() {
-        Bf16Gemm::Native
-    } else {
-        Bf16Gemm::Widening
+    let chosen = match kernel {
+        Bf16Gemm::Amx if amx_supported() => Bf16Gemm::Amx,
+        Bf16Gemm::Amx | Bf16Gemm::Native if native_supported() => Bf16Gemm::Native,
+        _ => Bf16Gemm::Widening,
     };
     let code = match chosen {
+        Bf16Gemm::Amx => AMX,
         Bf16Gemm::Native => NATIVE,
         Bf16Gemm::Widening => WIDENING,
     };

@@ -32,7 +32,7 @@ pub(super) struct Strided<'a> {
 }
 
 impl Strided<'_> {
-    fn at(&self, i: usize, j: usize) -> u16 {
+    pub(super) fn at(&self, i: usize, j: usize) -> u16 {
         self.data[self.off + i * self.rs + j * self.cs]
     }
 }

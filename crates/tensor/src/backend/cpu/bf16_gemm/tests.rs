@@ -1,4 +1,4 @@
-//! Both bf16 kernels (native `VDPBF16PS` and the widening fallback) against an independent
+//! Every bf16 kernel (AMX tiles, native `VDPBF16PS`, the widening fallback) against an independent
 //! reference: a plain triple loop in f64 over the same bf16 inputs, read through the layouts.
 //!
 //! Tolerance. bf16 × bf16 products are exact in f32 (8 + 8 significand bits ≤ 24), so the only
@@ -17,7 +17,7 @@
 //! (|x| ≤ 4): then every f32 partial sum is an exact integer, and the output must be exactly the
 //! bf16 rounding of the exact result, bit for bit.
 
-use super::{Bf16Gemm, bf16_gemm, driver, native_supported};
+use super::{Bf16Gemm, amx, amx_supported, bf16_gemm, driver, native_supported};
 use crate::backend::cpu::matmul::{Dims, matmul_widening};
 use crate::shape::Layout;
 use half::bf16;
@@ -150,6 +150,7 @@ fn run_on(kernel: Bf16Gemm, d: Dims, fa: Form, fb: Form, data: Data) -> Vec<bf16
     let mut out = vec![bf16::from_f32(f32::NAN); d.batch * d.m * d.n];
     let device = device();
     match kernel {
+        Bf16Gemm::Amx => amx::matmul(&device, &a, &la, &b, &lb, &mut out, d).unwrap(),
         Bf16Gemm::Native => driver::matmul(&device, &a, &la, &b, &lb, &mut out, d).unwrap(),
         Bf16Gemm::Widening => matmul_widening(&device, &a, &la, &b, &lb, &mut out, d).unwrap(),
     }
@@ -165,13 +166,17 @@ fn run_on(kernel: Bf16Gemm, d: Dims, fa: Form, fb: Form, data: Data) -> Vec<bf16
     out
 }
 
-/// Both kernels where the CPU has the native one, else the fallback alone.
+/// Every kernel this CPU runs: AMX and native where it has them, and the fallback.
 fn kernels() -> Vec<Bf16Gemm> {
-    if native_supported() {
-        vec![Bf16Gemm::Native, Bf16Gemm::Widening]
-    } else {
-        vec![Bf16Gemm::Widening]
+    let mut out = Vec::new();
+    if amx_supported() {
+        out.push(Bf16Gemm::Amx);
     }
+    if native_supported() {
+        out.push(Bf16Gemm::Native);
+    }
+    out.push(Bf16Gemm::Widening);
+    out
 }
 
 fn dims(batch: usize, m: usize, n: usize, k: usize) -> Dims {
@@ -276,27 +281,54 @@ fn gpt_layer_shapes() {
 }
 
 #[test]
-fn native_bits_do_not_depend_on_the_thread_count() {
-    if !native_supported() {
-        return;
-    }
+fn native_and_amx_bits_do_not_depend_on_the_thread_count() {
     let d = dims(2, 200, 300, 600);
-    let on = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| run(Bf16Gemm::Native, d, Form::RowMajor, Form::Transposed))
-    };
-    let one = on(1);
-    for threads in [2, 3, 5] {
-        let bits = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&on(threads)), bits(&one), "{threads} threads");
+    for kernel in kernels() {
+        if kernel == Bf16Gemm::Widening {
+            continue;
+        }
+        let on = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| run(kernel, d, Form::RowMajor, Form::Transposed))
+        };
+        let one = on(1);
+        for threads in [2, 3, 5] {
+            let bits = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&on(threads)),
+                bits(&one),
+                "{kernel:?}, {threads} threads"
+            );
+        }
+    }
+}
+
+#[test]
+fn amx_tile_edges_and_padding() {
+    // m, n and k on, just under and just over the 32 × 32 block and the 32-deep tile step.
+    for (m, n, k) in [
+        (32, 32, 32),
+        (31, 33, 31),
+        (33, 31, 33),
+        (1, 1, 64),
+        (64, 17, 65),
+    ] {
+        for kernel in kernels() {
+            run(kernel, dims(1, m, n, k), Form::RowMajor, Form::RowMajor);
+            run(kernel, dims(1, m, n, k), Form::Transposed, Form::Transposed);
+        }
     }
 }
 
 #[test]
 fn selection_names_a_kernel_this_cpu_runs() {
     let kernel = bf16_gemm();
-    assert!(kernel == Bf16Gemm::Widening || native_supported());
+    assert!(
+        kernel == Bf16Gemm::Widening
+            || (kernel == Bf16Gemm::Native && native_supported())
+            || (kernel == Bf16Gemm::Amx && amx_supported())
+    );
 }
