@@ -5,9 +5,9 @@
 
 use super::kernel::{self, Store};
 use super::pack::{self, PACK_GROUP, Strided};
-use super::{MR, NR, Packed, native_supported, scratch, slots, small};
+use super::{MR, NR, Packed, for_each_product, native_supported, scratch};
 use crate::backend::cpu::Scratch;
-use crate::backend::cpu::matmul::{Dims, split};
+use crate::backend::cpu::matmul::Dims;
 use crate::error::Result;
 use crate::shape::Layout;
 use half::bf16;
@@ -40,41 +40,17 @@ pub(crate) fn matmul(
     d: Dims,
 ) -> Result<()> {
     assert!(native_supported(), "the native bf16 GEMM needs AVX512_BF16");
-    let (ba, ars, acs) = split(la);
-    let (bb, brs, bcs) = split(lb);
-    let (a, b): (&[u16], &[u16]) = (bytemuck::cast_slice(a), bytemuck::cast_slice(b));
-    let out: &mut [u16] = bytemuck::cast_slice_mut(out);
     let p = Packed::of(&d);
     let [mut sa, mut sb] = scratch(device, d)?;
-    let (pa, pb) = (words(&mut sa), words(&mut sb));
-    let view = |data, off, rs: isize, cs: isize| Strided {
-        data,
-        off,
-        rs: rs as usize,
-        cs: cs as usize,
-    };
-    let slots = slots(&d);
-    let parallel_inside = slots == 1 && !small(&d);
-    let mut first = 0;
-    for out_chunk in out.chunks_mut(slots * d.m * d.n) {
-        let count = out_chunk.len() / (d.m * d.n);
-        let one = |i: usize, o: &mut [u16], pa: &mut [u32], pb: &mut [u32]| {
-            let av = view(a, ba.index_of(first + i), ars, acs);
-            let bv = view(b, bb.index_of(first + i), brs, bcs);
-            product(av, bv, o, pa, pb, &d, p, parallel_inside);
-        };
-        if count == 1 {
-            one(0, out_chunk, pa, pb);
-        } else {
-            out_chunk
-                .par_chunks_mut(d.m * d.n)
-                .zip(pa.par_chunks_mut(p.a_words()))
-                .zip(pb.par_chunks_mut(p.b_words()))
-                .enumerate()
-                .for_each(|(i, ((o, pa), pb))| one(i, o, pa, pb));
-        }
-        first += count;
-    }
+    for_each_product(
+        (bytemuck::cast_slice(a), la),
+        (bytemuck::cast_slice(b), lb),
+        bytemuck::cast_slice_mut(out),
+        &d,
+        (words(&mut sa), words(&mut sb)),
+        (p.a_words(), p.b_words()),
+        |av, bv, o, pa, pb, parallel| product(av, bv, o, pa, pb, &d, p, parallel),
+    );
     Ok(())
 }
 

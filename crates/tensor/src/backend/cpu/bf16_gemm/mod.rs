@@ -39,6 +39,8 @@
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod amx;
 #[cfg(target_arch = "x86_64")]
+mod amx_pack;
+#[cfg(target_arch = "x86_64")]
 mod driver;
 #[cfg(target_arch = "x86_64")]
 mod kernel;
@@ -169,6 +171,61 @@ impl Packed {
     }
     fn b_words(&self) -> usize {
         self.panels * self.pairs * NR
+    }
+}
+
+/// Runs `product` on every batch element of `out (batch, m, n) = a @ b` (bf16 bits, batch
+/// layouts `la`, `lb`): the element's operand views, its slice of C and of the packed scratch
+/// (`words` dwords of A and of B per element). Small products run [`slots`] elements at a time
+/// in parallel, each on one thread; larger ones one after another, each told (the last
+/// argument) to run in parallel inside. Shared by the native and AMX kernels.
+#[cfg(target_arch = "x86_64")]
+fn for_each_product(
+    (a, la): (&[u16], &crate::shape::Layout),
+    (b, lb): (&[u16], &crate::shape::Layout),
+    out: &mut [u16],
+    d: &Dims,
+    (pa, pb): (&mut [u32], &mut [u32]),
+    (a_words, b_words): (usize, usize),
+    product: impl Fn(pack::Strided, pack::Strided, &mut [u16], &mut [u32], &mut [u32], bool) + Sync,
+) {
+    use rayon::prelude::*;
+    let (ba, ars, acs) = super::matmul::split(la);
+    let (bb, brs, bcs) = super::matmul::split(lb);
+    let view = |data, off, rs: isize, cs: isize| pack::Strided {
+        data,
+        off,
+        rs: rs as usize,
+        cs: cs as usize,
+    };
+    let slots = slots(d);
+    let parallel_inside = slots == 1 && !small(d);
+    let mut first = 0;
+    for out_chunk in out.chunks_mut(slots * d.m * d.n) {
+        let count = out_chunk.len() / (d.m * d.n);
+        let one = |i: usize, o: &mut [u16], pa: &mut [u32], pb: &mut [u32]| {
+            let av = view(a, ba.index_of(first + i), ars, acs);
+            let bv = view(b, bb.index_of(first + i), brs, bcs);
+            product(
+                av,
+                bv,
+                o,
+                &mut pa[..a_words],
+                &mut pb[..b_words],
+                parallel_inside,
+            );
+        };
+        if count == 1 {
+            one(0, out_chunk, pa, pb);
+        } else {
+            out_chunk
+                .par_chunks_mut(d.m * d.n)
+                .zip(pa.par_chunks_mut(a_words))
+                .zip(pb.par_chunks_mut(b_words))
+                .enumerate()
+                .for_each(|(i, ((o, pa), pb))| one(i, o, pa, pb));
+        }
+        first += count;
     }
 }
 
