@@ -9,7 +9,7 @@
 //! micro-batch by bisection).
 //!
 //! Layout: `space` (what is tried), `evaluator` (one strategy evaluated by a counted dry run),
-//! `speed` (the measured speed model), `arena` (the planned arena as a lever), this module (the
+//! `speed` (the measured speed model; `step_rates` its update and host-copy rates), `arena` (the planned arena as a lever), this module (the
 //! search's outcome and its reason).
 //!
 //! Not for: other models (the planner's analytical model covers Hugging Face configs).
@@ -18,6 +18,7 @@ pub mod arena;
 pub mod evaluator;
 pub mod space;
 pub mod speed;
+pub mod step_rates;
 
 pub use evaluator::{DryRunEvaluator, evaluate};
 pub use space::calibration_shapes;
