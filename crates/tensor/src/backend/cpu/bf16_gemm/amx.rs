@@ -34,7 +34,7 @@
 
 use super::amx_pack::{pack_a_rows, pack_b};
 use super::pack::Strided;
-use super::{for_each_product, slots};
+use super::{AMX_SMALL, for_each_product, slots};
 use crate::backend::cpu::Scratch;
 use crate::backend::cpu::matmul::Dims;
 use crate::error::Result;
@@ -99,6 +99,11 @@ fn os_grants_amx() -> bool {
     false
 }
 
+/// k-pairs per slab (512 of k). A deeper k is split into slabs so that one slab of packed B
+/// (`SLAB_PAIRS` × the padded n, 1.2 MiB at n = 1152) stays in L2 while every row block of the
+/// slab streams it, instead of every row block streaming all of B from memory.
+const SLAB_PAIRS: usize = 256;
+
 /// Sizes of one product's packed operands, in dwords (one k-pair each).
 #[derive(Debug, Clone, Copy)]
 struct Padded {
@@ -116,18 +121,34 @@ impl Padded {
             cols: d.n.div_ceil(BLOCK) * BLOCK,
         }
     }
-    fn a_words(&self) -> usize {
-        self.rows * self.pairs
+    /// k-pairs of the first (widest) slab.
+    fn slab_pairs(&self) -> usize {
+        self.pairs.min(SLAB_PAIRS)
     }
+    fn slabs(&self) -> usize {
+        self.pairs.div_ceil(SLAB_PAIRS)
+    }
+    /// Packed A of one slab.
+    fn a_words(&self) -> usize {
+        self.rows * self.slab_pairs()
+    }
+    /// Packed B of one slab, then (when k has several slabs) the f32 sums of C that wait
+    /// between slabs.
     fn b_words(&self) -> usize {
-        self.cols * self.pairs
+        let sums = if self.slabs() > 1 {
+            self.rows * self.cols
+        } else {
+            0
+        };
+        self.cols * self.slab_pairs() + sums
     }
 }
 
-/// The `temporary` scratch of the AMX kernel: packed A and B for `slots(d)` batch elements. It
-/// depends on the dims only, so the shape-only backend's dry runs allocate exactly these bytes.
+/// The `temporary` scratch of the AMX kernel for `slots` batch elements: packed A of one slab,
+/// and packed B of one slab followed by C's f32 sums when k spans several slabs. It depends on
+/// the dims only, so the shape-only backend's dry runs allocate exactly these bytes.
 pub(crate) fn scratch(device: &Device, d: Dims) -> Result<[Scratch; 2]> {
-    let (p, s) = (Padded::of(&d), slots(&d));
+    let (p, s) = (Padded::of(&d), slots(&d, AMX_SMALL));
     Ok([
         crate::backend::cpu::scratch_f32(device, s * p.a_words(), "matmul.bf16.amx_lhs")?,
         crate::backend::cpu::scratch_f32(device, s * p.b_words(), "matmul.bf16.amx_rhs")?,
@@ -163,6 +184,7 @@ pub(crate) fn matmul(
             bytemuck::cast_slice_mut(sb.slice_mut()),
         ),
         (p.a_words(), p.b_words()),
+        AMX_SMALL,
         |av, bv, o, pa, pb, parallel| product(av, bv, o, pa, pb, &d, parallel),
     );
     Ok(())
@@ -176,8 +198,23 @@ unsafe impl Send for OutPtr {}
 // SAFETY: as above; no task reads C.
 unsafe impl Sync for OutPtr {}
 
-/// One product: B packed (in parallel over panels), then one task per 32 rows of C, each packing
-/// its rows of A and running the tiles.
+/// One slab of k: its operand views (shifted to the slab's first k), its k and padded k-pairs,
+/// and where its sums start and end.
+#[derive(Debug, Clone, Copy)]
+struct Slab<'a> {
+    a: Strided<'a>,
+    b: Strided<'a>,
+    k: usize,
+    pairs: usize,
+    /// The first slab starts C's tiles at zero; later ones reload the sums of earlier slabs.
+    first: bool,
+    /// The last slab rounds the sums into C; earlier ones store them as f32.
+    last: bool,
+}
+
+/// One product, slab by slab of k: B's slab packed (in parallel over panels), then one task per
+/// 32 rows of C, each packing its rows of A's slab (or reading them in place) and running the
+/// tiles.
 fn product(
     a: Strided,
     b: Strided,
@@ -188,55 +225,114 @@ fn product(
     parallel: bool,
 ) {
     let p = Padded::of(d);
-    let panel_words = p.pairs * PANEL;
-    let pack_panel = |j: usize, dst: &mut [u32]| pack_b(b, d.k, d.n, j * PANEL, dst);
-    let block_words = BLOCK * p.pairs;
+    if p.pairs == 0 {
+        // k = 0: every sum is empty.
+        out.fill(0);
+        return;
+    }
+    let (pb, sums) = pb.split_at_mut(p.cols * p.slab_pairs());
+    let sums: &mut [f32] = bytemuck::cast_slice_mut(sums);
     let c = OutPtr(out.as_mut_ptr());
-    let pb_ref: &[u32];
-    if parallel {
-        pb.par_chunks_mut(panel_words)
+    let slabs = p.slabs();
+    for s in 0..slabs {
+        let kp0 = s * SLAB_PAIRS;
+        let pairs = SLAB_PAIRS.min(p.pairs - kp0);
+        let k0 = 2 * kp0;
+        let slab = Slab {
+            a: Strided {
+                off: a.off + k0 * a.cs,
+                ..a
+            },
+            b: Strided {
+                off: b.off + k0 * b.rs,
+                ..b
+            },
+            k: (d.k - k0).min(2 * pairs),
+            pairs,
+            first: s == 0,
+            last: s + 1 == slabs,
+        };
+        let pb = &mut pb[..p.cols * pairs];
+        let pa = &mut pa[..p.rows * pairs];
+        // One task per item in parallel, or all on this thread (a minimum length no split
+        // reaches).
+        let min = if parallel { 1 } else { usize::MAX };
+        pb.par_chunks_mut(pairs * PANEL)
+            .with_min_len(min)
             .enumerate()
-            .for_each(|(j, dst)| pack_panel(j, dst));
-        pb_ref = pb;
-        pa.par_chunks_mut(block_words)
-            .enumerate()
-            .for_each(|(r, blk)| row_block(a, r, blk, pb_ref, c, d, p));
-    } else {
-        for (j, dst) in pb.chunks_mut(panel_words).enumerate() {
-            pack_panel(j, dst);
-        }
-        pb_ref = pb;
-        for (r, blk) in pa.chunks_mut(block_words).enumerate() {
-            row_block(a, r, blk, pb_ref, c, d, p);
+            .for_each(|(j, dst)| pack_b(slab.b, slab.k, d.n, j * PANEL, dst));
+        let pb: &[u32] = pb;
+        let blocks = pa
+            .par_chunks_mut(BLOCK * pairs)
+            .with_min_len(min)
+            .enumerate();
+        if slabs > 1 {
+            blocks
+                .zip(sums.par_chunks_mut(BLOCK * p.cols))
+                .for_each(|((r, blk), acc)| row_block(slab, r, blk, pb, Some(acc), c, d));
+        } else {
+            blocks.for_each(|(r, blk)| row_block(slab, r, blk, pb, None, c, d));
         }
     }
 }
 
-/// Task `r`: rows `32·r ..` of C. Packs those rows of A into `pa` (32 rows of `p.pairs`
-/// dwords), then runs every 32-column block of C over all of k on the tiles.
-fn row_block(a: Strided, r: usize, pa: &mut [u32], pb: &[u32], c: OutPtr, d: &Dims, p: Padded) {
+/// Task `r` of one slab: rows `32·r ..` of C. Reads those rows of A's slab in place when they
+/// are whole tiles of a row-major A (32 rows, k contiguous, no padding), else packs them into
+/// `pa` (32 rows of `slab.pairs` dwords); then runs every 32-column block of C over the slab's
+/// k on the tiles. The 32 × 32 sums of a block start at zero (first slab) or come from `acc`
+/// (this task's `32 × cols` f32, block by block), and go back there or, after the last slab,
+/// are rounded into C.
+fn row_block(
+    slab: Slab,
+    r: usize,
+    pa: &mut [u32],
+    pb: &[u32],
+    mut acc: Option<&mut [f32]>,
+    c: OutPtr,
+    d: &Dims,
+) {
+    let p = Padded::of(d);
     let r0 = r * BLOCK;
-    pack_a_rows(a, d.m, d.k, r0, p.pairs, pa);
     let rows = BLOCK.min(d.m - r0);
-    let mut sums = [0f32; BLOCK * BLOCK];
-    let tiles = p.pairs / TILE_PAIRS;
-    let a_stride = p.pairs * 4;
+    let a = slab.a;
+    let (a_ptr, a_stride) = if a.cs == 1 && rows == BLOCK && slab.k == 2 * slab.pairs {
+        // The 32 rows' slabs of k, bounds-checked once: tile row i of step t reads 64 bytes at
+        // `(r0 + i)·rs + 32·t`, inside this range.
+        let rows_k = &a.data[a.off + r0 * a.rs..a.off + (r0 + BLOCK - 1) * a.rs + slab.k];
+        (rows_k.as_ptr().cast::<u8>(), 2 * a.rs)
+    } else {
+        pack_a_rows(a, d.m, slab.k, r0, slab.pairs, pa);
+        (pa.as_ptr().cast::<u8>(), 4 * slab.pairs)
+    };
+    let mut local = [0f32; BLOCK * BLOCK];
+    let tiles = slab.pairs / TILE_PAIRS;
     let _config = TileConfig::load();
     for cb in 0..p.cols / BLOCK {
-        let b0 = &pb[2 * cb * p.pairs * PANEL..][..2 * p.pairs * PANEL];
-        // SAFETY: the tile configuration is loaded (`_config`); the A rows hold 32 × `pairs`
-        // dwords and the two B panels `pairs` × 16 each, so every tile load of the `tiles`
-        // steps stays inside them; `sums` holds 32 × 32 f32 for the stores.
+        let b0 = &pb[2 * cb * slab.pairs * PANEL..][..2 * slab.pairs * PANEL];
+        let sums: &mut [f32; BLOCK * BLOCK] = match acc.as_deref_mut() {
+            Some(acc) => (&mut acc[cb * BLOCK * BLOCK..][..BLOCK * BLOCK])
+                .try_into()
+                .expect("one 32 × 32 block"),
+            None => &mut local,
+        };
+        // SAFETY: the tile configuration is loaded (`_config`); the A rows hold 32 rows of
+        // `tiles · 16` dwords at `a_stride` bytes (checked above, or the packed block), and the
+        // two B panels `pairs` × 16 dwords each, so every tile load of the `tiles` steps stays
+        // inside them; `sums` holds 32 × 32 f32 for the loads and stores.
         unsafe {
             tiles_2x2(
-                pa.as_ptr(),
+                a_ptr,
                 a_stride,
                 b0.as_ptr(),
-                p.pairs,
+                slab.pairs,
                 tiles,
-                &mut sums,
+                !slab.first,
+                sums,
             )
         };
+        if !slab.last {
+            continue;
+        }
         let c0 = cb * BLOCK;
         let cols = BLOCK.min(d.n - c0);
         for (i, row) in sums.chunks_exact(BLOCK).take(rows).enumerate() {
@@ -303,35 +399,52 @@ impl Drop for TileConfig {
 }
 
 /// C (32 × 32 f32, `sums`) = A (32 rows at `a`, `a_stride` bytes apart) · B (two panels of
-/// `pairs` k-pair rows × 16 columns at `b`), over `tiles` steps of 16 k-pairs.
+/// `pairs` k-pair rows × 16 columns at `b`), over `tiles ≥ 1` steps of 16 k-pairs, from zero
+/// or, when `reload`, added to the sums already in `sums` (the f32 tiles load and store
+/// exactly, so splitting k this way gives the same bits as one pass).
 ///
 /// # Safety
 /// The tile configuration of [`TileConfig`] is loaded on this thread; `a` holds 32 rows of
-/// `tiles · 16` dwords at `a_stride` bytes, `b` two panels of `pairs ≥ tiles · 16` rows of 16
+/// `tiles · 64` bytes at `a_stride` bytes, `b` two panels of `pairs ≥ tiles · 16` rows of 16
 /// dwords.
 unsafe fn tiles_2x2(
-    a: *const u32,
+    a: *const u8,
     a_stride: usize,
     b: *const u32,
     pairs: usize,
     tiles: usize,
+    reload: bool,
     sums: &mut [f32; BLOCK * BLOCK],
 ) {
-    if tiles == 0 {
-        sums.fill(0.0);
-        return;
-    }
     // SAFETY (for the pointer arithmetic): every offset lies inside the rows and panels the
     // caller guarantees.
     unsafe {
-        let a1 = a.cast::<u8>().add(16 * a_stride).cast::<u32>();
+        let a1 = a.add(16 * a_stride);
         let b1 = b.add(pairs * PANEL);
         let c = sums.as_mut_ptr();
+        if reload {
+            asm!(
+                "tileloadd tmm0, [{c0} + {sc}*1]",
+                "tileloadd tmm1, [{c1} + {sc}*1]",
+                "tileloadd tmm2, [{c2} + {sc}*1]",
+                "tileloadd tmm3, [{c3} + {sc}*1]",
+                c0 = in(reg) c,
+                c1 = in(reg) c.add(16),
+                c2 = in(reg) c.add(16 * BLOCK),
+                c3 = in(reg) c.add(16 * BLOCK + 16),
+                sc = in(reg) BLOCK * 4,
+                options(nostack, readonly),
+            );
+        } else {
+            asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                options(nostack, nomem),
+            );
+        }
         asm!(
-            "tilezero tmm0",
-            "tilezero tmm1",
-            "tilezero tmm2",
-            "tilezero tmm3",
             "2:",
             "tileloadd tmm4, [{a0} + {sa}*1]",
             "tileloadd tmm5, [{a1} + {sa}*1]",

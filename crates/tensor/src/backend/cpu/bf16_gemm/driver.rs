@@ -5,7 +5,7 @@
 
 use super::kernel::{self, Store};
 use super::pack::{self, PACK_GROUP, Strided};
-use super::{MR, NR, Packed, for_each_product, native_supported, scratch};
+use super::{MR, NR, Packed, SMALL, for_each_product, native_supported, scratch};
 use crate::backend::cpu::Scratch;
 use crate::backend::cpu::matmul::Dims;
 use crate::error::Result;
@@ -49,6 +49,7 @@ pub(crate) fn matmul(
         &d,
         (words(&mut sa), words(&mut sb)),
         (p.a_words(), p.b_words()),
+        SMALL,
         |av, bv, o, pa, pb, parallel| product(av, bv, o, pa, pb, &d, p, parallel),
     );
     Ok(())

@@ -66,6 +66,12 @@ const NR: usize = 64;
 /// Below this many multiply-adds one product runs on one thread and batch elements run in
 /// parallel instead (the widening path's threshold too).
 const SMALL: usize = 96 * 96 * 96;
+/// The AMX kernel's batch threshold: its products run about five times faster than the native
+/// kernel's, so a product of attention's per-head shape (256 × 64 · 64 × 256, 4.2 M
+/// multiply-adds, about 10 µs on one core) costs little more than splitting it across threads
+/// would; below this many multiply-adds batch elements run in parallel instead.
+#[cfg(target_arch = "x86_64")]
+const AMX_SMALL: usize = 256 * 256 * 256;
 /// Batch elements packed at once when small products run in parallel across the batch.
 const BATCH_SLOTS: usize = 8;
 
@@ -176,9 +182,10 @@ impl Packed {
 
 /// Runs `product` on every batch element of `out (batch, m, n) = a @ b` (bf16 bits, batch
 /// layouts `la`, `lb`): the element's operand views, its slice of C and of the packed scratch
-/// (`words` dwords of A and of B per element). Small products run [`slots`] elements at a time
-/// in parallel, each on one thread; larger ones one after another, each told (the last
-/// argument) to run in parallel inside. Shared by the native and AMX kernels.
+/// (`words` dwords of A and of B per element). Products of a batch below `batch_small`
+/// multiply-adds run [`slots`] elements at a time in parallel, each on one thread; larger ones
+/// one after another, each told (the last argument) to run in parallel inside unless it is
+/// below [`SMALL`]. Shared by the native and AMX kernels.
 #[cfg(target_arch = "x86_64")]
 fn for_each_product(
     (a, la): (&[u16], &crate::shape::Layout),
@@ -187,6 +194,7 @@ fn for_each_product(
     d: &Dims,
     (pa, pb): (&mut [u32], &mut [u32]),
     (a_words, b_words): (usize, usize),
+    batch_small: usize,
     product: impl Fn(pack::Strided, pack::Strided, &mut [u16], &mut [u32], &mut [u32], bool) + Sync,
 ) {
     use rayon::prelude::*;
@@ -198,7 +206,7 @@ fn for_each_product(
         rs: rs as usize,
         cs: cs as usize,
     };
-    let slots = slots(d);
+    let slots = slots(d, batch_small);
     let parallel_inside = slots == 1 && !small(d);
     let mut first = 0;
     for out_chunk in out.chunks_mut(slots * d.m * d.n) {
@@ -233,9 +241,10 @@ fn small(d: &Dims) -> bool {
     d.m * d.n * d.k < SMALL
 }
 
-/// Batch elements packed (and computed) at once.
-fn slots(d: &Dims) -> usize {
-    if d.batch > 1 && small(d) {
+/// Batch elements packed (and computed) at once when batch elements below `batch_small`
+/// multiply-adds run in parallel.
+fn slots(d: &Dims, batch_small: usize) -> usize {
+    if d.batch > 1 && d.m * d.n * d.k < batch_small {
         d.batch.min(BATCH_SLOTS)
     } else {
         1
@@ -246,7 +255,7 @@ fn slots(d: &Dims) -> usize {
 /// `slots(d)` batch elements. It depends on the dims only, so the shape-only backend's dry runs
 /// allocate exactly these bytes.
 pub(crate) fn scratch(device: &Device, d: Dims) -> Result<[Scratch; 2]> {
-    let (p, s) = (Packed::of(&d), slots(&d));
+    let (p, s) = (Packed::of(&d), slots(&d, SMALL));
     Ok([
         scratch_f32(device, s * p.a_words(), "matmul.bf16.packed_lhs")?,
         scratch_f32(device, s * p.b_words(), "matmul.bf16.packed_rhs")?,

@@ -147,16 +147,27 @@ fn run(kernel: Bf16Gemm, d: Dims, fa: Form, fb: Form) -> Vec<bf16> {
 fn run_on(kernel: Bf16Gemm, d: Dims, fa: Form, fb: Form, data: Data) -> Vec<bf16> {
     let (a, la) = operand(d.batch, d.m, d.k, fa, 1, data);
     let (b, lb) = operand(d.batch, d.k, d.n, fb, 2, data);
-    let mut out = vec![bf16::from_f32(f32::NAN); d.batch * d.m * d.n];
-    let device = device();
-    match kernel {
-        Bf16Gemm::Amx => amx::matmul(&device, &a, &la, &b, &lb, &mut out, d).unwrap(),
-        Bf16Gemm::Native => driver::matmul(&device, &a, &la, &b, &lb, &mut out, d).unwrap(),
-        Bf16Gemm::Widening => matmul_widening(&device, &a, &la, &b, &lb, &mut out, d).unwrap(),
-    }
+    let out = multiply(kernel, (&a, &la), (&b, &lb), d);
     let worst = check((&a, &la), (&b, &lb), &out, d, data);
     if data == Data::Floats {
         eprintln!("{kernel:?} {d:?} {fa:?}×{fb:?}: worst error {worst:.2e} of the bound");
+    }
+    out
+}
+
+/// `a @ b` on `kernel`, checking that its scratch went back to the device.
+fn multiply(
+    kernel: Bf16Gemm,
+    (a, la): (&[bf16], &Layout),
+    (b, lb): (&[bf16], &Layout),
+    d: Dims,
+) -> Vec<bf16> {
+    let mut out = vec![bf16::from_f32(f32::NAN); d.batch * d.m * d.n];
+    let device = device();
+    match kernel {
+        Bf16Gemm::Amx => amx::matmul(&device, a, la, b, lb, &mut out, d).unwrap(),
+        Bf16Gemm::Native => driver::matmul(&device, a, la, b, lb, &mut out, d).unwrap(),
+        Bf16Gemm::Widening => matmul_widening(&device, a, la, b, lb, &mut out, d).unwrap(),
     }
     assert_eq!(
         device.stats().allocated_bytes.all.current,
@@ -164,6 +175,20 @@ fn run_on(kernel: Bf16Gemm, d: Dims, fa: Form, fb: Form, data: Data) -> Vec<bf16
         "scratch freed"
     );
     out
+}
+
+/// The same (batch, rows, cols) matrices as `data` (row-major), stored transposed.
+fn transposed_copy(data: &[bf16], batch: usize, rows: usize, cols: usize) -> (Vec<bf16>, Layout) {
+    let mut t = data.to_vec();
+    for i in 0..batch {
+        for r in 0..rows {
+            for c in 0..cols {
+                t[i * rows * cols + c * rows + r] = data[i * rows * cols + r * cols + c];
+            }
+        }
+    }
+    let layout = Layout::new(vec![batch, rows, cols], vec![rows * cols, 1, rows], 0);
+    (t, layout)
 }
 
 /// Every kernel this CPU runs: AMX and native where it has them, and the fallback.
@@ -302,6 +327,36 @@ fn native_and_amx_bits_do_not_depend_on_the_thread_count() {
                 bits(&one),
                 "{kernel:?}, {threads} threads"
             );
+        }
+    }
+}
+
+#[test]
+fn native_and_amx_bits_do_not_depend_on_operand_layout() {
+    // The same matrices row-major and stored transposed: the AMX kernel reads whole 32-row
+    // blocks of a row-major A in place and packs a transposed one; k = 1088 spans three slabs
+    // of 512 (the last partial) and k = 600 two, whose sums wait in f32 between slabs; m = 70
+    // leaves a ragged block that is packed either way.
+    for d in [dims(1, 70, 50, 1088), dims(2, 64, 96, 600)] {
+        let (a, la) = operand(d.batch, d.m, d.k, Form::RowMajor, 1, Data::Floats);
+        let (b, lb) = operand(d.batch, d.k, d.n, Form::RowMajor, 2, Data::Floats);
+        let (at, lat) = transposed_copy(&a, d.batch, d.m, d.k);
+        let (bt, lbt) = transposed_copy(&b, d.batch, d.k, d.n);
+        for kernel in kernels() {
+            if kernel == Bf16Gemm::Widening {
+                continue;
+            }
+            let plain = multiply(kernel, (&a, &la), (&b, &lb), d);
+            check((&a, &la), (&b, &lb), &plain, d, Data::Floats);
+            let bits = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            for (x, y) in [
+                ((&at, &lat), (&b, &lb)),
+                ((&a, &la), (&bt, &lbt)),
+                ((&at, &lat), (&bt, &lbt)),
+            ] {
+                let other = multiply(kernel, (x.0, x.1), (y.0, y.1), d);
+                assert_eq!(bits(&other), bits(&plain), "{kernel:?} {d:?}");
+            }
         }
     }
 }
