@@ -272,3 +272,61 @@ fn reset_peak_sets_peaks_to_current() {
     assert_eq!(a.stats().allocated_bytes.all.peak, 0);
     assert_eq!(a.stats().reserved_bytes.all.peak, 30 * MIB as i64);
 }
+
+/// Addresses that fall with each new segment, as `mmap` usually places them on Linux.
+#[derive(Debug)]
+struct FallingSource {
+    next: u64,
+}
+
+impl headroom_memory::SegmentSource for FallingSource {
+    fn name(&self) -> &'static str {
+        "falling"
+    }
+    fn is_backed(&self) -> bool {
+        false
+    }
+    fn allocate(&mut self, size: u64) -> Result<u64, headroom_memory::source::SourceError> {
+        self.next -= size.div_ceil(2 * MIB) * 2 * MIB;
+        Ok(self.next)
+    }
+    fn free(&mut self, _: u64, _: u64) {}
+    fn reserve(&mut self, size: u64) -> Result<u64, headroom_memory::source::SourceError> {
+        self.allocate(size)
+    }
+    fn map(&mut self, _: u64, _: u64) -> Result<(), headroom_memory::source::SourceError> {
+        Ok(())
+    }
+    fn unmap(&mut self, _: u64, _: u64) {}
+    fn release(&mut self, _: u64, _: u64) {}
+}
+
+#[test]
+fn equal_free_blocks_go_to_the_oldest_segment_whatever_the_addresses() {
+    // x (8 MiB) and y (12 MiB, the exact remainder) fill the first 20 MiB segment S0; c (8)
+    // and z (4) take the front of a second one, S1, leaving 8 MiB free at its back. Freeing x
+    // makes two free 8 MiB blocks: S0's front and S1's back. The oldest segment wins the tie,
+    // so d takes S0's front again; freeing y then leaves S0 split (d allocated), and
+    // empty_cache releases nothing: 40 MiB stay reserved. Had d gone to S1 (the lower address
+    // when segments fall), freeing y would have emptied S0 and empty_cache would release it
+    // (20 MiB). A dry run's rising addresses and the host's falling ones must take the same
+    // branch, or their later peaks part.
+    let sources: [Box<dyn headroom_memory::SegmentSource>; 2] = [
+        Box::new(VirtualSource::default()),
+        Box::new(FallingSource { next: 1 << 46 }),
+    ];
+    for source in sources {
+        let mut a = CachingAllocator::new(1 << 40, AllocatorConfig::default(), source);
+        let x = a.malloc(8 * MIB, Category::Activation, None).unwrap();
+        let y = a.malloc(12 * MIB, Category::Activation, None).unwrap();
+        let _c = a.malloc(8 * MIB, Category::Activation, None).unwrap();
+        let _z = a.malloc(4 * MIB, Category::Activation, None).unwrap();
+        assert_eq!(reserved(&a), 40 * MIB as i64);
+        a.free(x.addr).unwrap();
+        let d = a.malloc(8 * MIB, Category::Activation, None).unwrap();
+        assert_eq!(d.addr, x.addr, "the oldest segment's block");
+        a.free(y.addr).unwrap();
+        a.empty_cache();
+        assert_eq!(reserved(&a), 40 * MIB as i64);
+    }
+}

@@ -1,6 +1,13 @@
 //! Blocks and segments: the address-ordered list of blocks carved from each segment, the free
-//! pools ordered by (size, address) for best fit, splitting and merging of free neighbours, and
-//! the `inactive_split` accounting that follows from them.
+//! pools ordered by (size, segment, address) for best fit, splitting and merging of free
+//! neighbours, and the `inactive_split` accounting that follows from them.
+//!
+//! Why ties go to the oldest segment rather than the lowest address: a dry run's virtual source
+//! hands out rising addresses, while the host source's `mmap` places each new segment wherever
+//! the kernel likes (usually below the last one). Ordering equal-size blocks by the segment's
+//! creation number, then by address inside it, makes the best fit (and so every later split,
+//! merge and peak) the same on both, whatever the addresses; on a CUDA device, whose
+//! allocations mostly rise, it is PyTorch's (size, address) order.
 //!
 //! Not for: the decision of when to reserve or release segments (see `mod.rs`, `reclaim.rs`).
 
@@ -21,6 +28,8 @@ pub(crate) struct Block {
     pub pool: Pool,
     /// Address of the owning segment (key of `Segments`).
     pub segment: u64,
+    /// Creation number of the owning segment (the free pools' tie-break).
+    pub ordinal: u64,
     pub prev: Option<BlockId>,
     pub next: Option<BlockId>,
     pub allocated: bool,
@@ -34,13 +43,20 @@ pub(crate) struct Block {
 
 impl Block {
     /// The single free block spanning a new segment (or a new expandable range).
-    pub fn whole_segment(addr: u64, size: u64, pool: Pool, expandable: bool) -> Block {
+    pub fn whole_segment(
+        addr: u64,
+        size: u64,
+        pool: Pool,
+        expandable: bool,
+        ordinal: u64,
+    ) -> Block {
         Block {
             addr,
             size,
             requested: 0,
             pool,
             segment: addr,
+            ordinal,
             prev: None,
             next: None,
             allocated: false,
@@ -97,9 +113,14 @@ pub(crate) struct Segment {
 pub(crate) struct Blocks {
     slots: Vec<Option<Block>>,
     vacant: Vec<BlockId>,
-    /// Free blocks per pool, ordered by (size, address): best fit is a range query.
-    free: [BTreeSet<(u64, u64, BlockId)>; 2],
+    /// Free blocks per pool, ordered by (size, segment ordinal, address): best fit is a range
+    /// query.
+    free: [BTreeSet<FreeKey>; 2],
+    /// Segments created so far (the next segment's ordinal).
+    segments_made: u64,
 }
+
+type FreeKey = (u64, u64, u64, BlockId);
 
 fn pool_index(pool: Pool) -> usize {
     match pool {
@@ -109,6 +130,17 @@ fn pool_index(pool: Pool) -> usize {
 }
 
 impl Blocks {
+    /// The ordinal for a new segment: 0, 1, 2, … in creation order.
+    pub fn next_ordinal(&mut self) -> u64 {
+        self.segments_made += 1;
+        self.segments_made - 1
+    }
+
+    fn key(&self, id: BlockId) -> FreeKey {
+        let b = self.get(id);
+        (b.size, b.ordinal, b.addr, id)
+    }
+
     pub fn get(&self, id: BlockId) -> &Block {
         self.slots[id as usize].as_ref().expect("live block id")
     }
@@ -135,26 +167,23 @@ impl Blocks {
 
     /// Adds a free block to its pool.
     pub fn pool_insert(&mut self, id: BlockId) {
-        let b = self.get(id);
-        let key = (b.size, b.addr, id);
-        let pool = pool_index(b.pool);
+        let (key, pool) = (self.key(id), pool_index(self.get(id).pool));
         self.free[pool].insert(key);
     }
 
     /// Takes a free block out of its pool.
     pub fn pool_remove(&mut self, id: BlockId) {
-        let b = self.get(id);
-        let key = (b.size, b.addr, id);
-        let pool = pool_index(b.pool);
+        let (key, pool) = (self.key(id), pool_index(self.get(id).pool));
         let removed = self.free[pool].remove(&key);
         debug_assert!(removed, "free block missing from its pool");
     }
 
-    /// Free blocks of `pool` of at least `size` bytes, smallest first, lowest address on ties.
+    /// Free blocks of `pool` of at least `size` bytes, smallest first, oldest segment and then
+    /// lowest address on ties.
     pub fn candidates(&self, pool: Pool, size: u64) -> impl Iterator<Item = BlockId> + '_ {
         self.free[pool_index(pool)]
-            .range((size, 0, 0)..)
-            .map(|&(_, _, id)| id)
+            .range((size, 0, 0, 0)..)
+            .map(|&(_, _, _, id)| id)
     }
 
     /// All free blocks of a pool, largest first.
@@ -162,7 +191,7 @@ impl Blocks {
         self.free[pool_index(pool)]
             .iter()
             .rev()
-            .map(|&(_, _, id)| id)
+            .map(|&(_, _, _, id)| id)
     }
 
     /// Whether the block is alone in its segment (an unsplit segment).
@@ -182,6 +211,7 @@ impl Blocks {
                 requested: 0,
                 pool: b.pool,
                 segment: b.segment,
+                ordinal: b.ordinal,
                 prev: Some(id),
                 next: b.next,
                 allocated: false,
@@ -235,7 +265,7 @@ impl Blocks {
     pub fn free_ids(&self, pool: Pool) -> Vec<BlockId> {
         self.free[pool_index(pool)]
             .iter()
-            .map(|&(_, _, id)| id)
+            .map(|&(_, _, _, id)| id)
             .collect()
     }
 }

@@ -42,9 +42,10 @@ impl CachingAllocator {
         let pages = ((self.capacity as u128 * 9 / 8).div_ceil(page as u128) as u64).max(1);
         let size = pages.checked_mul(page)?;
         let addr = self.source.reserve(size).ok()?;
+        let ordinal = self.blocks.next_ordinal();
         let id = self
             .blocks
-            .insert(Block::whole_segment(addr, size, pool, true));
+            .insert(Block::whole_segment(addr, size, pool, true, ordinal));
         self.blocks.pool_insert(id);
         let pages = PageMap {
             page_size: page,

@@ -277,9 +277,10 @@ impl CachingAllocator {
             return None;
         }
         let addr = self.source.allocate(size).ok()?;
+        let ordinal = self.blocks.next_ordinal();
         let id = self
             .blocks
-            .insert(Block::whole_segment(addr, size, pool, false));
+            .insert(Block::whole_segment(addr, size, pool, false, ordinal));
         self.segments.insert(
             addr,
             Segment {

@@ -173,7 +173,10 @@ pub(crate) fn matmul(
         "the AMX bf16 GEMM needs AMX-BF16 and the OS's permission"
     );
     let p = Padded::of(&d);
-    let [mut sa, mut sb] = scratch(device, d)?;
+    // Held as the array, so the left buffer is freed before the right one: the order a dry run
+    // frees them in. The cache's state after the free, and so later peaks, depend on it.
+    let mut scratch = scratch(device, d)?;
+    let [sa, sb] = &mut scratch;
     for_each_product(
         (bytemuck::cast_slice(a), la),
         (bytemuck::cast_slice(b), lb),

@@ -41,13 +41,16 @@ pub(crate) fn matmul(
 ) -> Result<()> {
     assert!(native_supported(), "the native bf16 GEMM needs AVX512_BF16");
     let p = Packed::of(&d);
-    let [mut sa, mut sb] = scratch(device, d)?;
+    // Held as the array, so the left buffer is freed before the right one: the order a dry run
+    // frees them in. The cache's state after the free, and so later peaks, depend on it.
+    let mut scratch = scratch(device, d)?;
+    let [sa, sb] = &mut scratch;
     for_each_product(
         (bytemuck::cast_slice(a), la),
         (bytemuck::cast_slice(b), lb),
         bytemuck::cast_slice_mut(out),
         &d,
-        (words(&mut sa), words(&mut sb)),
+        (words(sa), words(sb)),
         (p.a_words(), p.b_words()),
         SMALL,
         |av, bv, o, pa, pb, parallel| product(av, bv, o, pa, pb, &d, p, parallel),
