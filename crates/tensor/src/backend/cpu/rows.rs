@@ -10,6 +10,7 @@
 //! Not for: general reductions (see `reduce`).
 
 use super::math::fast_exp;
+use super::reduce::column_block;
 use super::row_sums::{LANES, row_sums};
 use super::simd::wide;
 use crate::dtype::Elem;
@@ -256,20 +257,29 @@ pub fn layer_norm_backward<T: Elem>(
     let (aw, ab) = acc.split_at_mut(c);
     aw.fill(0.0);
     ab.fill(0.0);
-    wide(
-        #[inline(always)]
-        || {
-            for r in 0..mean.len() {
-                let (mu, rs) = (mean[r], rstd[r]);
-                let (xr, gr) = (&x[r * c..(r + 1) * c], &dy[r * c..(r + 1) * c]);
-                for (((a, b), d), v) in aw.iter_mut().zip(ab.iter_mut()).zip(gr).zip(xr) {
-                    let d = d.to_f32();
-                    *a += d * (v.to_f32() - mu) * rs;
-                    *b += d;
-                }
-            }
-        },
-    );
+    // dw and db down the rows, in row order per column, in column blocks across threads.
+    let cols = column_block(c).min(c.max(1));
+    aw.par_chunks_mut(cols)
+        .zip(ab.par_chunks_mut(cols))
+        .enumerate()
+        .for_each(|(blk, (aw, ab))| {
+            let j0 = blk * cols;
+            wide(
+                #[inline(always)]
+                || {
+                    for r in 0..mean.len() {
+                        let (mu, rs) = (mean[r], rstd[r]);
+                        let xr = &x[r * c + j0..r * c + j0 + aw.len()];
+                        let gr = &dy[r * c + j0..r * c + j0 + aw.len()];
+                        for (((a, b), d), v) in aw.iter_mut().zip(ab.iter_mut()).zip(gr).zip(xr) {
+                            let d = d.to_f32();
+                            *a += d * (v.to_f32() - mu) * rs;
+                            *b += d;
+                        }
+                    }
+                },
+            )
+        });
     for j in 0..c {
         dw[j] = T::from_f32(aw[j]);
         db[j] = T::from_f32(ab[j]);
