@@ -10,6 +10,7 @@
 use headroom_memory::Category;
 use headroom_nn::grad::Grads;
 use headroom_strategy::{NumberFormat, Precision};
+use headroom_tensor::backend::cpu::convert_slice;
 use headroom_tensor::{DType, Result, Tensor};
 
 /// The tensor dtype of parameters, gradients and activations under `precision`.
@@ -30,38 +31,23 @@ pub fn with_grads<R>(t: &Tensor, f: impl FnOnce(Grads<'_>) -> R) -> Result<R> {
     }
 }
 
-/// Writes f32 `values` into a float tensor of any dtype (round to nearest even).
+/// Writes f32 `values` into the first elements of a float tensor of any dtype (round to
+/// nearest even); values past its end are ignored.
 pub fn store_f32(dst: &Tensor, values: &[f32]) -> Result<()> {
-    match dst.dtype() {
-        DType::BF16 => dst.with_slice_mut::<half::bf16, _>(|d| {
-            for (o, &v) in d.iter_mut().zip(values) {
-                *o = half::bf16::from_f32(v);
-            }
-        }),
-        DType::F16 => dst.with_slice_mut::<half::f16, _>(|d| {
-            for (o, &v) in d.iter_mut().zip(values) {
-                *o = half::f16::from_f32(v);
-            }
-        }),
-        _ => dst.with_slice_mut::<f32, _>(|d| d.copy_from_slice(values)),
-    }
+    store_f32_at(dst, 0, &values[..values.len().min(dst.numel())])
 }
 
 /// Writes f32 `values` into elements `start..start + values.len()` of a flat float tensor of
-/// any dtype (round to nearest even).
+/// any dtype (round to nearest even, the bits of `half`'s conversion), in parallel.
 pub fn store_f32_at(dst: &Tensor, start: usize, values: &[f32]) -> Result<()> {
     let end = start + values.len();
     match dst.dtype() {
-        DType::BF16 => dst.with_slice_mut::<half::bf16, _>(|d| {
-            for (o, &v) in d[start..end].iter_mut().zip(values) {
-                *o = half::bf16::from_f32(v);
-            }
-        }),
-        DType::F16 => dst.with_slice_mut::<half::f16, _>(|d| {
-            for (o, &v) in d[start..end].iter_mut().zip(values) {
-                *o = half::f16::from_f32(v);
-            }
-        }),
+        DType::BF16 => {
+            dst.with_slice_mut::<half::bf16, _>(|d| convert_slice(values, &mut d[start..end]))
+        }
+        DType::F16 => {
+            dst.with_slice_mut::<half::f16, _>(|d| convert_slice(values, &mut d[start..end]))
+        }
         _ => dst.with_slice_mut::<f32, _>(|d| d[start..end].copy_from_slice(values)),
     }
 }

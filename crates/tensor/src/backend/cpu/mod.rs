@@ -37,6 +37,16 @@ impl Scratch {
     }
 }
 
+/// `dst[i] = U::from_f32(src[i].to_f32())` over equal-length host slices, vectorised and in
+/// parallel (the element loops of the kernels): for flat buffers the optimizer and the
+/// gradient paths convert between f32 and 16 bits. Conversions are exact or correctly rounded
+/// per element, so the bits are the sequential loop's.
+pub fn convert_slice<T: Elem, U: Elem>(src: &[T], dst: &mut [U]) {
+    assert_eq!(src.len(), dst.len(), "convert_slice needs equal lengths");
+    let contiguous = Layout::contiguous(&[src.len()]);
+    elementwise::map1(src, &contiguous, dst, |v| v);
+}
+
 pub fn scratch_f32(device: &Device, n: usize, name: &str) -> Result<Scratch> {
     Ok(Scratch(device.alloc(
         (n * 4) as u64,
@@ -172,7 +182,12 @@ impl Backend for CpuBackend {
     fn upload_f32(&self, data: &[f32], dst: &mut Dst) -> Result<()> {
         let (l, host) = (dst.layout.clone(), Layout::contiguous(dst.layout.shape()));
         with_float_type!(dst.dtype, T => {
-            elementwise::copy_strided(data, &host, slice_mut::<T>(dst)?, &l, T::from_f32);
+            let out = slice_mut::<T>(dst)?;
+            if l.is_contiguous() {
+                convert_slice(data, &mut out[l.offset()..l.offset() + l.numel()]);
+            } else {
+                elementwise::copy_strided(data, &host, out, &l, T::from_f32);
+            }
             Ok(())
         }, _ => Err(unsupported("upload_f32", dst.dtype)))
     }
@@ -199,7 +214,13 @@ impl Backend for CpuBackend {
     fn download_f32(&self, src: &Src) -> Result<Vec<f32>> {
         with_float_type!(src.dtype, T => {
             let x = slice::<T>(src)?;
-            Ok((0..src.layout.numel()).map(|i| x[src.layout.index_of(i)].to_f32()).collect())
+            let l = src.layout;
+            if l.is_contiguous() {
+                let mut out = vec![0.0f32; l.numel()];
+                convert_slice(&x[l.offset()..l.offset() + l.numel()], &mut out);
+                return Ok(out);
+            }
+            Ok((0..l.numel()).map(|i| x[l.index_of(i)].to_f32()).collect())
         }, _ => Err(unsupported("download_f32", src.dtype)))
     }
 
