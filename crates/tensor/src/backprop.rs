@@ -95,6 +95,15 @@ pub(crate) enum Op {
         x_shape: Vec<usize>,
         dtype: DType,
     },
+    /// y = a @ b + bias (bias broadcast over rows): the matmul's two gradients and the bias's
+    /// `Σ_rows dy`, computed in the order the two separate ops' backwards ran (bias first).
+    Linear {
+        a: Option<Tensor>,
+        b: Option<Tensor>,
+        a_shape: Vec<usize>,
+        b_shape: Vec<usize>,
+        bias_shape: Vec<usize>,
+    },
     /// y = a @ b: da = dy @ bᵀ, db = aᵀ @ dy (summed over broadcast batch dims).
     Matmul {
         a: Option<Tensor>,
@@ -255,6 +264,22 @@ pub(crate) fn backward(
             a.map(|a| a.transpose(-1, -2)?.matmul(dy)?.sum_to(&b_shape))
                 .transpose()?,
         ],
+        Op::Linear {
+            a,
+            b,
+            a_shape,
+            b_shape,
+            bias_shape,
+        } => {
+            let dbias = want(2).then(|| dy.sum_to(&bias_shape)).transpose()?;
+            vec![
+                b.map(|b| dy.matmul(&b.transpose(-1, -2)?)?.sum_to(&a_shape))
+                    .transpose()?,
+                a.map(|a| a.transpose(-1, -2)?.matmul(dy)?.sum_to(&b_shape))
+                    .transpose()?,
+                dbias,
+            ]
+        }
         Op::GeluMatmul { x, w, w_shape } => {
             gelu_linear::gelu_matmul_backward(&x, w.as_ref(), &w_shape, dy, want(1))?
         }

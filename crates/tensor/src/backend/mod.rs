@@ -115,6 +115,10 @@ pub trait Backend: std::fmt::Debug + Send + Sync {
     fn reduce(&self, op: ReduceOp, x: &Src, axes: &[usize], dst: &mut Dst) -> Result<()>;
     /// `(…, M, K) @ (…, K, N) -> (…, M, N)`; batch dims already broadcast to `dst`'s.
     fn matmul(&self, a: &Src, b: &Src, dst: &mut Dst) -> Result<()>;
+    /// `(M, K) @ (K, N) + bias (N)`, the bias added to every row: a linear layer's forward in
+    /// one pass over the output, with the bits of the two ops (the product rounded to the
+    /// dtype, then the sum rounded again).
+    fn matmul_bias(&self, a: &Src, b: &Src, bias: &Src, dst: &mut Dst) -> Result<()>;
 
     /// Row-wise (last axis) softmax or log-softmax of a contiguous input.
     fn softmax(&self, x: &Src, log: bool, dst: &mut Dst) -> Result<()>;

@@ -78,6 +78,10 @@ impl Backend for ShapeOnlyBackend {
         }
         Ok(())
     }
+    /// The matmul's scratch and work; the bias adds neither.
+    fn matmul_bias(&self, a: &Src, b: &Src, _: &Src, dst: &mut Dst) -> Result<()> {
+        self.matmul(a, b, dst)
+    }
     fn softmax(&self, x: &Src, _: bool, dst: &mut Dst) -> Result<()> {
         elementwise(&[x], &[dst]);
         Ok(())

@@ -19,8 +19,48 @@ use crate::tensor::Tensor;
 impl Tensor {
     /// `self @ w + b`: a linear layer with weight `(K, N)` and bias `(N)`. Under autocast the
     /// input, weight and bias are all cast to the autocast dtype and so is the output.
+    ///
+    /// One op where the kernel can add the bias while storing the product (`matmul_bias`):
+    /// a weight of rank 2, a bias of its N values, one float dtype. The bits are those of
+    /// `matmul` then `add`, and so are the gradients (the op's backward is theirs), but the
+    /// output is written once and no second (…, N) tensor is allocated.
     pub fn linear(&self, w: &Tensor, b: &Tensor) -> Result<Tensor> {
-        self.matmul(w)?.add(&autocast::lower_bias(b)?)
+        if let Some((x, w)) = autocast::lower_pair(self, w)? {
+            return x.linear(&w, b);
+        }
+        let b = autocast::lower_bias(b)?;
+        let ra = self.rank();
+        let fused = ra >= 2
+            && w.rank() == 2
+            && self.shape()[ra - 1] == w.shape()[0]
+            && b.shape() == [w.shape()[1]]
+            && self.dtype() == w.dtype()
+            && b.dtype() == w.dtype()
+            && self.dtype().is_float();
+        if !fused {
+            return self.matmul(w)?.add(&b);
+        }
+        if ra > 2 {
+            // (B, T, K) @ (K, N) + (N): fold to (B·T, K), as `matmul` does.
+            let lead = &self.shape()[..ra - 1];
+            let k = self.shape()[ra - 1];
+            let folded = self.reshape(&[lead.iter().product(), k])?.linear(w, &b)?;
+            let mut out_shape = lead.to_vec();
+            out_shape.push(w.shape()[1]);
+            return folded.reshape(&out_shape);
+        }
+        let (m, n) = (self.shape()[0], w.shape()[1]);
+        let out = Tensor::empty(&self.device(), &[m, n], self.dtype(), "linear")?;
+        self.backend()
+            .matmul_bias(&self.src(), &w.src(), &b.src(), &mut out.dst())?;
+        let keep = will_record(&[self, w]);
+        Ok(record(out, &[self, w, &b], || Op::Linear {
+            a: (keep && w.requires_grad()).then(|| self.clone()),
+            b: (keep && self.requires_grad()).then(|| w.clone()),
+            a_shape: self.shape().to_vec(),
+            b_shape: w.shape().to_vec(),
+            bias_shape: b.shape().to_vec(),
+        }))
     }
 
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {

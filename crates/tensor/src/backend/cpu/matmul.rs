@@ -37,6 +37,43 @@ pub struct Dims {
     pub k: usize,
 }
 
+impl Dims {
+    /// The geometry of `dst (…, M, N) = a (…, M, K) @ b`.
+    pub(crate) fn of(a: &crate::backend::Src, dst: &crate::backend::Dst) -> Dims {
+        let s = dst.layout.shape();
+        let r = s.len();
+        Dims {
+            batch: crate::shape::numel(&s[..r - 2]),
+            m: s[r - 2],
+            n: s[r - 1],
+            k: a.layout.shape()[r - 1],
+        }
+    }
+}
+
+/// `out[r·n + j] += bias[j]` for a row-major `out` of `bias.len()` columns, each sum rounded
+/// as the add op rounds it (`T::from_f32(out + bias)`, the bias already widened), so a product
+/// followed by this pass has the bits of matmul then add. Parallel over rows.
+pub fn add_bias_rows<T: Elem>(out: &mut [T], bias: &[f32]) {
+    let n = bias.len();
+    if n == 0 {
+        return;
+    }
+    let per = ((1 << 14) / n).max(1);
+    out.par_chunks_mut(per * n).for_each(|rows| {
+        wide(
+            #[inline(always)]
+            || {
+                for row in rows.chunks_mut(n) {
+                    for (o, &b) in row.iter_mut().zip(bias) {
+                        *o = T::from_f32(o.to_f32() + b);
+                    }
+                }
+            },
+        )
+    });
+}
+
 /// Batch layout (the leading dims) and the row and column strides of the matrix dims.
 pub(super) fn split(l: &Layout) -> (Layout, isize, isize) {
     let r = l.rank();

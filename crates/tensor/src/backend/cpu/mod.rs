@@ -303,15 +303,37 @@ impl Backend for CpuBackend {
         }, _ => Err(unsupported("reduce", x.dtype)))
     }
 
+    fn matmul_bias(&self, a: &Src, b: &Src, bias: &Src, dst: &mut Dst) -> Result<()> {
+        let d = matmul::Dims::of(a, dst);
+        #[cfg(target_arch = "x86_64")]
+        if a.dtype == DType::BF16
+            && bias.dtype == DType::BF16
+            && bias.layout.is_contiguous()
+            && d.m * d.n * d.k > 0
+            && bf16_gemm::bf16_gemm() == bf16_gemm::Bf16Gemm::Amx
+        {
+            let device = dst.buf.device().clone();
+            return bf16_gemm::amx::matmul_bias(
+                &device,
+                (slice(a)?, a.layout),
+                (slice(b)?, b.layout),
+                rows_of(bias)?,
+                slice_mut(dst)?,
+                d,
+            );
+        }
+        self.matmul(a, b, dst)?;
+        let bias = self.download_f32(bias)?;
+        let l = dst.layout.clone();
+        with_float_type!(dst.dtype, T => {
+            let out = slice_mut::<T>(dst)?;
+            matmul::add_bias_rows(&mut out[l.offset()..l.offset() + l.numel()], &bias);
+            Ok(())
+        }, _ => Err(unsupported("matmul_bias", dst.dtype)))
+    }
+
     fn matmul(&self, a: &Src, b: &Src, dst: &mut Dst) -> Result<()> {
-        let s = dst.layout.shape();
-        let r = s.len();
-        let d = matmul::Dims {
-            batch: crate::shape::numel(&s[..r - 2]),
-            m: s[r - 2],
-            n: s[r - 1],
-            k: a.layout.shape()[r - 1],
-        };
+        let d = matmul::Dims::of(a, dst);
         if d.m * d.n == 0 {
             return Ok(());
         }

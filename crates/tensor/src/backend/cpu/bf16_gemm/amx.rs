@@ -168,6 +168,35 @@ pub(crate) fn matmul(
     out: &mut [bf16],
     d: Dims,
 ) -> Result<()> {
+    run(device, (a, la), (b, lb), None, out, d)
+}
+
+/// bf16 `out (batch, m, n) = a @ b + bias`, `bias` (n values) added to every row of every
+/// product as the separate add op would: the rounded product widened, the bias added in f32,
+/// the sum rounded to bf16 again (`round_row`), so the bits are those of matmul then add.
+///
+/// # Panics
+/// When [`supported`] is false, or `bias` does not hold n values.
+pub(crate) fn matmul_bias(
+    device: &Device,
+    (a, la): (&[bf16], &Layout),
+    (b, lb): (&[bf16], &Layout),
+    bias: &[bf16],
+    out: &mut [bf16],
+    d: Dims,
+) -> Result<()> {
+    assert_eq!(bias.len(), d.n, "one bias value per column");
+    run(device, (a, la), (b, lb), Some(bias), out, d)
+}
+
+fn run(
+    device: &Device,
+    (a, la): (&[bf16], &Layout),
+    (b, lb): (&[bf16], &Layout),
+    bias: Option<&[bf16]>,
+    out: &mut [bf16],
+    d: Dims,
+) -> Result<()> {
     assert!(
         supported(),
         "the AMX bf16 GEMM needs AMX-BF16 and the OS's permission"
@@ -181,14 +210,16 @@ pub(crate) fn matmul(
         (bytemuck::cast_slice(a), la),
         (bytemuck::cast_slice(b), lb),
         bytemuck::cast_slice_mut(out),
-        &d,
+        (&d, AMX_SMALL),
         (
             bytemuck::cast_slice_mut(sa.slice_mut()),
             bytemuck::cast_slice_mut(sb.slice_mut()),
         ),
         (p.a_words(), p.b_words()),
-        AMX_SMALL,
-        |av, bv, o, pa, pb, parallel| product(av, bv, o, pa, pb, &d, parallel),
+        |av, bv, o, pa, pb, parallel| {
+            let bias = bias.map(bytemuck::cast_slice::<bf16, u16>);
+            product((av, bv, bias), o, pa, pb, &d, parallel)
+        },
     );
     Ok(())
 }
@@ -207,6 +238,8 @@ unsafe impl Sync for OutPtr {}
 struct Slab<'a> {
     a: Strided<'a>,
     b: Strided<'a>,
+    /// The bias bits (n values) the last slab adds while rounding, if any.
+    bias: Option<&'a [u16]>,
     k: usize,
     pairs: usize,
     /// The first slab starts C's tiles at zero; later ones reload the sums of earlier slabs.
@@ -219,8 +252,7 @@ struct Slab<'a> {
 /// 32 rows of C, each packing its rows of A's slab (or reading them in place) and running the
 /// tiles.
 fn product(
-    a: Strided,
-    b: Strided,
+    (a, b, bias): (Strided, Strided, Option<&[u16]>),
     out: &mut [u16],
     pa: &mut [u32],
     pb: &mut [u32],
@@ -229,8 +261,13 @@ fn product(
 ) {
     let p = Padded::of(d);
     if p.pairs == 0 {
-        // k = 0: every sum is empty.
-        out.fill(0);
+        // k = 0: every sum is empty (the bias alone, rounded as the add op rounds it).
+        for row in out.chunks_mut(d.n.max(1)) {
+            for (j, o) in row.iter_mut().enumerate() {
+                let v = bias.map_or(0.0, |b| bf16::from_bits(b[j]).to_f32());
+                *o = <bf16 as crate::dtype::Elem>::from_f32(0.0 + v).to_bits();
+            }
+        }
         return;
     }
     let (pb, sums) = pb.split_at_mut(p.cols * p.slab_pairs());
@@ -250,6 +287,7 @@ fn product(
                 off: b.off + k0 * b.rs,
                 ..b
             },
+            bias,
             k: (d.k - k0).min(2 * pairs),
             pairs,
             first: s == 0,
@@ -339,22 +377,26 @@ fn row_block(
         let c0 = cb * BLOCK;
         let cols = BLOCK.min(d.n - c0);
         for (i, row) in sums.chunks_exact(BLOCK).take(rows).enumerate() {
+            let bias = slab.bias.map(|b| &b[c0..c0 + cols]);
             // SAFETY: AVX512F/BW/VL and AVX512_BF16 are present (`supported`); row r0 + i < m
             // and columns c0 .. c0 + cols ≤ n lie inside the m × n C, and only this task writes
             // rows r0 .. r0 + 32.
-            unsafe { round_row(row, c.0.add((r0 + i) * d.n + c0), cols) };
+            unsafe { round_row(row, c.0.add((r0 + i) * d.n + c0), cols, bias) };
         }
     }
 }
 
 /// Rounds the first `cols` (≤ 32) of one row of f32 sums to bf16 at `dst`
 /// (`VCVTNEPS2BF16`: round-to-nearest-even, like `half`'s conversion, but subnormal results
-/// flushed to zero, as the native kernel's store does).
+/// flushed to zero, as the native kernel's store does). With `bias` (those `cols` columns' bias
+/// bits), then adds it as the add op does: both widened (`Elem::to_f32`), summed in f32, and
+/// rounded with `Elem::from_f32`'s integer rule (round to nearest even, subnormals kept, NaN
+/// quieted), so the stored bits are those of the product followed by the add.
 ///
 /// # Safety
 /// AVX512F/BW/VL and AVX512_BF16 are present; `dst` is valid for `cols` u16 writes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn round_row(row: &[f32], dst: *mut u16, cols: usize) {
+unsafe fn round_row(row: &[f32], dst: *mut u16, cols: usize, bias: Option<&[u16]>) {
     use std::arch::x86_64::*;
     for half in 0..2 {
         let from = 16 * half;
@@ -362,14 +404,54 @@ unsafe fn round_row(row: &[f32], dst: *mut u16, cols: usize) {
             break;
         }
         let n = (cols - from).min(16);
+        let mask = (1u32 << n).wrapping_sub(1) as u16;
         // SAFETY: `row` holds 32 f32; `dst + from` is valid for `n` u16 writes, and the mask
-        // writes only those.
+        // writes only those; `bias` holds `cols` values, and the masked load reads only `n`.
         unsafe {
             let v = _mm512_loadu_ps(row[from..].as_ptr());
-            let h = std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(v));
-            _mm256_mask_storeu_epi16(dst.add(from).cast(), (1u32 << n).wrapping_sub(1) as u16, h);
+            let mut h = std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(v));
+            if let Some(bias) = bias {
+                let b = _mm256_maskz_loadu_epi16(mask, bias[from..].as_ptr().cast());
+                let sum = _mm512_add_ps(widen(h), widen(b));
+                h = narrow(sum);
+            }
+            _mm256_mask_storeu_epi16(dst.add(from).cast(), mask, h);
         }
     }
+}
+
+/// 16 bf16 bit patterns as f32, as `Elem::to_f32` widens them (a NaN made quiet).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+fn widen(h: std::arch::x86_64::__m256i) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let b = _mm512_cvtepu16_epi32(h);
+    let nan = _mm512_cmpgt_epu32_mask(
+        _mm512_and_si512(b, _mm512_set1_epi32(0x7FFF)),
+        _mm512_set1_epi32(0x7F80),
+    );
+    let quiet = _mm512_mask_or_epi32(b, nan, b, _mm512_set1_epi32(0x0040));
+    _mm512_castsi512_ps(_mm512_slli_epi32::<16>(quiet))
+}
+
+/// 16 f32 rounded to bf16 bits as `Elem::from_f32` rounds them: add 0x7FFF plus the kept
+/// part's lowest bit and drop the low half (round to nearest even), or keep a NaN's high half
+/// with the quiet bit set.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+fn narrow(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    let x = _mm512_castps_si512(v);
+    let high = _mm512_srli_epi32::<16>(x);
+    let lsb = _mm512_and_si512(high, _mm512_set1_epi32(1));
+    let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(
+        x,
+        _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb),
+    ));
+    let nan = _mm512_cmpgt_epu32_mask(
+        _mm512_and_si512(x, _mm512_set1_epi32(0x7FFF_FFFF)),
+        _mm512_set1_epi32(0x7F80_0000),
+    );
+    let quiet = _mm512_or_si512(high, _mm512_set1_epi32(0x0040));
+    _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet))
 }
 
 /// The tile shapes every task uses (palette 1): C tiles 0–3, A tiles 4–5 and B tiles 6–7, each

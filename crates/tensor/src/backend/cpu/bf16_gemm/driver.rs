@@ -49,10 +49,9 @@ pub(crate) fn matmul(
         (bytemuck::cast_slice(a), la),
         (bytemuck::cast_slice(b), lb),
         bytemuck::cast_slice_mut(out),
-        &d,
+        (&d, SMALL),
         (words(sa), words(sb)),
         (p.a_words(), p.b_words()),
-        SMALL,
         |av, bv, o, pa, pb, parallel| product(av, bv, o, pa, pb, &d, p, parallel),
     );
     Ok(())

@@ -184,17 +184,16 @@ impl Packed {
 /// layouts `la`, `lb`): the element's operand views, its slice of C and of the packed scratch
 /// (`words` dwords of A and of B per element). Products of a batch below `batch_small`
 /// multiply-adds run [`slots`] elements at a time in parallel, each on one thread; larger ones
-/// one after another, each told (the last argument) to run in parallel inside unless it is
+/// one after another, each told (the last argument of `product`) to run in parallel inside unless it is
 /// below [`SMALL`]. Shared by the native and AMX kernels.
 #[cfg(target_arch = "x86_64")]
 fn for_each_product(
     (a, la): (&[u16], &crate::shape::Layout),
     (b, lb): (&[u16], &crate::shape::Layout),
     out: &mut [u16],
-    d: &Dims,
+    (d, batch_small): (&Dims, usize),
     (pa, pb): (&mut [u32], &mut [u32]),
     (a_words, b_words): (usize, usize),
-    batch_small: usize,
     product: impl Fn(pack::Strided, pack::Strided, &mut [u16], &mut [u32], &mut [u32], bool) + Sync,
 ) {
     use rayon::prelude::*;
