@@ -81,12 +81,14 @@ pub(crate) enum Op {
     Cast {
         from: DType,
     },
-    /// y = gelu(x) @ w: dx = (dy @ wᵀ) ⊙ gelu'(x), dw = gelu(x)ᵀ @ dy with gelu(x) recomputed.
+    /// y = gelu(x) @ w (+ b): dx = (dy @ wᵀ) ⊙ gelu'(x), dw = gelu(x)ᵀ @ dy with gelu(x)
+    /// recomputed, and with a bias db = Σ_rows dy (first, as the separate add's backward ran).
     /// Saves x, and the weight only if x needs grad.
     GeluMatmul {
         x: Tensor,
         w: Option<Tensor>,
         w_shape: Vec<usize>,
+        bias_shape: Option<Vec<usize>>,
     },
     /// y = x @ dequant(w) for a frozen NF4 weight: dx = dy @ dequant(w)ᵀ, the weight
     /// dequantised again. Saves the weight's handle only.
@@ -280,8 +282,22 @@ pub(crate) fn backward(
                 dbias,
             ]
         }
-        Op::GeluMatmul { x, w, w_shape } => {
-            gelu_linear::gelu_matmul_backward(&x, w.as_ref(), &w_shape, dy, want(1))?
+        Op::GeluMatmul {
+            x,
+            w,
+            w_shape,
+            bias_shape,
+        } => {
+            let db = match &bias_shape {
+                Some(shape) => want(2).then(|| dy.sum_to(shape)).transpose()?,
+                None => None,
+            };
+            let mut grads =
+                gelu_linear::gelu_matmul_backward(&x, w.as_ref(), &w_shape, dy, want(1))?;
+            if bias_shape.is_some() {
+                grads.push(db);
+            }
+            grads
         }
         Op::Nf4Matmul { w, x_shape, dtype } => {
             vec![Some(crate::nf4::matmul_nf4_backward(

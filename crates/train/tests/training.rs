@@ -200,7 +200,12 @@ fn too_small_a_budget_is_an_out_of_memory_error() {
 
 #[test]
 fn empty_cache_after_validation_reports_reserved_bytes_before_and_after() {
+    // Micro-batch 32 (1,024 tokens: 1 MiB of f32 logits): the steps and validation need
+    // segments beyond the 2 MiB one the model states split (8 MiB reserved), which are wholly
+    // free once validation ends. At micro-batch 8 everything can fit that one split segment,
+    // and then nothing is releasable.
     let mut c = config("fp32", 2);
+    c.micro_batch = Some(32);
     c.eval_every = Some(1);
     c.empty_cache_after_eval = Some(true);
     let mut t = trainer(c);

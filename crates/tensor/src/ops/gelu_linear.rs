@@ -40,13 +40,44 @@ impl Tensor {
             x: self.clone(),
             w: (keep && self.requires_grad()).then(|| w.clone()),
             w_shape: w.shape().to_vec(),
+            bias_shape: None,
         }))
     }
 
     /// `gelu(self) @ w + b`: [`Tensor::gelu_matmul`] plus a bias, the bias lowered under
-    /// autocast as in [`Tensor::linear`].
+    /// autocast as in [`Tensor::linear`] and, where `linear` fuses it, added while the product
+    /// is stored (the bits of the separate add, one output tensor).
     pub fn gelu_linear(&self, w: &Tensor, b: &Tensor) -> Result<Tensor> {
-        self.gelu_matmul(w)?.add(&autocast::lower_bias(b)?)
+        let b = autocast::lower_bias(b)?;
+        let casts =
+            autocast::autocast_dtype().is_some_and(|low| self.dtype() != low || w.dtype() != low);
+        let r = self.rank();
+        let fused = !casts
+            && r >= 2
+            && w.rank() == 2
+            && self.shape()[r - 1] == w.shape()[0]
+            && b.shape() == [w.shape()[1]]
+            && self.dtype() == w.dtype()
+            && b.dtype() == w.dtype()
+            && self.dtype().is_float();
+        if !fused {
+            return self.gelu_matmul(w)?.add(&b);
+        }
+        if r > 2 {
+            let lead = &self.shape()[..r - 1];
+            let folded = self.reshape(&[lead.iter().product(), self.shape()[r - 1]])?;
+            let mut out_shape = lead.to_vec();
+            out_shape.push(w.shape()[1]);
+            return folded.gelu_linear(w, &b)?.reshape(&out_shape);
+        }
+        let out = no_grad(|| self.gelu()?.linear(w, &b))?;
+        let keep = will_record(&[self, w]);
+        Ok(record(out, &[self, w, &b], || Op::GeluMatmul {
+            x: self.clone(),
+            w: (keep && self.requires_grad()).then(|| w.clone()),
+            w_shape: w.shape().to_vec(),
+            bias_shape: Some(b.shape().to_vec()),
+        }))
     }
 }
 

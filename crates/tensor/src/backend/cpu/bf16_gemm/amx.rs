@@ -12,20 +12,29 @@
 //! XFEATURE_XTILEDATA)`, the kernel's Documentation/arch/x86/xstate.rst); [`supported`] asks
 //! once and reports whether the CPU has the instructions and the OS granted them.
 //!
-//! How one product `C (m × n) = A (m × k) · B (k × n)` runs:
-//! 1. B is packed once into panels of 16 columns: within panel j, k-pair p holds the 16
+//! How one product `C (m × n) = A (m × k) · B (k × n)` runs, slab by slab of k (512 of k at
+//! most, so that a slab of packed B stays in L2 while every row block streams it):
+//! 1. B's slab is packed into panels of 16 columns: within panel j, k-pair p holds the 16
 //!    columns' pairs `(B[2p][c], B[2p+1][c])` as dwords, so 16 consecutive pairs are one B tile
 //!    (16 rows of 64 bytes, contiguous). k is padded with zero pairs to a multiple of 32 and n
 //!    with zero columns to a multiple of 32.
-//! 2. C is cut into blocks of 32 rows, one task each (rayon). A task packs its 32 rows of A
-//!    row-major with the same zero padding (each row's k contiguous: 16 pairs are one A tile
-//!    row), then for every 32 columns of C keeps four C tiles (2 × 2) in registers over all of
-//!    k, loading two A and two B tiles per 32 of k, and stores them once.
-//! 3. The f32 sums are rounded once to bf16 (round-to-nearest-even, `VCVTNEPS2BF16`) into C.
+//! 2. C is cut into blocks of 32 rows, one task each (rayon). A row-major A whose slab is whole
+//!    tiles (k contiguous, a multiple of 32, 32 rows) is read by the tile loads in place; any
+//!    other block of A is packed row-major with the same zero padding (each row's k
+//!    contiguous: 16 pairs are one A tile row). For every 32 columns of C the task keeps four
+//!    C tiles (2 × 2) over the slab's k, loading two A and two B tiles per 32 of k, starting
+//!    from zero or from the f32 sums the earlier slabs left, and stores them.
+//! 3. After the last slab the f32 sums are rounded once to bf16 (round-to-nearest-even,
+//!    `VCVTNEPS2BF16`) into C; a linear layer's bias is added then, as a separate add op
+//!    would add it (the rounded product widened, the bias added in f32, rounded again).
+//!
+//! Products of a batch below 256³ multiply-adds (attention's per-head products) run batch
+//! elements in parallel, one thread each, instead of splitting each small product.
 //!
 //! Deterministic: each element of C is one tile accumulator over all of k, in order, on one
-//! thread, so the bits do not depend on the thread count. `TDPBF16PS` treats subnormal inputs
-//! and outputs as zero, like `VDPBF16PS`.
+//! thread (between slabs its f32 value is stored and reloaded exactly), so the bits depend
+//! neither on the thread count nor on the slab size. `TDPBF16PS` treats subnormal inputs and
+//! outputs as zero, like `VDPBF16PS`.
 //!
 //! Layout: this file (support, driver, tiles), `amx_pack` (the tile layouts).
 //!
