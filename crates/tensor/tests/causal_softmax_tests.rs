@@ -4,9 +4,9 @@
 
 mod common;
 
-use common::{check_grads, device, input, tensor, values};
+use common::{check_grads, device, input, output_and_grad_bits, tensor, values};
 use headroom_memory::{Category, Device};
-use headroom_tensor::{DType, Gradients, Tape, Tensor};
+use headroom_tensor::{DType, Tape, Tensor};
 
 /// Bits of the output and of the input's gradient under a random output weighting.
 fn run(
@@ -14,28 +14,10 @@ fn run(
     shape: &[usize],
     dtype: DType,
     f: impl Fn(&Tensor) -> headroom_tensor::Result<Tensor>,
-) -> [Vec<u32>; 2] {
+) -> Vec<Vec<u32>> {
     let n = shape.iter().product();
-    let x = tensor(device, shape, &values(n, 5, -6.0, 6.0))
-        .cast(dtype)
-        .unwrap()
-        .track();
-    let tape = Tape::new();
-    let (y, loss) = tape
-        .record(|| {
-            let y = f(&x)?;
-            let r = tensor(device, shape, &values(n, 6, -1.0, 1.0)).cast(dtype)?;
-            let loss = y.mul(&r)?.cast(DType::F32)?.sum_all()?;
-            Ok::<_, headroom_tensor::TensorError>((y, loss))
-        })
-        .unwrap();
-    let mut grads = Gradients::new();
-    tape.backward(&loss, &mut grads).unwrap();
-    let bits = |t: &Tensor| -> Vec<u32> {
-        let v = t.cast(DType::F32).unwrap().to_vec_f32().unwrap();
-        v.iter().map(|v| v.to_bits()).collect()
-    };
-    [bits(&y), bits(grads.get(&x).unwrap())]
+    let x = tensor(device, shape, &values(n, 5, -6.0, 6.0));
+    output_and_grad_bits(device, dtype, &[x], 6, |t| f(&t[0]))
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{check_grads, device, input, tensor, values};
+use common::{check_grads, device, input, output_and_grad_bits, tensor, values};
 use headroom_memory::{Category, Device};
 use headroom_tensor::{DType, Gradients, Tape, Tensor};
 
@@ -12,41 +12,18 @@ fn held(device: &Device, c: Category) -> i64 {
     device.stats().category_bytes[c.index()].current
 }
 
-/// Output bits and the gradients' bits of x, w and b for `f` on tracked copies of the inputs.
+/// Output bits and the gradients' bits of x, w and b for `f`.
 fn run(
     device: &Device,
     dtype: DType,
     f: impl Fn(&Tensor, &Tensor, &Tensor) -> headroom_tensor::Result<Tensor>,
 ) -> Vec<Vec<u32>> {
-    let (x, w, b) = (
+    let inputs = [
         tensor(device, &[2, 5, 12], &values(120, 1, -3.0, 3.0)),
         tensor(device, &[12, 7], &values(84, 2, -0.5, 0.5)),
         tensor(device, &[7], &values(7, 3, -0.5, 0.5)),
-    );
-    let [x, w, b] = [x, w, b].map(|t| t.cast(dtype).unwrap().track());
-    let tape = Tape::new();
-    let (y, loss) = tape
-        .record(|| {
-            let y = f(&x, &w, &b)?;
-            let r = tensor(device, y.shape(), &values(y.numel(), 4, -1.0, 1.0)).cast(dtype)?;
-            let loss = y.mul(&r)?.cast(DType::F32)?.sum_all()?;
-            Ok::<_, headroom_tensor::TensorError>((y, loss))
-        })
-        .unwrap();
-    let mut grads = Gradients::new();
-    tape.backward(&loss, &mut grads).unwrap();
-    let bits = |t: &Tensor| -> Vec<u32> {
-        t.cast(DType::F32)
-            .unwrap()
-            .to_vec_f32()
-            .unwrap()
-            .iter()
-            .map(|v| v.to_bits())
-            .collect()
-    };
-    let mut out = vec![bits(&y)];
-    out.extend([&x, &w, &b].map(|t| bits(grads.get(t).expect("a gradient"))));
-    out
+    ];
+    output_and_grad_bits(device, dtype, &inputs, 4, |t| f(&t[0], &t[1], &t[2]))
 }
 
 #[test]

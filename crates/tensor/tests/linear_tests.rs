@@ -6,11 +6,11 @@
 
 mod common;
 
-use common::{device, tensor, values};
+use common::{device, output_and_grad_bits, tensor, values};
 use headroom_memory::Device;
-use headroom_tensor::{DType, Gradients, Tape, Tensor};
+use headroom_tensor::{DType, Tensor};
 
-/// Output bits and the gradients' bits of x, w and b for `f` on tracked copies of the inputs.
+/// Output bits and the gradients' bits of x, w and b for `f`.
 fn run(
     device: &Device,
     dtype: DType,
@@ -18,35 +18,12 @@ fn run(
     f: impl Fn(&Tensor, &Tensor, &Tensor) -> headroom_tensor::Result<Tensor>,
 ) -> Vec<Vec<u32>> {
     let numel = |s: &[usize]| s.iter().product::<usize>();
-    let (xt, wt, bt) = (
+    let inputs = [
         tensor(device, x, &values(numel(x), 1, -2.0, 2.0)),
         tensor(device, w, &values(numel(w), 2, -0.5, 0.5)),
         tensor(device, &[b.len()], b),
-    );
-    let [x, w, b] = [xt, wt, bt].map(|t| t.cast(dtype).unwrap().track());
-    let tape = Tape::new();
-    let (y, loss) = tape
-        .record(|| {
-            let y = f(&x, &w, &b)?;
-            let r = tensor(device, y.shape(), &values(y.numel(), 4, -1.0, 1.0)).cast(dtype)?;
-            let loss = y.mul(&r)?.cast(DType::F32)?.sum_all()?;
-            Ok::<_, headroom_tensor::TensorError>((y, loss))
-        })
-        .unwrap();
-    let mut grads = Gradients::new();
-    tape.backward(&loss, &mut grads).unwrap();
-    let bits = |t: &Tensor| -> Vec<u32> {
-        t.cast(DType::F32)
-            .unwrap()
-            .to_vec_f32()
-            .unwrap()
-            .iter()
-            .map(|v| v.to_bits())
-            .collect()
-    };
-    let mut out = vec![bits(&y)];
-    out.extend([&x, &w, &b].map(|t| bits(grads.get(t).expect("a gradient"))));
-    out
+    ];
+    output_and_grad_bits(device, dtype, &inputs, 4, |t| f(&t[0], &t[1], &t[2]))
 }
 
 #[test]

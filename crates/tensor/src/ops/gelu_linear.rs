@@ -11,6 +11,7 @@ use crate::autocast;
 use crate::backprop::Op;
 use crate::context::no_grad;
 use crate::error::Result;
+use crate::ops::matmul::fusable_bias;
 use crate::ops::{float_only, out_like, same_dtype};
 use crate::tape::{record, will_record};
 use crate::tensor::Tensor;
@@ -52,15 +53,7 @@ impl Tensor {
         let casts =
             autocast::autocast_dtype().is_some_and(|low| self.dtype() != low || w.dtype() != low);
         let r = self.rank();
-        let fused = !casts
-            && r >= 2
-            && w.rank() == 2
-            && self.shape()[r - 1] == w.shape()[0]
-            && b.shape() == [w.shape()[1]]
-            && self.dtype() == w.dtype()
-            && b.dtype() == w.dtype()
-            && self.dtype().is_float();
-        if !fused {
+        if casts || !fusable_bias(self, w, &b) {
             return self.gelu_matmul(w)?.add(&b);
         }
         if r > 2 {

@@ -16,6 +16,19 @@ use crate::shape::broadcast_shapes;
 use crate::tape::{record, will_record};
 use crate::tensor::Tensor;
 
+/// Whether `x @ w + b` can add its bias in the product's store: `x` (…, K) of rank 2 or more,
+/// `w` (K, N), `b` (N), all of one float dtype.
+pub(crate) fn fusable_bias(x: &Tensor, w: &Tensor, b: &Tensor) -> bool {
+    let r = x.rank();
+    r >= 2
+        && w.rank() == 2
+        && x.shape()[r - 1] == w.shape()[0]
+        && b.shape() == [w.shape()[1]]
+        && x.dtype() == w.dtype()
+        && b.dtype() == w.dtype()
+        && x.dtype().is_float()
+}
+
 impl Tensor {
     /// `self @ w + b`: a linear layer with weight `(K, N)` and bias `(N)`. Under autocast the
     /// input, weight and bias are all cast to the autocast dtype and so is the output.
@@ -30,14 +43,7 @@ impl Tensor {
         }
         let b = autocast::lower_bias(b)?;
         let ra = self.rank();
-        let fused = ra >= 2
-            && w.rank() == 2
-            && self.shape()[ra - 1] == w.shape()[0]
-            && b.shape() == [w.shape()[1]]
-            && self.dtype() == w.dtype()
-            && b.dtype() == w.dtype()
-            && self.dtype().is_float();
-        if !fused {
+        if !fusable_bias(self, w, &b) {
             return self.matmul(w)?.add(&b);
         }
         if ra > 2 {

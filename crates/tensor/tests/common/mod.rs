@@ -1,5 +1,6 @@
-//! Shared test helpers: a device, deterministic pseudo-random data, and the central
-//! finite-difference gradient checker.
+//! Shared test helpers: a device, deterministic pseudo-random data, the central
+//! finite-difference gradient checker, and the bits of an op's output and gradients (for
+//! comparing a fused op with its composition).
 
 #![allow(dead_code)]
 
@@ -145,4 +146,38 @@ pub fn check_grads_on(
         assert_close(&analytic, &numeric, atol, rtol, &format!("d/d input {k}"));
     }
     rng::set_state(start);
+}
+
+/// The bits of `f`'s output and of the gradients of `inputs` (cast to `dtype` and tracked)
+/// under the loss `Σ f(inputs) ⊙ r`, `r` uniform in [−1, 1) from `seed`: equal for a fused op
+/// and its composition exactly when both forward and backward give the same bits.
+pub fn output_and_grad_bits(
+    device: &Device,
+    dtype: DType,
+    inputs: &[Tensor],
+    seed: u64,
+    f: impl Fn(&[Tensor]) -> headroom_tensor::Result<Tensor>,
+) -> Vec<Vec<u32>> {
+    let xs: Vec<Tensor> = inputs
+        .iter()
+        .map(|t| t.cast(dtype).unwrap().track())
+        .collect();
+    let tape = Tape::new();
+    let (y, loss) = tape
+        .record(|| {
+            let y = f(&xs)?;
+            let r = tensor(device, y.shape(), &values(y.numel(), seed, -1.0, 1.0)).cast(dtype)?;
+            let loss = y.mul(&r)?.cast(DType::F32)?.sum_all()?;
+            Ok::<_, headroom_tensor::TensorError>((y, loss))
+        })
+        .unwrap();
+    let mut grads = Gradients::new();
+    tape.backward(&loss, &mut grads).unwrap();
+    let bits = |t: &Tensor| -> Vec<u32> {
+        let v = t.cast(DType::F32).unwrap().to_vec_f32().unwrap();
+        v.iter().map(|v| v.to_bits()).collect()
+    };
+    let mut out = vec![bits(&y)];
+    out.extend(xs.iter().map(|x| bits(grads.get(x).expect("a gradient"))));
+    out
 }

@@ -125,6 +125,15 @@ pub fn map1<T: Elem, U: Elem>(x: &[T], lx: &Layout, out: &mut [U], f: impl Fn(f3
     });
 }
 
+/// `dst[i] = U::from_f32(src[i].to_f32())` over equal-length host slices, vectorised and in
+/// parallel (the element loops of the kernels): for flat buffers the optimizer and the
+/// gradient paths convert between f32 and 16 bits. Conversions are exact or correctly rounded
+/// per element, so the bits are the sequential loop's.
+pub fn convert_slice<T: Elem, U: Elem>(src: &[T], dst: &mut [U]) {
+    assert_eq!(src.len(), dst.len(), "convert_slice needs equal lengths");
+    map1(src, &Layout::contiguous(&[src.len()]), dst, |v| v);
+}
+
 /// `out[i] = f(a[i], b[i])` for a contiguous `out` and any same-shaped layouts of `a` and `b`.
 pub fn map2<T: Elem>(
     a: &[T],

@@ -51,6 +51,45 @@ impl Dims {
     }
 }
 
+/// The CPU backend's `Backend::matmul_bias`: the AMX kernel adds a contiguous bf16 bias in its
+/// store; any other kernel (or bias layout) runs the product, then [`add_bias_rows`].
+pub(super) fn matmul_bias(
+    cpu: &super::CpuBackend,
+    a: &crate::backend::Src,
+    b: &crate::backend::Src,
+    bias: &crate::backend::Src,
+    dst: &mut crate::backend::Dst,
+) -> Result<()> {
+    use crate::backend::Backend;
+    use crate::dtype::{DType, with_float_type};
+    let d = Dims::of(a, dst);
+    #[cfg(target_arch = "x86_64")]
+    if a.dtype == DType::BF16
+        && bias.dtype == DType::BF16
+        && bias.layout.is_contiguous()
+        && d.m * d.n * d.k > 0
+        && bf16_gemm::bf16_gemm() == Bf16Gemm::Amx
+    {
+        let device = dst.buf.device().clone();
+        return bf16_gemm::amx::matmul_bias(
+            &device,
+            (super::slice(a)?, a.layout),
+            (super::slice(b)?, b.layout),
+            super::rows_of(bias)?,
+            super::slice_mut(dst)?,
+            d,
+        );
+    }
+    cpu.matmul(a, b, dst)?;
+    let bias = cpu.download_f32(bias)?;
+    let l = dst.layout.clone();
+    with_float_type!(dst.dtype, T => {
+        let out = super::slice_mut::<T>(dst)?;
+        add_bias_rows(&mut out[l.offset()..l.offset() + l.numel()], &bias);
+        Ok(())
+    }, _ => Err(super::unsupported("matmul_bias", dst.dtype)))
+}
+
 /// `out[r·n + j] += bias[j]` for a row-major `out` of `bias.len()` columns, each sum rounded
 /// as the add op rounds it (`T::from_f32(out + bias)`, the bias already widened), so a product
 /// followed by this pass has the bits of matmul then add. Parallel over rows.

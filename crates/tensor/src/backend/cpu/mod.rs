@@ -8,6 +8,7 @@ pub(crate) mod attention;
 pub mod bf16_gemm;
 mod causal_softmax;
 mod elementwise;
+pub use elementwise::convert_slice;
 mod index;
 pub mod math;
 pub(crate) mod matmul;
@@ -35,16 +36,6 @@ impl Scratch {
     pub fn slice_mut(&mut self) -> &mut [f32] {
         bytemuck::cast_slice_mut(self.0.as_bytes_mut().unwrap_or(&mut []))
     }
-}
-
-/// `dst[i] = U::from_f32(src[i].to_f32())` over equal-length host slices, vectorised and in
-/// parallel (the element loops of the kernels): for flat buffers the optimizer and the
-/// gradient paths convert between f32 and 16 bits. Conversions are exact or correctly rounded
-/// per element, so the bits are the sequential loop's.
-pub fn convert_slice<T: Elem, U: Elem>(src: &[T], dst: &mut [U]) {
-    assert_eq!(src.len(), dst.len(), "convert_slice needs equal lengths");
-    let contiguous = Layout::contiguous(&[src.len()]);
-    elementwise::map1(src, &contiguous, dst, |v| v);
 }
 
 pub fn scratch_f32(device: &Device, n: usize, name: &str) -> Result<Scratch> {
@@ -304,32 +295,7 @@ impl Backend for CpuBackend {
     }
 
     fn matmul_bias(&self, a: &Src, b: &Src, bias: &Src, dst: &mut Dst) -> Result<()> {
-        let d = matmul::Dims::of(a, dst);
-        #[cfg(target_arch = "x86_64")]
-        if a.dtype == DType::BF16
-            && bias.dtype == DType::BF16
-            && bias.layout.is_contiguous()
-            && d.m * d.n * d.k > 0
-            && bf16_gemm::bf16_gemm() == bf16_gemm::Bf16Gemm::Amx
-        {
-            let device = dst.buf.device().clone();
-            return bf16_gemm::amx::matmul_bias(
-                &device,
-                (slice(a)?, a.layout),
-                (slice(b)?, b.layout),
-                rows_of(bias)?,
-                slice_mut(dst)?,
-                d,
-            );
-        }
-        self.matmul(a, b, dst)?;
-        let bias = self.download_f32(bias)?;
-        let l = dst.layout.clone();
-        with_float_type!(dst.dtype, T => {
-            let out = slice_mut::<T>(dst)?;
-            matmul::add_bias_rows(&mut out[l.offset()..l.offset() + l.numel()], &bias);
-            Ok(())
-        }, _ => Err(unsupported("matmul_bias", dst.dtype)))
+        matmul::matmul_bias(self, a, b, bias, dst)
     }
 
     fn matmul(&self, a: &Src, b: &Src, dst: &mut Dst) -> Result<()> {

@@ -36,12 +36,15 @@
 //! neither on the thread count nor on the slab size. `TDPBF16PS` treats subnormal inputs and
 //! outputs as zero, like `VDPBF16PS`.
 //!
-//! Layout: this file (support, driver, tiles), `amx_pack` (the tile layouts).
+//! Layout: this file (support, driver), `amx_tiles` (the tile instructions), `amx_pack` (the
+//! tile layouts), `amx_store` (rounding the sums into C, with a bias).
 //!
 //! Not for: CPUs without AMX (the `VDPBF16PS` kernel, then widening), shape checks or batches'
 //! broadcasting (the ops layer).
 
 use super::amx_pack::{pack_a_rows, pack_b};
+use super::amx_store::round_row;
+use super::amx_tiles::{TileConfig, tiles_2x2};
 use super::pack::Strided;
 use super::{AMX_SMALL, for_each_product, slots};
 use crate::backend::cpu::Scratch;
@@ -51,7 +54,6 @@ use crate::shape::Layout;
 use half::bf16;
 use headroom_memory::Device;
 use rayon::prelude::*;
-use std::arch::asm;
 use std::sync::OnceLock;
 
 /// Rows (and columns) of C per task block: 2 × 2 tiles of 16.
@@ -400,187 +402,5 @@ fn row_block(
             // rows r0 .. r0 + 32.
             unsafe { round_row(row, c.0.add((r0 + i) * d.n + c0), cols, bias.as_ref()) };
         }
-    }
-}
-
-/// Rounds the first `cols` (≤ 32) of one row of f32 sums to bf16 at `dst`
-/// (`VCVTNEPS2BF16`: round-to-nearest-even, like `half`'s conversion, but subnormal results
-/// flushed to zero, as the native kernel's store does). With `bias` (the block's 32 bias values,
-/// widened), then adds it as the add op does: the rounded product widened (exactly: a
-/// `VCVTNEPS2BF16` result is never a signalling NaN), the bias added in f32, and the sum
-/// rounded as `Elem::from_f32` rounds (`narrow`), so the stored bits are those of the product
-/// followed by the add.
-///
-/// # Safety
-/// AVX512F/BW/VL and AVX512_BF16 are present; `dst` is valid for `cols` u16 writes.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn round_row(row: &[f32], dst: *mut u16, cols: usize, bias: Option<&[f32; BLOCK]>) {
-    use std::arch::x86_64::*;
-    let row: &[f32; BLOCK] = row.try_into().expect("a row of 32 sums");
-    // SAFETY: `row` holds 32 f32 (two vectors of 16).
-    let (lo, hi) = unsafe { (_mm512_loadu_ps(row.as_ptr()), _mm512_loadu_ps(row[16..].as_ptr())) };
-    let round = |v: __m512| bits(_mm512_cvtneps_pbh(v));
-    let (mut l, mut h) = (round(lo), round(hi));
-    if let Some(bias) = bias {
-        let widen = |h: __m256i| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)));
-        // SAFETY: `bias` holds 32 f32.
-        let (bl, bh) = unsafe { (_mm512_loadu_ps(bias.as_ptr()), _mm512_loadu_ps(bias[16..].as_ptr())) };
-        l = narrow(_mm512_add_ps(widen(l), bl));
-        h = narrow(_mm512_add_ps(widen(h), bh));
-    }
-    let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(l), h);
-    let mask = if cols >= BLOCK { u32::MAX } else { (1u32 << cols) - 1 };
-    // SAFETY: `dst` is valid for `cols` u16 writes and the mask writes only those.
-    unsafe { _mm512_mask_storeu_epi16(dst.cast(), mask, both) };
-}
-
-/// The 16 bf16 of a vector as their bit patterns.
-#[inline(always)]
-fn bits(v: std::arch::x86_64::__m256bh) -> std::arch::x86_64::__m256i {
-    // SAFETY: both are 256-bit vectors of plain bits; every pattern is valid for either.
-    unsafe { std::mem::transmute(v) }
-}
-
-/// 16 f32 rounded to bf16 bits as `Elem::from_f32` rounds them: by `VCVTNEPS2BF16`, which
-/// rounds normal values the same way (to nearest even), with the lanes it treats otherwise —
-/// f32 subnormals (which it flushes) and NaNs — redone by `Elem::from_f32`'s integer rule (add
-/// 0x7FFF plus the kept part's lowest bit and drop the low half; a NaN keeps its high half with
-/// the quiet bit set). Such lanes are rare, so the integer rule runs only when one is present.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-fn narrow(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m256i {
-    use std::arch::x86_64::*;
-    let fast = bits(_mm512_cvtneps_pbh(v));
-    let x = _mm512_castps_si512(v);
-    let abs = _mm512_and_si512(x, _mm512_set1_epi32(0x7FFF_FFFF));
-    let subnormal = _mm512_mask_cmplt_epu32_mask(
-        _mm512_test_epi32_mask(abs, abs),
-        abs,
-        _mm512_set1_epi32(0x0080_0000),
-    );
-    let nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7F80_0000));
-    let odd = subnormal | nan;
-    if odd == 0 {
-        return fast;
-    }
-    let high = _mm512_srli_epi32::<16>(x);
-    let lsb = _mm512_and_si512(high, _mm512_set1_epi32(1));
-    let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(
-        x,
-        _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb),
-    ));
-    let quiet = _mm512_or_si512(high, _mm512_set1_epi32(0x0040));
-    let exact = _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
-    _mm256_mask_blend_epi16(odd, fast, exact)
-}
-
-/// The tile shapes every task uses (palette 1): C tiles 0–3, A tiles 4–5 and B tiles 6–7, each
-/// 16 rows of 64 bytes. Loading it zeroes the tiles; dropping it releases them (`TILERELEASE`,
-/// so a context switch saves no tile state).
-struct TileConfig;
-
-impl TileConfig {
-    fn load() -> TileConfig {
-        #[repr(C, align(64))]
-        struct Config([u8; 64]);
-        let mut cfg = Config([0; 64]);
-        cfg.0[0] = 1; // palette 1
-        for t in 0..8 {
-            cfg.0[16 + 2 * t] = 64; // bytes per row
-            cfg.0[48 + t] = 16; // rows
-        }
-        // SAFETY: `supported()` held (asserted in `matmul`), and the 64-byte configuration is a
-        // valid palette-1 layout of eight 16 × 64-byte tiles.
-        unsafe { asm!("ldtilecfg [{}]", in(reg) cfg.0.as_ptr(), options(nostack, readonly)) };
-        TileConfig
-    }
-}
-
-impl Drop for TileConfig {
-    fn drop(&mut self) {
-        // SAFETY: releases the tile state loaded by `load`.
-        unsafe { asm!("tilerelease", options(nostack, nomem)) };
-    }
-}
-
-/// C (32 × 32 f32, `sums`) = A (32 rows at `a`, `a_stride` bytes apart) · B (two panels of
-/// `pairs` k-pair rows × 16 columns at `b`), over `tiles ≥ 1` steps of 16 k-pairs, from zero
-/// or, when `reload`, added to the sums already in `sums` (the f32 tiles load and store
-/// exactly, so splitting k this way gives the same bits as one pass).
-///
-/// # Safety
-/// The tile configuration of [`TileConfig`] is loaded on this thread; `a` holds 32 rows of
-/// `tiles · 64` bytes at `a_stride` bytes, `b` two panels of `pairs ≥ tiles · 16` rows of 16
-/// dwords.
-unsafe fn tiles_2x2(
-    a: *const u8,
-    a_stride: usize,
-    b: *const u32,
-    pairs: usize,
-    tiles: usize,
-    reload: bool,
-    sums: &mut [f32; BLOCK * BLOCK],
-) {
-    // SAFETY (for the pointer arithmetic): every offset lies inside the rows and panels the
-    // caller guarantees.
-    unsafe {
-        let a1 = a.add(16 * a_stride);
-        let b1 = b.add(pairs * PANEL);
-        let c = sums.as_mut_ptr();
-        if reload {
-            asm!(
-                "tileloadd tmm0, [{c0} + {sc}*1]",
-                "tileloadd tmm1, [{c1} + {sc}*1]",
-                "tileloadd tmm2, [{c2} + {sc}*1]",
-                "tileloadd tmm3, [{c3} + {sc}*1]",
-                c0 = in(reg) c,
-                c1 = in(reg) c.add(16),
-                c2 = in(reg) c.add(16 * BLOCK),
-                c3 = in(reg) c.add(16 * BLOCK + 16),
-                sc = in(reg) BLOCK * 4,
-                options(nostack, readonly),
-            );
-        } else {
-            asm!(
-                "tilezero tmm0",
-                "tilezero tmm1",
-                "tilezero tmm2",
-                "tilezero tmm3",
-                options(nostack, nomem),
-            );
-        }
-        asm!(
-            "2:",
-            "tileloadd tmm4, [{a0} + {sa}*1]",
-            "tileloadd tmm5, [{a1} + {sa}*1]",
-            "tileloadd tmm6, [{b0} + {sb}*1]",
-            "tileloadd tmm7, [{b1} + {sb}*1]",
-            "tdpbf16ps tmm0, tmm4, tmm6",
-            "tdpbf16ps tmm1, tmm4, tmm7",
-            "tdpbf16ps tmm2, tmm5, tmm6",
-            "tdpbf16ps tmm3, tmm5, tmm7",
-            "add {a0}, 64",
-            "add {a1}, 64",
-            "add {b0}, 1024",
-            "add {b1}, 1024",
-            "dec {n}",
-            "jnz 2b",
-            "tilestored [{c0} + {sc}*1], tmm0",
-            "tilestored [{c1} + {sc}*1], tmm1",
-            "tilestored [{c2} + {sc}*1], tmm2",
-            "tilestored [{c3} + {sc}*1], tmm3",
-            a0 = inout(reg) a => _,
-            a1 = inout(reg) a1 => _,
-            b0 = inout(reg) b => _,
-            b1 = inout(reg) b1 => _,
-            n = inout(reg) tiles => _,
-            sa = in(reg) a_stride,
-            sb = in(reg) 64usize,
-            c0 = in(reg) c,
-            c1 = in(reg) c.add(16),
-            c2 = in(reg) c.add(16 * BLOCK),
-            c3 = in(reg) c.add(16 * BLOCK + 16),
-            sc = in(reg) BLOCK * 4,
-            options(nostack),
-        );
     }
 }

@@ -41,6 +41,10 @@ pub(crate) mod amx;
 #[cfg(target_arch = "x86_64")]
 mod amx_pack;
 #[cfg(target_arch = "x86_64")]
+mod amx_store;
+#[cfg(target_arch = "x86_64")]
+mod amx_tiles;
+#[cfg(target_arch = "x86_64")]
 mod driver;
 #[cfg(target_arch = "x86_64")]
 mod kernel;
