@@ -134,6 +134,30 @@ pub fn convert_slice<T: Elem, U: Elem>(src: &[T], dst: &mut [U]) {
     map1(src, &Layout::contiguous(&[src.len()]), dst, |v| v);
 }
 
+/// `out[i] = x[i]` for a contiguous `out` and any same-shaped layout of `x`, bits unchanged:
+/// row by row (a `memcpy` where the row is contiguous), in parallel.
+pub fn gather<T: Copy + Send + Sync>(x: &[T], lx: &Layout, out: &mut [T]) {
+    if lx.is_contiguous() {
+        out.copy_from_slice(&x[lx.offset()..lx.offset() + out.len()]);
+        return;
+    }
+    let (inner, sx) = inner_dim(lx);
+    for_chunks(out, inner, |r0, chunk| {
+        let mut rows = RowStarts::new(lx, r0);
+        for row in chunk.chunks_mut(inner) {
+            let base = rows.next_start();
+            match sx {
+                1 => row.copy_from_slice(&x[base..base + inner]),
+                _ => {
+                    for (j, o) in row.iter_mut().enumerate() {
+                        *o = x[base + j * sx];
+                    }
+                }
+            }
+        }
+    });
+}
+
 /// `out[i] = f(a[i], b[i])` for a contiguous `out` and any same-shaped layouts of `a` and `b`.
 pub fn map2<T: Elem>(
     a: &[T],

@@ -99,6 +99,13 @@ impl CpuBackend {
     fn copy_float<T: Elem>(&self, src: &Src, dst: &mut Dst) -> Result<()> {
         let x = slice::<T>(src)?;
         let lo = dst.layout.clone();
+        if src.dtype == dst.dtype && lo.is_contiguous() {
+            // Same dtype: the bits move unchanged (no round trip through f32), as
+            // PyTorch's `copy_` moves them.
+            let out = &mut slice_mut::<T>(dst)?[lo.offset()..lo.offset() + lo.numel()];
+            elementwise::gather(x, src.layout, out);
+            return Ok(());
+        }
         with_float_type!(dst.dtype, U => {
             let out = slice_mut::<U>(dst)?;
             if lo.is_contiguous() {
