@@ -187,7 +187,8 @@ pub(crate) fn matmul(
 /// the sum rounded to bf16 again (`round_row`), so the bits are those of matmul then add.
 ///
 /// # Panics
-/// When [`supported`] is false, or `bias` does not hold n values.
+/// When [`supported`] is false, `bias` does not hold n values, or k is 0 (the backend adds a
+/// bias to an empty product without this kernel).
 pub(crate) fn matmul_bias(
     device: &Device,
     (a, la): (&[bf16], &Layout),
@@ -197,6 +198,7 @@ pub(crate) fn matmul_bias(
     d: Dims,
 ) -> Result<()> {
     assert_eq!(bias.len(), d.n, "one bias value per column");
+    assert!(d.k > 0, "an empty product's bias is added by the backend");
     run(device, (a, la), (b, lb), Some(bias), out, d)
 }
 
@@ -272,13 +274,8 @@ fn product(
 ) {
     let p = Padded::of(d);
     if p.pairs == 0 {
-        // k = 0: every sum is empty (the bias alone, rounded as the add op rounds it).
-        for row in out.chunks_mut(d.n.max(1)) {
-            for (j, o) in row.iter_mut().enumerate() {
-                let v = bias.map_or(0.0, |b| bf16::from_bits(b[j]).to_f32());
-                *o = <bf16 as crate::dtype::Elem>::from_f32(0.0 + v).to_bits();
-            }
-        }
+        // k = 0: every sum is empty (`matmul_bias` takes no such product).
+        out.fill(0);
         return;
     }
     let (pb, sums) = pb.split_at_mut(p.cols * p.slab_pairs());
