@@ -218,6 +218,16 @@ fn gpt_bf16_amx(bencher: Bencher, g: Gemm) {
     gpt(bencher, g, DType::BF16);
 }
 
+/// bf16 widened to f32 while packing, f32 FMA (the bf16 kernel of Intel CPUs without AMX).
+#[divan::bench(args = GPT, sample_count = 10, sample_size = 1)]
+fn gpt_bf16_fma(bencher: Bencher, g: Gemm) {
+    if set_bf16_gemm(Bf16Gemm::Fma) != Bf16Gemm::Fma {
+        eprintln!("gpt_bf16_fma: this CPU has no AVX-512; skipped");
+        return;
+    }
+    gpt(bencher, g, DType::BF16);
+}
+
 #[divan::bench(args = GPT, sample_count = 10, sample_size = 1)]
 fn gpt_bf16_widening(bencher: Bencher, g: Gemm) {
     set_bf16_gemm(Bf16Gemm::Widening);

@@ -7,7 +7,7 @@
 
 use headroom_memory::{AllocatorConfig, Category, Device};
 use headroom_tensor::backend::cpu::bf16_gemm::{
-    Bf16Gemm, bf16_gemm, native_supported, set_bf16_gemm,
+    Bf16Gemm, bf16_gemm, fma_supported, native_supported, set_bf16_gemm,
 };
 use headroom_tensor::{DType, Tensor};
 
@@ -39,10 +39,21 @@ fn reference(a: &[f32], b: &[f32], batch: usize, m: usize, k: usize, n: usize) -
 fn each_selectable_kernel_multiplies_exactly_on_integers() {
     let device = Device::cpu(64 << 20, AllocatorConfig::default());
     let mut kernels = vec![Bf16Gemm::Widening];
+    if fma_supported() {
+        kernels.push(Bf16Gemm::Fma);
+    } else {
+        assert_eq!(set_bf16_gemm(Bf16Gemm::Fma), Bf16Gemm::Widening);
+    }
     if native_supported() {
         kernels.push(Bf16Gemm::Native);
     } else {
-        assert_eq!(set_bf16_gemm(Bf16Gemm::Native), Bf16Gemm::Widening);
+        // The next kernel down that this CPU runs.
+        let next = if fma_supported() {
+            Bf16Gemm::Fma
+        } else {
+            Bf16Gemm::Widening
+        };
+        assert_eq!(set_bf16_gemm(Bf16Gemm::Native), next);
     }
     // Odd k, ragged m and n, a batch, and the right operand as a transposed view.
     let (batch, m, k, n) = (3, 13, 101, 70);

@@ -54,7 +54,7 @@ impl Backend for ShapeOnlyBackend {
         elementwise(&[x], &[dst]);
         Ok(())
     }
-    /// No arithmetic, but the same `temporary` scratch as the CPU kernel (bf16 widening).
+    /// No arithmetic, but the same `temporary` scratch as the CPU kernel in use.
     fn matmul(&self, a: &Src, _: &Src, dst: &mut Dst) -> Result<()> {
         let s = dst.layout.shape();
         let r = s.len();

@@ -1,12 +1,13 @@
 //! Batched matrix multiply on the `gemm` crate. f32 calls gemm directly with the operands' own
-//! strides (a transposed weight costs no copy). bf16 runs on the native `VDPBF16PS` kernel
-//! (`bf16_gemm`) where the CPU has AVX512_BF16. Otherwise bf16, and f16 always, are widened to
-//! f32 in tiles around gemm's f32 kernel: the right operand once per batch element, the left
-//! operand and the output in panels of `TILE_M` rows, all in `temporary` scratch from the device
-//! allocator (gemm's own f16 kernel was slower than this on CPUs without AVX512-FP16:
-//! `docs/benchmarks.md`). Small batched products (attention's per-head products) run their batch
-//! elements in parallel, each with its own tiles. Products accumulate in f32. Neither gemm nor
-//! the native kernel splits the k dimension across threads, so results are deterministic.
+//! strides (a transposed weight costs no copy). bf16 runs on the packed kernels of `bf16_gemm`
+//! (AMX tiles, `VDPBF16PS`, or f32 FMA on packed copies, whichever is fastest here) where the
+//! CPU has AVX-512. Otherwise bf16, and f16 always, are widened to f32 in tiles around gemm's
+//! f32 kernel: the right operand once per batch element, the left operand and the output in
+//! panels of `TILE_M` rows, all in `temporary` scratch from the device allocator (gemm's own
+//! f16 kernel was slower than this on CPUs without AVX512-FP16: `docs/benchmarks.md`). Small
+//! batched products (attention's per-head products) run their batch elements in parallel, each
+//! with its own tiles. Products accumulate in f32. Neither gemm nor the packed kernels split the
+//! k dimension across threads, so results are deterministic.
 //!
 //! Not for: shape checks or batch broadcasting (the ops layer hands in matching batch dims).
 
@@ -268,7 +269,10 @@ pub fn bf16_scratch(device: &Device, d: Dims) -> Result<Vec<Scratch>> {
     match bf16_gemm::bf16_gemm() {
         #[cfg(target_arch = "x86_64")]
         Bf16Gemm::Amx => Ok(bf16_gemm::amx::scratch(device, d)?.into()),
-        Bf16Gemm::Native => Ok(bf16_gemm::scratch(device, d)?.into()),
+        #[cfg(target_arch = "x86_64")]
+        Bf16Gemm::Native => Ok(bf16_gemm::native_scratch(device, d)?.into()),
+        #[cfg(target_arch = "x86_64")]
+        Bf16Gemm::Fma => Ok(bf16_gemm::fma_bf16_scratch(device, d)?.into()),
         _ => widening_scratch(device, d),
     }
 }
@@ -299,7 +303,8 @@ pub fn widening_scratch(device: &Device, d: Dims) -> Result<Vec<Scratch>> {
     Ok(out)
 }
 
-/// bf16 `out = a @ b` on the kernel in use: AMX tiles, native `VDPBF16PS` or widening to f32.
+/// bf16 `out = a @ b` on the kernel in use: AMX tiles, native `VDPBF16PS`, f32 FMA on packed
+/// copies, or widening to f32 around gemm.
 pub fn matmul_bf16(
     device: &Device,
     a: &[bf16],
@@ -312,7 +317,8 @@ pub fn matmul_bf16(
     #[cfg(target_arch = "x86_64")]
     match bf16_gemm::bf16_gemm() {
         Bf16Gemm::Amx => return bf16_gemm::amx::matmul(device, a, la, b, lb, out, d),
-        Bf16Gemm::Native => return bf16_gemm::matmul(device, a, la, b, lb, out, d),
+        Bf16Gemm::Native => return bf16_gemm::native(device, (a, la), (b, lb), out, d),
+        Bf16Gemm::Fma => return bf16_gemm::fma_bf16(device, (a, la), (b, lb), out, d),
         Bf16Gemm::Widening => {}
     }
     matmul_widening(device, a, la, b, lb, out, d)

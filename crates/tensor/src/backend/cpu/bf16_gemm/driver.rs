@@ -1,23 +1,25 @@
-//! The driver of the native bf16 GEMM: batches, packing into scratch, and the task grid over
-//! C that the threads share (see the parent module for the scheme).
+//! The driver of the packed bf16 GEMMs (`flavor`): batches, packing into scratch, and the task
+//! grid over C that the threads share (see the parent module for the scheme).
 //!
-//! Not for: the arithmetic (`kernel`) or the pair layouts (`pack`).
+//! Not for: the arithmetic (`kernel`, `fma_kernel`) or the packed layouts (`pack`,
+//! `fma_pack`).
 
-use super::kernel::{self, Store};
-use super::pack::{self, PACK_GROUP, Strided};
-use super::{MR, NR, Packed, SMALL, for_each_product, native_supported, scratch};
+use super::flavor::Flavor;
+use super::kernel::Store;
+use super::pack::{PACK_GROUP, Strided};
+use super::{MR, NR, Packed, SMALL, for_each_product, scratch};
 use crate::backend::cpu::Scratch;
 use crate::backend::cpu::matmul::Dims;
 use crate::error::Result;
 use crate::shape::Layout;
-use half::bf16;
 use headroom_memory::Device;
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
-/// Target depth of a k block (bf16 elements): the 64-column B block is `KC`·128 bytes, 32 KiB,
-/// which leaves room in a 32 KiB (Zen 4) or 48 KiB (Zen 5) L1D for the A sliver streaming by.
-const KC: usize = 256;
+/// Packed units (k-pairs of bf16, or k of f32) per k block: the 64-column B block is
+/// `BLOCK_UNITS`·256 bytes, 32 KiB, which leaves room in a 32 KiB (Zen 4) or 48 KiB (Zen 5,
+/// Intel Xeons) L1D for the A sliver streaming by.
+const BLOCK_UNITS: usize = 128;
 /// Most slivers (of 6 rows) one task owns; also the size of its f32 tile of partial sums
 /// (64 · 6 · 64 · 4 bytes = 96 KiB on the stack).
 const SLIVERS_PER_TASK: usize = 64;
@@ -26,33 +28,31 @@ const A_IN_L2: usize = 512 << 10;
 /// Fewest slivers per task however deep k is (each B block from L1 serves at least these).
 const MIN_SLIVERS: usize = 8;
 
-/// bf16 `out (batch, m, n) = a @ b` on `VDPBF16PS`.
+/// bf16 `out (batch, m, n) = a @ b` on flavor `F` (bf16 bits).
 ///
 /// # Panics
-/// When [`native_supported`] is false (callers check it through `bf16_gemm::bf16_gemm`).
-pub(crate) fn matmul(
+/// When `F::supported()` is false (callers check it through `bf16_gemm::bf16_gemm`).
+pub(crate) fn matmul<F: Flavor>(
     device: &Device,
-    a: &[bf16],
-    la: &Layout,
-    b: &[bf16],
-    lb: &Layout,
-    out: &mut [bf16],
+    (a, la): (&[u16], &Layout),
+    (b, lb): (&[u16], &Layout),
+    out: &mut [u16],
     d: Dims,
 ) -> Result<()> {
-    assert!(native_supported(), "the native bf16 GEMM needs AVX512_BF16");
-    let p = Packed::of(&d);
+    assert!(F::supported(), "this CPU lacks the GEMM's instructions");
+    let p = Packed::of(&d, F::DEPTH);
     // Held as the array, so the left buffer is freed before the right one: the order a dry run
     // frees them in. The cache's state after the free, and so later peaks, depend on it.
-    let mut scratch = scratch(device, d)?;
+    let mut scratch = scratch::<F>(device, d)?;
     let [sa, sb] = &mut scratch;
     for_each_product(
-        (bytemuck::cast_slice(a), la),
-        (bytemuck::cast_slice(b), lb),
-        bytemuck::cast_slice_mut(out),
+        (a, la),
+        (b, lb),
+        out,
         (&d, SMALL),
         (words(sa), words(sb)),
         (p.a_words(), p.b_words()),
-        |av, bv, o, pa, pb, parallel| product(av, bv, o, pa, pb, &d, p, parallel),
+        |av, bv, o, pa, pb, parallel| product::<F>(av, bv, o, pa, pb, &d, p, parallel),
     );
     Ok(())
 }
@@ -71,7 +71,7 @@ unsafe impl Sync for OutPtr {}
 
 /// One product: pack A and B, then run the tasks over C (`out`, m × n row-major).
 #[allow(clippy::too_many_arguments)]
-fn product(
+fn product<F: Flavor>(
     a: Strided,
     b: Strided,
     out: &mut [u16],
@@ -83,20 +83,20 @@ fn product(
 ) {
     let (m, n, k) = (d.m, d.n, d.k);
     let (pa, pb) = (&mut pa[..p.a_words()], &mut pb[..p.b_words()]);
-    let (block_pairs, _) = k_blocks(p.pairs);
+    let (block_units, _) = k_blocks(p.units);
     // Both operands are stored k block by k block, so what a task reads for one block (its
     // slivers, one panel) is one contiguous stream that hardware prefetchers follow.
-    let (a_block, b_block) = (p.slivers * block_pairs * MR, p.panels * block_pairs * NR);
+    let (a_block, b_block) = (p.slivers * block_units * MR, p.panels * block_units * NR);
     // Packing units: a group of slivers (or panels) for one k block.
     let pack_a = |blk: usize, g: usize, dst: &mut [u32]| {
-        let ps = blk * block_pairs..(blk * block_pairs + block_pairs).min(p.pairs);
-        // SAFETY: `product` runs only when `native_supported()` holds (asserted in `matmul`).
-        unsafe { pack::pack_a(a, m, k, g * PACK_GROUP, ps, dst) }
+        let us = blk * block_units..(blk * block_units + block_units).min(p.units);
+        // SAFETY: `product` runs only when `F::supported()` holds (asserted in `matmul`).
+        unsafe { F::pack_a(a, m, k, g * PACK_GROUP, us, dst) }
     };
     let pack_b = |blk: usize, g: usize, dst: &mut [u32]| {
-        let ps = blk * block_pairs..(blk * block_pairs + block_pairs).min(p.pairs);
+        let us = blk * block_units..(blk * block_units + block_units).min(p.units);
         // SAFETY: as for `pack_a`.
-        unsafe { pack::pack_b(b, k, n, g * PACK_GROUP, ps, dst) }
+        unsafe { F::pack_b(b, k, n, g * PACK_GROUP, us, dst) }
     };
     // A block holds `across` runs of equal length; a unit is PACK_GROUP of them.
     let group = |block: &[u32], across: usize| PACK_GROUP * (block.len() / across);
@@ -145,7 +145,7 @@ fn product(
     );
     let c = OutPtr(out.as_mut_ptr());
     let (pa, pb) = (&*pa, &*pb);
-    let task = |t: usize| grid.run(t, pa, pb, c, m, n);
+    let task = |t: usize| grid.run::<F>(t, pa, pb, c, m, n);
     if parallel {
         (0..grid.tasks()).into_par_iter().for_each(task);
     } else {
@@ -153,13 +153,13 @@ fn product(
     }
 }
 
-/// k-pairs per k block and the number of blocks: `pairs` cut into equal blocks of at most
-/// `KC / 2` pairs (the last may be shorter). It depends on k alone, so it fixes the order in
+/// Units per k block and the number of blocks: `units` cut into equal blocks of at most
+/// `BLOCK_UNITS` (the last may be shorter). It depends on k alone, so it fixes the order in
 /// which every element of C adds its products.
-fn k_blocks(pairs: usize) -> (usize, usize) {
-    let blocks = pairs.div_ceil(KC / 2).max(1);
-    let block_pairs = pairs.div_ceil(blocks);
-    (block_pairs, pairs.div_ceil(block_pairs))
+fn k_blocks(units: usize) -> (usize, usize) {
+    let blocks = units.div_ceil(BLOCK_UNITS).max(1);
+    let block_units = units.div_ceil(blocks);
+    (block_units, units.div_ceil(block_units))
 }
 
 /// How C is cut into tasks: `sliver_step` slivers × `panel_step` panels each.
@@ -168,8 +168,8 @@ struct Grid {
     p: Packed,
     sliver_step: usize,
     panel_step: usize,
-    /// k-pairs per k block, and the number of blocks.
-    block_pairs: usize,
+    /// Units per k block, and the number of blocks.
+    block_units: usize,
     blocks: usize,
 }
 
@@ -177,10 +177,10 @@ impl Grid {
     /// Cuts rows first, into as few tasks as the thread count and L2 allow. A task walks its
     /// panels and, for each, all of k over its slivers: every sliver reuses each B block from
     /// L1, so more slivers per task mean fewer B loads, but the task's packed A (slivers ×
-    /// k × 12 bytes) must stay in L2 to be reread for every panel, which caps the slivers at
+    /// units × 24 bytes) must stay in L2 to be reread for every panel, which caps the slivers at
     /// large k. Panels are cut too when rows alone give fewer than two tasks per thread.
     fn new(p: Packed, threads: usize) -> Grid {
-        let fit = (A_IN_L2 / (p.pairs * MR * 4)).clamp(MIN_SLIVERS, SLIVERS_PER_TASK);
+        let fit = (A_IN_L2 / (p.units * MR * 4)).clamp(MIN_SLIVERS, SLIVERS_PER_TASK);
         let row_tasks = p
             .slivers
             .div_ceil(fit)
@@ -190,12 +190,12 @@ impl Grid {
         let row_tasks = p.slivers.div_ceil(sliver_step);
         let target = if threads > 1 { 2 * threads } else { 1 };
         let panel_groups = target.div_ceil(row_tasks).clamp(1, p.panels);
-        let (block_pairs, blocks) = k_blocks(p.pairs);
+        let (block_units, blocks) = k_blocks(p.units);
         Grid {
             p,
             sliver_step,
             panel_step: p.panels.div_ceil(panel_groups),
-            block_pairs,
+            block_units,
             blocks,
         }
     }
@@ -205,7 +205,7 @@ impl Grid {
     }
 
     /// Runs task `t`: its panels one by one, k block by k block, every sliver per block.
-    fn run(&self, t: usize, pa: &[u32], pb: &[u32], c: OutPtr, m: usize, n: usize) {
+    fn run<F: Flavor>(&self, t: usize, pa: &[u32], pb: &[u32], c: OutPtr, m: usize, n: usize) {
         let row_tasks = self.p.slivers.div_ceil(self.sliver_step);
         let (s0, j0) = (
             (t % row_tasks) * self.sliver_step,
@@ -215,14 +215,14 @@ impl Grid {
             (s0 + self.sliver_step).min(self.p.slivers),
             (j0 + self.panel_step).min(self.p.panels),
         );
-        let pairs = self.p.pairs;
+        let units = self.p.units;
         // Written by a k block before the next one reads it, so it needs no initialising (a
         // 96 KiB memset per task would cost as much as a small product).
         let mut tile = [MaybeUninit::<f32>::uninit(); SLIVERS_PER_TASK * MR * NR];
         for j in j0..j1 {
             for blk in 0..self.blocks {
-                let p0 = blk * self.block_pairs;
-                let np = self.block_pairs.min(pairs - p0);
+                let p0 = blk * self.block_units;
+                let np = self.block_units.min(units - p0);
                 let last = blk + 1 == self.blocks;
                 for s in s0..s1 {
                     let part = tile[(s - s0) * MR * NR..].as_mut_ptr().cast::<f32>();
@@ -239,12 +239,12 @@ impl Grid {
                     };
                     let a = pa[(self.p.slivers * p0 + s * np) * MR..][..np * MR].as_ptr();
                     let b = pb[(self.p.panels * p0 + j * np) * NR..][..np * NR].as_ptr();
-                    // SAFETY: `product` runs only when `native_supported()` holds (asserted in
+                    // SAFETY: `product` runs only when `F::supported()` holds (asserted in
                     // `matmul`); the slices above hold np·MR and np·NR packed dwords; `part`
                     // is this task's MR·NR f32 of the stack tile, read only when blk > 0,
-                    // after block blk − 1 wrote all of it; the C corner is clipped to m × n, and no other task
-                    // owns slivers s0..s1 of panels j0..j1.
-                    unsafe { kernel::tile_6x64(np, a, b, (blk > 0).then_some(part), store) };
+                    // after block blk − 1 wrote all of it; the C corner is clipped to m × n,
+                    // and no other task owns slivers s0..s1 of panels j0..j1.
+                    unsafe { F::tile(np, a, b, (blk > 0).then_some(part), store) };
                 }
             }
         }

@@ -19,8 +19,9 @@ use std::arch::x86_64::*;
 pub(super) enum Store {
     /// More k blocks follow: all MR×NR sums go to an accumulator tile (row stride `NR`).
     Tile(*mut f32),
-    /// The last k block: round each sum once to bf16 (`VCVTNEPS2BF16`, round-to-nearest-even)
-    /// and write the `rows`×`cols` corner that lies inside C, row stride `ld` elements.
+    /// The last k block: round each sum once to bf16 (here by `VCVTNEPS2BF16`,
+    /// round-to-nearest-even) and write the `rows`×`cols` corner that lies inside C, row stride
+    /// `ld` elements.
     Out {
         ptr: *mut u16,
         ld: usize,

@@ -27,14 +27,19 @@
 //! sums, and `VCVTNEPS2BF16` flushes subnormal results (Intel SDM); the widening path keeps
 //! them. Neither matters at training magnitudes. Sources: `docs/sources.md` §17.
 //!
-//! Which kernel runs: the CPU is checked once. Where it has AMX-BF16 tiles (Intel Xeons from
-//! Sapphire Rapids on, whose `VDPBF16PS` runs only at the f32 FMA rate) the `amx` kernel runs;
-//! else this one where AVX512_BF16 exists; else the widening fallback.
-//! `HEADROOM_BF16_GEMM=native` or `=widening` in the environment, or [`set_bf16_gemm`], selects
-//! a slower one instead.
+//! The same driver runs a second flavor (`flavor`, `Bf16Gemm::Fma`) that widens the bf16
+//! operands to f32 while packing (`fma_pack`) and multiplies with f32 FMA (`fma_kernel`): the
+//! same exact products, summed in f32, at the FMA rate.
 //!
-//! Not for: f32 or f16 products (gemm), shape checks or batch broadcasting (the ops layer),
-//! fused epilogues (bias, activation) or a k-split for tall-skinny products.
+//! Which bf16 kernel runs: the CPU is checked once. Where it has AMX-BF16 tiles (Intel Xeons
+//! from Sapphire Rapids on) the `amx` kernel runs; else, on AMD CPUs with AVX512_BF16 (whose
+//! `VDPBF16PS` issues at twice the FMA rate), this one; else, with AVX-512, the FMA flavor
+//! (Intel's `VDPBF16PS` issues at half the FMA rate, measured in `docs/benchmarks.md`); else
+//! the widening fallback. `HEADROOM_BF16_GEMM=amx`, `=native`, `=fma` or `=widening` in the
+//! environment, or [`set_bf16_gemm`], selects another the CPU runs.
+//!
+//! Not for: f32 or f16 products (gemm), shape checks or batch broadcasting (the ops
+//! layer), fused epilogues (bias, activation) or a k-split for tall-skinny products.
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod amx;
@@ -47,18 +52,23 @@ mod amx_tiles;
 #[cfg(target_arch = "x86_64")]
 mod driver;
 #[cfg(target_arch = "x86_64")]
+mod flavor;
+#[cfg(target_arch = "x86_64")]
+mod fma_kernel;
+#[cfg(target_arch = "x86_64")]
+mod fma_pack;
+#[cfg(target_arch = "x86_64")]
 mod kernel;
 #[cfg(target_arch = "x86_64")]
 mod pack;
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests;
 
-#[cfg(target_arch = "x86_64")]
-pub(crate) use driver::matmul;
-
 use super::matmul::Dims;
 use super::{Scratch, scratch_f32};
 use crate::error::Result;
+use crate::shape::Layout;
+use half::bf16;
 use headroom_memory::Device;
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -86,6 +96,8 @@ pub enum Bf16Gemm {
     Amx,
     /// `VDPBF16PS` on packed bf16 pairs (this module); needs AVX512F/BW/VL and AVX512_BF16.
     Native,
+    /// bf16 widened to f32 while packing, f32 FMA (`fma_kernel`); needs AVX512F/BW/VL.
+    Fma,
     /// Widen tiles to f32 and call gemm's f32 kernels (`matmul.rs`); runs on any CPU.
     Widening,
 }
@@ -94,6 +106,7 @@ const UNDECIDED: u8 = 0;
 const NATIVE: u8 = 1;
 const WIDENING: u8 = 2;
 const AMX: u8 = 3;
+const FMA: u8 = 4;
 static CHOICE: AtomicU8 = AtomicU8::new(UNDECIDED);
 
 /// Whether this CPU has the instructions the native kernel needs.
@@ -104,6 +117,36 @@ pub fn native_supported() -> bool {
             && std::is_x86_feature_detected!("avx512bw")
             && std::is_x86_feature_detected!("avx512vl")
             && std::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether this CPU has the instructions of the FMA flavor (bf16 packed to f32).
+pub fn fma_supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vl")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether `VDPBF16PS` issues at least at the f32 FMA rate here, so the native kernel beats
+/// the FMA flavor: AMD's Zen 4 and Zen 5 (two bf16 products per lane per FMA slot). Intel
+/// cores issue it at half the FMA rate (measured: `docs/benchmarks.md`).
+fn native_is_fast() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let id = std::arch::x86_64::__cpuid(0);
+        // "AuthenticAMD" in EBX, EDX, ECX.
+        (id.ebx, id.edx, id.ecx) == (0x6874_7541, 0x6974_6E65, 0x444D_4163)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -123,20 +166,25 @@ pub fn amx_supported() -> bool {
     }
 }
 
-/// The kernel in use: the fastest this CPU runs (AMX, then `VDPBF16PS`, then widening), unless
-/// `HEADROOM_BF16_GEMM=native` or `=widening` in the environment, or [`set_bf16_gemm`], chose
-/// a slower one.
+/// The kernel in use: the fastest this CPU runs (AMX; then `VDPBF16PS` on AMD, the FMA flavor
+/// elsewhere; then widening), unless `HEADROOM_BF16_GEMM` in the environment, or
+/// [`set_bf16_gemm`], chose another.
 pub fn bf16_gemm() -> Bf16Gemm {
     match CHOICE.load(Ordering::Relaxed) {
         AMX => Bf16Gemm::Amx,
         NATIVE => Bf16Gemm::Native,
+        FMA => Bf16Gemm::Fma,
         WIDENING => Bf16Gemm::Widening,
         _ => {
             let forced = std::env::var("HEADROOM_BF16_GEMM");
             set_bf16_gemm(match forced.as_deref() {
                 Ok("widening") => Bf16Gemm::Widening,
                 Ok("native") => Bf16Gemm::Native,
-                _ => Bf16Gemm::Amx,
+                Ok("fma") => Bf16Gemm::Fma,
+                Ok("amx") => Bf16Gemm::Amx,
+                _ if amx_supported() => Bf16Gemm::Amx,
+                _ if native_supported() && native_is_fast() => Bf16Gemm::Native,
+                _ => Bf16Gemm::Fma,
             })
         }
     }
@@ -144,43 +192,47 @@ pub fn bf16_gemm() -> Bf16Gemm {
 
 /// Selects the kernel for the whole process (benchmarks and A/B runs; tests that run in
 /// parallel should call the kernels directly instead). A kernel the CPU cannot run falls back
-/// to the next (AMX to `Native` to `Widening`); returns the kernel now in use.
+/// to the next (AMX to `Native` to `Fma` to `Widening`); returns the kernel now in use.
 pub fn set_bf16_gemm(kernel: Bf16Gemm) -> Bf16Gemm {
     let chosen = match kernel {
         Bf16Gemm::Amx if amx_supported() => Bf16Gemm::Amx,
         Bf16Gemm::Amx | Bf16Gemm::Native if native_supported() => Bf16Gemm::Native,
+        Bf16Gemm::Amx | Bf16Gemm::Native | Bf16Gemm::Fma if fma_supported() => Bf16Gemm::Fma,
         _ => Bf16Gemm::Widening,
     };
     let code = match chosen {
         Bf16Gemm::Amx => AMX,
         Bf16Gemm::Native => NATIVE,
+        Bf16Gemm::Fma => FMA,
         Bf16Gemm::Widening => WIDENING,
     };
     CHOICE.store(code, Ordering::Relaxed);
     chosen
 }
 
-/// Sizes of one product's packed operands, in dwords (one k-pair each).
+/// Sizes of one product's packed operands, in dwords (one unit each: a k-pair of bf16, or
+/// one k of f32).
 #[derive(Debug, Clone, Copy)]
 struct Packed {
-    pairs: usize,
+    units: usize,
     slivers: usize,
     panels: usize,
 }
 
 impl Packed {
-    fn of(d: &Dims) -> Packed {
+    /// For a flavor packing `depth` k per dword.
+    fn of(d: &Dims, depth: usize) -> Packed {
         Packed {
-            pairs: d.k.div_ceil(2),
+            units: d.k.div_ceil(depth),
             slivers: d.m.div_ceil(MR),
             panels: d.n.div_ceil(NR),
         }
     }
     fn a_words(&self) -> usize {
-        self.slivers * self.pairs * MR
+        self.slivers * self.units * MR
     }
     fn b_words(&self) -> usize {
-        self.panels * self.pairs * NR
+        self.panels * self.units * NR
     }
 }
 
@@ -188,12 +240,12 @@ impl Packed {
 /// layouts `la`, `lb`): the element's operand views, its slice of C and of the packed scratch
 /// (`words` dwords of A and of B per element). Products of a batch below `batch_small`
 /// multiply-adds run [`slots`] elements at a time in parallel, each on one thread; larger ones
-/// one after another, each told (the last argument of `product`) to run in parallel inside unless it is
-/// below [`SMALL`]. Shared by the native and AMX kernels.
+/// one after another, each told (the last argument of `product`) to run in parallel inside
+/// unless it is below [`SMALL`]. Shared by the packed and AMX kernels.
 #[cfg(target_arch = "x86_64")]
 fn for_each_product(
-    (a, la): (&[u16], &crate::shape::Layout),
-    (b, lb): (&[u16], &crate::shape::Layout),
+    (a, la): (&[u16], &Layout),
+    (b, lb): (&[u16], &Layout),
     out: &mut [u16],
     (d, batch_small): (&Dims, usize),
     (pa, pb): (&mut [u32], &mut [u32]),
@@ -254,13 +306,60 @@ fn slots(d: &Dims, batch_small: usize) -> usize {
     }
 }
 
-/// The `temporary` scratch of the native kernel: the packed left and right operands of
+/// The `temporary` scratch of a packed flavor: the packed left and right operands of
 /// `slots(d)` batch elements. It depends on the dims only, so the shape-only backend's dry runs
 /// allocate exactly these bytes.
-pub(crate) fn scratch(device: &Device, d: Dims) -> Result<[Scratch; 2]> {
-    let (p, s) = (Packed::of(&d), slots(&d, SMALL));
+#[cfg(target_arch = "x86_64")]
+fn scratch<F: flavor::Flavor>(device: &Device, d: Dims) -> Result<[Scratch; 2]> {
+    let (p, s) = (Packed::of(&d, F::DEPTH), slots(&d, SMALL));
     Ok([
-        scratch_f32(device, s * p.a_words(), "matmul.bf16.packed_lhs")?,
-        scratch_f32(device, s * p.b_words(), "matmul.bf16.packed_rhs")?,
+        scratch_f32(device, s * p.a_words(), F::SCRATCH[0])?,
+        scratch_f32(device, s * p.b_words(), F::SCRATCH[1])?,
     ])
+}
+
+/// The scratch of [`native`].
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn native_scratch(device: &Device, d: Dims) -> Result<[Scratch; 2]> {
+    scratch::<flavor::Native>(device, d)
+}
+
+/// The scratch of [`fma_bf16`].
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn fma_bf16_scratch(device: &Device, d: Dims) -> Result<[Scratch; 2]> {
+    scratch::<flavor::FmaBf16>(device, d)
+}
+
+/// bf16 `out (batch, m, n) = a @ b` on `VDPBF16PS`.
+///
+/// # Panics
+/// When [`native_supported`] is false.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn native(
+    device: &Device,
+    (a, la): (&[bf16], &Layout),
+    (b, lb): (&[bf16], &Layout),
+    out: &mut [bf16],
+    d: Dims,
+) -> Result<()> {
+    let bits = bytemuck::cast_slice::<bf16, u16>;
+    let out = bytemuck::cast_slice_mut(out);
+    driver::matmul::<flavor::Native>(device, (bits(a), la), (bits(b), lb), out, d)
+}
+
+/// bf16 `out (batch, m, n) = a @ b`, widened while packing and multiplied by f32 FMA.
+///
+/// # Panics
+/// When [`fma_supported`] is false.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn fma_bf16(
+    device: &Device,
+    (a, la): (&[bf16], &Layout),
+    (b, lb): (&[bf16], &Layout),
+    out: &mut [bf16],
+    d: Dims,
+) -> Result<()> {
+    let bits = bytemuck::cast_slice::<bf16, u16>;
+    let out = bytemuck::cast_slice_mut(out);
+    driver::matmul::<flavor::FmaBf16>(device, (bits(a), la), (bits(b), lb), out, d)
 }

@@ -45,7 +45,7 @@ const AHEAD: usize = 8;
 
 /// Asks for the cache line holding `x` (a hint: no fault, no effect on results).
 #[inline(always)]
-fn prefetch(x: &u16) {
+pub(super) fn prefetch(x: &u16) {
     // SAFETY: PREFETCHT0 only hints the cache; any address is allowed, and `x` is a live
     // reference besides.
     unsafe {
@@ -282,7 +282,7 @@ fn column_b(src: &[u16], out: &mut [u32], cc: usize) {
 /// The transpose of a 16 × 16 block of dwords (`rows[i]` holds row i): 32-bit and 64-bit
 /// interleaves within 128-bit lanes, then two rounds of 128-bit lane shuffles.
 #[target_feature(enable = "avx512f")]
-fn transpose16(r: [__m512i; 16]) -> [__m512i; 16] {
+pub(super) fn transpose16(r: [__m512i; 16]) -> [__m512i; 16] {
     let t: [__m512i; 16] = std::array::from_fn(|i| {
         let (a, b) = (r[i & !1], r[i | 1]);
         if i % 2 == 0 {

@@ -1,5 +1,6 @@
-//! Every bf16 kernel (AMX tiles, native `VDPBF16PS`, the widening fallback) against an independent
-//! reference: a plain triple loop in f64 over the same bf16 inputs, read through the layouts.
+//! Every bf16 kernel (AMX tiles, native `VDPBF16PS`, f32 FMA on packed copies, the widening
+//! fallback) against an independent reference: a plain triple loop in f64 over the same bf16
+//! inputs, read through the layouts.
 //!
 //! Tolerance. bf16 × bf16 products are exact in f32 (8 + 8 significand bits ≤ 24), so the only
 //! roundings are the k − 1 f32 additions, in any order, and the final bf16 rounding. With
@@ -17,7 +18,9 @@
 //! (|x| ≤ 4): then every f32 partial sum is an exact integer, and the output must be exactly the
 //! bf16 rounding of the exact result, bit for bit.
 
-use super::{Bf16Gemm, amx, amx_supported, bf16_gemm, driver, native_supported};
+use super::{
+    Bf16Gemm, amx, amx_supported, bf16_gemm, fma_bf16, fma_supported, native, native_supported,
+};
 use crate::backend::cpu::matmul::{Dims, matmul_widening};
 use crate::shape::Layout;
 use half::bf16;
@@ -166,7 +169,8 @@ fn multiply(
     let device = device();
     match kernel {
         Bf16Gemm::Amx => amx::matmul(&device, a, la, b, lb, &mut out, d).unwrap(),
-        Bf16Gemm::Native => driver::matmul(&device, a, la, b, lb, &mut out, d).unwrap(),
+        Bf16Gemm::Native => native(&device, (a, la), (b, lb), &mut out, d).unwrap(),
+        Bf16Gemm::Fma => fma_bf16(&device, (a, la), (b, lb), &mut out, d).unwrap(),
         Bf16Gemm::Widening => matmul_widening(&device, a, la, b, lb, &mut out, d).unwrap(),
     }
     assert_eq!(
@@ -199,6 +203,9 @@ fn kernels() -> Vec<Bf16Gemm> {
     }
     if native_supported() {
         out.push(Bf16Gemm::Native);
+    }
+    if fma_supported() {
+        out.push(Bf16Gemm::Fma);
     }
     out.push(Bf16Gemm::Widening);
     out
@@ -384,6 +391,7 @@ fn selection_names_a_kernel_this_cpu_runs() {
     assert!(
         kernel == Bf16Gemm::Widening
             || (kernel == Bf16Gemm::Native && native_supported())
+            || (kernel == Bf16Gemm::Fma && fma_supported())
             || (kernel == Bf16Gemm::Amx && amx_supported())
     );
 }
