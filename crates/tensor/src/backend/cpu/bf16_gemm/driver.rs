@@ -12,6 +12,7 @@ use crate::backend::cpu::Scratch;
 use crate::backend::cpu::matmul::Dims;
 use crate::error::Result;
 use crate::shape::Layout;
+use half::bf16;
 use headroom_memory::Device;
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
@@ -28,15 +29,15 @@ const A_IN_L2: usize = 512 << 10;
 /// Fewest slivers per task however deep k is (each B block from L1 serves at least these).
 const MIN_SLIVERS: usize = 8;
 
-/// bf16 `out (batch, m, n) = a @ b` on flavor `F` (bf16 bits).
+/// bf16 `out (batch, m, n) = a @ b` on flavor `F`.
 ///
 /// # Panics
 /// When `F::supported()` is false (callers check it through `bf16_gemm::bf16_gemm`).
 pub(crate) fn matmul<F: Flavor>(
     device: &Device,
-    (a, la): (&[u16], &Layout),
-    (b, lb): (&[u16], &Layout),
-    out: &mut [u16],
+    (a, la): (&[bf16], &Layout),
+    (b, lb): (&[bf16], &Layout),
+    out: &mut [bf16],
     d: Dims,
 ) -> Result<()> {
     assert!(F::supported(), "this CPU lacks the GEMM's instructions");
@@ -46,9 +47,9 @@ pub(crate) fn matmul<F: Flavor>(
     let mut scratch = scratch::<F>(device, d)?;
     let [sa, sb] = &mut scratch;
     for_each_product(
-        (a, la),
-        (b, lb),
-        out,
+        (bytemuck::cast_slice(a), la),
+        (bytemuck::cast_slice(b), lb),
+        bytemuck::cast_slice_mut(out),
         (&d, SMALL),
         (words(sa), words(sb)),
         (p.a_words(), p.b_words()),

@@ -337,14 +337,12 @@ pub(crate) fn fma_bf16_scratch(device: &Device, d: Dims) -> Result<[Scratch; 2]>
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn native(
     device: &Device,
-    (a, la): (&[bf16], &Layout),
-    (b, lb): (&[bf16], &Layout),
+    a: (&[bf16], &Layout),
+    b: (&[bf16], &Layout),
     out: &mut [bf16],
     d: Dims,
 ) -> Result<()> {
-    let bits = bytemuck::cast_slice::<bf16, u16>;
-    let out = bytemuck::cast_slice_mut(out);
-    driver::matmul::<flavor::Native>(device, (bits(a), la), (bits(b), lb), out, d)
+    driver::matmul::<flavor::Native>(device, a, b, out, d)
 }
 
 /// bf16 `out (batch, m, n) = a @ b`, widened while packing and multiplied by f32 FMA.
@@ -354,12 +352,10 @@ pub(crate) fn native(
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn fma_bf16(
     device: &Device,
-    (a, la): (&[bf16], &Layout),
-    (b, lb): (&[bf16], &Layout),
+    a: (&[bf16], &Layout),
+    b: (&[bf16], &Layout),
     out: &mut [bf16],
     d: Dims,
 ) -> Result<()> {
-    let bits = bytemuck::cast_slice::<bf16, u16>;
-    let out = bytemuck::cast_slice_mut(out);
-    driver::matmul::<flavor::FmaBf16>(device, (bits(a), la), (bits(b), lb), out, d)
+    driver::matmul::<flavor::FmaBf16>(device, a, b, out, d)
 }
