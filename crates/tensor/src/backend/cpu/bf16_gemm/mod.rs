@@ -113,10 +113,7 @@ static CHOICE: AtomicU8 = AtomicU8::new(UNDECIDED);
 pub fn native_supported() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-            && std::is_x86_feature_detected!("avx512vl")
-            && std::is_x86_feature_detected!("avx512bf16")
+        fma_supported() && std::is_x86_feature_detected!("avx512bf16")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -124,7 +121,8 @@ pub fn native_supported() -> bool {
     }
 }
 
-/// Whether this CPU has the instructions of the FMA flavor (bf16 packed to f32).
+/// Whether this CPU has the instructions of the FMA flavor (bf16 packed to f32): AVX512F, BW
+/// and VL, which the native kernel needs too.
 pub fn fma_supported() -> bool {
     #[cfg(target_arch = "x86_64")]
     {

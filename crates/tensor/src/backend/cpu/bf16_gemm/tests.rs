@@ -313,7 +313,7 @@ fn gpt_layer_shapes() {
 }
 
 #[test]
-fn native_and_amx_bits_do_not_depend_on_the_thread_count() {
+fn packed_and_amx_bits_do_not_depend_on_the_thread_count() {
     let d = dims(2, 200, 300, 600);
     for kernel in kernels() {
         if kernel == Bf16Gemm::Widening {
@@ -339,7 +339,7 @@ fn native_and_amx_bits_do_not_depend_on_the_thread_count() {
 }
 
 #[test]
-fn native_and_amx_bits_do_not_depend_on_operand_layout() {
+fn packed_and_amx_bits_do_not_depend_on_operand_layout() {
     // The same matrices row-major and stored transposed: the AMX kernel reads whole 32-row
     // blocks of a row-major A in place and packs a transposed one; k = 1088 spans three slabs
     // of 512 (the last partial) and k = 600 two, whose sums wait in f32 between slabs; m = 70
