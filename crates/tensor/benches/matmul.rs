@@ -7,9 +7,15 @@
 //! has them), the native bf16 kernel (`VDPBF16PS`), the widening fallback and f32, all through
 //! `Tensor::matmul`.
 //!
+//! `peak_f32` and `peak_bf16` measure the cores' FMA and `VDPBF16PS` peaks in the same run
+//! (register-only loops on every rayon thread, `common/peak.rs`), so each GEMM rate can be read
+//! as a fraction of the peak of its own instruction.
+//!
 //! Run: `cargo bench -p headroom-tensor --bench matmul`
 
 mod common;
+#[path = "common/peak.rs"]
+mod peak;
 
 use divan::Bencher;
 use divan::counter::ItemsCount;
@@ -237,4 +243,37 @@ fn gpt_bf16_widening(bencher: Bencher, g: Gemm) {
 #[divan::bench(args = GPT, sample_count = 10, sample_size = 1)]
 fn gpt_f32(bencher: Bencher, g: Gemm) {
     gpt(bencher, g, DType::F32);
+}
+
+/// Every rayon thread runs `chains`; the sample counts all threads' flop.
+fn peak(bencher: Bencher, flop_per_instruction: usize, chains: unsafe fn(f32) -> f32) {
+    let threads = rayon::current_num_threads();
+    bencher
+        .counter(ItemsCount::new(peak::flop(threads, flop_per_instruction)))
+        .bench_local(|| {
+            // SAFETY: the callers checked the CPU features `chains` needs.
+            rayon::broadcast(|ctx| unsafe { chains(ctx.index() as f32) })
+        });
+}
+
+/// 512-bit FMA: 16 lanes × (multiply + add).
+#[cfg(target_arch = "x86_64")]
+#[divan::bench(sample_count = 10, sample_size = 1)]
+fn peak_f32(bencher: Bencher) {
+    if !std::is_x86_feature_detected!("avx512f") {
+        eprintln!("peak_f32: this CPU has no AVX-512F; skipped");
+        return;
+    }
+    peak(bencher, 32, peak::fma_chains);
+}
+
+/// 512-bit `VDPBF16PS`: 16 lanes × 2 bf16 products × (multiply + add).
+#[cfg(target_arch = "x86_64")]
+#[divan::bench(sample_count = 10, sample_size = 1)]
+fn peak_bf16(bencher: Bencher) {
+    if !(std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bf16")) {
+        eprintln!("peak_bf16: this CPU has no AVX512_BF16; skipped");
+        return;
+    }
+    peak(bencher, 64, peak::dpbf16_chains);
 }

@@ -6,7 +6,9 @@
 //! tile from q, k and `L` (p = exp(s − L)). No buffer of T×T elements is ever allocated: the
 //! only workspace is one `temporary` scratch of a few tiles per lane (the "SRAM" of the
 //! algorithm) and, in backward, the row vector `Dᵢ = dOᵢ·Oᵢ` (B·H·T f32).
-//! Tile products (S = Q Kᵀ, P V, dO Vᵀ, Pᵀ dO, dSᵀ Q, dS K) run on gemm, one thread each.
+//! Tile products (S = Q Kᵀ, P V, dO Vᵀ, Pᵀ dO, dSᵀ Q, dS K) run on one thread each, on the
+//! register kernel of `attention_tile.rs`; the task bodies (online softmax, probabilities)
+//! are compiled for AVX-512 where the CPU has it (`simd::wide`, same bits).
 //!
 //! Parallelism and determinism: the work is split into tasks of one (batch, head, block);
 //! forward and dQ tasks own a block of query rows, dK/dV tasks own a block of key rows, so every
@@ -19,9 +21,17 @@
 //! Dropout on the probabilities draws its mask from the counter-based generator at
 //! `offset + ((b·H + h)·T + i)·T + j`, so the backward recomputes exactly the forward's mask.
 //!
+//! The backward lives in `attention/backward.rs`.
+//!
 //! Not for: shape or dtype checks, or allocating outputs (see `ops::attention`).
 
+mod backward;
+
+pub use backward::backward;
+
+use super::attention_tile::{Mat, load, load_transposed, product};
 use super::math::fast_exp;
+use super::simd::wide;
 use super::{scratch_f32, slice, slice_mut, unsupported};
 use crate::backend::{AttentionSpec, Dst, Src};
 use crate::dtype::{Elem, with_float_type};
@@ -132,107 +142,6 @@ impl<'a, T: Elem> Rows<'a, T> {
     }
 }
 
-/// A row-major f32 matrix in a tile buffer: `rows × cols`, row stride `ld`.
-#[derive(Clone, Copy)]
-struct Mat<'a> {
-    data: &'a [f32],
-    rows: usize,
-    cols: usize,
-    ld: usize,
-}
-
-impl<'a> Mat<'a> {
-    fn new(data: &'a [f32], rows: usize, cols: usize, ld: usize) -> Mat<'a> {
-        assert!(
-            rows == 0 || cols == 0 || (rows - 1) * ld + cols <= data.len(),
-            "attention tile out of range"
-        );
-        Mat {
-            data,
-            rows,
-            cols,
-            ld,
-        }
-    }
-}
-
-/// `c = (accumulate ? c : 0) + beta · a · bᵀ` (`transpose_b`) or `… + beta · a · b`, on f32
-/// tiles with gemm on one thread (tasks are already parallel; one thread keeps the order of
-/// every sum fixed). `a` may be read transposed (`transpose_a`); `c` is `m × n`, row stride `ldc`.
-#[allow(clippy::too_many_arguments)]
-fn gemm_tile(
-    c: &mut [f32],
-    ldc: usize,
-    accumulate: bool,
-    a: Mat,
-    transpose_a: bool,
-    b: Mat,
-    transpose_b: bool,
-    beta: f32,
-) {
-    // Logical (m × k) · (k × n) with (row stride, column stride) of each operand.
-    let (m, k, a_rs, a_cs) = if transpose_a {
-        (a.cols, a.rows, 1, a.ld)
-    } else {
-        (a.rows, a.cols, a.ld, 1)
-    };
-    let (kb, n, b_rs, b_cs) = if transpose_b {
-        (b.cols, b.rows, 1, b.ld)
-    } else {
-        (b.rows, b.cols, b.ld, 1)
-    };
-    assert_eq!(k, kb, "attention tile product dims");
-    if m == 0 || n == 0 {
-        return;
-    }
-    assert!((m - 1) * ldc + n <= c.len(), "attention tile out of range");
-    if k == 0 {
-        if !accumulate {
-            (0..m).for_each(|r| c[r * ldc..r * ldc + n].fill(0.0));
-        }
-        return;
-    }
-    // SAFETY: `Mat::new` and the assertions above keep every index of a (m × k), b (k × n) and
-    // c (m × n) with the given strides inside their slices; c does not alias a or b (it is a
-    // `&mut` borrow).
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            ldc as isize,
-            accumulate,
-            a.data.as_ptr(),
-            a_cs as isize,
-            a_rs as isize,
-            b.data.as_ptr(),
-            b_cs as isize,
-            b_rs as isize,
-            1.0f32,
-            beta,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        )
-    }
-}
-
-/// Widens rows `i0..i0 + rows` of head `g` into a contiguous `(rows, D)` f32 tile.
-fn load<T: Elem>(x: &[T], l: &Bhtd, g: usize, i0: usize, rows: usize, tile: &mut [f32]) {
-    for r in 0..rows {
-        let start = l.row(g, i0 + r);
-        for (o, v) in tile[r * l.d..(r + 1) * l.d]
-            .iter_mut()
-            .zip(&x[start..start + l.d])
-        {
-            *o = v.to_f32();
-        }
-    }
-}
-
 /// The dropout multiplier of probability `(g, i, j)`: 0 or 1/(1 − p); 1 without dropout.
 #[inline(always)]
 fn keep(spec: &AttentionSpec, t: usize, g: usize, i: usize, j: usize) -> f32 {
@@ -248,7 +157,6 @@ fn keep(spec: &AttentionSpec, t: usize, g: usize, i: usize, j: usize) -> f32 {
         }
     }
 }
-
 /// Keys of block `j0..j0 + cols` that row `i` attends to: a prefix of `n` of them.
 #[inline(always)]
 fn visible(causal: bool, i: usize, j0: usize, cols: usize) -> usize {
@@ -272,7 +180,10 @@ fn run_lanes(
         .enumerate()
         .for_each(|(lane, buf)| {
             for task in (lane..n_tasks).step_by(lanes) {
-                f(task, buf);
+                wide(
+                    #[inline(always)]
+                    || f(task, buf),
+                );
             }
         });
 }
@@ -289,9 +200,9 @@ fn dkdv_per_lane(d: usize) -> usize {
     6 * TILE * d + 2 * TILE * TILE
 }
 
-/// f32 elements of one lane's dQ workspace.
+/// f32 elements of one lane's dQ workspace: q, dO, K, Kᵀ, V and dQ tiles, two score tiles.
 fn dq_per_lane(d: usize) -> usize {
-    5 * TILE * d + 2 * TILE * TILE
+    6 * TILE * d + 2 * TILE * TILE
 }
 
 /// Allocates and frees, in the kernels' order, the `temporary` scratch a forward (`backward`:
@@ -348,6 +259,8 @@ fn carve<const N: usize>(mut buf: &mut [f32], lens: [usize; N]) -> [&mut [f32]; 
     })
 }
 
+/// The forward: writes the output `o` and the row log-sum-exp `lse` (f32, one per query row)
+/// that the backward recomputes the probabilities from.
 pub fn forward(
     q: &Src,
     k: &Src,
@@ -392,279 +305,74 @@ fn forward_typed<T: Elem>(
     let per_lane = forward_per_lane(d);
     let mut scratch = scratch_f32(device, lanes(n_tasks) * per_lane, "attention.tiles")?;
     let (o, lse) = (Rows::new(o), Rows::new(lse));
-    run_lanes(scratch.slice_mut(), per_lane, n_tasks, |task, buf| {
-        let [qt, kt, vt, acc, s, m, l] = carve(
-            buf,
-            [
-                TILE * d,
-                TILE * d,
-                TILE * d,
-                TILE * d,
-                TILE * TILE,
-                TILE,
-                TILE,
-            ],
-        );
-        let (g, i0) = (task / nq, (task % nq) * TILE);
-        let rows = TILE.min(t - i0);
-        load(q, &lq, g, i0, rows, qt);
-        m.fill(f32::NEG_INFINITY);
-        l.fill(0.0);
-        acc.fill(0.0);
-        let key_end = if spec.causal { i0 + rows } else { t };
-        for j0 in (0..key_end).step_by(TILE) {
-            let cols = TILE.min(t - j0);
-            load(k, &lk, g, j0, cols, kt);
-            load(v, &lv, g, j0, cols, vt);
-            // S = scale · Q Kᵀ (rows, cols)
-            let (qm, km) = (Mat::new(qt, rows, d, d), Mat::new(kt, cols, d, d));
-            gemm_tile(s, TILE, false, qm, false, km, true, spec.scale);
-            for r in 0..rows {
-                let i = i0 + r;
-                let n = visible(spec.causal, i, j0, cols);
-                let sr = &mut s[r * TILE..r * TILE + cols];
-                if n > 0 {
-                    // Online softmax: rescale what was accumulated under the old max.
-                    let m_new = sr[..n].iter().fold(m[r], |a, &b| a.max(b));
-                    let correction = fast_exp(m[r] - m_new);
-                    acc[r * d..(r + 1) * d]
-                        .iter_mut()
-                        .for_each(|x| *x *= correction);
-                    sr[..n].iter_mut().for_each(|x| *x = fast_exp(*x - m_new));
-                    l[r] = l[r] * correction + sr[..n].iter().sum::<f32>();
-                    if spec.dropout.is_some() {
-                        for (c, x) in sr[..n].iter_mut().enumerate() {
-                            *x *= keep(spec, t, g, i, j0 + c);
-                        }
-                    }
-                    m[r] = m_new;
-                }
-                sr[n..].fill(0.0);
-            }
-            // acc += P V (rows, D)
-            let (pm, vm) = (Mat::new(s, rows, cols, TILE), Mat::new(vt, cols, d, d));
-            gemm_tile(acc, d, true, pm, false, vm, false, 1.0);
-        }
-        for r in 0..rows {
-            let i = i0 + r;
-            // SAFETY: row (g, i) of `o` and element (g, i) of `lse` belong to this task only
-            // (tasks own disjoint query blocks; `Bhtd::dst` checked that rows do not overlap).
-            unsafe {
-                o.store(lo.row(g, i), &acc[r * d..(r + 1) * d], 1.0 / l[r]);
-                lse.store(g * t + i, &[m[r] + l[r].ln()], 1.0);
-            }
-        }
-    });
-    Ok(())
-}
-
-pub fn backward(
-    saved: [&Src; 5],
-    d_o: &Src,
-    spec: &AttentionSpec,
-    dq: Option<&mut Dst>,
-    dk: Option<&mut Dst>,
-    dv: Option<&mut Dst>,
-) -> Result<()> {
-    let [q, k, v, o, lse] = saved;
-    let device = lse.buf.device().clone();
-    let views = [q, k, v, o, d_o]
-        .map(|x| Bhtd::src("attention_backward", x))
-        .into_iter()
-        .collect::<Result<Vec<_>>>()?;
-    let heads = q.layout.shape()[0] * views[0].h;
-    let (dq, dk, dv) = (grad_view(dq)?, grad_view(dk)?, grad_view(dv)?);
-    let lse_all = &slice::<f32>(lse)?[lse.layout.offset()..];
-    with_float_type!(q.dtype, T => {
-        let ins = [q, k, v, o, d_o];
-        let mut data: Vec<(&[T], Bhtd)> = Vec::with_capacity(5);
-        for (x, l) in ins.iter().zip(&views) {
-            data.push((slice::<T>(x)?, *l));
-        }
-        backward_typed::<T>(&device, &data, lse_all, heads, spec, [out::<T>(dq)?, out::<T>(dk)?, out::<T>(dv)?])
-    }, _ => Err(unsupported("attention_backward", q.dtype)))
-}
-
-/// A wanted gradient output with its checked view.
-fn grad_view<'a, 'b>(g: Option<&'a mut Dst<'b>>) -> Result<Option<(Bhtd, &'a mut Dst<'b>)>> {
-    g.map(|g| Ok((Bhtd::dst("attention_backward", g)?, g)))
-        .transpose()
-}
-
-/// A wanted gradient output as rows for parallel tasks.
-fn out<'a, T: Elem>(g: Option<(Bhtd, &'a mut Dst<'_>)>) -> Result<Option<(Bhtd, Rows<'a, T>)>> {
-    g.map(|(l, g)| Ok((l, Rows::new(slice_mut::<T>(g)?))))
-        .transpose()
-}
-
-/// `data` holds q, k, v, o, dO; `grads` the dQ, dK, dV outputs wanted.
-fn backward_typed<T: Elem>(
-    device: &Device,
-    data: &[(&[T], Bhtd)],
-    lse: &[f32],
-    heads: usize,
-    spec: &AttentionSpec,
-    grads: [Option<(Bhtd, Rows<'_, T>)>; 3],
-) -> Result<()> {
-    let [(q, lq), (k, lk), (v, lv), (o, lo), (d_o, ldo)] =
-        [0, 1, 2, 3, 4].map(|i| (data[i].0, data[i].1));
-    let (t, d) = (lq.t, lq.d);
-    let nb = t.div_ceil(TILE);
-    if heads * nb == 0 {
-        return Ok(());
-    }
-    // Dᵢ = dOᵢ·Oᵢ, the row term of the softmax derivative: (B·H·T,) f32.
-    let mut delta = scratch_f32(device, heads * t, "attention.delta")?;
-    delta
-        .slice_mut()
-        .par_chunks_mut(t)
-        .enumerate()
-        .for_each(|(g, dg)| {
-            for (i, di) in dg.iter_mut().enumerate() {
-                let (a, b) = (ldo.row(g, i), lo.row(g, i));
-                let mut acc = [0f32; 8];
-                for c in 0..d {
-                    acc[c % 8] += d_o[a + c].to_f32() * o[b + c].to_f32();
-                }
-                *di = ((acc[0] + acc[4]) + (acc[1] + acc[5]))
-                    + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-            }
-        });
-    let delta = &*delta.slice_mut();
-    let [dq, dk, dv] = grads;
-    let scale = spec.scale;
-
-    // The probabilities of a (query block, key block) tile and the score gradient, in place:
-    // on entry `s` = scale·Q Kᵀ and `dp` = dO Vᵀ; on exit `s` = P ⊙ Z (dropout multiplier Z)
-    // and `dp` = dS·scale = P ⊙ (Z ⊙ dP − D)·scale, zero where masked.
-    let probs = |g: usize,
-                 i0: usize,
-                 rows: usize,
-                 j0: usize,
-                 cols: usize,
-                 s: &mut [f32],
-                 dp: &mut [f32]| {
-        for r in 0..rows {
-            let i = i0 + r;
-            let n = visible(spec.causal, i, j0, cols);
-            let (li, di) = (lse[g * t + i], delta[g * t + i]);
-            let (sr, dr) = (
-                &mut s[r * TILE..r * TILE + cols],
-                &mut dp[r * TILE..r * TILE + cols],
-            );
-            sr[..n].iter_mut().for_each(|x| *x = fast_exp(*x - li));
-            if spec.dropout.is_some() {
-                for c in 0..n {
-                    let z = keep(spec, t, g, i, j0 + c);
-                    dr[c] = sr[c] * (z * dr[c] - di) * scale;
-                    sr[c] *= z;
-                }
-            } else {
-                for (x, p) in dr[..n].iter_mut().zip(&sr[..n]) {
-                    *x = p * (*x - di) * scale;
-                }
-            }
-            sr[n..].fill(0.0);
-            dr[n..].fill(0.0);
-        }
-    };
-
-    // dK and dV: one task per key block, summing over query blocks from the diagonal (causal).
-    if dk.is_some() || dv.is_some() {
-        let per_lane = dkdv_per_lane(d);
-        let mut scratch = scratch_f32(device, lanes(heads * nb) * per_lane, "attention.tiles")?;
-        run_lanes(scratch.slice_mut(), per_lane, heads * nb, |task, buf| {
-            let [kt, vt, dkt, dvt, qt, dot_, s, dp] = carve(
+    run_lanes(
+        scratch.slice_mut(),
+        per_lane,
+        n_tasks,
+        #[inline(always)]
+        |task, buf| {
+            let [qt, kt, vt, acc, s, m, l] = carve(
                 buf,
                 [
                     TILE * d,
                     TILE * d,
                     TILE * d,
                     TILE * d,
-                    TILE * d,
-                    TILE * d,
                     TILE * TILE,
-                    TILE * TILE,
+                    TILE,
+                    TILE,
                 ],
             );
-            let (g, kb) = (task / nb, task % nb);
-            let j0 = kb * TILE;
-            let cols = TILE.min(t - j0);
-            load(k, &lk, g, j0, cols, kt);
-            load(v, &lv, g, j0, cols, vt);
-            dkt.fill(0.0);
-            dvt.fill(0.0);
-            for qb in if spec.causal { kb } else { 0 }..nb {
-                let i0 = qb * TILE;
-                let rows = TILE.min(t - i0);
-                load(q, &lq, g, i0, rows, qt);
-                load(d_o, &ldo, g, i0, rows, dot_);
-                let (qm, km) = (Mat::new(qt, rows, d, d), Mat::new(kt, cols, d, d));
-                let (dom, vm) = (Mat::new(dot_, rows, d, d), Mat::new(vt, cols, d, d));
-                gemm_tile(s, TILE, false, qm, false, km, true, scale); // S (rows, cols)
-                gemm_tile(dp, TILE, false, dom, false, vm, true, 1.0); // dP (rows, cols)
-                probs(g, i0, rows, j0, cols, s, dp);
-                let (pm, dsm) = (
-                    Mat::new(s, rows, cols, TILE),
-                    Mat::new(dp, rows, cols, TILE),
-                );
-                gemm_tile(dvt, d, true, pm, true, dom, false, 1.0); // dV += (P⊙Z)ᵀ dO
-                gemm_tile(dkt, d, true, dsm, true, qm, false, 1.0); // dK += dSᵀ Q · scale
-            }
-            for c in 0..cols {
-                // SAFETY: rows j0..j0 + cols of head g belong to this task only.
-                unsafe {
-                    if let Some((l, out)) = &dk {
-                        out.store(l.row(g, j0 + c), &dkt[c * d..(c + 1) * d], 1.0);
-                    }
-                    if let Some((l, out)) = &dv {
-                        out.store(l.row(g, j0 + c), &dvt[c * d..(c + 1) * d], 1.0);
-                    }
-                }
-            }
-        });
-    }
-
-    // dQ: one task per query block, summing over the visible key blocks.
-    if let Some((l_dq, dq)) = dq {
-        let per_lane = dq_per_lane(d);
-        let mut scratch = scratch_f32(device, lanes(heads * nb) * per_lane, "attention.tiles")?;
-        run_lanes(scratch.slice_mut(), per_lane, heads * nb, |task, buf| {
-            let [qt, dot_, kt, vt, dqt, s, dp] = carve(
-                buf,
-                [
-                    TILE * d,
-                    TILE * d,
-                    TILE * d,
-                    TILE * d,
-                    TILE * d,
-                    TILE * TILE,
-                    TILE * TILE,
-                ],
-            );
-            let (g, i0) = (task / nb, (task % nb) * TILE);
+            let (g, i0) = (task / nq, (task % nq) * TILE);
             let rows = TILE.min(t - i0);
-            load(q, &lq, g, i0, rows, qt);
-            load(d_o, &ldo, g, i0, rows, dot_);
-            dqt.fill(0.0);
+            load(q, |r| lq.row(g, i0 + r), (rows, d), qt);
+            m.fill(f32::NEG_INFINITY);
+            l.fill(0.0);
+            acc.fill(0.0);
             let key_end = if spec.causal { i0 + rows } else { t };
             for j0 in (0..key_end).step_by(TILE) {
                 let cols = TILE.min(t - j0);
-                load(k, &lk, g, j0, cols, kt);
-                load(v, &lv, g, j0, cols, vt);
-                let (qm, km) = (Mat::new(qt, rows, d, d), Mat::new(kt, cols, d, d));
-                let (dom, vm) = (Mat::new(dot_, rows, d, d), Mat::new(vt, cols, d, d));
-                gemm_tile(s, TILE, false, qm, false, km, true, scale);
-                gemm_tile(dp, TILE, false, dom, false, vm, true, 1.0);
-                probs(g, i0, rows, j0, cols, s, dp);
-                let dsm = Mat::new(dp, rows, cols, TILE);
-                gemm_tile(dqt, d, true, dsm, false, km, false, 1.0); // dQ += dS K · scale
+                load_transposed(k, |c| lk.row(g, j0 + c), (cols, d), kt, TILE); // Kᵀ (D, cols)
+                load(v, |c| lv.row(g, j0 + c), (cols, d), vt);
+                // S = scale · Q Kᵀ (rows, cols)
+                let (qm, ktm) = (Mat::new(qt, rows, d, d), Mat::new(kt, d, cols, TILE));
+                product(s, TILE, false, (qm, false), ktm, spec.scale);
+                for r in 0..rows {
+                    let i = i0 + r;
+                    let n = visible(spec.causal, i, j0, cols);
+                    let sr = &mut s[r * TILE..r * TILE + cols];
+                    if n > 0 {
+                        // Online softmax: rescale what was accumulated under the old max.
+                        let m_new = sr[..n].iter().fold(m[r], |a, &b| a.max(b));
+                        let correction = fast_exp(m[r] - m_new);
+                        acc[r * d..(r + 1) * d]
+                            .iter_mut()
+                            .for_each(|x| *x *= correction);
+                        sr[..n].iter_mut().for_each(|x| *x = fast_exp(*x - m_new));
+                        l[r] = l[r] * correction + sr[..n].iter().sum::<f32>();
+                        if spec.dropout.is_some() {
+                            for (c, x) in sr[..n].iter_mut().enumerate() {
+                                *x *= keep(spec, t, g, i, j0 + c);
+                            }
+                        }
+                        m[r] = m_new;
+                    }
+                    sr[n..].fill(0.0);
+                }
+                // acc += P V (rows, D)
+                let (pm, vm) = (Mat::new(s, rows, cols, TILE), Mat::new(vt, cols, d, d));
+                product(acc, d, true, (pm, false), vm, 1.0);
             }
             for r in 0..rows {
-                // SAFETY: rows i0..i0 + rows of head g belong to this task only.
-                unsafe { dq.store(l_dq.row(g, i0 + r), &dqt[r * d..(r + 1) * d], 1.0) };
+                let i = i0 + r;
+                // SAFETY: row (g, i) of `o` and element (g, i) of `lse` belong to this task only
+                // (tasks own disjoint query blocks; `Bhtd::dst` checked that rows do not overlap).
+                unsafe {
+                    o.store(lo.row(g, i), &acc[r * d..(r + 1) * d], 1.0 / l[r]);
+                    lse.store(g * t + i, &[m[r] + l[r].ln()], 1.0);
+                }
             }
-        });
-    }
+        },
+    );
     Ok(())
 }

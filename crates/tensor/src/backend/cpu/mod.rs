@@ -5,6 +5,7 @@
 //! Not for: allocation of outputs (the ops layer does that) or autodiff.
 
 pub(crate) mod attention;
+mod attention_tile;
 pub mod bf16_gemm;
 mod causal_softmax;
 mod elementwise;

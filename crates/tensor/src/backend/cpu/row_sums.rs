@@ -61,7 +61,7 @@ unsafe fn transposed_sums(t: &[f32], c: usize) -> [f32; LANES] {
         // SAFETY: row k's columns j0..j0 + 16 lie inside row k (j0 + 16 ≤ full ≤ c).
         let r: [__m512; 16] =
             std::array::from_fn(|k| unsafe { _mm512_loadu_ps(t.as_ptr().add(k * c + j0)) });
-        for col in transpose16(r) {
+        for col in super::simd::transpose16_ps(r) {
             acc = _mm512_add_ps(acc, col);
         }
     }
@@ -72,46 +72,6 @@ unsafe fn transposed_sums(t: &[f32], c: usize) -> [f32; LANES] {
         for (k, o) in out.iter_mut().enumerate() {
             *o += t[k * c + j];
         }
-    }
-    out
-}
-
-/// The 16 × 16 transpose of `r` (vector k = row k): vector j of the result holds column j.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn transpose16(r: [std::arch::x86_64::__m512; 16]) -> [std::arch::x86_64::__m512; 16] {
-    use std::arch::x86_64::*;
-    // Round 1: interleave row pairs within each 128-bit lane: (a0 b0 a1 b1 | a4 b4 a5 b5 | …).
-    let t: [__m512; 16] = std::array::from_fn(|i| {
-        let (a, b) = (r[i & !1], r[i | 1]);
-        if i % 2 == 0 {
-            _mm512_unpacklo_ps(a, b)
-        } else {
-            _mm512_unpackhi_ps(a, b)
-        }
-    });
-    // Round 2: four rows per 128-bit lane. u[4i + m], lane L = rows 4i..4i+3 at column 4L + m.
-    let u: [__m512; 16] = std::array::from_fn(|i| {
-        let (g, m) = (i / 4 * 4, i % 4);
-        let (a, b) = (t[g + m / 2], t[g + 2 + m / 2]);
-        if m % 2 == 0 {
-            _mm512_shuffle_ps::<0x44>(a, b)
-        } else {
-            _mm512_shuffle_ps::<0xEE>(a, b)
-        }
-    });
-    // Round 3: a 4 × 4 transpose of 128-bit lanes among u[m], u[4 + m], u[8 + m], u[12 + m]:
-    // column 4L + m gathers lane L of each.
-    let mut out = r;
-    for m in 0..4 {
-        let v0 = _mm512_shuffle_f32x4::<0x44>(u[m], u[4 + m]);
-        let v1 = _mm512_shuffle_f32x4::<0xEE>(u[m], u[4 + m]);
-        let v2 = _mm512_shuffle_f32x4::<0x44>(u[8 + m], u[12 + m]);
-        let v3 = _mm512_shuffle_f32x4::<0xEE>(u[8 + m], u[12 + m]);
-        out[m] = _mm512_shuffle_f32x4::<0x88>(v0, v2);
-        out[4 + m] = _mm512_shuffle_f32x4::<0xDD>(v0, v2);
-        out[8 + m] = _mm512_shuffle_f32x4::<0x88>(v1, v3);
-        out[12 + m] = _mm512_shuffle_f32x4::<0xDD>(v1, v3);
     }
     out
 }
@@ -137,30 +97,6 @@ mod tests {
                     assert_eq!(g.to_bits(), want.to_bits(), "c {c}, n {n}, row {k}");
                 }
             }
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn the_register_transpose_moves_every_element() {
-        if !std::is_x86_feature_detected!("avx512f") {
-            return; // the path under test does not run on this CPU
-        }
-        use std::arch::x86_64::*;
-        let rows: Vec<[f32; 16]> = (0..16)
-            .map(|k| std::array::from_fn(|j| (k * 16 + j) as f32))
-            .collect();
-        // SAFETY: AVX-512F checked above; each row holds 16 f32.
-        let cols = unsafe {
-            let r = std::array::from_fn(|k| _mm512_loadu_ps(rows[k].as_ptr()));
-            transpose16(r)
-        };
-        for (j, col) in cols.iter().enumerate() {
-            let mut v = [0.0f32; 16];
-            // SAFETY: `v` has room for 16 f32.
-            unsafe { _mm512_storeu_ps(v.as_mut_ptr(), *col) };
-            let want: [f32; 16] = std::array::from_fn(|k| (k * 16 + j) as f32);
-            assert_eq!(v, want, "column {j}");
         }
     }
 }

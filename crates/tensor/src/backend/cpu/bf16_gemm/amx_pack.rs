@@ -7,6 +7,7 @@
 //!
 //! Not for: the tiles or the threads (`amx`).
 
+use super::super::simd::transpose16;
 use super::amx::{BLOCK, PANEL};
 use super::pack::Strided;
 
@@ -95,47 +96,11 @@ unsafe fn transposed_square(a: Strided, i0: usize, p0: usize, dst: &mut [u32], p
         // SAFETY: AVX512F is present (the caller's contract); both slices hold 16 values.
         *v = unsafe { pairs16(lo, hi) };
     }
-    // SAFETY: AVX512F is present (the caller's contract).
-    unsafe { transpose16(&mut r) };
+    let r = transpose16(r);
     for (i, row) in r.iter().enumerate() {
         let out = &mut dst[i * pairs..][..16];
         // SAFETY: `out` holds 16 dwords (64 bytes).
         unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), *row) };
-    }
-}
-
-/// Transposes a 16 × 16 matrix of dwords held as 16 row vectors: unpack 32- and 64-bit
-/// halves, then two rounds of 128-bit lane shuffles.
-///
-/// # Safety
-/// AVX512F is present.
-#[target_feature(enable = "avx512f")]
-unsafe fn transpose16(r: &mut [std::arch::x86_64::__m512i; 16]) {
-    use std::arch::x86_64::*;
-    let zero = _mm512_setzero_si512();
-    let mut t = [zero; 16];
-    for i in 0..8 {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    let mut u = [zero; 16];
-    for i in 0..4 {
-        let b = 4 * i;
-        u[b] = _mm512_unpacklo_epi64(t[b], t[b + 2]);
-        u[b + 1] = _mm512_unpackhi_epi64(t[b], t[b + 2]);
-        u[b + 2] = _mm512_unpacklo_epi64(t[b + 1], t[b + 3]);
-        u[b + 3] = _mm512_unpackhi_epi64(t[b + 1], t[b + 3]);
-    }
-    let mut v = [zero; 16];
-    for i in 0..4 {
-        v[i] = _mm512_shuffle_i32x4::<0x88>(u[i], u[i + 4]);
-        v[i + 4] = _mm512_shuffle_i32x4::<0xdd>(u[i], u[i + 4]);
-        v[i + 8] = _mm512_shuffle_i32x4::<0x88>(u[i + 8], u[i + 12]);
-        v[i + 12] = _mm512_shuffle_i32x4::<0xdd>(u[i + 8], u[i + 12]);
-    }
-    for i in 0..8 {
-        r[i] = _mm512_shuffle_i32x4::<0x88>(v[i], v[i + 8]);
-        r[i + 8] = _mm512_shuffle_i32x4::<0xdd>(v[i], v[i + 8]);
     }
 }
 
@@ -174,8 +139,7 @@ unsafe fn transposed_b_square(b: Strided, c0: usize, p0: usize, dst: &mut [u32])
         // SAFETY: `col` holds 32 u16 (64 bytes).
         *v = unsafe { _mm512_loadu_si512(col.as_ptr().cast()) };
     }
-    // SAFETY: AVX512F is present (the caller's contract).
-    unsafe { transpose16(&mut r) };
+    let r = transpose16(r);
     for (p, row) in r.iter().enumerate() {
         // SAFETY: `dst` holds 16 rows of 16 dwords.
         unsafe { _mm512_storeu_si512(dst[p * PANEL..][..16].as_mut_ptr().cast(), *row) };

@@ -13,7 +13,8 @@
 //!
 //! Not for: arithmetic or threads.
 
-use super::pack::{Strided, prefetch, transpose16};
+use super::super::simd::transpose16;
+use super::pack::{Strided, prefetch};
 use super::{MR, NR};
 use std::arch::x86_64::*;
 use std::ops::Range;

@@ -18,6 +18,7 @@
 //!
 //! Not for: arithmetic or threads.
 
+use super::super::simd::transpose16;
 use super::{MR, NR};
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -277,44 +278,4 @@ fn column_b(src: &[u16], out: &mut [u32], cc: usize) {
     if src.len() % 2 == 1 {
         out[src.len() / 2 * NR + cc] = pair(src[src.len() - 1], 0);
     }
-}
-
-/// The transpose of a 16 × 16 block of dwords (`rows[i]` holds row i): 32-bit and 64-bit
-/// interleaves within 128-bit lanes, then two rounds of 128-bit lane shuffles.
-#[target_feature(enable = "avx512f")]
-pub(super) fn transpose16(r: [__m512i; 16]) -> [__m512i; 16] {
-    let t: [__m512i; 16] = std::array::from_fn(|i| {
-        let (a, b) = (r[i & !1], r[i | 1]);
-        if i % 2 == 0 {
-            _mm512_unpacklo_epi32(a, b)
-        } else {
-            _mm512_unpackhi_epi32(a, b)
-        }
-    });
-    let u: [__m512i; 16] = std::array::from_fn(|i| {
-        let (base, j) = (i & !3, i % 4);
-        let (a, b) = (t[base + j / 2], t[base + j / 2 + 2]);
-        if j % 2 == 0 {
-            _mm512_unpacklo_epi64(a, b)
-        } else {
-            _mm512_unpackhi_epi64(a, b)
-        }
-    });
-    let v: [__m512i; 16] = std::array::from_fn(|i| {
-        let (base, j) = (i & !7, i % 4);
-        let (a, b) = (u[base + j], u[base + 4 + j]);
-        if i % 8 < 4 {
-            _mm512_shuffle_i32x4::<0x88>(a, b)
-        } else {
-            _mm512_shuffle_i32x4::<0xdd>(a, b)
-        }
-    });
-    std::array::from_fn(|i| {
-        let (a, b) = (v[i % 8], v[8 + i % 8]);
-        if i < 8 {
-            _mm512_shuffle_i32x4::<0x88>(a, b)
-        } else {
-            _mm512_shuffle_i32x4::<0xdd>(a, b)
-        }
-    })
 }

@@ -1,0 +1,471 @@
+//! The tiles of the memory-efficient attention (`attention.rs`): loading rows of a head into
+//! f32 tiles, plain or transposed, and the tile products `C (+)= β · op(A) · B`.
+//!
+//! The products are small (at most [`TILE`](super::attention::TILE) rows and columns, depth D
+//! or TILE) and their operands sit in a lane's scratch, in L1 or L2. On a CPU with AVX-512F
+//! they run on a register-blocked micro-kernel that reads the tiles where they are: blocks of
+//! up to 6 rows × 64 columns of C in 24 zmm accumulators; per step p of the depth it loads the
+//! B row p (4 zmm), broadcasts A(r, p) for each of the 6 rows and issues 24 fused
+//! multiply-adds, the BLIS micro-kernel scheme (Van Zee & van de Geijn, "BLIS: A Framework for
+//! Rapidly Instantiating BLAS Functionality", ACM TOMS 2015) without its packing, which tiles
+//! this size do not repay. A general GEMM (gemm, one thread) packs both operands on every
+//! call; on these tiles its packing and dispatch took more time than its arithmetic. Without
+//! AVX-512F the products run on gemm.
+//!
+//! B is always row-major (`k × n`, unit column stride): callers load a tile transposed when a
+//! product needs `Xᵀ` on the right ([`load_transposed`], [`transpose`]). A may be read either
+//! way, since its elements are broadcast one at a time.
+//!
+//! Every element of C is one sum over p in ascending order (a chain of fused multiply-adds from
+//! zero), then `C = C₀ + β·sum`: the same bits on any thread and any run.
+//!
+//! Not for: the online softmax or the task split (`attention.rs`).
+
+use crate::dtype::Elem;
+
+/// A row-major f32 matrix in a tile buffer: `rows × cols`, row stride `ld`.
+#[derive(Clone, Copy)]
+pub(super) struct Mat<'a> {
+    data: &'a [f32],
+    rows: usize,
+    cols: usize,
+    ld: usize,
+}
+
+impl<'a> Mat<'a> {
+    pub(super) fn new(data: &'a [f32], rows: usize, cols: usize, ld: usize) -> Mat<'a> {
+        assert!(
+            rows == 0 || cols == 0 || (rows - 1) * ld + cols <= data.len(),
+            "attention tile out of range"
+        );
+        Mat {
+            data,
+            rows,
+            cols,
+            ld,
+        }
+    }
+}
+
+/// `c = (accumulate ? c : 0) + beta · op(a) · b`, `op(a)` = `aᵀ` when `transpose_a`; `c` is
+/// `m × n` with row stride `ldc`, `b` is `k × n`.
+pub(super) fn product(
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+    (a, transpose_a): (Mat, bool),
+    b: Mat,
+    beta: f32,
+) {
+    // Logical (m × k) · (k × n); A(r, p) at a.data[r·a_rs + p·a_cs].
+    let (m, k, a_rs, a_cs) = if transpose_a {
+        (a.cols, a.rows, 1, a.ld)
+    } else {
+        (a.rows, a.cols, a.ld, 1)
+    };
+    let n = b.cols;
+    assert_eq!(k, b.rows, "attention tile product dims");
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!((m - 1) * ldc + n <= c.len(), "attention tile out of range");
+    if k == 0 {
+        if !accumulate {
+            (0..m).for_each(|r| c[r * ldc..r * ldc + n].fill(0.0));
+        }
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has AVX-512F (checked just above); `Mat::new` and the assertions
+        // above keep A (m × k with strides a_rs, a_cs), B (k × n, row stride b.ld) and C
+        // (m × n, row stride ldc) inside their slices; C is a `&mut` borrow, so it aliases
+        // neither.
+        unsafe {
+            avx512::product(
+                c.as_mut_ptr(),
+                ldc,
+                accumulate,
+                (a.data.as_ptr(), a_rs, a_cs),
+                (m, k, n),
+                (b.data.as_ptr(), b.ld),
+                beta,
+            )
+        };
+        return;
+    }
+    // SAFETY: as above, every index of A, B and C with the given strides is inside its slice,
+    // and C does not alias A or B.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            ldc as isize,
+            accumulate,
+            a.data.as_ptr(),
+            a_cs as isize,
+            a_rs as isize,
+            b.data.as_ptr(),
+            1,
+            b.ld as isize,
+            1.0f32,
+            beta,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
+    }
+}
+
+/// Widens `rows` rows of `d` elements of `x`, row `r` starting at `start(r)`, into a
+/// contiguous `(rows, d)` f32 tile.
+pub(super) fn load<T: Elem>(
+    x: &[T],
+    start: impl Fn(usize) -> usize,
+    (rows, d): (usize, usize),
+    tile: &mut [f32],
+) {
+    for r in 0..rows {
+        let s = start(r);
+        for (o, v) in tile[r * d..(r + 1) * d].iter_mut().zip(&x[s..s + d]) {
+            *o = v.to_f32();
+        }
+    }
+}
+
+/// As [`load`], transposed: a `(d, rows)` tile of row stride `ld`, element (c, r) = x[start(r) + c].
+pub(super) fn load_transposed<T: Elem>(
+    x: &[T],
+    start: impl Fn(usize) -> usize,
+    (rows, d): (usize, usize),
+    tile: &mut [f32],
+    ld: usize,
+) {
+    if rows == 0 || d == 0 {
+        return;
+    }
+    assert!(
+        rows <= ld && (d - 1) * ld + rows <= tile.len(),
+        "attention tile out of range"
+    );
+    for r in 0..rows {
+        let s = start(r);
+        for (c, v) in x[s..s + d].iter().enumerate() {
+            tile[c * ld + r] = v.to_f32();
+        }
+    }
+}
+
+/// `dst (cols × rows, row stride ld_dst) = srcᵀ` for a `rows × cols` tile of row stride `ld_src`.
+pub(super) fn transpose(src: Mat, dst: &mut [f32], ld_dst: usize) {
+    let (rows, cols) = (src.rows, src.cols);
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    assert!(
+        rows <= ld_dst && (cols - 1) * ld_dst + rows <= dst.len(),
+        "attention tile out of range"
+    );
+    for r in 0..rows {
+        for c in 0..cols {
+            dst[c * ld_dst + r] = src.data[r * src.ld + c];
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// Rows of C per register block.
+    const MR: usize = 6;
+    /// Columns of C per register block (4 zmm of 16 f32).
+    const NR: usize = 64;
+
+    /// See [`super::product`]: C (m × n, row stride ldc), A(r, p) at `a + r·a_rs + p·a_cs`,
+    /// B (k × n) at `b`, row stride `ldb`.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; every element of A, B and C those shapes and strides name is
+    /// inside its allocation, C writable and aliasing neither A nor B; m, k, n > 0.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn product(
+        c: *mut f32,
+        ldc: usize,
+        accumulate: bool,
+        (a, a_rs, a_cs): (*const f32, usize, usize),
+        (m, k, n): (usize, usize, usize),
+        (b, ldb): (*const f32, usize),
+        beta: f32,
+    ) {
+        let mut j = 0;
+        while j < n {
+            let w = (n - j).min(NR);
+            // Lanes of the last zmm of this column block that hold columns of C.
+            let last: __mmask16 = if w % 16 == 0 {
+                0xffff
+            } else {
+                (1 << (w % 16)) - 1
+            };
+            let mut r = 0;
+            while r < m {
+                let rows = (m - r).min(MR);
+                let block = Block {
+                    c: c.wrapping_add(r * ldc + j),
+                    ldc,
+                    accumulate,
+                    a: a.wrapping_add(r * a_rs),
+                    a_rs,
+                    a_cs,
+                    k,
+                    b: b.wrapping_add(j),
+                    ldb,
+                    last,
+                    beta,
+                };
+                // SAFETY: rows r..r + rows and columns j..j + w lie inside C, A's rows
+                // r..r + rows and B's columns j..j + w inside A and B (the contract); the
+                // block reads and writes no lane past column j + w (mask `last`).
+                unsafe {
+                    match (rows, w.div_ceil(16)) {
+                        (6, 4) => block.run::<6, 4>(),
+                        (6, 3) => block.run::<6, 3>(),
+                        (6, 2) => block.run::<6, 2>(),
+                        (6, 1) => block.run::<6, 1>(),
+                        (5, v) => block.run_rows::<5>(v),
+                        (4, v) => block.run_rows::<4>(v),
+                        (3, v) => block.run_rows::<3>(v),
+                        (2, v) => block.run_rows::<2>(v),
+                        (_, v) => block.run_rows::<1>(v),
+                    }
+                }
+                r += rows;
+            }
+            j += w;
+        }
+    }
+
+    /// One register block: `R` rows × `V` zmm of C.
+    struct Block {
+        c: *mut f32,
+        ldc: usize,
+        accumulate: bool,
+        a: *const f32,
+        a_rs: usize,
+        a_cs: usize,
+        k: usize,
+        b: *const f32,
+        ldb: usize,
+        last: __mmask16,
+        beta: f32,
+    }
+
+    impl Block {
+        /// # Safety
+        /// As [`Block::run`].
+        #[target_feature(enable = "avx512f")]
+        unsafe fn run_rows<const R: usize>(&self, v: usize) {
+            // SAFETY: forwarded contract.
+            unsafe {
+                match v {
+                    4 => self.run::<R, 4>(),
+                    3 => self.run::<R, 3>(),
+                    2 => self.run::<R, 2>(),
+                    _ => self.run::<R, 1>(),
+                }
+            }
+        }
+
+        /// `C[R × 16V] = (accumulate ? C : 0) + β · Σ_p A[·, p] B[p, ·]`, the last zmm of each
+        /// row masked by `last`.
+        ///
+        /// # Safety
+        /// The CPU has AVX-512F; the R rows of C, A's R rows over the k steps and B's k rows
+        /// over 16(V − 1) columns plus the lanes of `last` are in bounds.
+        #[target_feature(enable = "avx512f")]
+        #[inline]
+        unsafe fn run<const R: usize, const V: usize>(&self) {
+            let mut acc = [[_mm512_setzero_ps(); V]; R];
+            let mask = |q: usize| if q + 1 == V { self.last } else { 0xffff };
+            for p in 0..self.k {
+                // SAFETY: row p < k of B, columns inside the block (contract, masked tail).
+                let mut bv = [_mm512_setzero_ps(); V];
+                for (q, x) in bv.iter_mut().enumerate() {
+                    *x = unsafe {
+                        _mm512_maskz_loadu_ps(mask(q), self.b.add(p * self.ldb + 16 * q))
+                    };
+                }
+                for (r, row) in acc.iter_mut().enumerate() {
+                    // SAFETY: A(r, p) with r < R, p < k is in bounds (contract).
+                    let av = _mm512_set1_ps(unsafe { *self.a.add(r * self.a_rs + p * self.a_cs) });
+                    for (x, &bq) in row.iter_mut().zip(&bv) {
+                        *x = _mm512_fmadd_ps(av, bq, *x);
+                    }
+                }
+            }
+            let beta = _mm512_set1_ps(self.beta);
+            for (r, row) in acc.iter().enumerate() {
+                for (q, &x) in row.iter().enumerate() {
+                    // SAFETY: row r < R of C, the lanes of mask(q) inside the block (contract).
+                    unsafe {
+                        let at = self.c.add(r * self.ldc + 16 * q);
+                        let c0 = if self.accumulate {
+                            _mm512_maskz_loadu_ps(mask(q), at)
+                        } else {
+                            _mm512_setzero_ps()
+                        };
+                        _mm512_mask_storeu_ps(at, mask(q), _mm512_fmadd_ps(beta, x, c0));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deterministic mix of signs and magnitudes.
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// `C₀ + β·op(A)·B` in f64, the same strides as `product`'s arguments.
+    #[allow(clippy::too_many_arguments)]
+    fn reference(
+        c0: &[f32],
+        ldc: usize,
+        accumulate: bool,
+        (a, transpose_a): (Mat, bool),
+        b: Mat,
+        beta: f32,
+        (m, k, n): (usize, usize, usize),
+    ) -> Vec<f64> {
+        let mut out = vec![0.0f64; m * n];
+        for r in 0..m {
+            for c in 0..n {
+                let mut s = 0.0f64;
+                for p in 0..k {
+                    let x = if transpose_a {
+                        a.data[p * a.ld + r]
+                    } else {
+                        a.data[r * a.ld + p]
+                    };
+                    s += x as f64 * b.data[p * b.ld + c] as f64;
+                }
+                let base = if accumulate {
+                    c0[r * ldc + c] as f64
+                } else {
+                    0.0
+                };
+                out[r * n + c] = base + beta as f64 * s;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn products_match_the_f64_reference_on_ragged_tiles() {
+        // m, k, n cover full 6 × 64 register blocks, ragged rows (1..5), ragged columns (a
+        // masked last vector, a column count below 16) and depth 1.
+        for &(m, k, n) in &[
+            (6, 64, 64),
+            (13, 7, 70),
+            (5, 1, 3),
+            (64, 64, 64),
+            (1, 33, 17),
+        ] {
+            for &(transpose_a, accumulate) in &[(false, false), (true, true), (true, false)] {
+                let ld_a = if transpose_a { m + 3 } else { k + 2 };
+                let a_rows = if transpose_a { k } else { m };
+                let a_cols = if transpose_a { m } else { k };
+                let a_data = values(a_rows * ld_a, 1);
+                let b_data = values(k * (n + 5), 2);
+                let ldc = n + 1;
+                let c0 = values(m * ldc, 3);
+                let a = Mat::new(&a_data, a_rows, a_cols, ld_a);
+                let b = Mat::new(&b_data, k, n, n + 5);
+                let want = reference(&c0, ldc, accumulate, (a, transpose_a), b, 0.5, (m, k, n));
+                let mut c = c0.clone();
+                product(&mut c, ldc, accumulate, (a, transpose_a), b, 0.5);
+                for r in 0..m {
+                    for col in 0..n {
+                        let (got, w) = (c[r * ldc + col] as f64, want[r * n + col]);
+                        // k products of magnitude ≤ 1 summed in f32: |error| ≤ γ_k·k + ulp.
+                        let bound = (k as f64 + 2.0) * f32::EPSILON as f64 * (k as f64 + 1.0);
+                        assert!(
+                            (got - w).abs() <= bound,
+                            "{m}x{k}x{n} tA={transpose_a} acc={accumulate} ({r},{col}): {got} vs {w}"
+                        );
+                    }
+                    // Columns past n (the padding of C's rows) are left alone.
+                    if ldc > n {
+                        assert_eq!(c[r * ldc + n].to_bits(), c0[r * ldc + n].to_bits());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn integer_products_are_exact_and_zero_depth_clears_or_keeps() {
+        // Small integers: every partial sum is exact in f32, so any summation order must
+        // give the exact product.
+        let (m, k, n) = (7, 9, 40);
+        let a_data: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
+        let b_data: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 - 2.0).collect();
+        let (a, b) = (Mat::new(&a_data, m, k, k), Mat::new(&b_data, k, n, n));
+        let mut c = vec![1.0f32; m * n];
+        product(&mut c, n, true, (a, false), b, 2.0);
+        for r in 0..m {
+            for col in 0..n {
+                let s: f32 = (0..k)
+                    .map(|p| a_data[r * k + p] * b_data[p * n + col])
+                    .sum();
+                assert_eq!(c[r * n + col], 1.0 + 2.0 * s, "({r},{col})");
+            }
+        }
+        let empty_a = Mat::new(&[], m, 0, 0);
+        let empty_b = Mat::new(&[], 0, n, n);
+        let mut kept = vec![3.0f32; m * n];
+        product(&mut kept, n, true, (empty_a, false), empty_b, 1.0);
+        assert!(kept.iter().all(|&x| x == 3.0));
+        product(&mut kept, n, false, (empty_a, false), empty_b, 1.0);
+        assert!(kept.iter().all(|&x| x == 0.0));
+    }
+
+    #[test]
+    fn loads_and_transposes_place_every_element() {
+        let x: Vec<f32> = (0..40).map(|i| i as f32).collect();
+        // Rows start at 0, 10, 20 (stride 10), 4 elements each.
+        let mut plain = vec![0.0f32; 12];
+        load(&x, |r| 10 * r, (3, 4), &mut plain);
+        let mut t = vec![-1.0f32; 4 * 5];
+        load_transposed(&x, |r| 10 * r, (3, 4), &mut t, 5);
+        let mut t2 = vec![-1.0f32; 4 * 5];
+        transpose(Mat::new(&plain, 3, 4, 4), &mut t2, 5);
+        for r in 0..3 {
+            for c in 0..4 {
+                let v = (10 * r + c) as f32;
+                assert_eq!(plain[r * 4 + c], v);
+                assert_eq!(t[c * 5 + r], v);
+                assert_eq!(t2[c * 5 + r], v);
+            }
+        }
+        // The padding columns of the transposed tiles are untouched.
+        assert!((0..4).all(|c| t[c * 5 + 3] == -1.0 && t2[c * 5 + 4] == -1.0));
+    }
+}
