@@ -5,7 +5,7 @@
 //! `fma_pack`).
 
 use super::flavor::Flavor;
-use super::kernel::Store;
+use super::kernel::{Sliver, Store};
 use super::pack::{PACK_GROUP, Strided};
 use super::{MR, NR, Packed, SMALL, for_each_product, scratch};
 use crate::backend::cpu::Scratch;
@@ -84,6 +84,9 @@ fn product<F: Flavor>(
 ) {
     let (m, n, k) = (d.m, d.n, d.k);
     let (pa, pb) = (&mut pa[..p.a_words()], &mut pb[..p.b_words()]);
+    // A row-major A whose k pairs are whole is read where it lies; its scratch stays allocated
+    // (the scratch depends on the dims alone, as dry runs count it) but unused.
+    let a_in_place = F::A_IN_PLACE && a.cs == 1 && k % 2 == 0;
     let (block_units, _) = k_blocks(p.units);
     // Both operands are stored k block by k block, so what a task reads for one block (its
     // slivers, one panel) is one contiguous stream that hardware prefetchers follow.
@@ -101,7 +104,24 @@ fn product<F: Flavor>(
     };
     // A block holds `across` runs of equal length; a unit is PACK_GROUP of them.
     let group = |block: &[u32], across: usize| PACK_GROUP * (block.len() / across);
-    if parallel {
+    if a_in_place {
+        if parallel {
+            pb.par_chunks_mut(b_block)
+                .enumerate()
+                .for_each(|(blk, blk_b)| {
+                    let size = group(blk_b, p.panels);
+                    let units = blk_b.par_chunks_mut(size).enumerate();
+                    units.for_each(|(g, dst)| pack_b(blk, g, dst))
+                });
+        } else {
+            for (blk, blk_b) in pb.chunks_mut(b_block).enumerate() {
+                let size = group(blk_b, p.panels);
+                for (g, dst) in blk_b.chunks_mut(size).enumerate() {
+                    pack_b(blk, g, dst);
+                }
+            }
+        }
+    } else if parallel {
         rayon::join(
             || {
                 pa.par_chunks_mut(a_block)
@@ -146,7 +166,12 @@ fn product<F: Flavor>(
     );
     let c = OutPtr(out.as_mut_ptr());
     let (pa, pb) = (&*pa, &*pb);
-    let task = |t: usize| grid.run::<F>(t, pa, pb, c, m, n);
+    let a_src = if a_in_place {
+        ASource::InPlace(a)
+    } else {
+        ASource::Packed(pa)
+    };
+    let task = |t: usize| grid.run::<F>(t, a_src, pb, c, m, n);
     if parallel {
         (0..grid.tasks()).into_par_iter().for_each(task);
     } else {
@@ -161,6 +186,41 @@ fn k_blocks(units: usize) -> (usize, usize) {
     let blocks = units.div_ceil(BLOCK_UNITS).max(1);
     let block_units = units.div_ceil(blocks);
     (block_units, units.div_ceil(block_units))
+}
+
+/// Where the kernel reads A from.
+#[derive(Clone, Copy)]
+enum ASource<'a> {
+    /// Packed slivers (`Flavor::pack_a`), k block by k block.
+    Packed(&'a [u32]),
+    /// A row-major A (unit column stride, even k) as it lies.
+    InPlace(Strided<'a>),
+}
+
+impl ASource<'_> {
+    /// Sliver `s` of A for the k block of `np` units from unit `p0`; `p` gives the packed
+    /// layout. Rows past `m` (a ragged last sliver) repeat row m − 1: their sums land in rows
+    /// of the tile that are never stored to C.
+    fn sliver(&self, p: &Packed, s: usize, p0: usize, np: usize, m: usize) -> Sliver {
+        match *self {
+            ASource::Packed(pa) => {
+                Sliver::packed(pa[(p.slivers * p0 + s * np) * MR..][..np * MR].as_ptr())
+            }
+            ASource::InPlace(a) => {
+                let row = |r: usize| {
+                    let i = (s * MR + r).min(m - 1);
+                    // Pairs p0..p0 + np of row i: elements 2·p0 .. 2·(p0 + np) ≤ k.
+                    a.data[a.off + i * a.rs + 2 * p0..][..2 * np]
+                        .as_ptr()
+                        .cast::<u8>()
+                };
+                Sliver {
+                    rows: std::array::from_fn(row),
+                    step: 4,
+                }
+            }
+        }
+    }
 }
 
 /// How C is cut into tasks: `sliver_step` slivers × `panel_step` panels each.
@@ -206,7 +266,7 @@ impl Grid {
     }
 
     /// Runs task `t`: its panels one by one, k block by k block, every sliver per block.
-    fn run<F: Flavor>(&self, t: usize, pa: &[u32], pb: &[u32], c: OutPtr, m: usize, n: usize) {
+    fn run<F: Flavor>(&self, t: usize, a: ASource, pb: &[u32], c: OutPtr, m: usize, n: usize) {
         let row_tasks = self.p.slivers.div_ceil(self.sliver_step);
         let (s0, j0) = (
             (t % row_tasks) * self.sliver_step,
@@ -238,10 +298,13 @@ impl Grid {
                     } else {
                         Store::Tile(part)
                     };
-                    let a = pa[(self.p.slivers * p0 + s * np) * MR..][..np * MR].as_ptr();
+                    let a = a.sliver(&self.p, s, p0, np, m);
                     let b = pb[(self.p.panels * p0 + j * np) * NR..][..np * NR].as_ptr();
                     // SAFETY: `product` runs only when `F::supported()` holds (asserted in
-                    // `matmul`); the slices above hold np·MR and np·NR packed dwords; `part`
+                    // `matmul`); each row of the sliver holds np units (`ASource::sliver`
+                    // slices them: np·MR packed dwords, or 2·np bf16 of a row in place, and
+                    // A_IN_PLACE flavors are the only ones handed the latter), the slice of B
+                    // np·NR packed dwords; `part`
                     // is this task's MR·NR f32 of the stack tile, read only when blk > 0,
                     // after block blk − 1 wrote all of it; the C corner is clipped to m × n,
                     // and no other task owns slivers s0..s1 of panels j0..j1.

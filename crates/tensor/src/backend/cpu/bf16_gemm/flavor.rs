@@ -10,7 +10,7 @@
 //!
 //! Not for: the task grid, scratch or batches (`driver`, the parent module).
 
-use super::kernel::Store;
+use super::kernel::{Sliver, Store};
 use super::pack::Strided;
 use super::{fma_kernel, fma_pack, kernel, pack};
 use std::ops::Range;
@@ -21,6 +21,9 @@ pub(super) trait Flavor {
     const DEPTH: usize;
     /// The names of the packed operands' `temporary` scratch.
     const SCRATCH: [&'static str; 2];
+    /// Whether the kernel reads a row-major A of even k in place (two consecutive bf16 of a row
+    /// are a packed unit) instead of from a packed copy.
+    const A_IN_PLACE: bool;
     /// Whether this CPU has the instructions the packers and kernel use.
     fn supported() -> bool;
     /// Packs units `us` of consecutive slivers of `a` (m × k), the first being sliver `s0`,
@@ -35,18 +38,13 @@ pub(super) trait Flavor {
     /// # Safety
     /// [`Flavor::supported`] holds.
     unsafe fn pack_b(b: Strided, k: usize, n: usize, j0: usize, us: Range<usize>, dst: &mut [u32]);
-    /// `C[6×64] (+)= Σ A[u]·B[u]` over `units` packed units.
+    /// `C[6×64] (+)= Σ A[u]·B[u]` over `units` packed units; `a` is a packed sliver unless
+    /// [`Flavor::A_IN_PLACE`].
     ///
     /// # Safety
     /// [`Flavor::supported`] holds, and the pointers satisfy the contract of
     /// `kernel::tile_6x64` (with units in place of pairs).
-    unsafe fn tile(
-        units: usize,
-        a: *const u32,
-        b: *const u32,
-        load: Option<*const f32>,
-        store: Store,
-    );
+    unsafe fn tile(units: usize, a: Sliver, b: *const u32, load: Option<*const f32>, store: Store);
 }
 
 /// bf16 pairs on `VDPBF16PS`.
@@ -56,6 +54,7 @@ pub(super) struct FmaBf16;
 
 impl Flavor for Native {
     const DEPTH: usize = 2;
+    const A_IN_PLACE: bool = true;
     const SCRATCH: [&'static str; 2] = ["matmul.bf16.packed_lhs", "matmul.bf16.packed_rhs"];
     fn supported() -> bool {
         super::native_supported()
@@ -68,7 +67,7 @@ impl Flavor for Native {
         // SAFETY: as for `pack_a`.
         unsafe { pack::pack_b(b, k, n, j0, us, d) }
     }
-    unsafe fn tile(u: usize, a: *const u32, b: *const u32, l: Option<*const f32>, s: Store) {
+    unsafe fn tile(u: usize, a: Sliver, b: *const u32, l: Option<*const f32>, s: Store) {
         // SAFETY: forwarded contract.
         unsafe { kernel::tile_6x64(u, a, b, l, s) }
     }
@@ -76,6 +75,7 @@ impl Flavor for Native {
 
 impl Flavor for FmaBf16 {
     const DEPTH: usize = 1;
+    const A_IN_PLACE: bool = false;
     const SCRATCH: [&'static str; 2] = ["matmul.bf16.f32_packed_lhs", "matmul.bf16.f32_packed_rhs"];
     fn supported() -> bool {
         super::fma_supported()
@@ -88,7 +88,10 @@ impl Flavor for FmaBf16 {
         // SAFETY: as for `pack_a`.
         unsafe { fma_pack::pack_b(b, k, n, j0, us, d) }
     }
-    unsafe fn tile(u: usize, a: *const u32, b: *const u32, l: Option<*const f32>, s: Store) {
+    unsafe fn tile(u: usize, a: Sliver, b: *const u32, l: Option<*const f32>, s: Store) {
+        // A_IN_PLACE is false: the driver always hands this flavor a packed sliver.
+        debug_assert!(a.packed_start().is_some(), "the FMA flavor reads A packed");
+        let a = a.rows[0].cast::<u32>();
         // SAFETY: forwarded contract.
         unsafe { fma_kernel::tile_bf16(u, a, b, l, s) }
     }

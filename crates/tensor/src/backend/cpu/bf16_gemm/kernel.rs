@@ -8,11 +8,41 @@
 //! issues per cycle (AIDA64 timings in the public InstLatX64 dumps; `docs/sources.md` §17) with
 //! registers to spare for the B loads.
 //!
+//! A's pairs come through a [`Sliver`]: six row pointers and a step between pairs. A packed
+//! sliver (`pack::pack_a`) has its rows one dword apart and pairs `MR` dwords apart; a
+//! row-major A with even k is read where it lies (rows `lda` elements apart, pairs one dword
+//! apart), since two consecutive bf16 of a row are already the pair `VDPBF16PS` broadcasts. The
+//! sums are the same either way.
+//!
 //! Not for: packing (see `pack`) or blocking and threads (the parent module). The caller
 //! guarantees the CPU features; this file only computes.
 
 use super::{MR, NR};
 use std::arch::x86_64::*;
+
+/// Where a micro-tile's A pairs are: pair p of row r is the dword (two bf16, or one f32 for the
+/// FMA flavor) at byte `rows[r] + p·step`, possibly unaligned.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Sliver {
+    pub rows: [*const u8; MR],
+    pub step: usize,
+}
+
+impl Sliver {
+    /// A packed sliver starting at `a`: row r at dword r, pairs `MR` dwords apart.
+    pub(super) fn packed(a: *const u32) -> Sliver {
+        Sliver {
+            rows: std::array::from_fn(|r| a.wrapping_add(r).cast::<u8>()),
+            step: MR * 4,
+        }
+    }
+
+    /// The start of a packed sliver, if this is one (see [`Sliver::packed`]).
+    pub(super) fn packed_start(&self) -> Option<*const u32> {
+        let a = self.rows[0].cast::<u32>();
+        (self.step == MR * 4 && self.rows == Sliver::packed(a).rows).then_some(a)
+    }
+}
 
 /// Where a micro-tile's f32 sums go after one k block.
 #[derive(Debug, Clone, Copy)]
@@ -34,7 +64,8 @@ pub(super) enum Store {
 ///
 /// # Safety
 /// - The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512_BF16.
-/// - `a` points at `pairs·MR` readable dwords (sliver layout of `pack::pack_a`) and `b` at
+/// - For every row r < MR and pair p < pairs, the 4 bytes at `a.rows[r] + p·a.step` are
+///   readable (a packed sliver of `pack::pack_a`, or rows of A in place); `b` points at
 ///   `pairs·NR` readable dwords (panel layout of `pack::pack_b`).
 /// - `load`, when given, points at `MR·NR` readable f32 (row stride `NR`): the sums of the
 ///   earlier k blocks.
@@ -43,7 +74,7 @@ pub(super) enum Store {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
 pub(super) unsafe fn tile_6x64(
     pairs: usize,
-    a: *const u32,
+    a: Sliver,
     b: *const u32,
     load: Option<*const f32>,
     store: Store,
@@ -58,9 +89,10 @@ pub(super) unsafe fn tile_6x64(
         }
     }
     for p in 0..pairs {
-        // SAFETY: p < pairs, so the NR dwords at b + p·NR and the MR dwords at a + p·MR are
-        // inside the packed panel and sliver (contract above). `__m512i` and `__m512bh` are
-        // both 64-byte plain vectors, so the transmutes only relabel the lanes as bf16 pairs.
+        // SAFETY: p < pairs, so the NR dwords at b + p·NR are inside the packed panel and the
+        // dword of each row r at a.rows[r] + p·a.step is readable (contract above; read
+        // unaligned). `__m512i` and `__m512bh` are both 64-byte plain vectors, so the
+        // transmutes only relabel the lanes as bf16 pairs.
         unsafe {
             let bp = b.add(p * NR) as *const i32;
             let bv: [__m512bh; 4] = [
@@ -69,10 +101,9 @@ pub(super) unsafe fn tile_6x64(
                 std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_epi32(bp.add(32))),
                 std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_epi32(bp.add(48))),
             ];
-            let ap = a.add(p * MR);
             for (r, row) in c.iter_mut().enumerate() {
-                let av =
-                    std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(*ap.add(r) as i32));
+                let pair = a.rows[r].add(p * a.step).cast::<i32>().read_unaligned();
+                let av = std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(pair));
                 for (acc, &bq) in row.iter_mut().zip(&bv) {
                     *acc = _mm512_dpbf16_ps(*acc, av, bq);
                 }

@@ -9,7 +9,10 @@
 //! 1. Pack both operands once into k-pair dwords (`pack`): A in 6-row slivers, B in 64-column
 //!    panels, both stored k block by k block, from whatever strides the caller's layouts have
 //!    (a transposed operand is packed from its own strides, no copy first). The packed copies
-//!    live in `temporary` scratch from the device allocator.
+//!    live in `temporary` scratch from the device allocator. A row-major A (unit column
+//!    stride) of even k is not packed: two consecutive bf16 of a row are already the k-pair
+//!    the kernel broadcasts, so the kernel reads its slivers where they lie (`kernel::Sliver`;
+//!    measured +10 % on the GPT's forward and input-gradient shapes, `docs/benchmarks.md`).
 //! 2. Split C into tasks of consecutive slivers × a range of panels, run in parallel with
 //!    rayon (`driver`). A task walks its panels; for each it walks k in blocks of about 256
 //!    so that the block of the B panel (32 KiB) stays in L1 while every sliver of the task

@@ -64,6 +64,10 @@ enum Form {
     Transposed,
     /// Every other column of a wider matrix, one element in: a narrowed, non-unit-stride view.
     EveryOther,
+    /// The first columns of a wider row-major matrix, one element in, rows an odd number of
+    /// elements apart: unit column stride but row stride ≠ cols, as a head view of a fused
+    /// projection (read in place by the native kernel when k is even, at unaligned dwords).
+    Narrowed,
     /// One matrix broadcast over the batch (batch stride 0).
     Broadcast,
 }
@@ -86,6 +90,10 @@ fn operand(
             (batch * rows * width + 1, vec![rows * width, width, 2], 1)
         }
         Form::Broadcast => (rows * cols, vec![0, cols, 1], 0),
+        Form::Narrowed => {
+            let width = cols + 3;
+            (batch * rows * width + 1, vec![rows * width, width, 1], 1)
+        }
     };
     (values(len, seed, data), Layout::new(shape, strides, off))
 }
@@ -245,7 +253,8 @@ fn odd_k_and_ragged_edges() {
 #[test]
 fn deep_k_carries_sums_across_k_blocks() {
     // k beyond one k block (256): partial sums go through the task's f32 tile.
-    for (m, n, k) in [(20, 70, 257), (9, 64, 513), (31, 100, 1001)] {
+    // Even k too (514: a row-major A read in place, three k blocks, m ragged).
+    for (m, n, k) in [(20, 70, 257), (9, 64, 513), (31, 100, 1001), (13, 70, 514)] {
         for kernel in kernels() {
             run(kernel, dims(1, m, n, k), Form::RowMajor, Form::RowMajor);
         }
@@ -254,11 +263,18 @@ fn deep_k_carries_sums_across_k_blocks() {
 
 #[test]
 fn transposed_and_strided_operands() {
-    let forms = [Form::RowMajor, Form::Transposed, Form::EveryOther];
+    let forms = [
+        Form::RowMajor,
+        Form::Transposed,
+        Form::EveryOther,
+        Form::Narrowed,
+    ];
     for fa in forms {
         for fb in forms {
             for kernel in kernels() {
+                // k odd (packed A) and even (a unit-stride A read in place by the native kernel).
                 run(kernel, dims(2, 19, 67, 41), fa, fb);
+                run(kernel, dims(2, 19, 67, 40), fa, fb);
             }
         }
     }
@@ -341,7 +357,8 @@ fn packed_and_amx_bits_do_not_depend_on_the_thread_count() {
 #[test]
 fn packed_and_amx_bits_do_not_depend_on_operand_layout() {
     // The same matrices row-major and stored transposed: the AMX kernel reads whole 32-row
-    // blocks of a row-major A in place and packs a transposed one; k = 1088 spans three slabs
+    // blocks of a row-major A in place and packs a transposed one, the native kernel reads a
+    // row-major A of even k in place; k = 1088 spans three slabs
     // of 512 (the last partial) and k = 600 two, whose sums wait in f32 between slabs; m = 70
     // leaves a ragged block that is packed either way.
     for d in [dims(1, 70, 50, 1088), dims(2, 64, 96, 600)] {
