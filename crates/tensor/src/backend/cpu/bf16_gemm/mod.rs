@@ -183,11 +183,29 @@ pub fn bf16_gemm() -> Bf16Gemm {
                 Ok("native") => Bf16Gemm::Native,
                 Ok("fma") => Bf16Gemm::Fma,
                 Ok("amx") => Bf16Gemm::Amx,
-                _ if amx_supported() => Bf16Gemm::Amx,
-                _ if native_supported() && native_is_fast() => Bf16Gemm::Native,
-                _ => Bf16Gemm::Fma,
+                Ok("") | Err(_) => default_bf16_gemm(),
+                Ok(other) => {
+                    // A benchmarking switch: a typo must not pass for a measured choice.
+                    eprintln!(
+                        "warning: HEADROOM_BF16_GEMM={other:?} is not one of amx, native, fma, \
+                         widening; using this CPU's default bf16 kernel"
+                    );
+                    default_bf16_gemm()
+                }
             })
         }
+    }
+}
+
+/// The fastest kernel this CPU runs: AMX, then `VDPBF16PS` on AMD, then the FMA flavor
+/// (`set_bf16_gemm` falls back further to widening on CPUs without AVX-512).
+fn default_bf16_gemm() -> Bf16Gemm {
+    if amx_supported() {
+        Bf16Gemm::Amx
+    } else if native_supported() && native_is_fast() {
+        Bf16Gemm::Native
+    } else {
+        Bf16Gemm::Fma
     }
 }
 
