@@ -188,20 +188,15 @@ fn run_lanes(
         });
 }
 
-/// How many lanes (scratch slices) `n_tasks` tasks run on: a few per thread, for balance.
 /// f32 elements of one lane's forward workspace: q, k, v tiles and the output accumulator
 /// (TILE, D); the score tile (TILE, TILE); the running max m and sum l (TILE,).
 fn forward_per_lane(d: usize) -> usize {
     4 * TILE * d + TILE * TILE + 2 * TILE
 }
 
-/// f32 elements of one lane's dK/dV workspace.
-fn dkdv_per_lane(d: usize) -> usize {
-    6 * TILE * d + 2 * TILE * TILE
-}
-
-/// f32 elements of one lane's dQ workspace: q, dO, K, Kᵀ, V and dQ tiles, two score tiles.
-fn dq_per_lane(d: usize) -> usize {
+/// f32 elements of one lane's workspace in either backward pass (dK/dV or dQ): six (TILE, D)
+/// tiles and two (TILE, TILE) score tiles (`backward::tiles`).
+fn backward_per_lane(d: usize) -> usize {
     6 * TILE * d + 2 * TILE * TILE
 }
 
@@ -230,14 +225,14 @@ pub fn reserve_workspace(
             if want_kv {
                 drop(scratch_f32(
                     device,
-                    lanes(heads * nb) * dkdv_per_lane(d),
+                    lanes(heads * nb) * backward_per_lane(d),
                     "attention.tiles",
                 )?);
             }
             if want_q {
                 drop(scratch_f32(
                     device,
-                    lanes(heads * nb) * dq_per_lane(d),
+                    lanes(heads * nb) * backward_per_lane(d),
                     "attention.tiles",
                 )?);
             }
@@ -246,6 +241,7 @@ pub fn reserve_workspace(
     Ok(())
 }
 
+/// How many lanes (scratch slices) `n_tasks` tasks run on: a few per thread, for balance.
 fn lanes(n_tasks: usize) -> usize {
     n_tasks.min(4 * rayon::current_num_threads()).max(1)
 }

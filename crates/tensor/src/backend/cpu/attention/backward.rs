@@ -10,7 +10,7 @@ use super::super::attention_tile::{Mat, load, load_transposed, product, transpos
 use super::super::math::fast_exp;
 use super::super::simd::wide;
 use super::super::{scratch_f32, slice, slice_mut, unsupported};
-use super::{Bhtd, Rows, TILE, carve, dkdv_per_lane, dq_per_lane, keep, lanes, run_lanes, visible};
+use super::{Bhtd, Rows, TILE, backward_per_lane, carve, keep, lanes, run_lanes, visible};
 use crate::backend::{AttentionSpec, Dst, Src};
 use crate::dtype::{Elem, with_float_type};
 use crate::error::Result;
@@ -54,6 +54,13 @@ fn probs_rows(
         sr[n..].fill(0.0);
         dr[n..].fill(0.0);
     }
+}
+
+/// One lane's backward workspace (`backward_per_lane`): six (TILE, D) tiles, then two
+/// (TILE, TILE) score tiles.
+fn tiles(buf: &mut [f32], d: usize) -> [&mut [f32]; 8] {
+    let (t, s) = (TILE * d, TILE * TILE);
+    carve(buf, [t, t, t, t, t, t, s, s])
 }
 
 /// Gradients of the attention whose forward saved `[q, k, v, o, lse]`, given dO: the
@@ -145,7 +152,7 @@ fn backward_typed<T: Elem>(
 
     // dK and dV: one task per key block, summing over query blocks from the diagonal (causal).
     if dk.is_some() || dv.is_some() {
-        let per_lane = dkdv_per_lane(d);
+        let per_lane = backward_per_lane(d);
         let mut scratch = scratch_f32(device, lanes(heads * nb) * per_lane, "attention.tiles")?;
         run_lanes(
             scratch.slice_mut(),
@@ -153,19 +160,7 @@ fn backward_typed<T: Elem>(
             heads * nb,
             #[inline(always)]
             |task, buf| {
-                let [kt, vt, dkt, dvt, qt, dot_, s, dp] = carve(
-                    buf,
-                    [
-                        TILE * d,
-                        TILE * d,
-                        TILE * d,
-                        TILE * d,
-                        TILE * d,
-                        TILE * d,
-                        TILE * TILE,
-                        TILE * TILE,
-                    ],
-                );
+                let [kt, vt, dkt, dvt, qt, dot_, s, dp] = tiles(buf, d);
                 let (g, kb) = (task / nb, task % nb);
                 let j0 = kb * TILE;
                 let cols = TILE.min(t - j0);
@@ -207,7 +202,7 @@ fn backward_typed<T: Elem>(
 
     // dQ: one task per query block, summing over the visible key blocks.
     if let Some((l_dq, dq)) = dq {
-        let per_lane = dq_per_lane(d);
+        let per_lane = backward_per_lane(d);
         let mut scratch = scratch_f32(device, lanes(heads * nb) * per_lane, "attention.tiles")?;
         run_lanes(
             scratch.slice_mut(),
@@ -215,19 +210,7 @@ fn backward_typed<T: Elem>(
             heads * nb,
             #[inline(always)]
             |task, buf| {
-                let [qt, dot_, kt, ktt, vt, dqt, s, dp] = carve(
-                    buf,
-                    [
-                        TILE * d,
-                        TILE * d,
-                        TILE * d,
-                        TILE * d,
-                        TILE * d,
-                        TILE * d,
-                        TILE * TILE,
-                        TILE * TILE,
-                    ],
-                );
+                let [qt, dot_, kt, ktt, vt, dqt, s, dp] = tiles(buf, d);
                 let (g, i0) = (task / nb, (task % nb) * TILE);
                 let rows = TILE.min(t - i0);
                 load(q, |r| lq.row(g, i0 + r), (rows, d), qt);

@@ -102,58 +102,16 @@ fn product<F: Flavor>(
         // SAFETY: as for `pack_a`.
         unsafe { F::pack_b(b, k, n, g * PACK_GROUP, us, dst) }
     };
-    // A block holds `across` runs of equal length; a unit is PACK_GROUP of them.
-    let group = |block: &[u32], across: usize| PACK_GROUP * (block.len() / across);
-    if a_in_place {
-        if parallel {
-            pb.par_chunks_mut(b_block)
-                .enumerate()
-                .for_each(|(blk, blk_b)| {
-                    let size = group(blk_b, p.panels);
-                    let units = blk_b.par_chunks_mut(size).enumerate();
-                    units.for_each(|(g, dst)| pack_b(blk, g, dst))
-                });
-        } else {
-            for (blk, blk_b) in pb.chunks_mut(b_block).enumerate() {
-                let size = group(blk_b, p.panels);
-                for (g, dst) in blk_b.chunks_mut(size).enumerate() {
-                    pack_b(blk, g, dst);
-                }
-            }
+    let pack_a_all = |pa: &mut [u32]| pack_blocks(pa, (a_block, p.slivers), parallel, pack_a);
+    let pack_b_all = |pb: &mut [u32]| pack_blocks(pb, (b_block, p.panels), parallel, pack_b);
+    match (a_in_place, parallel) {
+        (true, _) => pack_b_all(pb),
+        (false, true) => {
+            rayon::join(|| pack_a_all(pa), || pack_b_all(pb));
         }
-    } else if parallel {
-        rayon::join(
-            || {
-                pa.par_chunks_mut(a_block)
-                    .enumerate()
-                    .for_each(|(blk, blk_a)| {
-                        let size = group(blk_a, p.slivers);
-                        let units = blk_a.par_chunks_mut(size).enumerate();
-                        units.for_each(|(g, dst)| pack_a(blk, g, dst))
-                    })
-            },
-            || {
-                pb.par_chunks_mut(b_block)
-                    .enumerate()
-                    .for_each(|(blk, blk_b)| {
-                        let size = group(blk_b, p.panels);
-                        let units = blk_b.par_chunks_mut(size).enumerate();
-                        units.for_each(|(g, dst)| pack_b(blk, g, dst))
-                    })
-            },
-        );
-    } else {
-        for (blk, blk_a) in pa.chunks_mut(a_block).enumerate() {
-            let size = group(blk_a, p.slivers);
-            for (g, dst) in blk_a.chunks_mut(size).enumerate() {
-                pack_a(blk, g, dst);
-            }
-        }
-        for (blk, blk_b) in pb.chunks_mut(b_block).enumerate() {
-            let size = group(blk_b, p.panels);
-            for (g, dst) in blk_b.chunks_mut(size).enumerate() {
-                pack_b(blk, g, dst);
-            }
+        (false, false) => {
+            pack_a_all(pa);
+            pack_b_all(pb);
         }
     }
     let grid = Grid::new(
@@ -176,6 +134,34 @@ fn product<F: Flavor>(
         (0..grid.tasks()).into_par_iter().for_each(task);
     } else {
         (0..grid.tasks()).for_each(task);
+    }
+}
+
+/// Fills a packed operand `buf`, k block by k block (`block` dwords each, holding `across` runs
+/// of equal length: slivers or panels), in units of `PACK_GROUP` runs: `pack(blk, unit, dst)`
+/// packs unit `unit` of block `blk`. Units run in parallel when `parallel`.
+fn pack_blocks(
+    buf: &mut [u32],
+    (block, across): (usize, usize),
+    parallel: bool,
+    pack: impl Fn(usize, usize, &mut [u32]) + Sync,
+) {
+    let unit = |blk_buf: &[u32]| PACK_GROUP * (blk_buf.len() / across);
+    if parallel {
+        buf.par_chunks_mut(block)
+            .enumerate()
+            .for_each(|(blk, blk_buf)| {
+                let size = unit(blk_buf);
+                let units = blk_buf.par_chunks_mut(size).enumerate();
+                units.for_each(|(g, dst)| pack(blk, g, dst))
+            });
+    } else {
+        for (blk, blk_buf) in buf.chunks_mut(block).enumerate() {
+            let size = unit(blk_buf);
+            for (g, dst) in blk_buf.chunks_mut(size).enumerate() {
+                pack(blk, g, dst);
+            }
+        }
     }
 }
 
