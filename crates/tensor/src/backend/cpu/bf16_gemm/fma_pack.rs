@@ -14,7 +14,7 @@
 //! Not for: arithmetic or threads.
 
 use super::super::simd::transpose16;
-use super::pack::{Strided, prefetch};
+use super::pack::{Strided, prefetch, spread_slivers};
 use super::{MR, NR};
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -158,17 +158,7 @@ fn transposed_a(a: Strided, m: usize, s0: usize, us: Range<usize>, dst: &mut [u3
         for (o, &v) in wide.iter_mut().zip(col) {
             *o = widen(v);
         }
-        for (g, six) in wide.chunks(MR).enumerate() {
-            let to = &mut dst[(g * nu + i) * MR..][..six.len()];
-            match (
-                <&mut [u32; MR]>::try_from(&mut *to),
-                <&[u32; MR]>::try_from(six),
-            ) {
-                // A whole sliver: a fixed-size copy, not a call to memmove.
-                (Ok(to), Ok(six)) => *to = *six,
-                _ => to.copy_from_slice(six),
-            }
-        }
+        spread_slivers(wide, dst, nu * MR, i * MR);
     }
 }
 
