@@ -41,22 +41,24 @@ fn fwd_bwd(bencher: Bencher, t: usize, fused: bool) {
     };
     let (q, k, v) = (mk(1), mk(2), mk(3));
     let scale = 1.0 / (d as f32).sqrt();
+    time_fwd_bwd(bencher, || {
+        Ok(if fused {
+            Tensor::attention(&q, &k, &v, true, scale, 0.0)?
+        } else {
+            q.matmul(&k.transpose(-1, -2)?)?
+                .scale(scale)?
+                .causal_mask()?
+                .softmax()?
+                .matmul(&v)?
+        })
+    });
+}
+
+/// Times `attention()` forward, then backward from the sum of its output.
+fn time_fwd_bwd(bencher: Bencher, attention: impl Fn() -> headroom_tensor::Result<Tensor>) {
     bencher.bench_local(|| {
         let tape = Tape::new();
-        let loss = tape
-            .record(|| {
-                let out = if fused {
-                    Tensor::attention(&q, &k, &v, true, scale, 0.0)?
-                } else {
-                    q.matmul(&k.transpose(-1, -2)?)?
-                        .scale(scale)?
-                        .causal_mask()?
-                        .softmax()?
-                        .matmul(&v)?
-                };
-                out.sum_all()
-            })
-            .unwrap();
+        let loss = tape.record(|| attention()?.sum_all()).unwrap();
         let mut grads = Gradients::new();
         tape.backward(&loss, &mut grads).unwrap();
         grads
@@ -90,29 +92,20 @@ fn gpt_layer(bencher: Bencher, fused: bool) {
     .unwrap()
     .track();
     let scale = 1.0 / (d as f32).sqrt();
-    bencher.bench_local(|| {
-        let tape = Tape::new();
-        let loss = tape
-            .record(|| {
-                let head = |i: usize| {
-                    qkv.narrow(2, i * c, c)?
-                        .reshape(&[b, t, h, d])?
-                        .permute(&[0, 2, 1, 3])
-                };
-                let (q, k, v) = (head(0)?, head(1)?, head(2)?);
-                let out = if fused {
-                    Tensor::attention(&q, &k, &v, true, scale, 0.0)?
-                } else {
-                    q.matmul(&k.transpose(-2, -1)?)?
-                        .causal_softmax(scale)?
-                        .matmul(&v)?
-                };
-                out.sum_all()
-            })
-            .unwrap();
-        let mut grads = Gradients::new();
-        tape.backward(&loss, &mut grads).unwrap();
-        grads
+    let head = |i: usize| {
+        qkv.narrow(2, i * c, c)?
+            .reshape(&[b, t, h, d])?
+            .permute(&[0, 2, 1, 3])
+    };
+    time_fwd_bwd(bencher, || {
+        let (q, k, v) = (head(0)?, head(1)?, head(2)?);
+        Ok(if fused {
+            Tensor::attention(&q, &k, &v, true, scale, 0.0)?
+        } else {
+            q.matmul(&k.transpose(-2, -1)?)?
+                .causal_softmax(scale)?
+                .matmul(&v)?
+        })
     });
 }
 

@@ -32,7 +32,7 @@ pub use backward::backward;
 use super::attention_tile::{Mat, load, load_transposed, product};
 use super::math::fast_exp;
 use super::simd::wide;
-use super::{scratch_f32, slice, slice_mut, unsupported};
+use super::{Scratch, scratch_f32, slice, slice_mut, unsupported};
 use crate::backend::{AttentionSpec, Dst, Src};
 use crate::dtype::{Elem, with_float_type};
 use crate::error::{Result, TensorError};
@@ -167,15 +167,23 @@ fn visible(causal: bool, i: usize, j0: usize, cols: usize) -> usize {
     }
 }
 
-/// Runs `n_tasks` tasks on lanes that each own `per_lane` floats of `scratch`, round-robin.
+/// The `temporary` tile scratch of `n_tasks` tasks: `per_lane` floats for each of their lanes.
+fn tiles_scratch(device: &Device, n_tasks: usize, per_lane: usize) -> Result<Scratch> {
+    scratch_f32(device, lanes(n_tasks) * per_lane, "attention.tiles")
+}
+
+/// Runs `n_tasks` tasks round-robin on lanes that each own `per_lane` floats of one
+/// [`tiles_scratch`], freed when they are done.
 fn run_lanes(
-    scratch: &mut [f32],
+    device: &Device,
     per_lane: usize,
     n_tasks: usize,
     f: impl Fn(usize, &mut [f32]) + Sync,
-) {
-    let lanes = scratch.len() / per_lane;
+) -> Result<()> {
+    let mut scratch = tiles_scratch(device, n_tasks, per_lane)?;
+    let lanes = lanes(n_tasks);
     scratch
+        .slice_mut()
         .par_chunks_mut(per_lane)
         .enumerate()
         .for_each(|(lane, buf)| {
@@ -186,6 +194,7 @@ fn run_lanes(
                 );
             }
         });
+    Ok(())
 }
 
 /// f32 elements of one lane's forward workspace: q, k, v tiles and the output accumulator
@@ -211,30 +220,19 @@ pub fn reserve_workspace(
     backward: Option<(bool, bool)>,
 ) -> Result<()> {
     let nb = t.div_ceil(TILE);
-    if heads * nb == 0 {
+    let tasks = heads * nb;
+    if tasks == 0 {
         return Ok(());
     }
     match backward {
-        None => drop(scratch_f32(
-            device,
-            lanes(heads * nb) * forward_per_lane(d),
-            "attention.tiles",
-        )?),
+        None => drop(tiles_scratch(device, tasks, forward_per_lane(d))?),
         Some((want_kv, want_q)) => {
             let _delta = scratch_f32(device, heads * t, "attention.delta")?;
             if want_kv {
-                drop(scratch_f32(
-                    device,
-                    lanes(heads * nb) * backward_per_lane(d),
-                    "attention.tiles",
-                )?);
+                drop(tiles_scratch(device, tasks, backward_per_lane(d))?);
             }
             if want_q {
-                drop(scratch_f32(
-                    device,
-                    lanes(heads * nb) * backward_per_lane(d),
-                    "attention.tiles",
-                )?);
+                drop(tiles_scratch(device, tasks, backward_per_lane(d))?);
             }
         }
     }
@@ -298,12 +296,10 @@ fn forward_typed<T: Elem>(
     if n_tasks == 0 {
         return Ok(());
     }
-    let per_lane = forward_per_lane(d);
-    let mut scratch = scratch_f32(device, lanes(n_tasks) * per_lane, "attention.tiles")?;
     let (o, lse) = (Rows::new(o), Rows::new(lse));
     run_lanes(
-        scratch.slice_mut(),
-        per_lane,
+        device,
+        forward_per_lane(d),
         n_tasks,
         #[inline(always)]
         |task, buf| {
@@ -369,6 +365,6 @@ fn forward_typed<T: Elem>(
                 }
             }
         },
-    );
+    )?;
     Ok(())
 }

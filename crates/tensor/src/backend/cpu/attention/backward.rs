@@ -10,7 +10,7 @@ use super::super::attention_tile::{Mat, load, load_transposed, product, transpos
 use super::super::math::fast_exp;
 use super::super::simd::wide;
 use super::super::{scratch_f32, slice, slice_mut, unsupported};
-use super::{Bhtd, Rows, TILE, backward_per_lane, carve, keep, lanes, run_lanes, visible};
+use super::{Bhtd, Rows, TILE, backward_per_lane, carve, keep, run_lanes, visible};
 use crate::backend::{AttentionSpec, Dst, Src};
 use crate::dtype::{Elem, with_float_type};
 use crate::error::Result;
@@ -152,11 +152,9 @@ fn backward_typed<T: Elem>(
 
     // dK and dV: one task per key block, summing over query blocks from the diagonal (causal).
     if dk.is_some() || dv.is_some() {
-        let per_lane = backward_per_lane(d);
-        let mut scratch = scratch_f32(device, lanes(heads * nb) * per_lane, "attention.tiles")?;
         run_lanes(
-            scratch.slice_mut(),
-            per_lane,
+            device,
+            backward_per_lane(d),
             heads * nb,
             #[inline(always)]
             |task, buf| {
@@ -197,16 +195,14 @@ fn backward_typed<T: Elem>(
                     }
                 }
             },
-        );
+        )?;
     }
 
     // dQ: one task per query block, summing over the visible key blocks.
     if let Some((l_dq, dq)) = dq {
-        let per_lane = backward_per_lane(d);
-        let mut scratch = scratch_f32(device, lanes(heads * nb) * per_lane, "attention.tiles")?;
         run_lanes(
-            scratch.slice_mut(),
-            per_lane,
+            device,
+            backward_per_lane(d),
             heads * nb,
             #[inline(always)]
             |task, buf| {
@@ -236,7 +232,7 @@ fn backward_typed<T: Elem>(
                     unsafe { dq.store(l_dq.row(g, i0 + r), &dqt[r * d..(r + 1) * d], 1.0) };
                 }
             },
-        );
+        )?;
     }
     Ok(())
 }
