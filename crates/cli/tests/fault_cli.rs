@@ -3,7 +3,7 @@
 //! step 3 ends every rank, non-zero, naming rank 1 and what happened, within 5 s of the time a
 //! healthy run takes to get there; a rank that sleeps is ended by the collective deadline
 //! (`--collective-timeout`), naming it, within the deadline + 5 s. The same under `mpirun` is
-//! `scripts/mpi-check.sh`; mismatched collectives are `crates/dist/tests/thread_group.rs`.
+//! `scripts/mpi-check.sh`; mismatched collectives are `crates/comm/tests/thread_group.rs`.
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};

@@ -9,7 +9,7 @@
 mod common;
 
 use common::{config, outcome, run_ranks, run_saving, zero};
-use headroom_dist::{Communicator, ThreadGroup};
+use headroom_comm::{Communicator, ThreadGroup};
 use headroom_memory::{AllocatorConfig, Device};
 use headroom_train::Trainer;
 use headroom_train::config::RunConfig;

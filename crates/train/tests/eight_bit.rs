@@ -76,7 +76,7 @@ fn a_save_resumes_bitwise_and_offload_changes_no_bit() {
 fn zero_in_a_group_is_refused_and_ddp_runs() {
     let c = zero(config(Optimizer::AdamW8bit, 2, 1, 2), 1);
     let corpus = Corpus::bundled();
-    let results = headroom_dist::ThreadGroup::run(2, std::time::Duration::from_secs(30), |comm| {
+    let results = headroom_comm::ThreadGroup::run(2, std::time::Duration::from_secs(30), |comm| {
         let device = headroom_memory::Device::cpu(c.device_memory, Default::default());
         Trainer::on_rank(c.clone(), &corpus, device, Box::new(comm)).map(|_| ())
     });

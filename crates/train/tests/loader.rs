@@ -377,7 +377,7 @@ fn training_is_bitwise_the_same_for_any_workers_and_from_a_prepared_file() {
 /// Losses of every rank of a 3-rank DDP run (micro-batch 2 × accumulation 2), and each rank's
 /// loader report.
 fn ddp_run(workers: usize) -> Vec<(Vec<u64>, LoaderReport)> {
-    use headroom_dist::ThreadGroup;
+    use headroom_comm::ThreadGroup;
     use headroom_memory::{AllocatorConfig, Device};
     let corpus = Corpus::bundled();
     let results = ThreadGroup::run(3, std::time::Duration::from_secs(60), |comm| {

@@ -373,7 +373,7 @@ fn a_zero3_save_resumes_bitwise_at_4_ranks_and_whole_at_2_and_1() {
 /// every rank's peaks, gathered after training, holds each rank's own measured peaks.
 #[test]
 fn the_report_sets_communication_against_theory_and_lists_every_ranks_peaks() {
-    use headroom_dist::ThreadGroup;
+    use headroom_comm::ThreadGroup;
     use headroom_memory::{AllocatorConfig, Device};
     use headroom_train::Trainer;
     let ranks = 3;

@@ -10,7 +10,7 @@ use crate::report::train_report::print_report;
 use crate::signals::{Interrupted, StopSignals, name};
 use anyhow::{Context, bail};
 use clap::Args;
-use headroom_dist::{Communicator, ThreadGroup};
+use headroom_comm::{Communicator, ThreadGroup};
 use headroom_memory::output::{check_writable, write_output};
 use headroom_memory::size::format_bytes;
 use headroom_memory::timeline::timeline;

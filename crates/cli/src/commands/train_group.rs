@@ -6,7 +6,7 @@
 //! Not for: training a rank (`train`).
 
 use super::train::Stopped;
-use headroom_dist::Communicator;
+use headroom_comm::Communicator;
 use headroom_train::TrainError;
 use headroom_train::config::TrainConfig;
 
@@ -59,7 +59,7 @@ fn left_waiting(e: &anyhow::Error) -> bool {
     matches!(
         e.downcast_ref::<TrainError>(),
         Some(TrainError::Communication(
-            headroom_dist::CommError::PeerFailed { .. }
+            headroom_comm::CommError::PeerFailed { .. }
         ))
     )
 }
@@ -68,10 +68,10 @@ fn left_waiting(e: &anyhow::Error) -> bool {
 /// that disagrees with the job's size.
 #[cfg(feature = "mpi")]
 pub(super) fn mpi_rank(keys: &TrainConfig) -> anyhow::Result<Option<Box<dyn Communicator>>> {
-    if !headroom_dist::launched_by_mpirun() {
+    if !headroom_comm::launched_by_mpirun() {
         return Ok(None);
     }
-    let comm = headroom_dist::MpiRank::init(collective_deadline(keys.collective_timeout))
+    let comm = headroom_comm::MpiRank::init(collective_deadline(keys.collective_timeout))
         .ok_or_else(|| anyhow::anyhow!("MPI was initialized twice"))?;
     if let Some(n) = keys.data_parallel.filter(|&n| n != comm.world_size()) {
         anyhow::bail!(
@@ -93,7 +93,7 @@ pub(super) fn timed_out(e: &anyhow::Error) -> bool {
     matches!(
         e.downcast_ref::<TrainError>(),
         Some(TrainError::Communication(
-            headroom_dist::CommError::Timeout { .. }
+            headroom_comm::CommError::Timeout { .. }
         ))
     )
 }

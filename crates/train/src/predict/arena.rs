@@ -9,7 +9,7 @@
 use crate::config::RunConfig;
 use crate::data::Corpus;
 use crate::trainer::{TrainError, Trainer};
-use headroom_dist::ShapeOnlyRank;
+use headroom_comm::ShapeOnlyRank;
 use headroom_memory::{AllocatorKind, ArenaPlan, Device};
 
 /// Steps the recording runs: the first step (which creates the optimizer state) and two steady

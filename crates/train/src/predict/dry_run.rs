@@ -8,7 +8,7 @@
 use crate::config::RunConfig;
 use crate::data::Corpus;
 use crate::trainer::{TrainError, TrainEvent, Trainer};
-use headroom_dist::ShapeOnlyRank;
+use headroom_comm::ShapeOnlyRank;
 use headroom_memory::{AllocatorKind, ArenaError, Device, MemoryPeaks};
 use headroom_strategy::largest_fitting;
 use headroom_tensor::backend::work::{Work, count_work, uncounted, work_so_far};

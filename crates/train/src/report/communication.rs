@@ -5,7 +5,7 @@
 //!
 //! Not for: counting (the communicator counts) or moving bytes (the trainer gathers the peaks).
 
-use headroom_dist::CollectiveCounts;
+use headroom_comm::CollectiveCounts;
 use serde::Serialize;
 
 /// One rank's communication over a run.

@@ -16,7 +16,7 @@ use crate::data::source::run_loader;
 use crate::recompute::policy::recompute_for;
 use crate::report::TrainReport;
 use crate::scaler::{LossScaler, ScalerConfig};
-use headroom_dist::Communicator;
+use headroom_comm::Communicator;
 use headroom_memory::{AllocatorKind, Category, Device};
 use headroom_nn::Model;
 use headroom_nn::models::{ModelSpec, build_model};

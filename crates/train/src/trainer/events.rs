@@ -6,7 +6,7 @@
 use crate::config::ConfigError;
 use crate::data::{CorpusError, DataError};
 use crate::save::SaveError;
-use headroom_dist::CommError;
+use headroom_comm::CommError;
 use headroom_memory::OutOfMemory;
 use headroom_nn::models::ModelSpecError;
 use headroom_tensor::TensorError;

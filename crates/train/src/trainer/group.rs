@@ -7,7 +7,7 @@
 use super::{TrainError, Trainer};
 use crate::config::RunConfig;
 use crate::report::{CommunicationReport, RANK_PEAKS_ELEMENTS, RankPeaks};
-use headroom_dist::{CollectiveCounts, Communicator};
+use headroom_comm::{CollectiveCounts, Communicator};
 
 impl Trainer {
     /// This rank's communication since `counted_from` (its counts and the step then), over
@@ -72,10 +72,10 @@ pub(super) fn effective_stage(config: &RunConfig, world: usize) -> u8 {
 /// A group of one rank: a thread group of size one, or for a dry run a shape-only rank.
 pub(super) fn solo_rank(config: &RunConfig, dry: bool) -> Box<dyn Communicator> {
     match dry {
-        true => Box::new(headroom_dist::ShapeOnlyRank::new(0, 1)),
+        true => Box::new(headroom_comm::ShapeOnlyRank::new(0, 1)),
         false => {
             let deadline = std::time::Duration::from_secs_f64(config.collective_timeout_s.max(1.0));
-            let rank = headroom_dist::ThreadGroup::ranks(1, deadline)
+            let rank = headroom_comm::ThreadGroup::ranks(1, deadline)
                 .pop()
                 .expect("a group of one has one rank");
             Box::new(rank)

@@ -48,7 +48,7 @@ use crate::data::{Corpus, Loader};
 use crate::recompute::policy::{BudgetDecision, recompute_for};
 use crate::report::{CacheRelease, TrainReport};
 use crate::scaler::LossScaler;
-use headroom_dist::Communicator;
+use headroom_comm::Communicator;
 use headroom_memory::Device;
 use headroom_nn::models::ModelSpec;
 use headroom_nn::optim::Optimizer;
@@ -182,7 +182,7 @@ impl Trainer {
     }
 
     /// What this rank has communicated.
-    pub fn collective_counts(&self) -> Option<headroom_dist::CollectiveCounts> {
+    pub fn collective_counts(&self) -> Option<headroom_comm::CollectiveCounts> {
         self.comm.as_ref().map(|c| c.counts())
     }
 

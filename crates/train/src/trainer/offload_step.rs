@@ -10,7 +10,7 @@ use super::offload::Offloaded;
 use super::shard::{gather_into, ranges_within};
 use super::trust::{BlockShard, count_shard_sums, update_shard};
 use super::{TrainError, Trainer};
-use headroom_dist::Collective;
+use headroom_comm::Collective;
 use headroom_nn::grad::Grads;
 use headroom_nn::optim::FlatParams;
 use headroom_tensor::{DType, Tensor};

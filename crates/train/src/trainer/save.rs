@@ -9,7 +9,7 @@ use super::{TrainError, Trainer};
 use crate::save::{
     self, FORMAT_VERSION, Manifest, SaveError, StoredDtype, StoredTensor, TensorGroups,
 };
-use headroom_dist::Communicator;
+use headroom_comm::Communicator;
 use headroom_nn::optim::{StateBuffer, StateElement};
 use headroom_tensor::{DType, Tensor};
 use std::collections::BTreeMap;

@@ -10,7 +10,7 @@
 
 use super::TrainError;
 use super::precision::{store_f32, store_f32_at};
-use headroom_dist::{Collective, Communicator};
+use headroom_comm::{Collective, Communicator};
 use headroom_memory::{Category, Device, DeviceBuffer};
 use headroom_tensor::{DType, Tensor};
 use std::ops::Range;

@@ -13,7 +13,7 @@ use super::shard::{bucket_values, f32_bucket, reduce_scatter_in_place, shard_of}
 use super::{TrainError, TrainEvent, Trainer};
 use crate::report::{PHASE_STEPS, Phase, PhaseBytes};
 use crate::scaler::ScalerDecision;
-use headroom_dist::Collective;
+use headroom_comm::Collective;
 use headroom_memory::Category;
 use headroom_nn::grad::{GradStats, grad_multiplier, grad_stats};
 use headroom_tensor::backend::work::work_so_far;

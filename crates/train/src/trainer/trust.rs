@@ -11,7 +11,7 @@
 
 use super::TrainError;
 use super::shard::{cut_weights, pieces_within};
-use headroom_dist::Communicator;
+use headroom_comm::Communicator;
 use headroom_nn::optim::{FlatParams, Optimizer, SquareSum, TensorSums};
 use std::ops::Range;
 
@@ -72,7 +72,7 @@ pub(super) fn count_shard_sums(
     let cut = cut_weights(at.weights, at.padded);
     if !cut.is_empty() {
         let elements = 2 * SquareSum::digits(world) * cut.len();
-        comm.without_data(headroom_dist::Collective::AllReduce, elements)?;
+        comm.without_data(headroom_comm::Collective::AllReduce, elements)?;
     }
     Ok(())
 }

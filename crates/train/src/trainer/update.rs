@@ -14,7 +14,7 @@ use super::precision::{f32_range_copy, store_f32_at, with_grads};
 use super::shard::{block_shards, f32_bucket, gather_into, ranges_within};
 use super::trust::{BlockShard, count_shard_sums, update_shard};
 use super::{TrainError, Trainer};
-use headroom_dist::{Collective, Communicator};
+use headroom_comm::{Collective, Communicator};
 use headroom_memory::{Category, Device};
 use headroom_nn::optim::{FlatParams, Optimizer};
 use headroom_tensor::{DType, ParamBlock, Tensor};

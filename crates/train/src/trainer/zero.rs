@@ -26,7 +26,7 @@ use super::block_uses::{BlockUses, hook_error};
 use super::host_grads::HostGrads;
 use super::offload::widen;
 use super::shard::{gather_into, gather_params, reduce_scatter_into, reduce_scatter_into_host};
-use headroom_dist::Communicator;
+use headroom_comm::Communicator;
 use headroom_offload::OffloadStore;
 use headroom_tensor::{BlockHooks, ParamBlock, TensorError, with_block_hooks};
 use std::cell::RefCell;

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)] // each test file uses its own subset
 
-use headroom_dist::{CollectiveCounts, ThreadGroup};
+use headroom_comm::{CollectiveCounts, ThreadGroup};
 use headroom_memory::{AllocatorConfig, Device, MemoryPeaks};
 use headroom_train::Trainer;
 use headroom_train::config::{RunConfig, TrainConfig};

@@ -11,7 +11,7 @@
 use anyhow::Result;
 use clap::Args;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
-use headroom_dist::{Collective, CommError, Communicator, ThreadGroup};
+use headroom_comm::{Collective, CommError, Communicator, ThreadGroup};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
@@ -221,11 +221,11 @@ fn print(args: &CollectivesBenchArgs, rows: &[Row]) -> Result<()> {
 #[cfg(feature = "mpi")]
 mod mpi {
     use super::*;
-    use headroom_dist::MpiRank;
+    use headroom_comm::MpiRank;
 
     /// Both MPI transports' rows on rank 0 of an mpirun job.
     pub fn rows(args: &CollectivesBenchArgs) -> Result<MpiJob> {
-        if !headroom_dist::launched_by_mpirun() {
+        if !headroom_comm::launched_by_mpirun() {
             return Ok(MpiJob::NotLaunched);
         }
         let mut rank = MpiRank::init(Duration::from_secs(120))

@@ -31,7 +31,7 @@
 
 pub use super::step_rates::{UpdateKind, UpdateRates};
 use super::step_rates::{measure_host_copy, measure_updates};
-use headroom_dist::{Collective, CommError, Communicator, ThreadGroup};
+use headroom_comm::{Collective, CommError, Communicator, ThreadGroup};
 use headroom_memory::{AllocatorConfig, Category, Device};
 pub use headroom_plan::cost::StepTime;
 use headroom_tensor::backend::work::{PerWidth, Work, count_work};

@@ -3,7 +3,7 @@
 //! time: a stuck rank times out naming it, mismatched collectives are an error, a failing or
 //! panicking rank releases the others at once.
 
-use headroom_dist::{Collective, CommError, Communicator, ThreadGroup};
+use headroom_comm::{Collective, CommError, Communicator, ThreadGroup};
 use std::time::{Duration, Instant};
 
 const DEADLINE: Duration = Duration::from_secs(5);
