@@ -18,7 +18,8 @@ pub struct FreeSpace {
 pub const MAX_RESERVE_BYTES: u64 = 1 << 30;
 
 impl FreeSpace {
-    /// Bytes left free for others: a twentieth of the filesystem, at most 1 GiB.
+    /// Bytes left free for others: a twentieth of the filesystem, at most
+    /// [`MAX_RESERVE_BYTES`].
     pub fn reserve(&self) -> u64 {
         (self.total / 20).min(MAX_RESERVE_BYTES)
     }
