@@ -3,6 +3,9 @@
 //! a second one ends the process at once, with the conventional status 128 + signal. The first
 //! is acknowledged on stderr at once, so the user knows the run heard it and how to force it.
 //!
+//! `headroom data prepare` installs the same handlers with its own acknowledgement: it stops
+//! at the next piece and removes its unfinished token file.
+//!
 //! Not for: what is saved (the trainer) or the broken-pipe policy (`main`).
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -23,7 +26,16 @@ pub struct StopSignals {
 }
 
 impl StopSignals {
+    /// The handlers of a training run.
     pub fn install() -> std::io::Result<StopSignals> {
+        StopSignals::install_acknowledging(
+            "finishing the step in progress, then saving (send it again to stop at once, without saving)",
+        )
+    }
+
+    /// The handlers, the first signal acknowledged on stderr as "headroom: SIGNAL received:
+    /// `acknowledgement`".
+    pub fn install_acknowledging(acknowledgement: &'static str) -> std::io::Result<StopSignals> {
         let requested = Arc::new(AtomicBool::new(false));
         let received = Arc::new(AtomicUsize::new(0));
         for signal in STOPPING {
@@ -37,11 +49,7 @@ impl StopSignals {
             .name("stop-signals".into())
             .spawn(move || {
                 if let Some(signal) = acknowledged.forever().next() {
-                    eprintln!(
-                        "headroom: {} received: finishing the step in progress, then saving \
-                         (send it again to stop at once, without saving)",
-                        name(signal)
-                    );
+                    eprintln!("headroom: {} received: {acknowledgement}", name(signal));
                 }
             })?;
         Ok(StopSignals {

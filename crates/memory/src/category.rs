@@ -71,7 +71,8 @@ impl fmt::Display for Category {
 /// Error for a category name that is not one of [`Category::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown memory category '{0}'; expected one of: parameter, gradient, master_weight, optimizer_state, activation, temporary, input, communication, other"
+    "unknown memory category '{}'; expected one of: parameter, gradient, master_weight, optimizer_state, activation, temporary, input, communication, other",
+    crate::quote::quote(.0)
 )]
 pub struct UnknownCategory(pub String);
 

@@ -20,6 +20,7 @@ pub mod host_pool;
 pub mod oom;
 pub mod output;
 mod pickle_depth;
+pub mod quote;
 pub mod replay;
 pub mod rounding;
 pub mod size;

@@ -7,6 +7,7 @@
 
 use crate::allocator::CachingAllocator;
 use crate::category::Category;
+use crate::quote::{quote, quote_at_most};
 use crate::rounding::MAX_REQUEST;
 use serde_pickle::{HashableValue, Value};
 use std::collections::HashMap;
@@ -91,7 +92,7 @@ fn parse_json_trace(bytes: &[u8]) -> Result<Trace, TraceError> {
         Err(e) => Err(reader
             .failure
             .take()
-            .unwrap_or(TraceError::Json(e.to_string()))),
+            .unwrap_or_else(|| TraceError::Json(library_message(&e)))),
     }
 }
 
@@ -127,7 +128,8 @@ impl EventReader {
         let id = match obj.get("addr") {
             Some(v) => v.as_u64().ok_or_else(|| {
                 err(format!(
-                    "\"addr\" must be a non-negative integer id, got {v}"
+                    "\"addr\" must be a non-negative integer id, got {}",
+                    quote(&v.to_string())
                 ))
             })?,
             None => return Err(err("missing \"addr\"".into())),
@@ -140,7 +142,8 @@ impl EventReader {
                 }
                 let s = v.as_u64().ok_or_else(|| {
                     err(format!(
-                        "\"size\" must be an integer number of bytes, got {v}"
+                        "\"size\" must be an integer number of bytes, got {}",
+                        quote(&v.to_string())
                     ))
                 })?;
                 if s >= MAX_REQUEST {
@@ -178,7 +181,8 @@ impl EventReader {
             | "segment_unmap" | "oom" | "snapshot" => {}
             other => {
                 return Err(err(format!(
-                    "unknown action \"{other}\"; expected alloc or free (or a PyTorch trace action)"
+                    "unknown action \"{}\"; expected alloc or free (or a PyTorch trace action)",
+                    quote(other)
                 )));
             }
         }
@@ -289,6 +293,15 @@ fn parse_json_snapshot(value: &serde_json::Value) -> Result<Trace, TraceError> {
     })
 }
 
+/// A parser's error message, which may quote the input (serde_pickle prints the value it found
+/// where another was expected): at most [`LIBRARY_MESSAGE_CHARS`] characters of it.
+fn library_message(e: &dyn std::fmt::Display) -> String {
+    quote_at_most(&e.to_string(), LIBRARY_MESSAGE_CHARS).into_owned()
+}
+
+/// Room for a parser's own words and the start of the value it quotes.
+const LIBRARY_MESSAGE_CHARS: usize = 160;
+
 fn key(name: &str) -> HashableValue {
     HashableValue::String(name.to_string())
 }
@@ -315,7 +328,7 @@ fn parse_pytorch_snapshot(bytes: &[u8]) -> Result<Trace, TraceError> {
     }
     let options = serde_pickle::DeOptions::new().replace_unresolved_globals();
     let value = serde_pickle::value_from_slice(bytes, options)
-        .map_err(|e| TraceError::Pickle(e.to_string()))?;
+        .map_err(|e| TraceError::Pickle(library_message(&e)))?;
     let Value::Dict(dict) = value else {
         return Err(TraceError::Pickle("the top level is not a dict".into()));
     };
@@ -489,6 +502,74 @@ mod tests {
             let e = parse_trace(text.as_bytes()).unwrap_err().to_string();
             assert!(e.contains(needle), "{text}: {e}");
         }
+    }
+
+    /// A name of a million bytes: "n" then "x" × 999,999.
+    fn huge_name() -> String {
+        format!("n{}", "x".repeat(999_999))
+    }
+
+    /// The message quotes the name's first 64 characters and its length, and stays short: the
+    /// name itself (1,000,000 bytes), or as JSON with its quotes (1,000,002).
+    fn assert_quoted(e: &str, as_json: bool) {
+        let head = match as_json {
+            false => format!("n{}… (1000000 bytes)", "x".repeat(63)),
+            true => format!("\"n{}… (1000002 bytes)", "x".repeat(62)),
+        };
+        assert!(e.contains(&head), "{}", &e[..e.len().min(300)]);
+        assert!(e.len() < 400, "a message of {} bytes", e.len());
+    }
+
+    #[test]
+    fn a_huge_category_action_or_addr_in_a_json_trace_is_quoted_short() {
+        let name = huge_name();
+        for (event, needle, as_json) in [
+            (
+                format!(r#"{{"action":"alloc","addr":1,"size":8,"category":"{name}"}}"#),
+                "unknown memory category",
+                false,
+            ),
+            (
+                format!(r#"{{"action":"{name}","addr":1}}"#),
+                "unknown action",
+                false,
+            ),
+            (
+                format!(r#"{{"action":"alloc","addr":"{name}","size":8}}"#),
+                "\"addr\" must be",
+                true,
+            ),
+            (
+                format!(r#"{{"action":"alloc","addr":1,"size":"{name}"}}"#),
+                "\"size\" must be",
+                true,
+            ),
+        ] {
+            let e = parse_trace(format!("[{event}]").as_bytes())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle), "{}", &e[..e.len().min(300)]);
+            assert_quoted(&e, as_json);
+        }
+    }
+
+    #[test]
+    fn a_huge_string_a_pickle_parser_quotes_is_cut_short() {
+        // Protocol 2: BINUNICODE the huge name, BINUNICODE "a", APPEND: the stack top under
+        // "a" is a string, not a list, and serde_pickle's error prints it.
+        let name = huge_name();
+        let mut bytes = vec![0x80, 2, b'X'];
+        bytes.extend((name.len() as u32).to_le_bytes());
+        bytes.extend(name.as_bytes());
+        bytes.extend([b'X', 1, 0, 0, 0, b'a', b'a', b'.']);
+        let e = parse_trace(&bytes).unwrap_err();
+        assert!(matches!(e, TraceError::Pickle(_)), "{e}");
+        let e = e.to_string();
+        assert!(
+            e.contains("invalid stack top") && e.contains(" bytes))"),
+            "{e}"
+        );
+        assert!(e.len() < 500, "a message of {} bytes", e.len());
     }
 
     #[test]

@@ -143,3 +143,48 @@ fn accelerate_table_for_bert_base_cased() {
         "{table}"
     );
 }
+
+/// A Llama of `layers` blocks, width 64, 4 heads (head_dim 16), MLP 128, vocabulary 100.
+fn small_llama(layers: u64) -> ParamInventory {
+    let json = format!(
+        r#"{{"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+            "num_attention_heads": 4, "num_hidden_layers": {layers}, "vocab_size": 100}}"#
+    );
+    ParamInventory::of(&headroom_plan::model::parse_config("small", &json).unwrap())
+}
+
+/// By hand: a block is q, k, v, o (64 × 64 = 4,096 each), gate, up, down (128 × 64 = 8,192
+/// each) and two RMSNorms of 64: 41,088 parameters, 164,352 bytes at float32, the largest unit
+/// (the embedding is 100 × 64 = 6,400). The base model (no lm_head) is the embedding, the blocks
+/// and the final norm (64), × 4 bytes, plus the rotary inv_freq buffer (head_dim / 2 × 4 = 32 B).
+fn llama_bytes(layers: u64) -> (u64, u64) {
+    let block = 4 * 4_096 + 3 * 8_192 + 2 * 64;
+    assert_eq!(block, 41_088);
+    (4 * block, 4 * (6_400 + layers * block + 64) + 32)
+}
+
+#[test]
+fn accelerate_counts_a_small_llama_as_by_hand() {
+    let inv = small_llama(3);
+    let (largest, total) = llama_bytes(3);
+    assert_eq!((largest, total), (164_352, 518_944));
+    let rows = accelerate::rows(&inv, &["float32", "float16"]);
+    assert_eq!(rows[0].largest_layer, accelerate::PySize::Int(largest));
+    assert_eq!(rows[0].total_size, accelerate::PySize::Int(total));
+    assert_eq!(rows[0].training, Some(4 * total));
+    assert_eq!(rows[1].largest_layer, accelerate::PySize::Float(82_176.0));
+}
+
+/// The config.json limit of 100,000 blocks (a million leaves, 100,000 units): counted in one
+/// pass (a search of the units per leaf took minutes), with the same per-block numbers.
+#[test]
+fn accelerate_counts_the_100000_layer_limit() {
+    let inv = small_llama(100_000);
+    let (largest, total) = llama_bytes(100_000);
+    assert_eq!(total, 16_435_225_888);
+    let rows = accelerate::rows(&inv, &["float32"]);
+    assert_eq!(rows[0].largest_layer, accelerate::PySize::Int(largest));
+    assert_eq!(rows[0].total_size, accelerate::PySize::Int(total));
+    // 16,435,225,888 / 2^30 = 15.306… GB.
+    assert_eq!(accelerate::convert_bytes(rows[0].total_size), "15.31 GB");
+}

@@ -7,7 +7,7 @@
 use headroom_train::Trainer;
 use headroom_train::config::TrainConfig;
 use headroom_train::data::LoaderReport;
-use headroom_train::data::prepare::prepare;
+use headroom_train::data::prepare::{PrepareLimits, prepare};
 use headroom_train::data::token_file::{HEADER_BYTES, Header, TokenFileWriter, Verify};
 use headroom_train::data::tokenizer::Tokenizer;
 use headroom_train::data::{
@@ -366,7 +366,7 @@ fn training_is_bitwise_the_same_for_any_workers_and_from_a_prepared_file() {
     let text = dir.path().join("poem.txt");
     std::fs::write(&text, Corpus::bundled().bytes.as_ref()).unwrap();
     let tokens = dir.path().join("poem.bin");
-    let prepared = prepare(&text, &tokens, &Tokenizer::Bytes).unwrap();
+    let prepared = prepare(&text, &tokens, &Tokenizer::Bytes, &PrepareLimits::default()).unwrap();
     assert_eq!(prepared.tokens, 454_481);
     let (losses, loader) = tiny_run(2, 2, Some(&tokens));
     assert_eq!(losses, expected);

@@ -2,12 +2,16 @@
 //! once into a token file (header, checksum, u16 or u32 tokens) that `headroom train --data
 //! FILE` memory-maps instead of loading.
 //!
+//! A first SIGINT, SIGTERM or SIGHUP stops it at the next piece of about 1 MiB: the unfinished
+//! token file is removed and the process exits with 128 + the signal.
+//!
 //! Not for: training (see `train`).
 
+use crate::signals::{Interrupted, StopSignals};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use headroom_memory::size::format_bytes;
-use headroom_train::data::prepare::prepare;
+use headroom_train::data::prepare::{PrepareError, PrepareLimits, prepare};
 use headroom_train::data::tokenizer::Tokenizer;
 use std::path::PathBuf;
 
@@ -33,6 +37,14 @@ pub struct PrepareArgs {
     /// needs a vocabulary at least as large, from a model TOML).
     #[arg(long, default_value = "byte", value_name = "byte|FILE")]
     pub tokenizer: String,
+    /// Read a TEXT that is not a regular file (a FIFO, a character device such as
+    /// /dev/stdin). Its length is unknown, so only --max-tokens and the free space of the
+    /// output's filesystem bound what is written.
+    #[arg(long)]
+    pub allow_stream: bool,
+    /// Most tokens to write; a text that gives more is refused (nothing is written).
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u64>,
     /// Print what was written as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -46,8 +58,26 @@ pub fn run(cmd: DataCommand) -> anyhow::Result<()> {
 
 fn run_prepare(args: PrepareArgs) -> anyhow::Result<()> {
     let tokenizer = Tokenizer::load(&args.tokenizer)?;
-    let prepared = prepare(&args.input, &args.out, &tokenizer)
-        .with_context(|| format!("cannot prepare {}", args.input.display()))?;
+    let signals = StopSignals::install_acknowledging(
+        "stopping; the unfinished token file is removed (send it again to stop at once)",
+    )
+    .context("cannot install the handlers of SIGINT, SIGTERM and SIGHUP")?;
+    let limits = PrepareLimits {
+        allow_stream: args.allow_stream,
+        max_tokens: args.max_tokens,
+        stop: Some(&signals.requested),
+        ..PrepareLimits::default()
+    };
+    let prepared = match prepare(&args.input, &args.out, &tokenizer, &limits) {
+        Err(e @ PrepareError::Stopped { .. }) => {
+            let interrupted = Interrupted {
+                signal: signals.received().unwrap_or(libc::SIGINT),
+            };
+            eprintln!("headroom: data prepare {interrupted}: {e}");
+            return Err(interrupted.into());
+        }
+        other => other.with_context(|| format!("cannot prepare {}", args.input.display()))?,
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&prepared)?);
         return Ok(());

@@ -83,22 +83,22 @@ impl Builder<'_> {
             shape,
             None,
             base,
-            unit.unwrap_or(path),
+            unit.unwrap_or(path).to_string(),
             false,
         );
     }
 
     /// Adds a leaf of block `i`; `template` uses `*` for the block index.
     fn in_block(&mut self, template: &str, i: u64, unit_template: &str, shape: Shape) {
-        let path = template.replacen('*', &i.to_string(), 1);
-        let unit = unit_template.replacen('*', &i.to_string(), 1);
+        let path = numbered(template, i);
+        let unit = numbered(unit_template, i);
         let expert = template.contains("experts.");
         let group = if expert {
             collapse_expert(template)
         } else {
             template.to_string()
         };
-        self.push(path, group, shape, Some(i), true, &unit, expert);
+        self.push(path, group, shape, Some(i), true, unit, expert);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -109,7 +109,7 @@ impl Builder<'_> {
         s: Shape,
         block: Option<u64>,
         base: bool,
-        unit: &str,
+        unit: String,
         expert: bool,
     ) {
         self.leaves.push(Leaf {
@@ -121,7 +121,7 @@ impl Builder<'_> {
             bias: s.bias,
             block,
             in_base_model: base,
-            unit: unit.to_string(),
+            unit,
             expert,
         });
     }
@@ -424,7 +424,7 @@ impl Builder<'_> {
                     let path =
                         format!("{stack}.block.0.layer.0.SelfAttention.relative_attention_bias");
                     let unit = format!("{stack}.block.0");
-                    self.push(path.clone(), path, bias, Some(offset), true, &unit, false);
+                    self.push(path.clone(), path, bias, Some(offset), true, unit, false);
                 }
                 let ff_index = if stack == "decoder" {
                     attention(self, "layer.1.EncDecAttention");
@@ -458,7 +458,7 @@ impl Builder<'_> {
         let path = format!("{}.block.{}.{tail}", at.stack, at.local);
         let group = format!("{}.block.*.{tail}", at.stack);
         let unit = format!("{}.block.{}", at.stack, at.local);
-        self.push(path, group, shape, Some(at.global), true, &unit, false);
+        self.push(path, group, shape, Some(at.global), true, unit, false);
     }
 }
 
@@ -470,6 +470,15 @@ struct T5Block {
 }
 
 /// `model.layers.*.block_sparse_moe.experts.3.w1` → `model.layers.*.block_sparse_moe.experts.*.w1`.
+/// `template` with its first `*` replaced by the block index `i` (one pass: a model of 100,000
+/// blocks has a million leaves).
+fn numbered(template: &str, i: u64) -> String {
+    match template.split_once('*') {
+        Some((head, tail)) => format!("{head}{i}{tail}"),
+        None => template.to_string(),
+    }
+}
+
 fn collapse_expert(template: &str) -> String {
     template
         .split('.')

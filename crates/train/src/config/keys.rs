@@ -10,6 +10,12 @@ use super::run::{DEFAULT_DEVICE_MEMORY, DEFAULT_MODEL, MAX_EFFECTIVE_BATCH, RunC
 const MAX_RANKS: usize = 256;
 /// Most data-loader worker threads.
 const MAX_WORKERS: usize = 64;
+/// Most batches the loader queues ahead: each holds a staging buffer, and a few keep any
+/// model here fed (PyTorch's DataLoader queues 2 per worker by default).
+pub const MAX_PREFETCH: usize = 64;
+/// Longest wait of a collective, in seconds (a week): a stuck rank is reported within it, and
+/// every longer value is a mistake (and past about 1.8e19 s not even a representable duration).
+pub const MAX_COLLECTIVE_TIMEOUT_S: f64 = 604_800.0;
 use super::{ConfigError, describe_toml_error};
 use crate::data::SamplerKind;
 use headroom_memory::AllocatorKind;
@@ -190,7 +196,7 @@ pub struct TrainConfig {
     #[arg(long, value_name = "BLOCKS")]
     pub zero_prefetch: Option<usize>,
     /// Seconds a collective may wait for the other ranks before the run ends with an error
-    /// naming the stuck rank and collective (default 600).
+    /// naming the stuck rank and collective (default 600; at most 604,800, a week).
     #[arg(long, value_name = "SECONDS")]
     pub collective_timeout: Option<f64>,
     /// Order of training windows: shuffled (a permutation per epoch from the seed, the
@@ -201,8 +207,8 @@ pub struct TrainConfig {
     /// batch is collated when the step asks for it). The batches are the same for any number.
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
-    /// Most batches the workers queue ahead of the trainer (default 2); it shrinks to fit
-    /// --host-memory.
+    /// Most batches the workers queue ahead of the trainer (default 2, at most 64); it shrinks
+    /// to fit --host-memory.
     #[arg(long, value_name = "K")]
     pub prefetch: Option<usize>,
     /// Host memory the data loader may take for staging buffers and workers, e.g. 64MiB
@@ -367,14 +373,21 @@ impl TrainConfig {
             return Err(value("dropout", &d, "must be in [0, 1)"));
         }
         let collective_timeout_s = self.collective_timeout.unwrap_or(600.0);
-        if !(collective_timeout_s.is_finite() && collective_timeout_s > 0.0) {
+        if !(collective_timeout_s > 0.0 && collective_timeout_s <= MAX_COLLECTIVE_TIMEOUT_S) {
             return Err(value(
                 "collective_timeout",
                 &collective_timeout_s,
-                "must be a positive number of seconds",
+                "must be a number of seconds above 0 and at most 604800 (a week); give --collective-timeout (or collective_timeout) in that range, or omit it for the default of 600",
             ));
         }
         let prefetch = positive("prefetch", self.prefetch, 2)?;
+        if prefetch > MAX_PREFETCH {
+            return Err(value(
+                "prefetch",
+                &prefetch,
+                "is above the 64 batches the loader may queue ahead, each a staging buffer in host memory; give --prefetch (or prefetch) 64 or less: a few (the default 2) keep any model here fed",
+            ));
+        }
         let workers = self.workers.unwrap_or(0);
         if workers > MAX_WORKERS {
             return Err(value(

@@ -171,3 +171,65 @@ fn data_loader_keys_read_from_toml_and_resume_may_change_them() {
     };
     assert!(zero.resolve().unwrap_err().to_string().contains("prefetch"));
 }
+
+#[test]
+fn the_collective_timeout_is_a_positive_number_of_seconds_up_to_a_week() {
+    // 1e300 s is finite but no Duration holds it (the largest is about 1.8e19 s).
+    for bad in [
+        1e300,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        -1.0,
+        0.0,
+        -0.0,
+        604_800.5,
+    ] {
+        let e = TrainConfig {
+            collective_timeout: Some(bad),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("collective_timeout") && e.contains("604800"),
+            "{bad}: {e}"
+        );
+    }
+    for good in [0.001, 600.0, 604_800.0] {
+        let run = TrainConfig {
+            collective_timeout: Some(good),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(run.collective_timeout_s, good);
+        // Every accepted value is a duration.
+        assert!(std::time::Duration::try_from_secs_f64(good).is_ok());
+    }
+}
+
+#[test]
+fn the_loader_queues_at_most_64_batches_ahead() {
+    for bad in [65, 100_000, usize::MAX] {
+        let e = TrainConfig {
+            prefetch: Some(bad),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("prefetch") && e.contains("64 or less"),
+            "{bad}: {e}"
+        );
+    }
+    let run = TrainConfig {
+        prefetch: Some(64),
+        ..Default::default()
+    }
+    .resolve()
+    .unwrap();
+    assert_eq!(run.prefetch, 64);
+}

@@ -11,6 +11,7 @@ pub mod order;
 pub mod prepare;
 pub mod sampler;
 pub mod source;
+pub mod space;
 pub mod staging;
 pub mod token_file;
 pub mod tokenizer;

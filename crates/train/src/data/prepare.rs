@@ -2,13 +2,22 @@
 //! in pieces of about 1 MiB (whole lines for a subword tokenizer) and streamed into a token
 //! file, so a corpus of any size is prepared in bounded memory. `headroom data prepare` runs it.
 //!
+//! What is written is bounded: an input that is not a regular file (a FIFO, `/dev/zero`) is
+//! refused unless allowed, the tokens by `max_tokens` if given, and the file by the free space
+//! of the filesystem that holds it (less a reserve, see `space`), checked before the first byte
+//! when the size is known and before every piece. A stop flag (set by a signal) is polled
+//! between pieces; stopped or failed, the unfinished file is removed and nothing appears.
+//!
 //! Not for: the file's format (see `token_file`) or reading it back (see `source`).
 
-use super::token_file::{Header, TokenFileError, TokenFileWriter};
+use super::space::{FreeSpace, free_space};
+use super::token_file::{HEADER_BYTES, Header, TokenFileError, TokenFileWriter};
 use super::tokenizer::{Tokenizer, TokenizerError};
+use headroom_memory::format_bytes;
 use serde::Serialize;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// Bytes of text tokenized at a time.
@@ -30,8 +39,118 @@ pub enum PrepareError {
         offset: u64,
         source: TokenizerError,
     },
+    #[error(
+        "{path} is {kind}, not a regular file: its length is unknown and it may never end (/dev/zero never does); give a text file or a directory of them, or allow it with --allow-stream (bounded by --max-tokens and the free space of the output's filesystem)"
+    )]
+    NotRegular { path: PathBuf, kind: &'static str },
+    #[error(
+        "{path} gives more than --max-tokens {max} tokens; raise --max-tokens, or prepare less text"
+    )]
+    TooManyTokens { path: PathBuf, max: u64 },
+    #[error(
+        "{out} would need {needed}, but its filesystem has {usable} to spare ({available} free, of which {reserve} is kept free); free space there, write --out on another filesystem, or bound the input with --max-tokens"
+    )]
+    NoSpace {
+        out: PathBuf,
+        needed: String,
+        usable: String,
+        available: String,
+        reserve: String,
+    },
+    #[error("cannot find the free space of the filesystem holding {path}: {source}")]
+    Space {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "stopped before the end: the unfinished token file was removed; nothing was written at {out}"
+    )]
+    Stopped { out: PathBuf },
     #[error(transparent)]
     TokenFile(#[from] TokenFileError),
+}
+
+/// What bounds a preparation, and what may stop it.
+pub struct PrepareLimits<'a> {
+    /// Read an input that is not a regular file (a FIFO, a character device).
+    pub allow_stream: bool,
+    /// Most tokens to write; a corpus that gives more is an error.
+    pub max_tokens: Option<u64>,
+    /// Set to stop at the next piece (a signal handler sets it).
+    pub stop: Option<&'a AtomicBool>,
+    /// The free space of the filesystem holding a directory (`space::free_space`; a test
+    /// gives its own).
+    pub free_space: &'a dyn Fn(&Path) -> std::io::Result<FreeSpace>,
+}
+
+impl Default for PrepareLimits<'_> {
+    fn default() -> Self {
+        PrepareLimits {
+            allow_stream: false,
+            max_tokens: None,
+            stop: None,
+            free_space: &free_space,
+        }
+    }
+}
+
+impl std::fmt::Debug for PrepareLimits<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrepareLimits")
+            .field("allow_stream", &self.allow_stream)
+            .field("max_tokens", &self.max_tokens)
+            .field("stop", &self.stop)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PrepareLimits<'_> {
+    fn stopped(&self) -> bool {
+        self.stop.is_some_and(|s| s.load(Ordering::SeqCst))
+    }
+
+    /// Refuses to write `needed` more bytes beside `out` where its filesystem cannot spare them.
+    fn check_space(&self, out: &Path, needed: u64) -> Result<(), PrepareError> {
+        let dir = directory_of(out);
+        let space = (self.free_space)(&dir).map_err(|source| PrepareError::Space {
+            path: dir.clone(),
+            source,
+        })?;
+        if needed <= space.usable() {
+            return Ok(());
+        }
+        Err(PrepareError::NoSpace {
+            out: out.into(),
+            needed: format_bytes(needed),
+            usable: format_bytes(space.usable()),
+            available: format_bytes(space.available),
+            reserve: format_bytes(space.reserve()),
+        })
+    }
+}
+
+/// The directory a file at `path` is written in.
+fn directory_of(path: &Path) -> PathBuf {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+/// What kind of file a metadata describes, for a refusal.
+fn kind_of(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
 }
 
 /// What was prepared.
@@ -48,14 +167,22 @@ pub struct Prepared {
     pub seconds: f64,
 }
 
-/// The files `input` names: itself, or a directory's regular files (not hidden) by name.
-pub fn input_files(input: &Path) -> Result<Vec<PathBuf>, PrepareError> {
+/// The files `input` names: itself, or a directory's regular files (not hidden) by name. An
+/// input that is neither a directory nor a regular file is refused unless `allow_stream`.
+pub fn input_files(input: &Path, allow_stream: bool) -> Result<Vec<PathBuf>, PrepareError> {
     let read = |source| PrepareError::Read {
         path: input.into(),
         source,
     };
-    if !std::fs::metadata(input).map_err(read)?.is_dir() {
+    let meta = std::fs::metadata(input).map_err(read)?;
+    if meta.is_file() || (allow_stream && !meta.is_dir()) {
         return Ok(vec![input.into()]);
+    }
+    if !meta.is_dir() {
+        return Err(PrepareError::NotRegular {
+            path: input.into(),
+            kind: kind_of(&meta),
+        });
     }
     let mut files = Vec::new();
     for entry in std::fs::read_dir(input).map_err(read)? {
@@ -73,11 +200,21 @@ pub fn input_files(input: &Path) -> Result<Vec<PathBuf>, PrepareError> {
 }
 
 /// Tokenizes `input` (a file or directory) with `tokenizer` into the token file `out`, which
-/// appears whole or not at all.
-pub fn prepare(input: &Path, out: &Path, tokenizer: &Tokenizer) -> Result<Prepared, PrepareError> {
+/// appears whole or not at all, within `limits`.
+pub fn prepare(
+    input: &Path,
+    out: &Path,
+    tokenizer: &Tokenizer,
+    limits: &PrepareLimits,
+) -> Result<Prepared, PrepareError> {
     let started = Instant::now();
-    let files = input_files(input)?;
+    let files = input_files(input, limits.allow_stream)?;
+    let width = Header::width_for(tokenizer.vocab_size()) as u64;
+    if let Some(bytes) = exact_file_bytes(&files, tokenizer, width) {
+        limits.check_space(out, bytes)?;
+    }
     let mut writer = TokenFileWriter::create(out, tokenizer.vocab_size())?;
+    let mut tokens_written = 0u64;
     let mut text_bytes = 0;
     let mut piece = Vec::with_capacity(PIECE_BYTES + 4096);
     for path in &files {
@@ -109,6 +246,9 @@ pub fn prepare(input: &Path, out: &Path, tokenizer: &Tokenizer) -> Result<Prepar
             if n == 0 {
                 break;
             }
+            if limits.stopped() {
+                return Err(PrepareError::Stopped { out: out.into() });
+            }
             let tokens = tokenizer
                 .encode(&piece)
                 .map_err(|source| PrepareError::Tokenize {
@@ -116,6 +256,16 @@ pub fn prepare(input: &Path, out: &Path, tokenizer: &Tokenizer) -> Result<Prepar
                     offset: offset + utf8_offset(&source),
                     source,
                 })?;
+            tokens_written += tokens.len() as u64;
+            if let Some(max) = limits.max_tokens.filter(|&max| tokens_written > max) {
+                return Err(PrepareError::TooManyTokens {
+                    path: path.clone(),
+                    max,
+                });
+            }
+            // This piece, and the writer's buffer of at most a piece not yet on disk.
+            let piece_bytes = tokens.len() as u64 * width;
+            limits.check_space(out, 2 * piece_bytes.max(PIECE_BYTES as u64))?;
             writer.push(&tokens)?;
             offset += n as u64;
         }
@@ -133,6 +283,20 @@ pub fn prepare(input: &Path, out: &Path, tokenizer: &Tokenizer) -> Result<Prepar
         tokenizer: tokenizer.name().into(),
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// The bytes of the token file when they are known before tokenizing: byte-level tokens of
+/// regular files (one token per byte).
+fn exact_file_bytes(files: &[PathBuf], tokenizer: &Tokenizer, width: u64) -> Option<u64> {
+    if tokenizer.needs_lines() {
+        return None;
+    }
+    let mut bytes = HEADER_BYTES as u64;
+    for f in files {
+        let meta = std::fs::metadata(f).ok().filter(|m| m.is_file())?;
+        bytes += meta.len() * width;
+    }
+    Some(bytes)
 }
 
 /// Where in the piece a UTF-8 error lies (0 for other errors).
@@ -175,9 +339,143 @@ mod tests {
         std::fs::write(input.join("a.txt"), "a").unwrap();
         std::fs::write(input.join(".hidden"), "xx").unwrap();
         let out = dir.path().join("t.bin");
-        let p = prepare(&input, &out, &Tokenizer::Bytes).unwrap();
+        let p = prepare(&input, &out, &Tokenizer::Bytes, &PrepareLimits::default()).unwrap();
         assert_eq!((p.files, p.tokens, p.text_bytes), (2, 3, 3));
         assert_eq!(read_all(&out), [b'a' as u32, b'B' as u32, b'B' as u32]);
+    }
+
+    /// The names in `dir`, sorted.
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_fifo_or_a_device_is_refused_at_once_unless_allowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let out = dir.path().join("t.bin");
+        let limits = PrepareLimits::default();
+        // Opening the FIFO for reading would block until a writer came: refused before that.
+        for (input, kind) in [
+            (fifo.as_path(), "a FIFO"),
+            (Path::new("/dev/zero"), "device"),
+        ] {
+            let e = prepare(input, &out, &Tokenizer::Bytes, &limits).unwrap_err();
+            assert!(matches!(e, PrepareError::NotRegular { .. }), "{e}");
+            let e = e.to_string();
+            assert!(e.contains(kind) && e.contains("--allow-stream"), "{e}");
+        }
+        assert_eq!(listing(dir.path()), ["pipe"]);
+        // Allowed, /dev/zero is bounded by --max-tokens: the first piece of 1 MiB is over 1,000.
+        let allowed = PrepareLimits {
+            allow_stream: true,
+            max_tokens: Some(1_000),
+            ..PrepareLimits::default()
+        };
+        let e = prepare(Path::new("/dev/zero"), &out, &Tokenizer::Bytes, &allowed).unwrap_err();
+        assert!(
+            matches!(e, PrepareError::TooManyTokens { max: 1_000, .. }),
+            "{e}"
+        );
+        assert_eq!(listing(dir.path()), ["pipe"]);
+    }
+
+    #[test]
+    fn max_tokens_admits_exactly_that_many() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = dir.path().join("t.txt");
+        std::fs::write(&text, "12345").unwrap();
+        let out = dir.path().join("t.bin");
+        let limits = |max| PrepareLimits {
+            max_tokens: Some(max),
+            ..PrepareLimits::default()
+        };
+        let e = prepare(&text, &out, &Tokenizer::Bytes, &limits(4)).unwrap_err();
+        assert!(e.to_string().contains("--max-tokens 4"), "{e}");
+        assert!(!out.exists());
+        let p = prepare(&text, &out, &Tokenizer::Bytes, &limits(5)).unwrap();
+        assert_eq!(p.tokens, 5);
+    }
+
+    #[test]
+    fn a_stop_leaves_nothing_behind_and_the_old_file_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = dir.path().join("t.txt");
+        std::fs::write(&text, "some text").unwrap();
+        let out = dir.path().join("t.bin");
+        std::fs::write(&out, "the previous file").unwrap();
+        let stop = AtomicBool::new(true);
+        let limits = PrepareLimits {
+            stop: Some(&stop),
+            ..PrepareLimits::default()
+        };
+        let e = prepare(&text, &out, &Tokenizer::Bytes, &limits).unwrap_err();
+        assert!(matches!(e, PrepareError::Stopped { .. }), "{e}");
+        assert_eq!(listing(dir.path()), ["t.bin", "t.txt"]);
+        assert_eq!(std::fs::read(&out).unwrap(), b"the previous file");
+    }
+
+    #[test]
+    fn a_known_size_is_checked_against_the_free_space_before_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = dir.path().join("t.txt");
+        std::fs::write(&text, vec![b'a'; 3 << 20]).unwrap();
+        let out = dir.path().join("t.bin");
+        let calls = std::cell::Cell::new(0);
+        // 10 MiB free of 100 MiB: 5 MiB kept free, 5 MiB usable; the file needs 64 B + 6 MiB.
+        let small = |_: &Path| {
+            calls.set(calls.get() + 1);
+            Ok(FreeSpace {
+                available: 10 << 20,
+                total: 100 << 20,
+            })
+        };
+        let limits = PrepareLimits {
+            free_space: &small,
+            ..PrepareLimits::default()
+        };
+        let e = prepare(&text, &out, &Tokenizer::Bytes, &limits).unwrap_err();
+        assert!(matches!(e, PrepareError::NoSpace { .. }), "{e}");
+        let e = e.to_string();
+        assert!(
+            e.contains("6.00 MiB") && e.contains("5.00 MiB to spare"),
+            "{e}"
+        );
+        assert_eq!(calls.get(), 1);
+        assert_eq!(listing(dir.path()), ["t.txt"]);
+    }
+
+    #[test]
+    fn a_stream_is_checked_against_the_free_space_before_every_piece() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("t.bin");
+        let calls = std::cell::Cell::new(0);
+        // Room for the first piece (1 MiB of bytes, 2 MiB of u16 tokens), then 1 MiB left.
+        let shrinking = |_: &Path| {
+            calls.set(calls.get() + 1);
+            let available = if calls.get() == 1 { 1 << 40 } else { 1 << 20 };
+            Ok(FreeSpace {
+                available,
+                total: 1 << 40,
+            })
+        };
+        let limits = PrepareLimits {
+            allow_stream: true,
+            free_space: &shrinking,
+            ..PrepareLimits::default()
+        };
+        let e = prepare(Path::new("/dev/zero"), &out, &Tokenizer::Bytes, &limits).unwrap_err();
+        assert!(matches!(e, PrepareError::NoSpace { .. }), "{e}");
+        assert_eq!(calls.get(), 2);
+        assert_eq!(listing(dir.path()), Vec::<String>::new());
     }
 
     #[cfg(feature = "hf-tokenizer")]
@@ -196,13 +494,15 @@ mod tests {
         let text = dir.path().join("t.txt");
         std::fs::write(&text, "sing heavenly muse\nsing goddess\n").unwrap();
         let out = dir.path().join("t.bin");
-        let p = prepare(&text, &out, &tokenizer).unwrap();
+        let p = prepare(&text, &out, &tokenizer, &PrepareLimits::default()).unwrap();
         assert_eq!(p.vocab_size, 4);
         // "goddess" is not in the vocabulary: [UNK] = 0.
         assert_eq!(read_all(&out), [1, 2, 3, 1, 0]);
         // Text that is not UTF-8 names the file and the byte.
         std::fs::write(&text, b"sing \xff muse").unwrap();
-        let e = prepare(&text, &out, &tokenizer).unwrap_err().to_string();
+        let e = prepare(&text, &out, &tokenizer, &PrepareLimits::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("t.txt") && e.contains("byte 5"), "{e}");
     }
 }
