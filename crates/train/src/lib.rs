@@ -13,6 +13,7 @@
 //!
 //! "Checkpoint" names activation checkpointing only; writing a run to disk is "saving".
 
+pub mod bench;
 pub mod config;
 pub mod data;
 pub mod predict;

@@ -1,28 +1,12 @@
-//! `headroom bench loader`: the data pipeline on this machine. Three measurements:
+//! `headroom bench loader`: its arguments and the tables of the experiment
+//! (`headroom_train::bench::loader`, which says what it measures).
 //!
-//! - the loader alone: batches drawn as fast as it gives them, per number of workers, in
-//!   tokens/s next to what each model's training consumes;
-//! - training: the share of step time the trainer waits for data with each number of workers,
-//!   on the default model and on a model small enough to be input-bound;
-//! - the copy into device memory (tagged `input`) from a page-locked staging buffer against a
-//!   pageable one.
-//!
-//! Not for: correctness (the loader's tests hold batches identical for any workers).
+//! Not for: measuring (the train crate's `bench::loader`).
 
 use clap::Args;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
-use headroom_memory::host_pool::HostPool;
-use headroom_memory::{AllocatorConfig, ByteSize, Category, Device};
-use headroom_tensor::{DType, Tensor};
-use headroom_train::Trainer;
-use headroom_train::config::{RunConfig, TrainConfig};
-use headroom_train::data::source::run_loader;
-use headroom_train::data::token_file::is_token_file;
-use headroom_train::data::{Corpus, LoaderReport};
-use headroom_train::model_spec;
-use serde::Serialize;
+use headroom_train::bench::loader::{LoaderBench, LoaderOptions, measure};
 use std::path::PathBuf;
-use std::time::Instant;
 
 #[derive(Debug, Args)]
 pub struct LoaderBenchArgs {
@@ -52,142 +36,27 @@ pub struct LoaderBenchArgs {
     pub json: bool,
 }
 
-/// The default model, and one small enough that drawing batches is a visible part of a step.
-const MODELS: [(&str, &str, Option<usize>); 2] = [
-    ("default", "gpt-small", None),
-    ("input-bound", "gpt-tiny", Some(1)),
-];
-
-#[derive(Debug, Clone, Serialize)]
-pub struct LoaderRow {
-    pub model: String,
-    pub seq_len: usize,
-    pub workers: usize,
-    /// The loader alone.
-    pub loader_tokens_per_s: f64,
-    /// Training with this many workers.
-    pub train_tokens_per_s: f64,
-    pub data_wait_fraction: f64,
-    pub loader: LoaderReport,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct CopyRow {
-    pub staging: String,
-    pub pinned: bool,
-    pub pin_error: Option<String>,
-    pub gb_per_s: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct LoaderBench {
-    pub data: String,
-    pub rows: Vec<LoaderRow>,
-    pub copy: Vec<CopyRow>,
-}
-
 pub fn run(args: LoaderBenchArgs) -> anyhow::Result<()> {
-    let corpus = match &args.data {
-        Some(path) if is_token_file(path) => Corpus::prepared(path),
-        Some(path) => Corpus::from_file(path)?,
-        None => Corpus::bundled(),
+    let options = LoaderOptions {
+        data: args.data,
+        workers: args.workers,
+        prefetch: args.prefetch,
+        micro_batch: args.micro_batch,
+        batches: args.batches,
+        steps: args.steps,
+        copy_bytes: args.copy_mib << 20,
     };
-    let mut rows = Vec::new();
-    for (label, model, layers) in MODELS {
-        for &workers in &args.workers {
-            let config = TrainConfig {
-                model: Some(model.into()),
-                layers,
-                micro_batch: Some(args.micro_batch),
-                steps: Some(args.steps),
-                eval_every: Some(0),
-                eval_batches: Some(1),
-                device_memory: Some(ByteSize(4 << 30)),
-                data: args.data.clone(),
-                workers: Some(workers),
-                prefetch: Some(args.prefetch),
-                ..Default::default()
-            }
-            .resolve()?;
-            let (loader_tokens_per_s, seq_len) = loader_alone(&config, &corpus, args.batches)?;
-            let mut trainer = Trainer::new(config, &corpus)?;
-            let report = trainer.train(&mut |_| {})?;
-            rows.push(LoaderRow {
-                model: format!(
-                    "{label} ({model}{})",
-                    layers.map_or(String::new(), |l| format!(", {l} layer"))
-                ),
-                seq_len,
-                workers,
-                loader_tokens_per_s,
-                train_tokens_per_s: report.tokens_per_s,
-                data_wait_fraction: report.data_wait_fraction().unwrap_or(0.0),
-                loader: report.loader.clone().unwrap_or_default(),
-            });
-            if !args.json {
-                eprintln!("measured {label} with {workers} workers");
-            }
+    let bench = measure(&options, &mut |label, workers| {
+        if !args.json {
+            eprintln!("measured {label} with {workers} workers");
         }
-    }
-    let copy = [true, false]
-        .into_iter()
-        .map(|pin| copy_bandwidth(args.copy_mib << 20, pin))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let bench = LoaderBench {
-        data: corpus.name.clone(),
-        rows,
-        copy,
-    };
+    })?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&bench)?);
     } else {
         print_tables(&bench);
     }
     Ok(())
-}
-
-/// Tokens per second the loader alone gives (each batch dropped at once), and the sequence
-/// length.
-fn loader_alone(config: &RunConfig, corpus: &Corpus, batches: u64) -> anyhow::Result<(f64, usize)> {
-    let spec = model_spec(config)?;
-    let seq_len = config.seq_len.unwrap_or_else(|| spec.default_seq_len());
-    let mut loader = run_loader(config, corpus, &spec, seq_len, (0, 1), false)?;
-    let started = Instant::now();
-    for _ in 0..batches {
-        drop(loader.next_batch(config.micro_batch())?);
-    }
-    let tokens = (batches as usize * config.micro_batch() * seq_len) as f64;
-    Ok((tokens / started.elapsed().as_secs_f64(), seq_len))
-}
-
-/// GB/s of `bytes` copied into device memory (as `input`) from a staging buffer, page-locked
-/// or pageable: the median of 20 copies after one warm-up copy.
-fn copy_bandwidth(bytes: u64, pin: bool) -> anyhow::Result<CopyRow> {
-    let n = (bytes / 8) as usize;
-    let pool = HostPool::new(None, pin);
-    let mut staging = pool.alloc::<i64>(n)?;
-    for (i, v) in staging.iter_mut().enumerate() {
-        *v = (i % 256) as i64;
-    }
-    let device = Device::cpu(4 * bytes, AllocatorConfig::default());
-    let mut times = Vec::new();
-    for rep in 0..21 {
-        let t0 = Instant::now();
-        let t = Tensor::from_i64(&device, &[n], &staging, DType::I64, Category::Input, None)?;
-        let dt = t0.elapsed().as_secs_f64();
-        drop(t);
-        if rep > 0 {
-            times.push(dt);
-        }
-    }
-    times.sort_by(f64::total_cmp);
-    let stats = pool.stats();
-    Ok(CopyRow {
-        staging: if pin { "page-locked" } else { "pageable" }.into(),
-        pinned: staging.is_pinned(),
-        pin_error: stats.pin_error,
-        gb_per_s: bytes as f64 / times[times.len() / 2] / 1e9,
-    })
 }
 
 fn print_tables(b: &LoaderBench) {

@@ -5,7 +5,6 @@ pub mod checkpoint;
 pub mod collectives;
 pub mod loader;
 pub mod offload;
-mod offload_training;
 pub mod predict;
 pub mod speed;
 

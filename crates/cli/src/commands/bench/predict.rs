@@ -1,18 +1,13 @@
-//! `headroom bench predict`: predicted against measured over the 32-configuration matrix of
-//! headroom runs — each configuration trained for three steps, dry-run, and costed by the
-//! planner's analytical model — with the relative error of both predictions for the allocated
-//! peak, the activations' own peak and the reserved peak (the analytical model's with its
-//! fragmentation reserve), and their worst and mean absolute errors.
+//! `headroom bench predict`: its argument and the tables of the experiment
+//! (`headroom_train::bench::predict`, which says what it measures).
 //!
-//! Not for: asserting anything (the prediction test bounds the dry run's error).
+//! Not for: measuring (the train crate's `bench::predict`).
 
 use clap::Args;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use headroom_memory::size::format_bytes;
-use headroom_memory::{Category, MemoryPeaks};
-use headroom_train::data::Corpus;
-use headroom_train::predict::error::{PredictionError, evaluate, matrix, relative_error};
-use serde::Serialize;
+use headroom_train::bench::predict::{FIGURES, PredictBench, measure};
+use headroom_train::predict::error::relative_error;
 
 #[derive(Debug, Args)]
 pub struct PredictBenchArgs {
@@ -21,76 +16,16 @@ pub struct PredictBenchArgs {
     pub json: bool,
 }
 
-/// Worst and mean absolute relative error of one prediction of one figure.
-#[derive(Debug, Clone, Serialize)]
-pub struct ErrorSummary {
-    pub figure: &'static str,
-    pub predictor: &'static str,
-    pub max_abs: f64,
-    pub mean_abs: f64,
-    pub configurations: usize,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct PredictBench {
-    pub rows: Vec<PredictionError>,
-    pub summary: Vec<ErrorSummary>,
-}
-
-type Figure = fn(&MemoryPeaks) -> u64;
-
-const FIGURES: [(&str, Figure); 3] = [
-    ("allocated peak", |p| p.peak_allocated_bytes),
-    ("activation peak", |p| {
-        p.peak_bytes_by_category[Category::Activation]
-    }),
-    ("reserved peak", |p| p.peak_reserved_bytes),
-];
-
 pub fn run(args: PredictBenchArgs) -> anyhow::Result<()> {
-    let corpus = Corpus::bundled();
-    let configs = matrix();
-    let total = configs.len();
-    let mut rows = Vec::new();
-    for (i, c) in configs.into_iter().enumerate() {
+    let bench = measure(&mut |i, total| {
         if !args.json {
-            eprint!("\rconfiguration {}/{total}", i + 1);
+            eprint!("\rconfiguration {i}/{total}");
         }
-        rows.push(evaluate(c, &corpus)?);
-    }
-    if !args.json {
-        eprintln!();
-    }
-    let mut summary = Vec::new();
-    for (figure, get) in FIGURES {
-        for predictor in ["dry run", "analytical"] {
-            let errors: Vec<f64> = rows
-                .iter()
-                .map(|r| {
-                    let p = if predictor == "dry run" {
-                        &r.dry_run
-                    } else {
-                        &r.analytical
-                    };
-                    relative_error(get(p), get(&r.measured)).abs()
-                })
-                .collect();
-            if errors.is_empty() {
-                continue;
-            }
-            summary.push(ErrorSummary {
-                figure,
-                predictor,
-                max_abs: errors.iter().cloned().fold(0.0, f64::max),
-                mean_abs: errors.iter().sum::<f64>() / errors.len() as f64,
-                configurations: errors.len(),
-            });
-        }
-    }
-    let bench = PredictBench { rows, summary };
+    })?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&bench)?);
     } else {
+        eprintln!();
         print_tables(&bench);
     }
     Ok(())

@@ -1,32 +1,37 @@
-//! The training part of `headroom bench offload`: the step time of each offload mode against
+//! The training part of the offload experiment: the step time of each offload mode against
 //! none, on the default model and on a 25 M-parameter GPT under a device budget that only offload
 //! fits (its reference runs without the budget), with each mode's device peak, host and disk
 //! bytes and the share of transfer time hidden behind the update.
 //!
 //! Not for: the host update, copy and disk measurements (`offload`).
 
-use super::offload::median;
-use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+use super::{BenchError, median};
+use crate::Trainer;
+use crate::config::{RunConfig, TrainConfig};
+use crate::data::Corpus;
+use crate::predict::predict;
+use crate::strategy::{Offload, Precision, ZeroStage};
 use headroom_memory::{AllocatorConfig, Device};
 use headroom_offload::TierKind;
-use headroom_train::Trainer;
-use headroom_train::config::{RunConfig, TrainConfig};
-use headroom_train::data::Corpus;
-use headroom_train::strategy::{Offload, ZeroStage};
 use serde::Serialize;
 
-#[derive(Debug, Serialize)]
-pub(super) struct TrainingRow {
-    model: String,
-    mode: String,
-    device_budget: Option<u64>,
-    fits: bool,
-    step_s: f64,
-    vs_none: Option<f64>,
-    peak_device_bytes: u64,
-    host_bytes: u64,
-    disk_bytes: u64,
-    hidden_fraction: Option<f64>,
+/// One offload mode on one model.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrainingRow {
+    pub model: String,
+    pub mode: String,
+    pub device_budget: Option<u64>,
+    /// Whether the mode fits the budget (the other figures are 0 or none when not).
+    pub fits: bool,
+    /// Median seconds per step, the first (which allocates the optimizer state) left out.
+    pub step_s: f64,
+    /// Step time over the mode without offload's.
+    pub vs_none: Option<f64>,
+    pub peak_device_bytes: u64,
+    pub host_bytes: u64,
+    pub disk_bytes: u64,
+    /// Share of the transfer time hidden behind the update.
+    pub hidden_fraction: Option<f64>,
 }
 
 /// Offload modes: (label, ZeRO stage, optimizer tier, parameter tier).
@@ -39,7 +44,7 @@ const MODES: [(&str, u8, Offload, Offload); 5] = [
 ];
 
 /// The default model, and a 25 M-parameter GPT under a budget only offload fits.
-pub(super) fn training(steps: u64, dir: &std::path::Path) -> anyhow::Result<Vec<TrainingRow>> {
+pub(super) fn training(steps: u64, dir: &std::path::Path) -> Result<Vec<TrainingRow>, BenchError> {
     let default = TrainConfig {
         steps: Some(steps),
         eval_every: Some(0),
@@ -53,7 +58,7 @@ pub(super) fn training(steps: u64, dir: &std::path::Path) -> anyhow::Result<Vec<
         heads: Some(8),
         seq_len: Some(64),
         micro_batch: Some(1),
-        precision: Some(headroom_train::strategy::Precision::Bf16Mixed),
+        precision: Some(Precision::Bf16Mixed),
         ..default.as_keys()
     }
     .resolve()?;
@@ -76,7 +81,7 @@ pub(super) fn training(steps: u64, dir: &std::path::Path) -> anyhow::Result<Vec<
         let budget = match budgeted {
             false => None,
             true => {
-                let p = headroom_train::predict::predict(&configs[1].1, &corpus)?;
+                let p = predict(&configs[1].1, &corpus)?;
                 Some(p.memory.peak_reserved_bytes)
             }
         };
@@ -85,7 +90,7 @@ pub(super) fn training(steps: u64, dir: &std::path::Path) -> anyhow::Result<Vec<
             if let Some(b) = budget {
                 c.device_memory = b;
             }
-            let mut fits = headroom_train::predict::predict(&c, &corpus)?.fits;
+            let mut fits = predict(&c, &corpus)?.fits;
             let mut mode = label.to_string();
             if !fits && label == "none" {
                 // The reference step time, measured without the budget it does not fit.
@@ -114,7 +119,7 @@ pub(super) fn training(steps: u64, dir: &std::path::Path) -> anyhow::Result<Vec<
             let r = t.report();
             // The first step allocates the optimizer state: left out when there are others.
             let skip = usize::from(r.step_times_s.len() > 1);
-            let step_s = median(r.step_times_s[skip..].to_vec());
+            let step_s = median(&mut r.step_times_s[skip..].to_vec());
             if label == "none" {
                 none_s = Some(step_s);
             }
@@ -143,52 +148,4 @@ pub(super) fn training(steps: u64, dir: &std::path::Path) -> anyhow::Result<Vec<
         }
     }
     Ok(rows)
-}
-
-/// The step-time table (nothing when training was skipped).
-pub(super) fn print_training(rows: &[TrainingRow]) {
-    if rows.is_empty() {
-        return;
-    }
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
-        "model",
-        "offload",
-        "device budget",
-        "step (s)",
-        "× none",
-        "device peak",
-        "host",
-        "disk",
-        "transfers hidden",
-    ]);
-    let bytes = headroom_memory::format_bytes;
-    for r in rows {
-        let mut row = vec![
-            r.model.clone(),
-            r.mode.clone(),
-            r.device_budget.map_or("-".into(), bytes),
-        ];
-        match r.fits {
-            false => row.extend([
-                "does not fit".to_string(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-            ]),
-            true => row.extend([
-                format!("{:.3}", r.step_s),
-                r.vs_none.map_or("-".into(), |x| format!("{x:.2}")),
-                bytes(r.peak_device_bytes),
-                bytes(r.host_bytes),
-                bytes(r.disk_bytes),
-                r.hidden_fraction
-                    .map_or("-".into(), |h| format!("{:.0} %", 100.0 * h)),
-            ]),
-        }
-        t.add_row(row);
-    }
-    println!("{t}");
 }
