@@ -1,7 +1,8 @@
 //! Preparing a run: one call turns a resolved configuration into the strategy that will run and
 //! its prediction — `--auto`'s choice (the fastest strategy that fits, by dry runs), the largest
 //! micro-batch that fits (`--find-batch-size`), and the dry run of what was chosen, reused from
-//! the search when the search already made it.
+//! the search when the search already made it. A new run whose save directory already holds
+//! saves is refused here, before any work.
 //!
 //! Not for: running (see `trainer`) or printing (the binary does that).
 
@@ -56,6 +57,9 @@ pub fn prepare(
     pins: &Pins,
     options: PrepareOptions,
 ) -> Result<PreparedRun, PrepareError> {
+    if let Some(root) = config.save_dir.as_deref().filter(|_| !config.resumed) {
+        crate::save::check_destination(root, None).map_err(TrainError::from)?;
+    }
     let mut config = config;
     let mut auto_choice = None;
     let mut prediction = None;
