@@ -4,6 +4,7 @@
 //! directory) or a damaged newest save; a damaged newest save is an error naming the newest
 //! whole one, never a silent step back. Each refusal leaves every saved byte where it was.
 
+use headroom_memory::size::format_bytes;
 use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
 use headroom_train::prepare::{PrepareOptions, prepare};
@@ -132,4 +133,123 @@ fn a_resumed_run_refuses_to_replace_later_or_damaged_saves() {
         after == unchanged,
         "the damaged save's files stay as they were"
     );
+}
+
+/// A save's bytes as predicted before the run: by hand, gpt-tiny's 34,688 parameters take 4
+/// bytes each in fp32 plus AdamW's two f32 states (12 B per parameter: 416,256 B); bf16-mixed
+/// keeps 2-byte weights, 4-byte masters and two f32 states (14 B: 485,632 B). The tensors of a
+/// real save hold exactly that many bytes.
+#[test]
+fn the_predicted_save_size_is_the_bytes_of_a_real_saves_tensors() {
+    use headroom_train::save::{self, room};
+    let dir = tempfile::tempdir().unwrap();
+    for (precision, by_hand) in [("fp32", 416_256u64), ("bf16-mixed", 485_632)] {
+        let root = dir.path().join(precision);
+        let mut k = keys(2, &root);
+        k.precision = Some(precision.parse().unwrap());
+        let c = k.resolve().unwrap();
+        assert_eq!(room::save_bytes(&c).unwrap(), by_hand, "{precision}");
+        train(c);
+        let (_, groups) = save::read(&root).unwrap();
+        let stored: usize = groups.values().flatten().map(|(_, t)| t.data.len()).sum();
+        assert_eq!(stored as u64, by_hand, "{precision}");
+    }
+    // Saves written: every 2 of 5 steps, at 2, 4 and the end; every 2 of 4 at 2 and 4.
+    let mut c = keys(5, dir.path()).resolve().unwrap();
+    c.save_every = 2;
+    assert_eq!(room::saves_written(&c), 3);
+    c.steps = 4;
+    assert_eq!(room::saves_written(&c), 2);
+    c.save_every = 0;
+    assert_eq!(room::saves_written(&c), 1);
+}
+
+/// The free space comes from a function the test gives: no disk is filled.
+#[test]
+fn outputs_beyond_the_free_space_are_refused_with_the_numbers() {
+    use headroom_train::save::room::{Need, Volume, check_room};
+    let need = |what: &str, path: &str, bytes, flag| Need {
+        what: what.into(),
+        path: path.into(),
+        bytes,
+        flag,
+    };
+    // /data and /data/runs are one file system (device 1) with 1,000,000 B free; /scratch is
+    // another (device 2) with 10 B.
+    let volume = |p: &Path| -> std::io::Result<Volume> {
+        Ok(match p.starts_with("/scratch") {
+            true => Volume {
+                device: 2,
+                free: 10,
+            },
+            false => Volume {
+                device: 1,
+                free: 1_000_000,
+            },
+        })
+    };
+    let saves = need("3 save(s)", "/data/runs", 600_000, "--save-dir");
+    let offload = need("the offload files", "/data/tmp", 300_000, "--offload-dir");
+    check_room(&[saves.clone(), offload.clone()], &volume).unwrap();
+    // 600,000 + 500,000 > 1,000,000 on the same file system: refused, both named.
+    let more = need("the offload files", "/data/tmp", 500_000, "--offload-dir");
+    let e = check_room(&[saves.clone(), more], &volume)
+        .unwrap_err()
+        .to_string();
+    let (needed, free) = (format_bytes(1_100_000), format_bytes(1_000_000));
+    assert!(
+        e.contains(&needed)
+            && e.contains(&free)
+            && e.contains("3 save(s) and the offload files")
+            && e.contains("--save-dir or --offload-dir"),
+        "{e}"
+    );
+    // 11 B on a file system with 10 free; nothing needed there is never refused.
+    let e = check_room(
+        &[need("a report", "/scratch/r.json", 11, "--json-report")],
+        &volume,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("/scratch/r.json") && e.contains("--json-report"),
+        "{e}"
+    );
+    check_room(&[need("nothing", "/scratch/x", 0, "--x"), offload], &volume).unwrap();
+}
+
+/// What `prepare` probes for a run: its saves and its offload files, in the directories given.
+#[test]
+fn a_runs_needs_are_its_saves_and_offload_files() {
+    use headroom_train::save::room::{run_needs, save_bytes};
+    use headroom_train::strategy::Offload;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = keys(4, &dir.path().join("runs")).resolve().unwrap();
+    c.save_every = 2;
+    c.strategy.placement.zero_stage = headroom_train::strategy::ZeroStage::new(1).unwrap();
+    c.strategy.placement.offload_optimizer = Offload::Nvme;
+    c.offload_dir = Some(dir.path().join("scratch"));
+    let prediction = headroom_train::predict::predict(&c, &Corpus::bundled()).unwrap();
+    let needs = run_needs(&c, &prediction).unwrap();
+    assert_eq!(needs.len(), 2);
+    assert_eq!(needs[0].bytes, 2 * save_bytes(&c).unwrap());
+    assert_eq!(needs[0].path, dir.path().join("runs"));
+    let disk = prediction.offload.as_ref().unwrap().disk.total();
+    // The optimizer's states and master weights: 12 B per parameter at least, in whole pages.
+    assert!(disk >= 12 * 34_688, "{disk}");
+    assert_eq!(needs[1].bytes, disk);
+    assert_eq!(needs[1].path, dir.path().join("scratch"));
+}
+
+#[test]
+fn statvfs_probes_the_nearest_existing_directory() {
+    use headroom_train::save::room::statvfs_volume;
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let here = statvfs_volume(dir.path()).unwrap();
+    assert_eq!(here.device, std::fs::metadata(dir.path()).unwrap().dev());
+    assert!(here.free > 0);
+    // A save directory not made yet is on its parent's file system.
+    let later = statvfs_volume(&dir.path().join("runs/step-000001")).unwrap();
+    assert_eq!(later.device, here.device);
 }

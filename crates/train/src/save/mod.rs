@@ -19,6 +19,7 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+pub mod room;
 mod root;
 
 use root::remove_stale_temporaries;
