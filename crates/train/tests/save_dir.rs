@@ -253,3 +253,47 @@ fn statvfs_probes_the_nearest_existing_directory() {
     let later = statvfs_volume(&dir.path().join("runs/step-000001")).unwrap();
     assert_eq!(later.device, here.device);
 }
+
+/// `--init-from` a save of gpt-tiny (2 layers, 2 heads, width 32): a run of 1 layer would take
+/// its first block and drop the second, one of 4 heads would split the same width otherwise
+/// (every block the same size): both refused, naming both values. With the saved run's
+/// configuration unreadable (its model named by a file that is gone), the blocks alone still
+/// refuse a save with more of them.
+#[test]
+fn init_from_refuses_a_save_of_another_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("base");
+    train(keys(1, &root).resolve().unwrap());
+    let save = root.join("step-000001");
+    let start = |layers: Option<usize>, heads: Option<usize>| {
+        let mut k = keys(1, &dir.path().join("new"));
+        k.save_dir = None;
+        k.layers = layers;
+        k.heads = heads;
+        k.init_from = Some(save.clone());
+        Trainer::new(k.resolve().unwrap(), &Corpus::bundled()).map(|_| ())
+    };
+    start(None, None).unwrap();
+    let e = start(Some(1), None).unwrap_err().to_string();
+    assert!(
+        e.contains("--layers 2") && e.contains("this run's has 1"),
+        "{e}"
+    );
+    let e = start(None, Some(4)).unwrap_err().to_string();
+    assert!(
+        e.contains("--heads 2") && e.contains("this run's has 4"),
+        "{e}"
+    );
+    // The manifest's model renamed to one that cannot be resolved, its checksum made to match.
+    let manifest = save.join("manifest.json");
+    let mut m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+    m["config"]["model"] = "gone.toml".into();
+    let text = serde_json::to_vec_pretty(&m).unwrap();
+    std::fs::write(&manifest, &text).unwrap();
+    let crc = format!("{:08x}", crc32fast::hash(&text));
+    std::fs::write(save.join("manifest.crc32"), crc).unwrap();
+    start(None, None).unwrap();
+    let e = start(Some(1), None).unwrap_err().to_string();
+    assert!(e.contains("which this model lacks"), "{e}");
+}
