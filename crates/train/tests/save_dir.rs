@@ -297,3 +297,24 @@ fn init_from_refuses_a_save_of_another_shape() {
     let e = start(Some(1), None).unwrap_err().to_string();
     assert!(e.contains("which this model lacks"), "{e}");
 }
+
+/// `prepare` probes the real file system: a billion saves of gpt-tiny (416,256 B each, over
+/// 400 TB) fit no disk, and the run is refused before it starts, naming the bytes.
+#[test]
+fn prepare_refuses_saves_that_no_disk_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = keys(1_000_000_000, &dir.path().join("runs"))
+        .resolve()
+        .unwrap();
+    c.save_every = 1;
+    let e = prepared(c).unwrap_err();
+    let needed = format_bytes(416_256 * 1_000_000_000);
+    assert!(
+        e.contains("not enough free disk space")
+            && e.contains("1000000000 save(s) of 406.50 KiB each")
+            && e.contains(&needed)
+            && e.contains("--save-dir"),
+        "{e}"
+    );
+    assert!(!dir.path().join("runs").exists(), "nothing was written");
+}
