@@ -152,7 +152,7 @@ impl DeviceBuffer {
             return None;
         }
         if self.bytes == 0 {
-            return Some(&[]);
+            return Some(empty_bytes());
         }
         // SAFETY: on a backed device `addr` is the start of a live block of at least `bytes`
         // bytes of read-write memory that only this buffer hands out; it stays valid until the
@@ -166,11 +166,24 @@ impl DeviceBuffer {
             return None;
         }
         if self.bytes == 0 {
-            return Some(&mut []);
+            return Some(empty_bytes());
         }
         // SAFETY: as in `as_bytes`; the exclusive borrow of `self` makes this the only view.
         Some(unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.bytes as usize) })
     }
+}
+
+/// The bytes of an empty buffer: none, at an address aligned as a block's is (blocks start at
+/// multiples of `MIN_BLOCK_SIZE`, 512 bytes), so that viewing them as wider elements (`f32`,
+/// `u64`) succeeds as for any other buffer. A plain `&mut []` of bytes sits at address 1, which
+/// a checked `u8 → f32` view rejects (a ZeRO shard of a small block can be empty).
+fn empty_bytes<'a>() -> &'a mut [u8] {
+    #[repr(align(512))]
+    struct Block;
+    let at = std::ptr::NonNull::<Block>::dangling().cast::<u8>();
+    // SAFETY: a zero-length slice needs only a non-null pointer aligned for `u8`; `dangling`
+    // gives one (aligned to 512 bytes), and no byte is ever read or written through it.
+    unsafe { std::slice::from_raw_parts_mut(at.as_ptr(), 0) }
 }
 
 impl Drop for DeviceBuffer {
@@ -204,6 +217,18 @@ mod tests {
         let s = device.stats();
         assert_eq!(s.allocated_bytes.all.current, 0);
         assert_eq!(s.reserved_bytes.all.current, 2 * MIB as i64);
+    }
+
+    #[test]
+    fn empty_buffers_are_aligned_like_blocks() {
+        let device = Device::cpu(64 * MIB, AllocatorConfig::default());
+        let mut a = device.alloc(0, Category::OptimizerState, None).unwrap();
+        let ptr = a.as_bytes_mut().unwrap().as_ptr() as usize;
+        assert_eq!(ptr % 512, 0, "empty buffer's view at {ptr:#x}");
+        let ptr = a.as_bytes().unwrap().as_ptr() as usize;
+        assert_eq!(ptr % 512, 0, "empty buffer's view at {ptr:#x}");
+        assert!(a.as_bytes().unwrap().is_empty());
+        assert_eq!(device.stats().allocated_bytes.all.current, 0);
     }
 
     #[test]

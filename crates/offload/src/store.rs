@@ -24,6 +24,8 @@ use headroom_memory::host_pool::{HostPool, HostReservation};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// One part of a region: its category and exact bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +37,7 @@ pub struct Part {
 /// How a store is built.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
-    /// What it holds, for reports and the file's name.
+    /// What it holds, for reports and the start of the file's name (the rest names the run).
     pub name: String,
     pub tier: TierKind,
     /// Directory of the file (disk tier).
@@ -161,7 +163,7 @@ impl OffloadStore {
                     source,
                 })?;
                 let file = Arc::new(DiskFile::create(
-                    &dir.join(format!("{}.bin", options.name)),
+                    &dir.join(scratch_file_name(&options.name)),
                 )?);
                 stats.path = Some(file.path().display().to_string());
                 stats.direct_io = file.is_direct();
@@ -420,6 +422,19 @@ impl OffloadStore {
     pub fn stats(&self) -> TierStats {
         self.stats.clone()
     }
+}
+
+/// The name of a disk store's file: what it holds, then this process's id, the store's number
+/// in this process and a stamp from the clock, so that runs sharing an offload directory (the
+/// default one included) never open each other's files, and a store never reuses a file that a
+/// dead process with the same id left behind. The file goes with its store.
+fn scratch_file_name(name: &str) -> String {
+    static STORES: AtomicU64 = AtomicU64::new(0);
+    let number = STORES.fetch_add(1, Ordering::Relaxed);
+    let stamp = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() ^ d.as_secs() as u32);
+    format!("{name}.{}-{number}-{stamp:08x}.bin", std::process::id())
 }
 
 /// Records whether `buffer` is page-locked, and the pool's reason when it is not.

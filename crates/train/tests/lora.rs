@@ -397,7 +397,7 @@ fn init_from_starts_a_lora_run_from_a_saved_base_and_a_plain_run_from_the_merged
     let values = block0.flat().to_vec_f32().unwrap();
     let expected = headroom_tensor::nf4::quantize_nf4(&values[spec.offset..spec.offset + 32 * 96]);
     assert_eq!(t.model().quantized()[0].bytes().unwrap(), &expected[..]);
-    // Another model's save is refused by block and size.
+    // Another model's save is refused, naming the shape field and both values.
     let mut wide = plain.clone();
     wide.width = Some(64);
     wide.init_from = Some(pretrained);
@@ -406,7 +406,7 @@ fn init_from_starts_a_lora_run_from_a_saved_base_and_a_plain_run_from_the_merged
         .unwrap()
         .to_string();
     assert!(
-        e.contains("block embed") && e.contains("another model shape"),
+        e.contains("--width 32") && e.contains("this run's has 64"),
         "{e}"
     );
 }

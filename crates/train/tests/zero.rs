@@ -106,6 +106,45 @@ fn lamb_under_zero1_2_and_3_is_bitwise_ddp() {
     }
 }
 
+/// At 9, 17 and 20 ranks gpt-tiny's 64-element block leaves the last ranks an empty shard
+/// (⌈64 / 9⌉ = 8, so rank 8 starts at 8 × 8 = 64; ⌈64 / 17⌉ = 4, rank 16 starts at 64): their
+/// optimizer state for it has no bytes, and the update must still run (it once panicked viewing
+/// those bytes as f32). AdamW and LAMB at ZeRO-1 to 3 are then bitwise the DDP run, and the
+/// shards, empty ones included, add up to each block.
+#[test]
+fn ranks_with_an_empty_shard_train_as_ddp_does() {
+    for (ranks, optimizer) in [
+        (9, Optimizer::AdamW),
+        (9, Optimizer::Lamb),
+        (17, Optimizer::AdamW),
+    ] {
+        let mut ddp = config(optimizer, 1, 1, ranks);
+        ddp.steps = 3;
+        let expected = run_ranks(&ddp, ranks);
+        let blocks = expected[0].blocks.clone();
+        assert_eq!(blocks.last(), Some(&64), "gpt-tiny's last block");
+        assert_eq!(
+            owned(64, ranks - 1, ranks),
+            0,
+            "rank {} of {ranks}",
+            ranks - 1
+        );
+        for &p in &blocks {
+            let shards: usize = (0..ranks).map(|r| owned(p, r, ranks)).sum();
+            assert_eq!(shards, p, "a block of {p} over {ranks} ranks");
+        }
+        for stage in [1, 2, 3] {
+            let got = run_ranks(&zero(ddp.clone(), stage), ranks);
+            for (rank, (g, w)) in got.iter().zip(&expected).enumerate() {
+                let label = format!("{optimizer} ZeRO-{stage}, rank {rank}/{ranks}");
+                assert_eq!(g.bits.0.len(), 3, "{label}");
+                assert_eq!(g.bits.0, w.bits.0, "losses: {label}");
+                assert!(g.bits.1 == w.bits.1, "weights differ: {label}");
+            }
+        }
+    }
+}
+
 /// The other levers under sharding. Accumulation: ZeRO-1 reduces the accumulated gradient
 /// once, as DDP does, so it is bitwise DDP; ZeRO-2/3 reduce-scatter every micro-batch into the
 /// shard (the full gradient is not kept between micro-batches: that is their saving), so each

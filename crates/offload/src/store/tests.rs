@@ -36,6 +36,11 @@ fn fill(store: &mut OffloadStore, lens: &[usize]) {
     }
 }
 
+/// The file of a disk store.
+fn file_of(store: &OffloadStore) -> std::path::PathBuf {
+    store.stats().path.expect("a disk store has a file").into()
+}
+
 const LENS: [usize; 4] = [1000, 3000, 10, 2048];
 
 /// The bytes region `r` holds after `visits` visits that add 1 to every byte.
@@ -154,13 +159,13 @@ fn a_changed_byte_on_disk_is_a_checksum_error_never_zeros() {
     fill(&mut store, &LENS);
     store.wait_idle().unwrap();
     // Region 1 starts after region 0's 3 pages; flip one of its bytes behind the store.
-    let path = dir.path().join("states.bin");
+    let path = file_of(&store);
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[3 * PAGE + 5] ^= 0xff;
     std::fs::write(&path, &bytes).unwrap();
     let e = store.read(1, |_| ()).unwrap_err().to_string();
     assert!(
-        e.contains("checksum") && e.contains("states.bin") && e.contains("region 1"),
+        e.contains("checksum") && e.contains(&path.display().to_string()) && e.contains("region 1"),
         "{e}"
     );
     // The store stays failed rather than hand out bytes it cannot vouch for.
@@ -225,7 +230,7 @@ fn a_file_removed_or_truncated_behind_the_store_never_reads_as_zeros() {
     fill(&mut store, &LENS);
     store.wait_idle().unwrap();
     // Removed: the open descriptor keeps the bytes (POSIX unlink), so the run goes on.
-    let path = dir.path().join("states.bin");
+    let path = file_of(&store);
     std::fs::remove_file(&path).unwrap();
     add_one(&mut store, &[0, 1, 2, 3]);
     check(&mut store, 1);
@@ -247,4 +252,41 @@ fn a_file_removed_or_truncated_behind_the_store_never_reads_as_zeros() {
         .unwrap();
     let e = store.read(3, |_| ()).unwrap_err().to_string();
     assert!(e.contains("truncated"), "{e}");
+}
+
+/// Two runs on one offload directory (the default one, or the same `--offload-dir`), each with
+/// a store of the same name (every run's rank 0 has `optimizer.rank0`): each gets its own file,
+/// reads back its own bytes (every checksum holds), and dropping one removes its file only.
+#[test]
+fn two_stores_of_one_name_in_one_directory_keep_their_own_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = || {
+        let pool = HostPool::new(None, false);
+        OffloadStore::new(pool, options(TierKind::Disk, Some(dir.path()), false)).unwrap()
+    };
+    let (mut first, mut second) = (open(), open());
+    let (a, b) = (file_of(&first), file_of(&second));
+    assert_ne!(a, b);
+    for path in [&a, &b] {
+        assert_eq!(path.parent(), Some(dir.path()));
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            name.starts_with("states.") && name.ends_with(".bin"),
+            "{name}"
+        );
+        let pid = format!(".{}-", std::process::id());
+        assert!(name.contains(&pid), "{name} names the process");
+    }
+    fill(&mut first, &LENS);
+    fill(&mut second, &LENS);
+    add_one(&mut first, &[0, 1, 2, 3]);
+    add_one(&mut second, &[3, 2, 1, 0]);
+    add_one(&mut second, &[0, 1, 2, 3]);
+    first.wait_idle().unwrap();
+    drop(first);
+    assert!(!a.exists(), "the first store's file goes with it");
+    assert!(b.exists(), "the second store's file stays");
+    check(&mut second, 2);
+    drop(second);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }

@@ -448,6 +448,7 @@ impl TrainConfig {
             host_memory: self.host_memory.map(|b| b.0),
             pin_memory: self.pin_memory.unwrap_or(true),
             offload_dir: self.offload_dir,
+            resumed: false,
         })
     }
 

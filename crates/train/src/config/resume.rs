@@ -55,7 +55,8 @@ impl RunConfig {
             }
             _ => {}
         }
-        let resumed = keys.overridden_by(given.clone()).resolve()?;
+        let mut resumed = keys.overridden_by(given.clone()).resolve()?;
+        resumed.resumed = true;
         let (before, after) = (as_json(self), as_json(&resumed));
         for key in FIXED {
             if before[key] != after[key] {

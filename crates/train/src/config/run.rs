@@ -75,6 +75,11 @@ pub struct RunConfig {
     /// Directory of the nvme tier's scratch files (default: the system's temporary directory).
     #[serde(default)]
     pub offload_dir: Option<PathBuf>,
+    /// This configuration continues a saved run ([`RunConfig::resumed_with`] sets it): its save
+    /// directory may hold that run's saves, which `Trainer::resume` checks against the step it
+    /// resumes from; a new run's must hold none (`prepare` checks). Never saved.
+    #[serde(skip)]
+    pub resumed: bool,
 }
 
 fn one() -> usize {

@@ -1,7 +1,9 @@
 //! Preparing a run: one call turns a resolved configuration into the strategy that will run and
 //! its prediction — `--auto`'s choice (the fastest strategy that fits, by dry runs), the largest
 //! micro-batch that fits (`--find-batch-size`), and the dry run of what was chosen, reused from
-//! the search when the search already made it.
+//! the search when the search already made it. A new run whose save directory already holds
+//! saves is refused here, before any work, and so is a run whose saves or offload files would
+//! not fit the free space of their disks (`save::room`).
 //!
 //! Not for: running (see `trainer`) or printing (the binary does that).
 
@@ -10,6 +12,7 @@ use crate::data::Corpus;
 use crate::predict::auto::{self, AutoPlan};
 use crate::predict::{Prediction, largest_micro_batch, predict};
 use crate::report::AutoChoice;
+use crate::save::room::{RoomError, check_room, run_needs, statvfs_volume};
 use crate::trainer::TrainError;
 use headroom_memory::format_bytes;
 use headroom_strategy::Pins;
@@ -47,6 +50,8 @@ pub enum PrepareError {
     NoMicroBatchFits { budget: u64 },
     #[error(transparent)]
     Train(#[from] TrainError),
+    #[error(transparent)]
+    Room(#[from] RoomError),
 }
 
 /// Decides what `config` runs (keeping `pins`) and predicts it.
@@ -56,6 +61,9 @@ pub fn prepare(
     pins: &Pins,
     options: PrepareOptions,
 ) -> Result<PreparedRun, PrepareError> {
+    if let Some(root) = config.save_dir.as_deref().filter(|_| !config.resumed) {
+        crate::save::check_destination(root, None).map_err(TrainError::from)?;
+    }
     let mut config = config;
     let mut auto_choice = None;
     let mut prediction = None;
@@ -88,6 +96,7 @@ pub fn prepare(
         Some(p) => p,
         None => predict(&config, corpus)?,
     };
+    check_room(&run_needs(&config, &prediction)?, &statvfs_volume)?;
     Ok(PreparedRun {
         config,
         auto: auto_choice,

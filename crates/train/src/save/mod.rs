@@ -15,7 +15,15 @@ use headroom_memory::output::write_output;
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+
+pub mod room;
+mod root;
+
+use root::remove_stale_temporaries;
+pub use root::{StepFolder, check_destination, locate, root_of, step_folders};
 
 /// Version of the manifest layout; bumped on incompatible changes (2: checksums).
 pub const FORMAT_VERSION: u32 = 2;
@@ -126,8 +134,22 @@ pub enum SaveError {
         "no saved run at {path}: {reason}; pass the directory given to --save-dir (or one of its step-NNNNNN folders) to --resume"
     )]
     Missing { path: PathBuf, reason: String },
-    #[error("corrupt saved run {path}: {reason}; resume from an earlier step-NNNNNN folder")]
+    #[error(
+        "corrupt saved run {path}: {reason}; resume from an earlier step-NNNNNN folder with a new --save-dir (the corrupt save is kept)"
+    )]
     Corrupt { path: PathBuf, reason: String },
+    #[error("damaged saved run {path}: {reason}; {fix}")]
+    Damaged {
+        path: PathBuf,
+        reason: String,
+        fix: String,
+    },
+    #[error("--save-dir {root} already holds saves this run would replace ({holds}); {fix}")]
+    WouldReplace {
+        root: PathBuf,
+        holds: String,
+        fix: String,
+    },
     #[error(
         "saved run {path} has format version {found}, this headroom reads version {FORMAT_VERSION}"
     )]
@@ -143,23 +165,40 @@ pub enum SaveError {
     },
 }
 
-/// Removes the temporary folders of saves that never completed (a crash mid-save): hidden
-/// `.step-NNNNNN.tmp-PID` folders. Best effort: one that cannot be removed stays.
-fn remove_stale_temporaries(root: &Path) {
-    let Ok(entries) = std::fs::read_dir(root) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with(".step-") && name.contains(".tmp-") {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-}
-
 /// The file beside `manifest.json` that holds the manifest's own CRC-32.
 const MANIFEST_CRC: &str = "manifest.crc32";
+
+/// The bytes of the regular file `path`. Anything else (a FIFO, a device, a directory) is
+/// refused before a byte is read: it is opened without blocking and its type checked on the
+/// open descriptor, so a FIFO in a save never hangs a resume.
+pub(crate) fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        return Err(std::io::Error::other(format!(
+            "not a regular file (a {})",
+            describe(kind)
+        )));
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// What a file that is not a regular file is.
+fn describe(kind: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    match kind {
+        k if k.is_dir() => "directory",
+        k if k.is_fifo() => "FIFO",
+        k if k.is_socket() => "socket",
+        k if k.is_char_device() || k.is_block_device() => "device",
+        _ => "special file",
+    }
+}
 
 /// CRC-32 (IEEE) of `bytes` as 8 hex digits.
 fn crc32(bytes: &[u8]) -> String {
@@ -280,67 +319,17 @@ fn write_with_faults(
     Ok(final_dir)
 }
 
-/// The save directory `path` names: a save directory itself, or a root whose `latest` names
-/// one — or, when `latest` is missing or names nothing (a crash during a save), the newest
-/// `step-NNNNNN` folder that holds a manifest.
-pub fn locate(path: &Path) -> Result<PathBuf, SaveError> {
-    let missing = |reason: String| SaveError::Missing {
-        path: path.to_path_buf(),
-        reason,
-    };
-    if !path.is_dir() {
-        return Err(missing("not a directory".into()));
-    }
-    if path.join("manifest.json").is_file() {
-        return Ok(path.to_path_buf());
-    }
-    if let Ok(latest) = std::fs::read_to_string(path.join("latest")) {
-        let dir = path.join(latest.trim());
-        if dir.join("manifest.json").is_file() {
-            return Ok(dir);
-        }
-    }
-    let mut steps: Vec<PathBuf> = std::fs::read_dir(path)
-        .map_err(|e| missing(e.to_string()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("step-"))
-                && p.join("manifest.json").is_file()
-        })
-        .collect();
-    steps.sort();
-    steps
-        .pop()
-        .ok_or_else(|| missing("neither manifest.json nor a 'latest' file is there".into()))
-}
-
-/// The directory saves of the run at `save` go to: its parent for a `step-NNNNNN` folder.
-pub fn root_of(save: &Path) -> PathBuf {
-    let is_step = save
-        .file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.starts_with("step-"));
-    match save.parent() {
-        Some(parent) if is_step => parent.to_path_buf(),
-        _ => save.to_path_buf(),
-    }
-}
-
 /// Reads and verifies the manifest of the save `path` names (see [`locate`]); returns it with
 /// the save's directory.
 pub fn read_manifest(path: &Path) -> Result<(Manifest, PathBuf), SaveError> {
     let dir = locate(path)?;
     let manifest_path = dir.join("manifest.json");
-    let text = std::fs::read(&manifest_path).map_err(|e| SaveError::Missing {
-        path: path.to_path_buf(),
-        reason: format!("{}: {e}", manifest_path.display()),
-    })?;
     let corrupt = |p: &Path, reason: String| SaveError::Corrupt {
         path: p.to_path_buf(),
         reason,
     };
+    let text = read_regular(&manifest_path)
+        .map_err(|e| corrupt(&manifest_path, format!("cannot read: {e}")))?;
     let manifest: Manifest =
         serde_json::from_slice(&text).map_err(|e| corrupt(&manifest_path, e.to_string()))?;
     if manifest.format_version != FORMAT_VERSION {
@@ -349,9 +338,13 @@ pub fn read_manifest(path: &Path) -> Result<(Manifest, PathBuf), SaveError> {
             found: manifest.format_version,
         });
     }
-    let recorded = std::fs::read_to_string(dir.join(MANIFEST_CRC))
+    let recorded = read_regular(&dir.join(MANIFEST_CRC))
         .map_err(|e| corrupt(&dir.join(MANIFEST_CRC), format!("cannot read: {e}")))?;
-    verify(&manifest_path, &text, recorded.trim())?;
+    verify(
+        &manifest_path,
+        &text,
+        String::from_utf8_lossy(&recorded).trim(),
+    )?;
     Ok((manifest, dir))
 }
 
@@ -366,7 +359,7 @@ pub fn read(path: &Path) -> Result<(Manifest, TensorGroups), SaveError> {
     let mut groups = TensorGroups::new();
     for (group, file) in &manifest.files {
         let file_path = dir.join(file);
-        let bytes = std::fs::read(&file_path)
+        let bytes = read_regular(&file_path)
             .map_err(|e| corrupt(&file_path, format!("cannot read: {e}")))?;
         let recorded = manifest
             .checksums

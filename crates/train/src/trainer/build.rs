@@ -200,7 +200,7 @@ impl Trainer {
         })?;
         if let Some(path) = &config.init_from {
             // Before master weights and offload stores copy the parameters.
-            super::init_from::init_from(model.as_mut(), path, !device.is_backed())?;
+            super::init_from::init_from(model.as_mut(), &spec, path, !device.is_backed())?;
         }
         let mut grads = Gradients::new();
         for block in model.blocks() {

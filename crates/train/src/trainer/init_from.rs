@@ -4,14 +4,18 @@
 //! run's base with its adapters folded in) and from its `model` group otherwise, block by block
 //! under the plain model's names; each is loaded into the block of that name, or under LoRA
 //! into the frozen base (QLoRA re-quantises its projections). Only weights are taken: the step,
-//! the optimizer state and the data position start afresh (that is `--resume`).
+//! the optimizer state and the data position start afresh (that is `--resume`). The saved
+//! model's shape (kind, layers, heads, width, vocabulary) must be this run's: a block of equal
+//! size is not enough (the heads split a width without changing a block's size), and a save
+//! with blocks this model lacks (more layers) is refused, never cut short.
 //!
 //! Not for: continuing a run (see `save.rs`).
 
 use super::TrainError;
-use crate::config::ConfigError;
-use crate::save::{self, SaveError};
+use crate::config::{ConfigError, RunConfig};
+use crate::save::{self, Manifest, SaveError};
 use headroom_nn::Model;
+use headroom_nn::models::ModelSpec;
 use std::path::Path;
 
 fn bad(path: &Path, reason: String) -> TrainError {
@@ -22,10 +26,46 @@ fn bad(path: &Path, reason: String) -> TrainError {
     })
 }
 
-/// Loads the weights of the save at `path` into `model`, checking every block's size (a dry
-/// run's model, `dry`, holds no values: it checks only).
-pub(super) fn init_from(model: &mut dyn Model, path: &Path, dry: bool) -> Result<(), TrainError> {
-    let (_, groups) = save::read(path).map_err(|e| match e {
+/// The model a save's run trained, when its configuration can still be resolved (a model
+/// file it names may be gone: the blocks are then checked alone).
+fn saved_spec(manifest: &Manifest) -> Option<ModelSpec> {
+    let saved: RunConfig = serde_json::from_value(manifest.config.clone()).ok()?;
+    let spec = ModelSpec::resolve(&saved.model).ok()?;
+    Some(spec.with_overrides(saved.layers, saved.width, saved.heads, saved.seq_len))
+}
+
+/// The first shape field where the saved model (`saved`) and this run's (`now`) differ: its
+/// flag, the saved value and this run's.
+fn shape_mismatch(saved: &ModelSpec, now: &ModelSpec) -> Option<(&'static str, String, String)> {
+    let differ = |flag, a: usize, b: usize| (a != b).then(|| (flag, a.to_string(), b.to_string()));
+    match (saved, now) {
+        (ModelSpec::Gpt(a), ModelSpec::Gpt(b)) => differ("--layers", a.layers, b.layers)
+            .or_else(|| differ("--heads", a.heads, b.heads))
+            .or_else(|| differ("--width", a.width, b.width))
+            .or_else(|| differ("the vocabulary", a.vocab, b.vocab)),
+        (ModelSpec::Resmlp(a), ModelSpec::Resmlp(b)) => {
+            differ("--layers", a.depth, b.depth).or_else(|| differ("--width", a.width, b.width))
+        }
+        (a, b) => {
+            let kind = |s: &ModelSpec| match s {
+                ModelSpec::Gpt(_) => "a GPT".to_string(),
+                ModelSpec::Resmlp(_) => "a residual MLP".to_string(),
+            };
+            Some(("--model", kind(a), kind(b)))
+        }
+    }
+}
+
+/// Loads the weights of the save at `path` into `model` (built from `spec`), checking the
+/// saved model's shape and every block's size (a dry run's model, `dry`, holds no values: it
+/// checks only).
+pub(super) fn init_from(
+    model: &mut dyn Model,
+    spec: &ModelSpec,
+    path: &Path,
+    dry: bool,
+) -> Result<(), TrainError> {
+    let (manifest, groups) = save::read(path).map_err(|e| match e {
         SaveError::Missing { reason, .. } => bad(
             path,
             format!(
@@ -43,7 +83,27 @@ pub(super) fn init_from(model: &mut dyn Model, path: &Path, dry: bool) -> Result
             "model",
         ),
     };
-    for (name, numel) in model.plain_blocks() {
+    if let Some((flag, saved, now)) = saved_spec(&manifest).and_then(|s| shape_mismatch(&s, spec)) {
+        return Err(bad(
+            path,
+            format!(
+                "the save is of a model with {flag} {saved}, this run's has {now}: give the saved run's model and shape (--model, --layers, --heads, --width) to start from its weights"
+            ),
+        ));
+    }
+    let blocks = model.plain_blocks();
+    if let Some(extra) = group
+        .keys()
+        .find(|k| !blocks.iter().any(|(name, _)| name == *k))
+    {
+        return Err(bad(
+            path,
+            format!(
+                "its {source} weights hold block {extra}, which this model lacks: the save is of a larger model (give its --layers)"
+            ),
+        ));
+    }
+    for (name, numel) in blocks {
         let t = group.get(&name).ok_or_else(|| {
             bad(
                 path,

@@ -308,9 +308,14 @@ impl Trainer {
 
     /// Restores the state saved by [`Trainer::save`] into this freshly built trainer
     /// (same model, precision and optimizer; under ZeRO-1 this rank takes its shards, so the
-    /// number of ranks may differ from the saved run's).
+    /// number of ranks may differ from the saved run's). A run that saves (`save_dir`) is
+    /// refused when its saves would replace others there (see `save::check_destination`).
     pub fn resume(&mut self, path: &Path) -> Result<(), TrainError> {
-        let (manifest, groups) = save::read(path)?;
+        let at = save::locate(path)?;
+        let (manifest, groups) = save::read(&at)?;
+        if let Some(root) = &self.config.save_dir {
+            save::check_destination(root, Some((&at, manifest.step)))?;
+        }
         let corrupt = |reason: String| {
             TrainError::Save(SaveError::Corrupt {
                 path: path.to_path_buf(),
