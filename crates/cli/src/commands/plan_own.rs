@@ -325,31 +325,20 @@ fn shape(spec: &ModelSpec) -> (&'static str, usize, usize) {
     }
 }
 
-/// The `headroom train --config` TOML of a run: model, sequence, strategy and budget.
+/// The `headroom train --config` TOML of a run: model, sequence, budget, ranks, allocator and
+/// fine-tune, and the strategy's keys as its one writer gives them.
 fn train_toml(c: &RunConfig) -> Result<String> {
     let file = TrainConfig {
         model: Some(c.model.clone()),
         seq_len: c.seq_len,
-        precision: Some(c.strategy.precision),
-        optimizer: Some(c.strategy.optimizer),
-        checkpoint: Some(c.strategy.checkpoint),
-        attention: Some(c.strategy.attention),
-        loss: Some(c.strategy.loss),
-        optimizer_in_backward: Some(c.strategy.optimizer_in_backward),
-        micro_batch: Some(c.micro_batch()),
-        accumulation: Some(c.accumulation()),
         device_memory: Some(headroom_memory::ByteSize(c.device_memory)),
         data_parallel: (c.data_parallel > 1).then_some(c.data_parallel),
-        zero_stage: Some(c.strategy.placement.zero_stage),
-        offload_optimizer: Some(c.strategy.placement.offload_optimizer),
-        offload_params: Some(c.strategy.placement.offload_params),
-        offload_activations: Some(c.strategy.placement.offload_activations),
         allocator: Some(c.allocator),
         lora_rank: c.lora.as_ref().map(|l| l.rank),
         lora_alpha: c.lora.as_ref().map(|l| l.alpha),
         lora_targets: c.lora.as_ref().map(|l| l.targets.clone()),
         lora_base: c.lora.as_ref().map(|l| l.base),
-        ..Default::default()
+        ..TrainConfig::of_strategy(&c.strategy)
     };
     Ok(format!(
         "# headroom train --config FILE: the fastest strategy that fits, from `headroom plan`\n{}",

@@ -14,6 +14,7 @@ use super::{ConfigError, describe_toml_error};
 use crate::data::SamplerKind;
 use headroom_memory::AllocatorKind;
 use headroom_memory::size::ByteSize;
+use headroom_plan::export::headroom::strategy_toml;
 use headroom_strategy::{
     Attention, BaseWeights, Checkpoint, Lora, LoraTargets, Loss, Offload, Optimizer, Pins,
     Placement, Precision, Strategy, StrategyError, ZeroStage, parse_flag,
@@ -313,6 +314,13 @@ impl TrainConfig {
             offload_activations,
             offload_dir
         )
+    }
+
+    /// Every lever of `strategy` set, read from the keys the planner's export writes
+    /// (`strategy_toml`): a strategy is written one way, for a file and for a configuration.
+    pub fn of_strategy(strategy: &Strategy) -> TrainConfig {
+        toml::from_str(&strategy_toml(strategy))
+            .expect("every key of a strategy is a configuration key (tests/strategy_toml.rs)")
     }
 
     /// The strategy levers this configuration sets: `--auto` keeps them.
