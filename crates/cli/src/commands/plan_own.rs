@@ -14,7 +14,7 @@ use headroom_plan::advice::Shortfall;
 use headroom_plan::cost::Plan;
 use headroom_plan::export::write_export;
 use headroom_plan::hardware;
-use headroom_plan::strategy::{Offload, Pins};
+use headroom_plan::strategy::Offload;
 use headroom_train::auto::{AutoPlan, plan};
 use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
@@ -29,7 +29,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     reject_planner_only_flags(args)?;
     let (budget, gpu) = budget(args)?;
     let config = run_config(args, budget)?;
-    let pins = pins(args)?;
+    let pins = args.levers.pins();
     let corpus = Corpus::bundled();
     let outcome = plan(&config, &corpus, &pins)?;
     let spec = headroom_train::model_spec(&config)?;
@@ -107,13 +107,16 @@ fn reject_planner_only_flags(args: &PlanArgs) -> Result<()> {
             "{flag} applies to the analytical planner (Hugging Face models); headroom's own models are planned by dry runs on one device"
         );
     }
-    let offloaded = args.offload_optimizer.is_some_and(|o| o != Offload::None)
-        || args.offload_params.is_some_and(|o| o != Offload::None);
+    let levers = &args.levers.keys;
+    let offloaded = levers.offload_optimizer.is_some_and(|o| o != Offload::None)
+        || levers.offload_params.is_some_and(|o| o != Offload::None);
     // Alone, a ZeRO stage only serves offload (DeepSpeed's rule: offload needs a stage).
-    if args.zero.is_some_and(|z| z.number() != 0) && ranks(args) < 2 && !offloaded {
+    if let Some(zero) = levers.zero_stage.filter(|z| z.number() != 0)
+        && ranks(args) < 2
+        && !offloaded
+    {
         bail!(
-            "--zero {} shards over data-parallel ranks: add --data-parallel N (N ≥ 2), or drop --zero",
-            args.zero.map_or(0, |z| z.number())
+            "--zero {zero} shards over data-parallel ranks: add --data-parallel N (N ≥ 2), or drop --zero"
         );
     }
     Ok(())
@@ -154,7 +157,7 @@ fn run_config(args: &PlanArgs, budget: u64) -> Result<RunConfig> {
         ),
         g => g.map(|g| g / n as u64),
     };
-    let (micro_batch, accumulation) = match (per_rank, args.micro_batch, args.accumulation) {
+    let (micro_batch, accumulation) = match (per_rank, args.split().0, args.split().1) {
         (Some(0), ..) => bail!("--global-batch 0: a batch needs at least one sequence"),
         (Some(g), m, a) => {
             let m = m.unwrap_or(g / a.unwrap_or(1).max(1));
@@ -180,25 +183,6 @@ fn run_config(args: &PlanArgs, budget: u64) -> Result<RunConfig> {
         ..Default::default()
     };
     Ok(config.resolve()?)
-}
-
-/// The levers pinned by flags, in the engine's terms.
-fn pins(args: &PlanArgs) -> Result<Pins> {
-    Ok(Pins {
-        precision: args.precision,
-        optimizer: args.optimizer,
-        checkpoint: args.checkpoint,
-        attention: args.attention,
-        loss: args.loss,
-        optimizer_in_backward: args.optimizer_in_backward,
-        micro_batch: args.micro_batch,
-        accumulation: args.accumulation,
-        zero_stage: args.zero,
-        offload_optimizer: args.offload_optimizer,
-        offload_params: args.offload_params,
-        offload_activations: args.offload_activations,
-        allocator: None,
-    })
 }
 
 fn to_json(

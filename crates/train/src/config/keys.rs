@@ -54,7 +54,7 @@ pub struct TrainConfig {
     /// Micro-batches per optimizer step (effective batch = micro-batch × accumulation).
     #[arg(long)]
     pub accumulation: Option<usize>,
-    /// sgd | sgd-momentum | adamw | adamw-bf16 | lamb.
+    /// sgd, sgd-momentum, adamw, adamw-bf16, adamw-8bit, paged-adamw-8bit, adafactor, lamb.
     #[arg(long, value_parser = parse_flag::<Optimizer>)]
     pub optimizer: Option<Optimizer>,
     /// Peak learning rate (after warm-up; cosine decay to a tenth).
@@ -114,9 +114,10 @@ pub struct TrainConfig {
     /// give the gradient's bytes back (torchtune's optimizer_in_bwd): about one block's
     /// gradient at a time instead of the model's. Needs --accumulation 1 and one process, and
     /// turns the default global-norm clipping off (clipping needs every gradient first).
+    /// `--optimizer-in-backward false` pins it off.
     #[arg(
         long,
-        num_args = 0,
+        num_args = 0..=1,
         default_missing_value = "true",
         value_name = "BOOL"
     )]
