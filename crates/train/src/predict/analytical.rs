@@ -60,7 +60,7 @@ pub fn analytical_memory(config: &RunConfig) -> Result<Analytical, TrainError> {
     let strategy = config.strategy;
     let nn = model_spec(config)?;
     let spec = planner_spec(&config.model, &nn);
-    let seq_len = config.seq_len.unwrap_or_else(|| nn.default_seq_len()) as u64;
+    let seq_len = config.seq_len_of(&nn) as u64;
     let (micro_batch, accumulation) = (strategy.micro_batch, strategy.accumulation);
     let planner = |e: headroom_plan::PlanError| TrainError::Planner(e.to_string());
     let mut hw = hardware::preset("A100-80GB").map_err(planner)?;

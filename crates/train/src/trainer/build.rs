@@ -151,7 +151,7 @@ impl Trainer {
         }
         let precision = config.strategy.precision;
         let spec = model_spec(&config)?;
-        let seq_len = config.seq_len.unwrap_or_else(|| spec.default_seq_len());
+        let seq_len = config.seq_len_of(&spec);
         let ranks = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.world_size()));
         let sampler = run_loader(&config, corpus, &spec, seq_len, ranks, !device.is_backed())?;
         let (recompute, budget_decision) = recompute_for(

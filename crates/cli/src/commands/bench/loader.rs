@@ -150,7 +150,7 @@ pub fn run(args: LoaderBenchArgs) -> anyhow::Result<()> {
 /// length.
 fn loader_alone(config: &RunConfig, corpus: &Corpus, batches: u64) -> anyhow::Result<(f64, usize)> {
     let spec = model_spec(config)?;
-    let seq_len = config.seq_len.unwrap_or_else(|| spec.default_seq_len());
+    let seq_len = config.seq_len_of(&spec);
     let mut loader = run_loader(config, corpus, &spec, seq_len, (0, 1), false)?;
     let started = Instant::now();
     for _ in 0..batches {

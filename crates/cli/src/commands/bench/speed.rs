@@ -73,7 +73,7 @@ pub fn run(args: SpeedBenchArgs) -> anyhow::Result<()> {
     }
     .resolve()?;
     let spec = model_spec(&base)?;
-    let seq_len = base.seq_len.unwrap_or_else(|| spec.default_seq_len());
+    let seq_len = base.seq_len_of(&spec);
     let speed = SpeedModel::measure(calibration_shapes(&spec, seq_len, args.batch))?;
     let attentions: &[Attention] = match spec {
         ModelSpec::Gpt(_) => &[Attention::Naive, Attention::MemoryEfficient],

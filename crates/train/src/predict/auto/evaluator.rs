@@ -119,7 +119,7 @@ pub fn evaluate(
 ) -> Result<(Plan, Prediction), TrainError> {
     let run = config.with_strategy(*strategy);
     let spec = model_spec(&run)?;
-    let seq_len = run.seq_len.unwrap_or_else(|| spec.default_seq_len());
+    let seq_len = run.seq_len_of(&spec);
     let dry = dry_run_counted(&run, corpus)?;
     let p = dry.prediction;
     let m = &p.memory;
