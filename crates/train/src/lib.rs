@@ -15,6 +15,7 @@
 
 pub mod config;
 pub mod data;
+pub mod models;
 pub mod predict;
 pub mod recompute;
 pub mod report;

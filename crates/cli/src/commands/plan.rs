@@ -12,13 +12,13 @@ use headroom_plan::export::{
     ExportOptions, accelerate, deepspeed, headroom, peft, torchtune, write_export,
 };
 use headroom_plan::hardware::{self, Hardware, HardwareOverrides};
-use headroom_plan::model::load_model;
 use headroom_plan::search::search;
 use headroom_plan::strategy::{
     BaseWeights, Framework, Lora, LoraTargets, LossImpl, OptimizerImpl, Pins, parse_flag,
 };
 use headroom_plan::workload::{BatchSpec, LoaderSpec, Workload, context_warning};
 use headroom_train::config::Levers;
+use headroom_train::models::{hugging_face_model, is_own_model};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -161,7 +161,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
             bail!("unknown --emit kind '{kind}'; accepted: {EMIT_KINDS}");
         }
     }
-    if plan_own::is_own_model(&args.model) {
+    if is_own_model(&args.model) {
         return plan_own::run(&args);
     }
     if args.device_memory.is_some() {
@@ -177,7 +177,8 @@ pub fn run(args: PlanArgs) -> Result<()> {
     let Some(seq_len) = args.seq_len else {
         bail!("--seq-len is required for a Hugging Face model (e.g. --seq-len 4096)");
     };
-    let spec = load_model(&args.model).with_context(|| format!("--model {}", args.model))?;
+    let spec =
+        hugging_face_model(&args.model).with_context(|| format!("--model {}", args.model))?;
     let warnings: Vec<String> = context_warning(&spec, seq_len).into_iter().collect();
     for w in &warnings {
         eprintln!("warning: {w}");

@@ -20,11 +20,6 @@ use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
 use serde_json::{Value, json};
 
-/// Whether `--model` names one of headroom's own models rather than a Hugging Face config.
-pub fn is_own_model(name: &str) -> bool {
-    headroom_nn::models::preset(name).is_some() || name.ends_with(".toml")
-}
-
 pub fn run(args: &PlanArgs) -> Result<()> {
     reject_planner_only_flags(args)?;
     let (budget, gpu) = budget(args)?;
