@@ -7,7 +7,9 @@
 //!
 //! Not for: building a model (the nn crate) or its cost (the planner).
 
+use crate::config::RunConfig;
 use crate::predict::analytical::planner_spec;
+use crate::trainer::{TrainError, model_spec};
 use headroom_nn::models::presets::PRESETS;
 use headroom_nn::models::{ModelSpec as OwnSpec, ModelSpecError, preset};
 use headroom_plan::PlanError;
@@ -24,6 +26,51 @@ pub enum ModelNameError {
     Shape(#[from] headroom_tensor::TensorError),
     #[error(transparent)]
     HuggingFace(PlanError),
+}
+
+/// The shape of one of headroom's own models, as reports describe it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OwnModel {
+    /// `headroom-gpt` or `headroom-resmlp`.
+    pub model_type: &'static str,
+    /// Every parameter, trainable or frozen.
+    pub params: usize,
+    /// The parameters that train (the adapters only, under LoRA).
+    pub trainable_params: usize,
+    /// Blocks.
+    pub depth: usize,
+    pub hidden_size: usize,
+    pub vocab_size: usize,
+}
+
+impl OwnModel {
+    /// The model `config` trains (its preset or file with the overrides applied).
+    pub fn of(config: &RunConfig) -> Result<OwnModel, TrainError> {
+        let spec = model_spec(config)?;
+        let (hidden_size, vocab_size, trainable_params) = match &spec {
+            OwnSpec::Gpt(c) => (
+                c.width,
+                c.vocab,
+                c.trainable_params().map_err(TrainError::Engine)?,
+            ),
+            OwnSpec::Resmlp(c) => (c.width, c.vocab, spec.num_params()),
+        };
+        Ok(OwnModel {
+            model_type: own_model_type(&spec),
+            params: spec.num_params(),
+            trainable_params,
+            depth: spec.depth(),
+            hidden_size,
+            vocab_size,
+        })
+    }
+}
+
+fn own_model_type(spec: &OwnSpec) -> &'static str {
+    match spec {
+        OwnSpec::Gpt(_) => "headroom-gpt",
+        OwnSpec::Resmlp(_) => "headroom-resmlp",
+    }
 }
 
 /// What `--model` accepts, in both namespaces.
@@ -62,11 +109,7 @@ pub fn planner_model(name: &str) -> Result<(PlannerSpec, &'static str), ModelNam
     }
     let own = OwnSpec::resolve(name)?;
     own.validate()?;
-    let model_type = match own {
-        OwnSpec::Gpt(_) => "headroom-gpt",
-        OwnSpec::Resmlp(_) => "headroom-resmlp",
-    };
-    Ok((planner_spec(name, &own), model_type))
+    Ok((planner_spec(name, &own), own_model_type(&own)))
 }
 
 #[cfg(test)]

@@ -9,7 +9,6 @@ use super::plan::PlanArgs;
 use super::plan_output::{group_digits, plan_rows, plans_table, shown_plans};
 use anyhow::{Context, Result, bail};
 use headroom_memory::format_bytes;
-use headroom_nn::models::ModelSpec;
 use headroom_plan::advice::Shortfall;
 use headroom_plan::cost::Plan;
 use headroom_plan::export::write_export;
@@ -18,6 +17,7 @@ use headroom_plan::strategy::Offload;
 use headroom_train::auto::{AutoPlan, plan};
 use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
+use headroom_train::models::OwnModel;
 use serde_json::{Value, json};
 
 pub fn run(args: &PlanArgs) -> Result<()> {
@@ -27,7 +27,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     let pins = args.levers.pins();
     let corpus = Corpus::bundled();
     let outcome = plan(&config, &corpus, &pins)?;
-    let spec = headroom_train::model_spec(&config)?;
+    let model = OwnModel::of(&config)?;
     let shown = shown_plans(&outcome.search, args.top);
     let advice: Vec<String> = outcome
         .reason(budget)
@@ -45,13 +45,13 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         )],
     });
     if args.json {
-        let mut report = to_json(&config, &spec, &outcome, &shown, gpu.as_deref(), &advice);
+        let mut report = to_json(&config, &model, &outcome, &shown, gpu.as_deref(), &advice);
         report["shortfall"] = json!(shortfall);
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!(
             "{}",
-            to_text(&config, &spec, &outcome, &shown, &advice, &shortfall)
+            to_text(&config, &model, &outcome, &shown, &advice, &shortfall)
         );
     }
     let Some(best) = outcome.recommended() else {
@@ -182,21 +182,20 @@ fn run_config(args: &PlanArgs, budget: u64) -> Result<RunConfig> {
 
 fn to_json(
     config: &RunConfig,
-    spec: &ModelSpec,
+    model: &OwnModel,
     outcome: &AutoPlan,
     shown: &[&Plan],
     gpu: Option<&str>,
     advice: &[String],
 ) -> Value {
-    let (model_type, hidden, vocab) = shape(spec);
     json!({
         "model": {
             "name": config.model,
-            "model_type": model_type,
-            "params": spec.num_params(),
-            "layers": spec.depth(),
-            "hidden_size": hidden,
-            "vocab_size": vocab,
+            "model_type": model.model_type,
+            "params": model.params,
+            "layers": model.depth,
+            "hidden_size": model.hidden_size,
+            "vocab_size": model.vocab_size,
         },
         "hardware": {
             "device": "headroom CPU engine",
@@ -229,24 +228,23 @@ fn to_json(
 
 fn to_text(
     config: &RunConfig,
-    spec: &ModelSpec,
+    model: &OwnModel,
     outcome: &AutoPlan,
     shown: &[&Plan],
     advice: &[String],
     shortfall: &Option<Shortfall>,
 ) -> String {
-    let (model_type, ..) = shape(spec);
     let mut out = format!(
-        "Model     {} ({model_type}): {} parameters, {} blocks\n",
+        "Model     {} ({}): {} parameters, {} blocks\n",
         config.model,
-        group_digits(spec.num_params() as u64),
-        spec.depth()
+        model.model_type,
+        group_digits(model.params as u64),
+        model.depth
     );
-    if let (Some(lora), ModelSpec::Gpt(c)) = (&config.lora, spec) {
-        let trainable = c.trainable_params().unwrap_or(0) as u64;
+    if let Some(lora) = &config.lora {
         out += &format!(
             "Fine-tune {lora}: {} trainable parameters, the base frozen\n",
-            group_digits(trainable)
+            group_digits(model.trainable_params as u64)
         );
     }
     let n = config.data_parallel;
@@ -294,14 +292,6 @@ fn to_text(
         (None, None) => {}
     }
     out
-}
-
-/// `(model_type, hidden size, vocabulary)`.
-fn shape(spec: &ModelSpec) -> (&'static str, usize, usize) {
-    match spec {
-        ModelSpec::Gpt(c) => ("headroom-gpt", c.width, c.vocab),
-        ModelSpec::Resmlp(c) => ("headroom-resmlp", c.width, c.vocab),
-    }
 }
 
 /// The `headroom train --config` TOML of a run: model, sequence, budget, ranks, allocator and
