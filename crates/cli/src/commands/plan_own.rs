@@ -106,7 +106,7 @@ fn reject_planner_only_flags(args: &PlanArgs) -> Result<()> {
     let offloaded = levers.offload_optimizer.is_some_and(|o| o != Offload::None)
         || levers.offload_params.is_some_and(|o| o != Offload::None);
     // Alone, a ZeRO stage only serves offload (DeepSpeed's rule: offload needs a stage).
-    if let Some(zero) = levers.zero_stage.filter(|z| z.number() != 0)
+    if let Some(zero) = levers.zero_stage.filter(|z| z.shards_optimizer())
         && ranks(args) < 2
         && !offloaded
     {

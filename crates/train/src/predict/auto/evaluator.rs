@@ -104,7 +104,7 @@ impl Evaluator for DryRunEvaluator<'_> {
         );
         let cut = whole_tensors
             && self.config.data_parallel > 1
-            && strategy.placement.zero_stage.number() >= 1;
+            && strategy.placement.zero_stage.shards_optimizer();
         strategy.incompatibility().is_none() && !cut
     }
 }
@@ -134,9 +134,12 @@ pub fn evaluate(
         _ => UpdateKind::Adam(crate::trainer::optimizer_state_dtype(&run)?),
     };
     let params = spec.num_params() as f64;
-    let updated = match (run.data_parallel, strategy.placement.zero_stage.number()) {
-        (1, _) | (_, 0) => params,
-        (n, _) => (params / n as f64).ceil(),
+    let updated = match (
+        run.data_parallel,
+        strategy.placement.zero_stage.shards_optimizer(),
+    ) {
+        (1, _) | (_, false) => params,
+        (n, true) => (params / n as f64).ceil(),
     };
     let plan = Plan {
         strategy: *strategy,
