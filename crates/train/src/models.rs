@@ -13,7 +13,7 @@ use crate::trainer::{TrainError, model_spec};
 use headroom_nn::models::presets::PRESETS;
 use headroom_nn::models::{ModelSpec as OwnSpec, ModelSpecError, preset};
 use headroom_plan::PlanError;
-use headroom_plan::model::{ModelSpec as PlannerSpec, PRESET_NAMES, load_model};
+use headroom_plan::model::{Architecture as PlannerSpec, PRESET_NAMES, load_model};
 
 /// A `--model` value that names nothing, or names a model that cannot be read.
 #[derive(Debug, thiserror::Error)]

@@ -1,14 +1,14 @@
-//! Reading a Hugging Face `config.json` into a [`ModelSpec`]: the field names, defaults and
+//! Reading a Hugging Face `config.json` into an [`Architecture`]: the field names, defaults and
 //! conventions of each supported `model_type`, as the transformers config classes define them.
 //!
 //! Not for: counting parameters (see `params`) or holding the built-in presets (see `presets`).
 
-use super::{Family, MlpKind, ModelSpec};
+use super::{Architecture, Family, MlpKind};
 use crate::error::{PlanError, Result};
 use serde_json::{Map, Value};
 
 /// Parses the text of a `config.json`. `name` labels the model in reports.
-pub fn parse_config(name: &str, text: &str) -> Result<ModelSpec> {
+pub fn parse_config(name: &str, text: &str) -> Result<Architecture> {
     let value: Value =
         serde_json::from_str(text).map_err(|e| PlanError::ConfigSyntax(e.to_string()))?;
     let obj = value.as_object().ok_or_else(|| PlanError::ConfigField {
@@ -122,7 +122,7 @@ fn positive(field: &str, v: &Value) -> Result<u64> {
 /// Llama, Mistral, Mixtral, Qwen2, Gemma, Gemma 2 and Phi-3 share one layout (`LlamaConfig`
 /// and its copies): Gemma's configs default to `head_dim` 256 and tied embeddings, Gemma 2 adds
 /// two norms around each MLP, Phi-3 fuses q/k/v and gate/up into one matrix each.
-fn decoder_llama_like(name: &str, family: Family, f: &Fields) -> Result<ModelSpec> {
+fn decoder_llama_like(name: &str, family: Family, f: &Fields) -> Result<Architecture> {
     let hidden = f.size("hidden_size")?;
     let heads = f.size("num_attention_heads")?;
     let kv_heads = f.size_or("num_key_value_heads", heads)?;
@@ -170,7 +170,7 @@ fn decoder_llama_like(name: &str, family: Family, f: &Fields) -> Result<ModelSpe
         }
         _ => (f.size("intermediate_size")?, 0),
     };
-    let base = ModelSpec::dense(
+    let base = Architecture::dense(
         name,
         family,
         f.size("vocab_size")?,
@@ -178,7 +178,7 @@ fn decoder_llama_like(name: &str, family: Family, f: &Fields) -> Result<ModelSpe
         f.size("num_hidden_layers")?,
         intermediate,
     );
-    Ok(ModelSpec {
+    Ok(Architecture {
         num_heads: heads,
         num_kv_heads: kv_heads,
         head_dim,
@@ -196,10 +196,10 @@ fn decoder_llama_like(name: &str, family: Family, f: &Fields) -> Result<ModelSpe
     })
 }
 
-fn gpt2(name: &str, f: &Fields) -> Result<ModelSpec> {
+fn gpt2(name: &str, f: &Fields) -> Result<Architecture> {
     let hidden = f.size("n_embd")?;
     let heads = f.size("n_head")?;
-    let base = ModelSpec::dense(
+    let base = Architecture::dense(
         name,
         Family::Gpt2,
         f.size("vocab_size")?,
@@ -208,7 +208,7 @@ fn gpt2(name: &str, f: &Fields) -> Result<ModelSpec> {
         // `n_inner: null` means 4 × n_embd (GPT2MLP).
         f.size_or("n_inner", 4 * hidden)?,
     );
-    Ok(ModelSpec {
+    Ok(Architecture {
         num_heads: heads,
         num_kv_heads: heads,
         head_dim: divide(hidden, heads, "n_head")?,
@@ -219,10 +219,10 @@ fn gpt2(name: &str, f: &Fields) -> Result<ModelSpec> {
     })
 }
 
-fn gpt_neox(name: &str, f: &Fields) -> Result<ModelSpec> {
+fn gpt_neox(name: &str, f: &Fields) -> Result<Architecture> {
     let hidden = f.size("hidden_size")?;
     let heads = f.size("num_attention_heads")?;
-    let base = ModelSpec::dense(
+    let base = Architecture::dense(
         name,
         Family::GptNeox,
         f.size("vocab_size")?,
@@ -230,7 +230,7 @@ fn gpt_neox(name: &str, f: &Fields) -> Result<ModelSpec> {
         f.size("num_hidden_layers")?,
         f.size("intermediate_size")?,
     );
-    Ok(ModelSpec {
+    Ok(Architecture {
         num_heads: heads,
         num_kv_heads: heads,
         head_dim: divide(hidden, heads, "num_attention_heads")?,
@@ -243,10 +243,10 @@ fn gpt_neox(name: &str, f: &Fields) -> Result<ModelSpec> {
     })
 }
 
-fn bert(name: &str, f: &Fields) -> Result<ModelSpec> {
+fn bert(name: &str, f: &Fields) -> Result<Architecture> {
     let hidden = f.size("hidden_size")?;
     let heads = f.size("num_attention_heads")?;
-    let base = ModelSpec::dense(
+    let base = Architecture::dense(
         name,
         Family::Bert,
         f.size("vocab_size")?,
@@ -254,7 +254,7 @@ fn bert(name: &str, f: &Fields) -> Result<ModelSpec> {
         f.size("num_hidden_layers")?,
         f.size("intermediate_size")?,
     );
-    Ok(ModelSpec {
+    Ok(Architecture {
         num_heads: heads,
         num_kv_heads: heads,
         head_dim: divide(hidden, heads, "num_attention_heads")?,
@@ -265,7 +265,7 @@ fn bert(name: &str, f: &Fields) -> Result<ModelSpec> {
     })
 }
 
-fn t5(name: &str, f: &Fields) -> Result<ModelSpec> {
+fn t5(name: &str, f: &Fields) -> Result<Architecture> {
     let layers = f.size("num_layers")?;
     let mlp = match f.text_or("feed_forward_proj", "relu")? {
         "relu" | "gelu" => MlpKind::Plain,
@@ -279,7 +279,7 @@ fn t5(name: &str, f: &Fields) -> Result<ModelSpec> {
         }
     };
     let heads = f.size("num_heads")?;
-    let base = ModelSpec::dense(
+    let base = Architecture::dense(
         name,
         Family::T5,
         f.size("vocab_size")?,
@@ -287,7 +287,7 @@ fn t5(name: &str, f: &Fields) -> Result<ModelSpec> {
         layers,
         f.size("d_ff")?,
     );
-    Ok(ModelSpec {
+    Ok(Architecture {
         num_decoder_layers: f.size_or("num_decoder_layers", layers)?,
         num_heads: heads,
         num_kv_heads: heads,
@@ -326,7 +326,7 @@ const LIMITS: [(&str, u64); 7] = [
     ("shared_expert_intermediate_size", 1 << 22),
 ];
 
-fn validate(spec: &ModelSpec) -> Result<()> {
+fn validate(spec: &Architecture) -> Result<()> {
     let values = [
         spec.num_layers + spec.num_decoder_layers,
         spec.hidden_size,
