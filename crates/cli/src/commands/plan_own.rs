@@ -152,23 +152,24 @@ fn run_config(args: &PlanArgs, budget: u64) -> Result<RunConfig> {
         ),
         g => g.map(|g| g / n as u64),
     };
-    let (micro_batch, accumulation) = match (per_rank, args.split().0, args.split().1) {
-        (Some(0), ..) => bail!("--global-batch 0: a batch needs at least one sequence"),
-        (Some(g), m, a) => {
+    let (micro_batch, accumulation) = match (per_rank, args.split()) {
+        (Some(0), _) => bail!("--global-batch 0: a batch needs at least one sequence"),
+        (Some(g), (m, a)) => {
             let m = m.unwrap_or(g / a.unwrap_or(1).max(1));
             if m == 0 || g % m != 0 || a.is_some_and(|a| a.checked_mul(m) != Some(g)) {
                 bail!("--global-batch {g} is not --micro-batch × --accumulation; give a divisor");
             }
-            (m, g / m)
+            (Some(m as usize), Some((g / m) as usize))
         }
-        // As `headroom train` reads them: micro-batch 16 unless given, accumulation 1.
-        (None, m, a) => (m.unwrap_or(16), a.unwrap_or(1)),
+        // Without a global batch, the split `headroom train` would run: the levers given, the
+        // rest at its defaults.
+        (None, _) => (args.levers.keys.micro_batch, args.levers.keys.accumulation),
     };
     let config = TrainConfig {
         model: Some(args.model.clone()),
         seq_len: args.seq_len.map(|s| s as usize),
-        micro_batch: Some(micro_batch as usize),
-        accumulation: Some(accumulation as usize),
+        micro_batch,
+        accumulation,
         device_memory: Some(headroom_memory::ByteSize(budget)),
         data_parallel: Some(n),
         lora_rank: args.lora_rank,
