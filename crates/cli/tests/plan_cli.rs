@@ -533,3 +533,47 @@ fn params_reads_headrooms_own_models_as_plan_does() {
         message(&params)
     );
 }
+
+/// `plan --emit headroom` writes every lever of the recommended plan, the loss and the step in
+/// backward included (the property test in the train crate reads such files back).
+#[test]
+fn the_headroom_export_carries_the_loss_and_the_step_in_backward() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("train.toml");
+    let o = headroom(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--gpu",
+        "A100-80GB",
+        "--seq-len",
+        "1024",
+        "--global-batch",
+        "8",
+        "--precision",
+        "bf16-mixed",
+        "--loss",
+        "chunked:8",
+        "--optimizer-in-backward",
+        "--emit",
+        "headroom",
+        file.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t: toml::Table = std::fs::read_to_string(&file).unwrap().parse().unwrap();
+    assert_eq!(
+        t.get("loss").and_then(|v| v.as_str()),
+        Some("chunked:8"),
+        "{t}"
+    );
+    assert_eq!(
+        t.get("optimizer_in_backward").and_then(|v| v.as_bool()),
+        Some(true),
+        "{t}"
+    );
+    assert_eq!(
+        t.get("precision").and_then(|v| v.as_str()),
+        Some("bf16-mixed"),
+        "{t}"
+    );
+}
