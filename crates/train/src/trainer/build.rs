@@ -165,8 +165,8 @@ impl Trainer {
         headroom_tensor::rng::manual_seed(config.seed);
         device.lock().trace_mut().set_phase("init");
         if config.allocator == AllocatorKind::Planned && device.is_backed() {
-            let plan = crate::predict::record_arena_plan(&config, corpus, ranks)?;
-            device.lock().install_plan(plan)?;
+            let plan = crate::predict::record_arena_layout(&config, corpus, ranks)?;
+            device.lock().install_layout(plan)?;
         }
         device.lock().begin_window(super::step::INIT_WINDOW);
         let placement = config.strategy.placement;
