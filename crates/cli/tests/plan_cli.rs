@@ -273,8 +273,9 @@ fn unknown_presets_name_the_accepted_values() {
     let o = headroom(&["params", "--model", "llama-9-1t"]);
     assert!(!o.status.success());
     assert!(
-        stderr(&o).contains("unknown model preset 'llama-9-1t'")
-            && stderr(&o).contains("mixtral-8x7b"),
+        stderr(&o).contains("unknown model 'llama-9-1t'")
+            && stderr(&o).contains("mixtral-8x7b")
+            && stderr(&o).contains("gpt-small"),
         "{}",
         stderr(&o)
     );
@@ -472,5 +473,107 @@ fn plan_counts_the_data_loaders_in_host_memory() {
         !o.status.success() && stderr(&o).contains("--workers"),
         "{}",
         stderr(&o)
+    );
+}
+
+/// `params`, `plan` and `train` read `--model` in one namespace: headroom's own presets and
+/// model TOMLs count in `params` as they plan in `plan`, and an unknown name gets one message.
+#[test]
+fn params_reads_headrooms_own_models_as_plan_does() {
+    let o = headroom(&["params", "--model", "gpt-small", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    // gpt-small: vocabulary 256, context 128, 4 blocks of width 128 (MLP 512), tied head.
+    // Embeddings 256·128 + 128·128; per block two norms 4·128, qkv 128·384 + 384, output
+    // 128·128 + 128, MLP 128·512 + 512 + 512·128 + 128; final norm 2·128.
+    let block = 4 * 128 + 128 * 384 + 384 + 128 * 128 + 128 + 128 * 512 + 512 + 512 * 128 + 128;
+    assert_eq!(v["total"], 256 * 128 + 128 * 128 + 4 * block + 2 * 128);
+    assert_eq!(v["model_type"], "headroom-gpt");
+
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("deep.toml");
+    std::fs::write(
+        &model,
+        "kind = \"resmlp\"\nvocab = 256\nwidth = 64\nhidden = 256\ndepth = 3\ndropout = 0.0\n",
+    )
+    .unwrap();
+    let o = headroom(&["params", "--model", model.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    // Embedding 256·64; per block a norm 2·64, 64·256 + 256 and 256·64 + 64; final norm 2·64;
+    // head 64·256.
+    let block = 2 * 64 + 64 * 256 + 256 + 256 * 64 + 64;
+    assert_eq!(v["total"], 256 * 64 + 3 * block + 2 * 64 + 64 * 256);
+    assert_eq!(v["model_type"], "headroom-resmlp");
+
+    let params = headroom(&["params", "--model", "gpt-smal"]);
+    let plan = headroom(&[
+        "plan",
+        "--model",
+        "gpt-smal",
+        "--gpu",
+        "A100-80GB",
+        "--seq-len",
+        "128",
+        "--global-batch",
+        "8",
+    ]);
+    assert!(!params.status.success() && !plan.status.success());
+    let message = |o: &Output| {
+        stderr(o)
+            .lines()
+            .find(|l| l.contains("unknown model"))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("{}", stderr(o)))
+    };
+    assert_eq!(message(&params), message(&plan));
+    assert!(
+        message(&params).contains("gpt-small") && message(&params).contains("llama-2-7b"),
+        "{}",
+        message(&params)
+    );
+}
+
+/// `plan --emit headroom` writes every lever of the recommended plan, the loss and the step in
+/// backward included (the property test in the train crate reads such files back).
+#[test]
+fn the_headroom_export_carries_the_loss_and_the_step_in_backward() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("train.toml");
+    let o = headroom(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--gpu",
+        "A100-80GB",
+        "--seq-len",
+        "1024",
+        "--global-batch",
+        "8",
+        "--precision",
+        "bf16-mixed",
+        "--loss",
+        "chunked:8",
+        "--optimizer-in-backward",
+        "--emit",
+        "headroom",
+        file.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t: toml::Table = std::fs::read_to_string(&file).unwrap().parse().unwrap();
+    assert_eq!(
+        t.get("loss").and_then(|v| v.as_str()),
+        Some("chunked:8"),
+        "{t}"
+    );
+    assert_eq!(
+        t.get("optimizer_in_backward").and_then(|v| v.as_bool()),
+        Some(true),
+        "{t}"
+    );
+    assert_eq!(
+        t.get("precision").and_then(|v| v.as_str()),
+        Some("bf16-mixed"),
+        "{t}"
     );
 }

@@ -33,7 +33,7 @@ pub mod timeline;
 pub mod trace;
 
 pub use allocator::{Allocation, ArenaError, ArenaReport, CachingAllocator, InvalidFree};
-pub use arena::ArenaPlan;
+pub use arena::ArenaLayout;
 pub use breakdown::{CategoryBytes, MemoryBreakdown, MemoryPeaks};
 pub use category::Category;
 pub use config::{AllocatorConfig, AllocatorKind};

@@ -445,7 +445,7 @@ pub fn replay(trace: &Trace, allocator: &mut CachingAllocator) -> ReplayOutcome 
 pub const TRACE_WINDOW: &str = "trace";
 
 /// Replays `trace` through `allocator` with a planned arena: the trace is first recorded as one
-/// window on an unlimited address-only allocator, its plan installed on `allocator`, and then
+/// window on an unlimited address-only allocator, its layout installed on `allocator`, and then
 /// replayed in that window (allocations still live at the trace's end go to the caching pools).
 pub fn replay_planned(
     trace: &Trace,
@@ -460,8 +460,8 @@ pub fn replay_planned(
     recorder.begin_window(TRACE_WINDOW);
     replay(trace, &mut recorder);
     recorder.end_window();
-    let plan = recorder.take_recorded_plan().unwrap_or_default();
-    allocator.install_plan(plan)?;
+    let plan = recorder.take_recorded_layout().unwrap_or_default();
+    allocator.install_layout(plan)?;
     allocator.begin_window(TRACE_WINDOW);
     let outcome = replay(trace, allocator);
     allocator.end_window();

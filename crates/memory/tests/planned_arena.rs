@@ -34,24 +34,24 @@ fn window(a: &mut CachingAllocator, key: &str, sizes: [u64; 3]) -> Vec<u64> {
     vec![x, y, t, keep]
 }
 
-fn recorded_plan(key: &str, sizes: [u64; 3]) -> headroom_memory::ArenaPlan {
+fn recorded_layout(key: &str, sizes: [u64; 3]) -> headroom_memory::ArenaLayout {
     let mut dry = allocator(1 << 40);
     dry.record_windows();
     window(&mut dry, key, sizes);
     window(&mut dry, key, sizes);
-    dry.take_recorded_plan().unwrap()
+    dry.take_recorded_layout().unwrap()
 }
 
 #[test]
 fn a_repeated_window_is_served_from_an_arena_of_its_peak() {
     let sizes = [3 * MIB, 5 * MIB, 2 * MIB];
-    let plan = recorded_plan("step", sizes);
+    let plan = recorded_layout("step", sizes);
     // Live together: 3 + 5 + 2 MiB at the temporary, then 3 + 5 again; the kept 1 MiB is not
     // planned. Peak 10 MiB, reached by the packing.
     assert_eq!(plan.peak_live(), 10 * MIB);
     assert_eq!(plan.size(), 10 * MIB);
     let mut a = allocator(1 << 40);
-    a.install_plan(plan).unwrap();
+    a.install_layout(plan).unwrap();
     assert_eq!(a.reserved(), 10 * MIB);
     let first = window(&mut a, "step", sizes);
     let second = window(&mut a, "step", sizes);
@@ -74,9 +74,9 @@ fn a_repeated_window_is_served_from_an_arena_of_its_peak() {
 
 #[test]
 fn a_request_off_the_plan_is_served_by_the_caching_pools_and_reported() {
-    let plan = recorded_plan("step", [3 * MIB, 5 * MIB, 2 * MIB]);
+    let plan = recorded_layout("step", [3 * MIB, 5 * MIB, 2 * MIB]);
     let mut a = allocator(1 << 40);
-    a.install_plan(plan).unwrap();
+    a.install_layout(plan).unwrap();
     // The second request asks for 6 MiB instead of 5.
     let addrs = window(&mut a, "step", [3 * MIB, 6 * MIB, 2 * MIB]);
     let report = a.arena_report().unwrap();
@@ -121,10 +121,10 @@ fn lifetimes_that_differ_from_the_plan_never_share_bytes() {
         .addr;
     dry.free(y).unwrap();
     dry.end_window();
-    let plan = dry.take_recorded_plan().unwrap();
+    let plan = dry.take_recorded_layout().unwrap();
     assert_eq!(plan.size(), 4 * MIB);
     let mut a = allocator(1 << 40);
-    a.install_plan(plan).unwrap();
+    a.install_layout(plan).unwrap();
     // Served: x still live when y comes.
     a.begin_window("w");
     let x = a.malloc(4 * MIB, Category::Activation, None).unwrap();
@@ -138,18 +138,18 @@ fn lifetimes_that_differ_from_the_plan_never_share_bytes() {
 
 #[test]
 fn too_large_a_plan_is_refused_with_the_sizes() {
-    let plan = recorded_plan("step", [3 * MIB, 5 * MIB, 2 * MIB]);
+    let plan = recorded_layout("step", [3 * MIB, 5 * MIB, 2 * MIB]);
     let mut a = allocator(8 * MIB);
-    let err = a.install_plan(plan).unwrap_err();
+    let err = a.install_layout(plan).unwrap_err();
     assert!(matches!(err, ArenaError::TooLarge { needed, .. } if needed == 10 * MIB));
     assert!(err.to_string().contains("10.00 MiB"), "{err}");
 }
 
 #[test]
 fn the_arena_shows_as_one_segment_tiled_by_its_blocks() {
-    let plan = recorded_plan("step", [3 * MIB, 5 * MIB, 2 * MIB]);
+    let plan = recorded_layout("step", [3 * MIB, 5 * MIB, 2 * MIB]);
     let mut a = allocator(1 << 40);
-    a.install_plan(plan).unwrap();
+    a.install_layout(plan).unwrap();
     a.begin_window("step");
     let x = a.malloc(3 * MIB, Category::Activation, Some("x")).unwrap();
     let segments = a.segments();

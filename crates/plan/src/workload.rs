@@ -4,7 +4,7 @@
 //! Not for: choosing the split (the search does that).
 
 use crate::error::{PlanError, Result};
-use crate::model::ModelSpec;
+use crate::model::Architecture;
 use crate::strategy::batch_splits;
 use serde::Serialize;
 
@@ -65,7 +65,7 @@ impl LoaderSpec {
 
 /// A warning when `seq_len` exceeds the context the model was trained for (rotary or relative
 /// positions, where nothing stops a longer sequence but quality degrades without extension).
-pub fn context_warning(model: &ModelSpec, seq_len: u64) -> Option<String> {
+pub fn context_warning(model: &Architecture, seq_len: u64) -> Option<String> {
     let max = model.trained_context?;
     (seq_len > max).then(|| {
         format!(
@@ -78,7 +78,7 @@ pub fn context_warning(model: &ModelSpec, seq_len: u64) -> Option<String> {
 impl Workload {
     /// Validates the batch against the model and the data-parallel world size.
     pub fn new(
-        model: &ModelSpec,
+        model: &Architecture,
         seq_len: u64,
         batch: BatchSpec,
         micro_batch: Option<u64>,
@@ -173,7 +173,7 @@ impl Workload {
 
     /// The workload fine-tuning `lora`'s adapters on `model` only; an error when no module of
     /// the model matches a target.
-    pub fn with_lora(self, model: &ModelSpec, lora: crate::strategy::Lora) -> Result<Workload> {
+    pub fn with_lora(self, model: &Architecture, lora: crate::strategy::Lora) -> Result<Workload> {
         let inv = crate::model::ParamInventory::of(model);
         if crate::model::LoraCounts::of(&inv, &lora).is_none() {
             return Err(PlanError::Batch(format!(

@@ -50,6 +50,11 @@ impl ZeroStage {
     pub const fn shards_parameters(self) -> bool {
         self.0 >= 3
     }
+    /// Stages 1 and 2: each rank updates its shard of parameters that every rank holds whole,
+    /// and the updated shards are all-gathered after the step (stage 3 keeps them sharded).
+    pub const fn gathers_updated_parameters(self) -> bool {
+        self.shards_optimizer() && !self.shards_parameters()
+    }
 }
 
 impl From<ZeroStage> for u8 {

@@ -16,6 +16,7 @@
 pub mod bench;
 pub mod config;
 pub mod data;
+pub mod models;
 pub mod predict;
 pub mod recompute;
 pub mod report;

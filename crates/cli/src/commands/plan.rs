@@ -12,92 +12,15 @@ use headroom_plan::export::{
     ExportOptions, accelerate, deepspeed, headroom, peft, torchtune, write_export,
 };
 use headroom_plan::hardware::{self, Hardware, HardwareOverrides};
-use headroom_plan::model::load_model;
 use headroom_plan::search::search;
 use headroom_plan::strategy::{
-    Attention, BaseWeights, Checkpoint, Framework, Lora, LoraTargets, Loss, LossImpl, Offload,
-    Optimizer, OptimizerImpl, Pins, Precision, ZeroStage, parse_flag,
+    BaseWeights, Framework, Lora, LoraTargets, LossImpl, OptimizerImpl, Pins, parse_flag,
 };
 use headroom_plan::workload::{BatchSpec, LoaderSpec, Workload, context_warning};
+use headroom_train::config::Levers;
+use headroom_train::models::{hugging_face_model, is_own_model};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-
-/// Hardware fields settable from the command line (the same names as the `--hardware` TOML).
-#[derive(Debug, Args, Default)]
-pub struct HardwareFlags {
-    /// GPUs per node.
-    #[arg(long)]
-    pub gpus_per_node: Option<u64>,
-    /// Number of nodes.
-    #[arg(long)]
-    pub nodes: Option<u64>,
-    /// Device memory per GPU (e.g. 80GiB, 24GB).
-    #[arg(long, value_name = "SIZE")]
-    pub gpu_memory: Option<ByteSize>,
-    /// Dense bf16 peak, TFLOPS.
-    #[arg(long)]
-    pub bf16_tflops: Option<f64>,
-    /// Dense fp16 peak, TFLOPS.
-    #[arg(long)]
-    pub fp16_tflops: Option<f64>,
-    /// Dense TF32 peak, TFLOPS.
-    #[arg(long)]
-    pub tf32_tflops: Option<f64>,
-    /// fp32 peak, TFLOPS.
-    #[arg(long)]
-    pub fp32_tflops: Option<f64>,
-    /// Device memory bandwidth, GB/s.
-    #[arg(long)]
-    pub memory_bandwidth_gbps: Option<f64>,
-    /// GPU-to-GPU bandwidth inside a node, per GPU and direction, GB/s.
-    #[arg(long)]
-    pub intra_node_bandwidth_gbps: Option<f64>,
-    /// Bandwidth between nodes per GPU, GB/s.
-    #[arg(long)]
-    pub inter_node_bandwidth_gbps: Option<f64>,
-    /// Host-to-GPU (PCIe) bandwidth per GPU, GB/s.
-    #[arg(long)]
-    pub pcie_bandwidth_gbps: Option<f64>,
-    /// Host RAM per node (e.g. 1TiB).
-    #[arg(long, value_name = "SIZE")]
-    pub host_memory: Option<ByteSize>,
-    /// NVMe bandwidth per node, GB/s.
-    #[arg(long)]
-    pub nvme_bandwidth_gbps: Option<f64>,
-    /// NVMe capacity per node (e.g. 3.84TB).
-    #[arg(long, value_name = "SIZE")]
-    pub nvme_size: Option<ByteSize>,
-    /// Device memory of the CUDA context (e.g. 500MiB).
-    #[arg(long, value_name = "SIZE")]
-    pub cuda_context: Option<ByteSize>,
-    /// Host optimizer throughput per node, parameters per second.
-    #[arg(long)]
-    pub cpu_optimizer_params_per_s: Option<f64>,
-}
-
-impl HardwareFlags {
-    fn overrides(&self) -> HardwareOverrides {
-        HardwareOverrides {
-            gpu: None,
-            gpus_per_node: self.gpus_per_node,
-            nodes: self.nodes,
-            gpu_memory: self.gpu_memory,
-            bf16_tflops: self.bf16_tflops,
-            fp16_tflops: self.fp16_tflops,
-            tf32_tflops: self.tf32_tflops,
-            fp32_tflops: self.fp32_tflops,
-            memory_bandwidth_gbps: self.memory_bandwidth_gbps,
-            intra_node_bandwidth_gbps: self.intra_node_bandwidth_gbps,
-            inter_node_bandwidth_gbps: self.inter_node_bandwidth_gbps,
-            pcie_bandwidth_gbps: self.pcie_bandwidth_gbps,
-            host_memory: self.host_memory,
-            nvme_bandwidth_gbps: self.nvme_bandwidth_gbps,
-            nvme_size: self.nvme_size,
-            cuda_context: self.cuda_context,
-            cpu_optimizer_params_per_s: self.cpu_optimizer_params_per_s,
-        }
-    }
-}
 
 /// Predict memory and time of a training run and choose the fastest plan that fits.
 #[derive(Debug, Args)]
@@ -118,8 +41,9 @@ pub struct PlanArgs {
     /// TOML file with hardware fields (same names as the flags, e.g. `gpu_memory = "80GiB"`).
     #[arg(long, value_name = "FILE")]
     pub hardware: Option<PathBuf>,
+    /// Hardware fields given as flags (the same names as the `--hardware` TOML).
     #[command(flatten)]
-    pub hw: HardwareFlags,
+    pub hw: HardwareOverrides,
     /// Sequence length in tokens (required for Hugging Face models; a headroom model's context
     /// by default).
     #[arg(long)]
@@ -130,12 +54,6 @@ pub struct PlanArgs {
     /// Global batch per optimizer step, in tokens (a multiple of --seq-len).
     #[arg(long)]
     pub global_batch_tokens: Option<u64>,
-    /// Pin the micro-batch (samples per GPU per forward/backward).
-    #[arg(long)]
-    pub micro_batch: Option<u64>,
-    /// Pin the gradient-accumulation steps.
-    #[arg(long)]
-    pub accumulation: Option<u64>,
     /// Count each rank's data loader in host memory: N worker threads (and --prefetch batches
     /// queued in staging buffers), as headroom's loader states them.
     #[arg(long, value_name = "N")]
@@ -164,44 +82,9 @@ pub struct PlanArgs {
     /// budget is per rank and --global-batch is split over the ranks.
     #[arg(long, value_name = "N")]
     pub data_parallel: Option<usize>,
-    /// Pin the precision: fp32, bf16-mixed, fp16-mixed, bf16.
-    #[arg(long, value_parser = parse_flag::<Precision>)]
-    pub precision: Option<Precision>,
-    /// Pin the optimizer: sgd, sgd-momentum, adamw, adamw-bf16, adamw-8bit, adafactor, lamb.
-    #[arg(long, value_parser = parse_flag::<Optimizer>)]
-    pub optimizer: Option<Optimizer>,
-    /// Pin the ZeRO stage (0–3).
-    #[arg(long, value_parser = parse_flag::<ZeroStage>)]
-    pub zero: Option<ZeroStage>,
-    /// Pin the optimizer-state offload: none, cpu, nvme.
-    #[arg(long, value_parser = parse_flag::<Offload>)]
-    pub offload_optimizer: Option<Offload>,
-    /// Pin the parameter offload: none, cpu, nvme.
-    #[arg(long, value_parser = parse_flag::<Offload>)]
-    pub offload_params: Option<Offload>,
-    /// Pin the activation offload: none, or cpu (checkpointed blocks' inputs in host memory
-    /// between forward and backward; DeepSpeed's cpu_checkpointing). Needs block checkpointing.
-    #[arg(long, value_parser = parse_flag::<Offload>)]
-    pub offload_activations: Option<Offload>,
-    /// Pin activation checkpointing: none, all, every:K, sqrt, budget:SIZE, selective.
-    #[arg(long, value_parser = parse_flag::<Checkpoint>)]
-    pub checkpoint: Option<Checkpoint>,
-    /// Pin the attention kind: naive, memory-efficient.
-    #[arg(long, value_parser = parse_flag::<Attention>)]
-    pub attention: Option<Attention>,
-    /// Pin the loss computation: plain, chunked:K (the output projection and cross-entropy in K
-    /// chunks of tokens, recomputed in backward).
-    #[arg(long, value_parser = parse_flag::<Loss>)]
-    pub loss: Option<Loss>,
-    /// Pin the optimizer step in backward on (`--optimizer-in-backward`) or off
-    /// (`--optimizer-in-backward false`); unset, the search tries both where they can run.
-    #[arg(
-        long,
-        num_args = 0..=1,
-        default_missing_value = "true",
-        value_name = "BOOL"
-    )]
-    pub optimizer_in_backward: Option<bool>,
+    /// The strategy levers, pinned: the flags of `headroom train`, unset ones searched.
+    #[command(flatten)]
+    pub levers: Levers,
     /// Whose memory layout to predict: deepspeed (a 16-bit model, fp32 master weights and
     /// states, ZeRO-3 gathering module by module) or fsdp (PyTorch's DDP/FSDP with autocast or
     /// FSDP mixed precision: fp32 parameters that are the master copy, fp32 gradients, whole
@@ -278,7 +161,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
             bail!("unknown --emit kind '{kind}'; accepted: {EMIT_KINDS}");
         }
     }
-    if plan_own::is_own_model(&args.model) {
+    if is_own_model(&args.model) {
         return plan_own::run(&args);
     }
     if args.device_memory.is_some() {
@@ -294,17 +177,19 @@ pub fn run(args: PlanArgs) -> Result<()> {
     let Some(seq_len) = args.seq_len else {
         bail!("--seq-len is required for a Hugging Face model (e.g. --seq-len 4096)");
     };
-    let spec = load_model(&args.model).with_context(|| format!("--model {}", args.model))?;
+    let spec =
+        hugging_face_model(&args.model).with_context(|| format!("--model {}", args.model))?;
     let warnings: Vec<String> = context_warning(&spec, seq_len).into_iter().collect();
     for w in &warnings {
         eprintln!("warning: {w}");
     }
     let hw = build_hardware(&args)?;
+    let (micro_batch, accumulation) = args.split();
     let batch = match (
         args.global_batch,
         args.global_batch_tokens,
-        args.micro_batch,
-        args.accumulation,
+        micro_batch,
+        accumulation,
     ) {
         (Some(b), _, _, _) => BatchSpec::Samples(b),
         (None, Some(t), _, _) => BatchSpec::Tokens(t),
@@ -320,8 +205,8 @@ pub fn run(args: PlanArgs) -> Result<()> {
         &spec,
         seq_len,
         batch,
-        args.micro_batch,
-        args.accumulation,
+        micro_batch,
+        accumulation,
         hw.world_size(),
     )?;
     let workload = match args.workers {
@@ -354,18 +239,11 @@ pub fn run(args: PlanArgs) -> Result<()> {
         }
         cost.margin = v;
     }
+    // The workload carries a given split; the search pins the other levers.
     let pins = Pins {
-        precision: args.precision,
-        optimizer: args.optimizer,
-        zero_stage: args.zero,
-        offload_optimizer: args.offload_optimizer,
-        offload_params: args.offload_params,
-        offload_activations: args.offload_activations,
-        checkpoint: args.checkpoint,
-        attention: args.attention,
-        loss: args.loss,
-        optimizer_in_backward: args.optimizer_in_backward,
-        ..Pins::default()
+        micro_batch: None,
+        accumulation: None,
+        ..args.levers.pins()
     };
     let framework = args.framework.unwrap_or_else(|| default_framework(&emits));
     let mut problem = Problem::new(spec, hw, workload, cost)
@@ -465,7 +343,10 @@ fn build_hardware(args: &PlanArgs) -> Result<Hardware> {
             hardware::gpu_preset_names().join(", ")
         );
     };
-    let flags = args.hw.overrides();
+    let flags = HardwareOverrides {
+        gpu: None,
+        ..args.hw.clone()
+    };
     let figures: Vec<&HardwareOverrides> = file.iter().chain([&flags]).collect();
     let mut hw = hardware::resolve(&gpu, &figures)?;
     if let Some(f) = &file {
@@ -485,6 +366,15 @@ fn read_hardware(path: &Path) -> Result<HardwareOverrides> {
 }
 
 impl PlanArgs {
+    /// The pinned micro-batch and accumulation, if given.
+    pub fn split(&self) -> (Option<u64>, Option<u64>) {
+        let keys = &self.levers.keys;
+        (
+            keys.micro_batch.map(|m| m as u64),
+            keys.accumulation.map(|a| a as u64),
+        )
+    }
+
     /// The LoRA fine-tune the `--lora-*` flags describe, if `--lora-rank` is given.
     pub fn lora(&self) -> Result<Option<Lora>> {
         let Some(rank) = self.lora_rank else {

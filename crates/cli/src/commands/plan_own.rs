@@ -9,30 +9,25 @@ use super::plan::PlanArgs;
 use super::plan_output::{group_digits, plan_rows, plans_table, shown_plans};
 use anyhow::{Context, Result, bail};
 use headroom_memory::format_bytes;
-use headroom_nn::models::ModelSpec;
 use headroom_plan::advice::Shortfall;
 use headroom_plan::cost::Plan;
 use headroom_plan::export::write_export;
 use headroom_plan::hardware;
-use headroom_plan::strategy::{Offload, Pins};
+use headroom_plan::strategy::Offload;
 use headroom_train::auto::{AutoPlan, plan};
 use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
+use headroom_train::models::OwnModel;
 use serde_json::{Value, json};
-
-/// Whether `--model` names one of headroom's own models rather than a Hugging Face config.
-pub fn is_own_model(name: &str) -> bool {
-    headroom_nn::models::preset(name).is_some() || name.ends_with(".toml")
-}
 
 pub fn run(args: &PlanArgs) -> Result<()> {
     reject_planner_only_flags(args)?;
     let (budget, gpu) = budget(args)?;
     let config = run_config(args, budget)?;
-    let pins = pins(args)?;
+    let pins = args.levers.pins();
     let corpus = Corpus::bundled();
     let outcome = plan(&config, &corpus, &pins)?;
-    let spec = headroom_train::model_spec(&config)?;
+    let model = OwnModel::of(&config)?;
     let shown = shown_plans(&outcome.search, args.top);
     let advice: Vec<String> = outcome
         .reason(budget)
@@ -50,13 +45,13 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         )],
     });
     if args.json {
-        let mut report = to_json(&config, &spec, &outcome, &shown, gpu.as_deref(), &advice);
+        let mut report = to_json(&config, &model, &outcome, &shown, gpu.as_deref(), &advice);
         report["shortfall"] = json!(shortfall);
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!(
             "{}",
-            to_text(&config, &spec, &outcome, &shown, &advice, &shortfall)
+            to_text(&config, &model, &outcome, &shown, &advice, &shortfall)
         );
     }
     let Some(best) = outcome.recommended() else {
@@ -107,13 +102,16 @@ fn reject_planner_only_flags(args: &PlanArgs) -> Result<()> {
             "{flag} applies to the analytical planner (Hugging Face models); headroom's own models are planned by dry runs on one device"
         );
     }
-    let offloaded = args.offload_optimizer.is_some_and(|o| o != Offload::None)
-        || args.offload_params.is_some_and(|o| o != Offload::None);
+    let levers = &args.levers.keys;
+    let offloaded = levers.offload_optimizer.is_some_and(|o| o != Offload::None)
+        || levers.offload_params.is_some_and(|o| o != Offload::None);
     // Alone, a ZeRO stage only serves offload (DeepSpeed's rule: offload needs a stage).
-    if args.zero.is_some_and(|z| z.number() != 0) && ranks(args) < 2 && !offloaded {
+    if let Some(zero) = levers.zero_stage.filter(|z| z.shards_optimizer())
+        && ranks(args) < 2
+        && !offloaded
+    {
         bail!(
-            "--zero {} shards over data-parallel ranks: add --data-parallel N (N ≥ 2), or drop --zero",
-            args.zero.map_or(0, |z| z.number())
+            "--zero {zero} shards over data-parallel ranks: add --data-parallel N (N ≥ 2), or drop --zero"
         );
     }
     Ok(())
@@ -154,23 +152,24 @@ fn run_config(args: &PlanArgs, budget: u64) -> Result<RunConfig> {
         ),
         g => g.map(|g| g / n as u64),
     };
-    let (micro_batch, accumulation) = match (per_rank, args.micro_batch, args.accumulation) {
-        (Some(0), ..) => bail!("--global-batch 0: a batch needs at least one sequence"),
-        (Some(g), m, a) => {
+    let (micro_batch, accumulation) = match (per_rank, args.split()) {
+        (Some(0), _) => bail!("--global-batch 0: a batch needs at least one sequence"),
+        (Some(g), (m, a)) => {
             let m = m.unwrap_or(g / a.unwrap_or(1).max(1));
             if m == 0 || g % m != 0 || a.is_some_and(|a| a.checked_mul(m) != Some(g)) {
                 bail!("--global-batch {g} is not --micro-batch × --accumulation; give a divisor");
             }
-            (m, g / m)
+            (Some(m as usize), Some((g / m) as usize))
         }
-        // As `headroom train` reads them: micro-batch 16 unless given, accumulation 1.
-        (None, m, a) => (m.unwrap_or(16), a.unwrap_or(1)),
+        // Without a global batch, the split `headroom train` would run: the levers given, the
+        // rest at its defaults.
+        (None, _) => (args.levers.keys.micro_batch, args.levers.keys.accumulation),
     };
     let config = TrainConfig {
         model: Some(args.model.clone()),
         seq_len: args.seq_len.map(|s| s as usize),
-        micro_batch: Some(micro_batch as usize),
-        accumulation: Some(accumulation as usize),
+        micro_batch,
+        accumulation,
         device_memory: Some(headroom_memory::ByteSize(budget)),
         data_parallel: Some(n),
         lora_rank: args.lora_rank,
@@ -182,42 +181,22 @@ fn run_config(args: &PlanArgs, budget: u64) -> Result<RunConfig> {
     Ok(config.resolve()?)
 }
 
-/// The levers pinned by flags, in the engine's terms.
-fn pins(args: &PlanArgs) -> Result<Pins> {
-    Ok(Pins {
-        precision: args.precision,
-        optimizer: args.optimizer,
-        checkpoint: args.checkpoint,
-        attention: args.attention,
-        loss: args.loss,
-        optimizer_in_backward: args.optimizer_in_backward,
-        micro_batch: args.micro_batch,
-        accumulation: args.accumulation,
-        zero_stage: args.zero,
-        offload_optimizer: args.offload_optimizer,
-        offload_params: args.offload_params,
-        offload_activations: args.offload_activations,
-        allocator: None,
-    })
-}
-
 fn to_json(
     config: &RunConfig,
-    spec: &ModelSpec,
+    model: &OwnModel,
     outcome: &AutoPlan,
     shown: &[&Plan],
     gpu: Option<&str>,
     advice: &[String],
 ) -> Value {
-    let (model_type, hidden, vocab) = shape(spec);
     json!({
         "model": {
             "name": config.model,
-            "model_type": model_type,
-            "params": spec.num_params(),
-            "layers": spec.depth(),
-            "hidden_size": hidden,
-            "vocab_size": vocab,
+            "model_type": model.model_type,
+            "params": model.params,
+            "layers": model.depth,
+            "hidden_size": model.hidden_size,
+            "vocab_size": model.vocab_size,
         },
         "hardware": {
             "device": "headroom CPU engine",
@@ -250,24 +229,23 @@ fn to_json(
 
 fn to_text(
     config: &RunConfig,
-    spec: &ModelSpec,
+    model: &OwnModel,
     outcome: &AutoPlan,
     shown: &[&Plan],
     advice: &[String],
     shortfall: &Option<Shortfall>,
 ) -> String {
-    let (model_type, ..) = shape(spec);
     let mut out = format!(
-        "Model     {} ({model_type}): {} parameters, {} blocks\n",
+        "Model     {} ({}): {} parameters, {} blocks\n",
         config.model,
-        group_digits(spec.num_params() as u64),
-        spec.depth()
+        model.model_type,
+        group_digits(model.params as u64),
+        model.depth
     );
-    if let (Some(lora), ModelSpec::Gpt(c)) = (&config.lora, spec) {
-        let trainable = c.trainable_params().unwrap_or(0) as u64;
+    if let Some(lora) = &config.lora {
         out += &format!(
             "Fine-tune {lora}: {} trainable parameters, the base frozen\n",
-            group_digits(trainable)
+            group_digits(model.trainable_params as u64)
         );
     }
     let n = config.data_parallel;
@@ -317,39 +295,20 @@ fn to_text(
     out
 }
 
-/// `(model_type, hidden size, vocabulary)`.
-fn shape(spec: &ModelSpec) -> (&'static str, usize, usize) {
-    match spec {
-        ModelSpec::Gpt(c) => ("headroom-gpt", c.width, c.vocab),
-        ModelSpec::Resmlp(c) => ("headroom-resmlp", c.width, c.vocab),
-    }
-}
-
-/// The `headroom train --config` TOML of a run: model, sequence, strategy and budget.
+/// The `headroom train --config` TOML of a run: model, sequence, budget, ranks, allocator and
+/// fine-tune, and the strategy's keys as its one writer gives them.
 fn train_toml(c: &RunConfig) -> Result<String> {
     let file = TrainConfig {
         model: Some(c.model.clone()),
         seq_len: c.seq_len,
-        precision: Some(c.strategy.precision),
-        optimizer: Some(c.strategy.optimizer),
-        checkpoint: Some(c.strategy.checkpoint),
-        attention: Some(c.strategy.attention),
-        loss: Some(c.strategy.loss),
-        optimizer_in_backward: Some(c.strategy.optimizer_in_backward),
-        micro_batch: Some(c.micro_batch()),
-        accumulation: Some(c.accumulation()),
         device_memory: Some(headroom_memory::ByteSize(c.device_memory)),
         data_parallel: (c.data_parallel > 1).then_some(c.data_parallel),
-        zero_stage: Some(c.strategy.placement.zero_stage),
-        offload_optimizer: Some(c.strategy.placement.offload_optimizer),
-        offload_params: Some(c.strategy.placement.offload_params),
-        offload_activations: Some(c.strategy.placement.offload_activations),
         allocator: Some(c.allocator),
         lora_rank: c.lora.as_ref().map(|l| l.rank),
         lora_alpha: c.lora.as_ref().map(|l| l.alpha),
         lora_targets: c.lora.as_ref().map(|l| l.targets.clone()),
         lora_base: c.lora.as_ref().map(|l| l.base),
-        ..Default::default()
+        ..TrainConfig::of_strategy(&c.strategy)
     };
     Ok(format!(
         "# headroom train --config FILE: the fastest strategy that fits, from `headroom plan`\n{}",

@@ -13,9 +13,9 @@ pub fn print_communication(report: &TrainReport) {
     let Some(c) = &report.communication else {
         return;
     };
-    let stage = match c.zero_stage {
-        0 => "DDP".to_string(),
-        s => format!("ZeRO-{s}"),
+    let stage = match c.zero_stage.shards_optimizer() {
+        false => "DDP".to_string(),
+        true => format!("ZeRO-{}", c.zero_stage),
     };
     let ratio = if c.theory_elements_per_step > 0.0 {
         format!(

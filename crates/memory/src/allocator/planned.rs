@@ -1,18 +1,18 @@
-//! Serving requests from a planned arena. With an [`ArenaPlan`] installed, the allocator holds
-//! one arena segment of the plan's size; inside a window the caller opened with a key the plan
+//! Serving requests from a planned arena. With an [`ArenaLayout`] installed, the allocator holds
+//! one arena segment of the layout's size; inside a window the caller opened with a key the layout
 //! knows, the k-th request gets the k-th planned offset when it asks for the planned size and
-//! category, and requests the plan leaves out (those that outlive the window but not the run) go
-//! to the caching pools. Permanent requests (model states) take the plan's permanent region at
-//! the bottom of the arena and stay there. A request that differs from the plan — another size, another category, more requests
+//! category, and requests the layout leaves out (those that outlive the window but not the run) go
+//! to the caching pools. Permanent requests (model states) take the layout's permanent region at
+//! the bottom of the arena and stay there. A request that differs from the layout — another size, another category, more requests
 //! than planned, or an offset still covered by a live arena block — is a deviation: it and the
 //! rest of the window are served by the caching pools, and the deviation is counted and kept
 //! for the report. Statistics, windows and traces count arena blocks like any other, in the
 //! large pool.
 //!
-//! Not for: making plans (see `crate::arena`).
+//! Not for: making layouts (see `crate::arena`).
 
 use super::CachingAllocator;
-use crate::arena::{ArenaPlan, Recorder};
+use crate::arena::{ArenaLayout, Recorder};
 use crate::category::Category;
 use crate::rounding::Pool;
 use crate::size::format_bytes;
@@ -49,17 +49,17 @@ pub enum ArenaError {
 pub struct ArenaReport {
     /// Bytes of the arena segment.
     pub arena_bytes: u64,
-    /// The plan's peak of live arena bytes (the packing's lower bound).
+    /// The layout's peak of live arena bytes (the packing's lower bound).
     pub planned_peak_live: u64,
     /// Windows served to their end as planned.
     pub windows_as_planned: u64,
-    /// Windows that deviated from the plan.
+    /// Windows that deviated from the layout.
     pub windows_deviated: u64,
-    /// Windows opened with a key the plan does not have (served by the caching pools).
+    /// Windows opened with a key the layout does not have (served by the caching pools).
     pub windows_unplanned: u64,
     /// Requests served from the arena.
     pub requests_from_arena: u64,
-    /// Requests the plan leaves to the caching pools (they outlive their window).
+    /// Requests the layout leaves to the caching pools (they outlive their window).
     pub requests_passed_on: u64,
     /// The first deviations, described.
     pub deviations: Vec<String>,
@@ -76,17 +76,17 @@ struct ArenaBlock {
     name: Option<Arc<str>>,
 }
 
-/// The window being served: the plan's window index and the next request's index.
+/// The window being served: the layout's window index and the next request's index.
 #[derive(Debug, Clone, Copy)]
 struct Serving {
     window: usize,
     next: usize,
 }
 
-/// The arena segment and the plan it serves.
+/// The arena segment and the layout it serves.
 #[derive(Debug)]
 pub(super) struct Arena {
-    plan: ArenaPlan,
+    plan: ArenaLayout,
     base: u64,
     size: u64,
     serving: Option<Serving>,
@@ -124,13 +124,13 @@ impl CachingAllocator {
         self.recorder = Some(Recorder::default());
     }
 
-    /// The plan of the windows recorded so far, ending the recording.
-    pub fn take_recorded_plan(&mut self) -> Option<ArenaPlan> {
+    /// The layout of the windows recorded so far, ending the recording.
+    pub fn take_recorded_layout(&mut self) -> Option<ArenaLayout> {
         self.recorder.take().map(Recorder::finish)
     }
 
-    /// Installs `plan`: reserves its arena as one segment (counted in `reserved`).
-    pub fn install_plan(&mut self, plan: ArenaPlan) -> Result<(), ArenaError> {
+    /// Installs `layout`: reserves its arena as one segment (counted in `reserved`).
+    pub fn install_layout(&mut self, plan: ArenaLayout) -> Result<(), ArenaError> {
         if self.arena.is_some() {
             return Err(ArenaError::AlreadyInstalled);
         }
@@ -170,7 +170,7 @@ impl CachingAllocator {
         Ok(())
     }
 
-    /// Opens window `key`: served from the plan when the plan has it and no arena block of an
+    /// Opens window `key`: served from the layout when the layout has it and no arena block of an
     /// earlier window (outside the permanent region) is still live. Also starts recording it when recording.
     pub fn begin_window(&mut self, key: &str) {
         self.end_window();
@@ -222,12 +222,12 @@ impl CachingAllocator {
         arena.open = None;
     }
 
-    /// How the arena served the run, if a plan is installed.
+    /// How the arena served the run, if a layout is installed.
     pub fn arena_report(&self) -> Option<ArenaReport> {
         self.arena.as_ref().map(|a| a.report.clone())
     }
 
-    /// Serves the request from the arena when the open window's plan says so.
+    /// Serves the request from the arena when the open window's layout says so.
     pub(super) fn malloc_planned(
         &mut self,
         rounded: u64,

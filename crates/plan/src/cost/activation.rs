@@ -17,7 +17,7 @@
 //! | MLP, gated (SwiGLU) | e·sbh + 4·e·sbf (gate out, act out, up out, product) | — |
 //! | MoE | MLP expert part × experts_per_token + 4·sbE router logits | — |
 //!
-//! Under LoRA (`ModelSpec::lora_saves`) the inputs only a frozen projection's weight gradient
+//! Under LoRA (`Architecture::lora_saves`) the inputs only a frozen projection's weight gradient
 //! would read are not kept: the attention's input unless q/k/v are adapted, the output
 //! projection's unless o is, the MLP's unless gate/up are, the activation's output (or the gated
 //! product) unless down is, and the output head's; each adapter adds its rank-r intermediate.
@@ -29,14 +29,14 @@
 //! Not for: parameters, gradients or optimizer states (see `memory`).
 
 use crate::model::lora::LoraSaves;
-use crate::model::{Family, MlpKind, ModelSpec};
+use crate::model::{Architecture, Family, MlpKind};
 use crate::strategy::{Attention, Checkpoint, Loss};
 
 pub use super::selective_op::{OpSelective, op_selective};
 pub use super::width::Width;
 
 /// The widths of a block, as floats: hidden `h`, query `q`, key/value `kv`, FFN `f`.
-pub(super) fn dims(spec: &ModelSpec) -> (f64, f64, f64, f64) {
+pub(super) fn dims(spec: &Architecture) -> (f64, f64, f64, f64) {
     (
         spec.hidden_size as f64,
         spec.q_dim() as f64,
@@ -64,7 +64,7 @@ impl BlockActivations {
 
 /// Activations of one block (averaged over encoder and decoder blocks for T5).
 pub fn block(
-    spec: &ModelSpec,
+    spec: &Architecture,
     s: f64,
     b: f64,
     w: impl Into<Width>,
@@ -170,7 +170,7 @@ pub fn block(
 /// dropout mask `sbh`, final-norm input and output-projection input `2·e·sbh`, fp32 logits
 /// `4sbv` — or, for a loss in K chunks, one chunk's `4sbv/K`, the logits the first step of
 /// backward recomputes while every other activation is still held.
-pub fn outside_blocks(spec: &ModelSpec, s: f64, b: f64, w: impl Into<Width>, loss: Loss) -> f64 {
+pub fn outside_blocks(spec: &Architecture, s: f64, b: f64, w: impl Into<Width>, loss: Loss) -> f64 {
     let w: Width = w.into();
     let h = spec.hidden_size as f64;
     let drop = if spec.dropout { 1.0 } else { 0.0 };
@@ -183,7 +183,7 @@ pub fn outside_blocks(spec: &ModelSpec, s: f64, b: f64, w: impl Into<Width>, los
 /// causal-LM losses upcast the logits to fp32 under any precision and framework
 /// (`logits.float()` in the models and in `ForCausalLMLoss`), as autocast's fp32
 /// cross-entropy and torchtune's chunks do.
-pub fn logits(spec: &ModelSpec, s: f64, b: f64, loss: Loss) -> f64 {
+pub fn logits(spec: &Architecture, s: f64, b: f64, loss: Loss) -> f64 {
     4.0 * s * b * spec.vocab_size as f64 / loss.chunks() as f64
 }
 
@@ -207,7 +207,7 @@ pub fn checkpointed_blocks(policy: Checkpoint, n: u64) -> u64 {
 /// selective recomputation has nothing to drop or re-run: Korthikanti et al. §5 recompute the
 /// core attention that FlashAttention never stores); other policies are themselves.
 pub fn effective_policy(
-    spec: &ModelSpec,
+    spec: &Architecture,
     s: f64,
     b: f64,
     w: impl Into<Width>,
@@ -235,7 +235,7 @@ pub fn effective_policy(
 /// time, for the block it recomputes (DeepSpeed's `cpu_checkpointing` copies it back to the
 /// device synchronously at the start of the block's backward).
 pub fn checkpointed_inputs(
-    spec: &ModelSpec,
+    spec: &Architecture,
     s: f64,
     b: f64,
     w: impl Into<Width>,
@@ -263,7 +263,7 @@ pub fn checkpointed_inputs(
 /// recomputes one segment at a time. Selective recomputation drops the core-attention terms of
 /// every block and recomputes them one block at a time.
 pub fn model_activations(
-    spec: &ModelSpec,
+    spec: &Architecture,
     s: f64,
     b: f64,
     w: impl Into<Width>,
@@ -328,7 +328,7 @@ mod tests {
         // headroom's residual MLP: per block the norm input x, the fc1 input LN(x), the fc1
         // output and the GELU output, e·sb·(2h + 2f); outside the blocks the final-norm and
         // head inputs 2·e·sbh and the fp32 logits 4·sbv. No attention terms.
-        let spec = ModelSpec::dense("resmlp", crate::model::Family::ResMlp, 256, 128, 16, 512);
+        let spec = Architecture::dense("resmlp", crate::model::Family::ResMlp, 256, 128, 16, 512);
         let (s, b, e) = (32.0, 8.0, 4.0);
         let blk = block(&spec, s, b, e, Attention::Naive);
         assert_eq!(blk.full(), e * s * b * (2.0 * 128.0 + 2.0 * 512.0));
@@ -366,7 +366,7 @@ mod tests {
         // The residual MLP at s = 32, b = 8, fp32: per block e·sb·(2h + 2f) = 4·256·1280, its
         // input e·sbh = 4·256·128. 16 blocks: ⌈√16⌉ = 4 segments of 4 blocks; backward holds
         // the 4 segment inputs and one segment re-run, less the input it already holds.
-        let spec = ModelSpec::dense("resmlp", crate::model::Family::ResMlp, 256, 128, 16, 512);
+        let spec = Architecture::dense("resmlp", crate::model::Family::ResMlp, 256, 128, 16, 512);
         let (s, b, e) = (32.0, 8.0, 4.0);
         let full = e * s * b * (2.0 * 128.0 + 2.0 * 512.0);
         let input = e * s * b * 128.0;
@@ -386,7 +386,7 @@ mod tests {
 
     #[test]
     fn a_budget_buys_the_least_recomputation_that_fits_it() {
-        let spec = ModelSpec::dense("resmlp", crate::model::Family::ResMlp, 256, 128, 16, 512);
+        let spec = Architecture::dense("resmlp", crate::model::Family::ResMlp, 256, 128, 16, 512);
         let (s, b, e) = (32.0, 8.0, 4.0);
         let act = |c| model_activations(&spec, s, b, e, Attention::Naive, c, Loss::Plain);
         let resolve = |budget: f64| {

@@ -14,7 +14,7 @@ pub mod time;
 mod width;
 
 use crate::hardware::Hardware;
-use crate::model::{ModelSpec, ParamInventory};
+use crate::model::{Architecture, ParamInventory};
 use crate::strategy::{Framework, LossImpl, OptimizerImpl, Strategy};
 use crate::workload::Workload;
 use serde::Serialize;
@@ -95,7 +95,7 @@ pub struct ModelFacts {
 }
 
 impl ModelFacts {
-    pub fn of(spec: &ModelSpec, inv: &ParamInventory) -> ModelFacts {
+    pub fn of(spec: &Architecture, inv: &ParamInventory) -> ModelFacts {
         let largest = inv.largest_layer().1;
         ModelFacts {
             params: inv.total(),
@@ -121,7 +121,7 @@ impl ModelFacts {
 /// Everything a plan is evaluated against.
 #[derive(Clone, Debug)]
 pub struct Problem {
-    pub spec: ModelSpec,
+    pub spec: Architecture,
     pub facts: ModelFacts,
     pub hardware: Hardware,
     pub workload: Workload,
@@ -136,7 +136,7 @@ pub struct Problem {
 
 impl Problem {
     pub fn new(
-        spec: ModelSpec,
+        spec: Architecture,
         hardware: Hardware,
         workload: Workload,
         cost: CostModel,

@@ -5,7 +5,7 @@
 
 use super::activation::dims;
 use super::width::Width;
-use crate::model::{Family, MlpKind, ModelSpec};
+use crate::model::{Architecture, Family, MlpKind};
 use crate::strategy::Attention;
 
 /// What torchtitan's per-operator selective checkpointing (`selective-op`) keeps of one block
@@ -30,7 +30,7 @@ pub struct OpSelective {
 
 /// [`OpSelective`] of `spec`'s blocks (see there).
 pub fn op_selective(
-    spec: &ModelSpec,
+    spec: &Architecture,
     s: f64,
     b: f64,
     w: impl Into<Width>,

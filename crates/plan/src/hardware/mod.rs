@@ -244,27 +244,62 @@ fn set<T>(field: &mut T, value: Option<T>) {
     }
 }
 
-/// Optional replacements for any hardware field; the TOML file format of `--hardware`.
-/// Sizes accept units (`80GiB`, `2TB`) or a byte count.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+/// Optional replacements for any hardware field: the TOML file format of `--hardware` and, the
+/// same names as flags, `headroom plan`'s hardware flags. Sizes accept units (`80GiB`, `2TB`) or
+/// a byte count.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields)]
 pub struct HardwareOverrides {
+    /// The GPU preset (a flag of its own, `--gpu`, on the command line).
+    #[arg(skip)]
     pub gpu: Option<String>,
+    /// GPUs per node.
+    #[arg(long)]
     pub gpus_per_node: Option<u64>,
+    /// Number of nodes.
+    #[arg(long)]
     pub nodes: Option<u64>,
+    /// Device memory per GPU (e.g. 80GiB, 24GB).
+    #[arg(long, value_name = "SIZE")]
     pub gpu_memory: Option<ByteSize>,
+    /// Dense bf16 peak, TFLOPS.
+    #[arg(long)]
     pub bf16_tflops: Option<f64>,
+    /// Dense fp16 peak, TFLOPS.
+    #[arg(long)]
     pub fp16_tflops: Option<f64>,
+    /// Dense TF32 peak, TFLOPS.
+    #[arg(long)]
     pub tf32_tflops: Option<f64>,
+    /// fp32 peak, TFLOPS.
+    #[arg(long)]
     pub fp32_tflops: Option<f64>,
+    /// Device memory bandwidth, GB/s.
+    #[arg(long)]
     pub memory_bandwidth_gbps: Option<f64>,
+    /// GPU-to-GPU bandwidth inside a node, per GPU and direction, GB/s.
+    #[arg(long)]
     pub intra_node_bandwidth_gbps: Option<f64>,
+    /// Bandwidth between nodes per GPU, GB/s.
+    #[arg(long)]
     pub inter_node_bandwidth_gbps: Option<f64>,
+    /// Host-to-GPU (PCIe) bandwidth per GPU, GB/s.
+    #[arg(long)]
     pub pcie_bandwidth_gbps: Option<f64>,
+    /// Host RAM per node (e.g. 1TiB).
+    #[arg(long, value_name = "SIZE")]
     pub host_memory: Option<ByteSize>,
+    /// NVMe bandwidth per node, GB/s.
+    #[arg(long)]
     pub nvme_bandwidth_gbps: Option<f64>,
+    /// NVMe capacity per node (e.g. 3.84TB).
+    #[arg(long, value_name = "SIZE")]
     pub nvme_size: Option<ByteSize>,
+    /// Device memory of the CUDA context (e.g. 500MiB).
+    #[arg(long, value_name = "SIZE")]
     pub cuda_context: Option<ByteSize>,
+    /// Host optimizer throughput per node, parameters per second.
+    #[arg(long)]
     pub cpu_optimizer_params_per_s: Option<f64>,
 }
 

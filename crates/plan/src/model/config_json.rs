@@ -1,14 +1,14 @@
-//! Reading a Hugging Face `config.json` into a [`ModelSpec`]: the field names, defaults and
+//! Reading a Hugging Face `config.json` into an [`Architecture`]: the field names, defaults and
 //! conventions of each supported `model_type`, as the transformers config classes define them.
 //!
 //! Not for: counting parameters (see `params`) or holding the built-in presets (see `presets`).
 
-use super::{Family, MlpKind, ModelSpec};
+use super::{Architecture, Family, MlpKind};
 use crate::error::{PlanError, Result};
 use serde_json::{Map, Value};
 
 /// Parses the text of a `config.json`. `name` labels the model in reports.
-pub fn parse_config(name: &str, text: &str) -> Result<ModelSpec> {
+pub fn parse_config(name: &str, text: &str) -> Result<Architecture> {
     let value: Value =
         serde_json::from_str(text).map_err(|e| PlanError::ConfigSyntax(e.to_string()))?;
     let obj = value.as_object().ok_or_else(|| PlanError::ConfigField {
@@ -122,7 +122,7 @@ fn positive(field: &str, v: &Value) -> Result<u64> {
 /// Llama, Mistral, Mixtral, Qwen2, Gemma, Gemma 2 and Phi-3 share one layout (`LlamaConfig`
 /// and its copies): Gemma's configs default to `head_dim` 256 and tied embeddings, Gemma 2 adds
 /// two norms around each MLP, Phi-3 fuses q/k/v and gate/up into one matrix each.
-fn decoder_llama_like(name: &str, family: Family, f: &Fields) -> Result<ModelSpec> {
+fn decoder_llama_like(name: &str, family: Family, f: &Fields) -> Result<Architecture> {
     let hidden = f.size("hidden_size")?;
     let heads = f.size("num_attention_heads")?;
     let kv_heads = f.size_or("num_key_value_heads", heads)?;
@@ -170,128 +170,102 @@ fn decoder_llama_like(name: &str, family: Family, f: &Fields) -> Result<ModelSpe
         }
         _ => (f.size("intermediate_size")?, 0),
     };
-    Ok(ModelSpec {
-        name: name.to_string(),
+    let base = Architecture::dense(
+        name,
         family,
-        vocab_size: f.size("vocab_size")?,
-        hidden_size: hidden,
-        num_layers: f.size("num_hidden_layers")?,
-        num_decoder_layers: 0,
+        f.size("vocab_size")?,
+        hidden,
+        f.size("num_hidden_layers")?,
+        intermediate,
+    );
+    Ok(Architecture {
         num_heads: heads,
         num_kv_heads: kv_heads,
         head_dim,
-        intermediate_size: intermediate,
         mlp: MlpKind::Gated,
         num_experts,
         experts_per_token,
-        max_learned_positions: None,
         trained_context: f.opt_size("max_position_embeddings")?,
         // LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config and Phi3Config default to
         // untied, GemmaConfig and Gemma2Config to tied.
         tie_word_embeddings: f.flag_or("tie_word_embeddings", gemma)?,
         dropout: f.prob_or("attention_dropout", 0.0)? > 0.0,
         bias: f.flag_or("attention_bias", false)?,
-        relative_attention_buckets: 0,
-        recomputed_mlp_activation: false,
-        type_vocab_size: 0,
-        lora_saves: None,
         shared_expert_size,
+        ..base
     })
 }
 
-fn gpt2(name: &str, f: &Fields) -> Result<ModelSpec> {
+fn gpt2(name: &str, f: &Fields) -> Result<Architecture> {
     let hidden = f.size("n_embd")?;
     let heads = f.size("n_head")?;
-    Ok(ModelSpec {
-        name: name.to_string(),
-        family: Family::Gpt2,
-        vocab_size: f.size("vocab_size")?,
-        hidden_size: hidden,
-        num_layers: f.size("n_layer")?,
-        num_decoder_layers: 0,
+    let base = Architecture::dense(
+        name,
+        Family::Gpt2,
+        f.size("vocab_size")?,
+        hidden,
+        f.size("n_layer")?,
+        // `n_inner: null` means 4 × n_embd (GPT2MLP).
+        f.size_or("n_inner", 4 * hidden)?,
+    );
+    Ok(Architecture {
         num_heads: heads,
         num_kv_heads: heads,
         head_dim: divide(hidden, heads, "n_head")?,
-        // `n_inner: null` means 4 × n_embd (GPT2MLP).
-        intermediate_size: f.size_or("n_inner", 4 * hidden)?,
-        mlp: MlpKind::Plain,
-        num_experts: 1,
-        experts_per_token: 1,
         max_learned_positions: Some(f.size_or("n_positions", 1024)?),
-        trained_context: None,
         tie_word_embeddings: f.flag_or("tie_word_embeddings", true)?,
         dropout: f.prob_or("resid_pdrop", 0.1)? > 0.0 || f.prob_or("attn_pdrop", 0.1)? > 0.0,
-        bias: true,
-        relative_attention_buckets: 0,
-        recomputed_mlp_activation: false,
-        type_vocab_size: 0,
-        lora_saves: None,
-        shared_expert_size: 0,
+        ..base
     })
 }
 
-fn gpt_neox(name: &str, f: &Fields) -> Result<ModelSpec> {
+fn gpt_neox(name: &str, f: &Fields) -> Result<Architecture> {
     let hidden = f.size("hidden_size")?;
     let heads = f.size("num_attention_heads")?;
-    Ok(ModelSpec {
-        name: name.to_string(),
-        family: Family::GptNeox,
-        vocab_size: f.size("vocab_size")?,
-        hidden_size: hidden,
-        num_layers: f.size("num_hidden_layers")?,
-        num_decoder_layers: 0,
+    let base = Architecture::dense(
+        name,
+        Family::GptNeox,
+        f.size("vocab_size")?,
+        hidden,
+        f.size("num_hidden_layers")?,
+        f.size("intermediate_size")?,
+    );
+    Ok(Architecture {
         num_heads: heads,
         num_kv_heads: heads,
         head_dim: divide(hidden, heads, "num_attention_heads")?,
-        intermediate_size: f.size("intermediate_size")?,
-        mlp: MlpKind::Plain,
-        num_experts: 1,
-        experts_per_token: 1,
-        max_learned_positions: None,
         trained_context: f.opt_size("max_position_embeddings")?,
         tie_word_embeddings: f.flag_or("tie_word_embeddings", false)?,
         dropout: f.prob_or("hidden_dropout", 0.0)? > 0.0
             || f.prob_or("attention_dropout", 0.0)? > 0.0,
         bias: f.flag_or("attention_bias", true)?,
-        relative_attention_buckets: 0,
-        recomputed_mlp_activation: false,
-        type_vocab_size: 0,
-        lora_saves: None,
-        shared_expert_size: 0,
+        ..base
     })
 }
 
-fn bert(name: &str, f: &Fields) -> Result<ModelSpec> {
+fn bert(name: &str, f: &Fields) -> Result<Architecture> {
     let hidden = f.size("hidden_size")?;
     let heads = f.size("num_attention_heads")?;
-    Ok(ModelSpec {
-        name: name.to_string(),
-        family: Family::Bert,
-        vocab_size: f.size("vocab_size")?,
-        hidden_size: hidden,
-        num_layers: f.size("num_hidden_layers")?,
-        num_decoder_layers: 0,
+    let base = Architecture::dense(
+        name,
+        Family::Bert,
+        f.size("vocab_size")?,
+        hidden,
+        f.size("num_hidden_layers")?,
+        f.size("intermediate_size")?,
+    );
+    Ok(Architecture {
         num_heads: heads,
         num_kv_heads: heads,
         head_dim: divide(hidden, heads, "num_attention_heads")?,
-        intermediate_size: f.size("intermediate_size")?,
-        mlp: MlpKind::Plain,
-        num_experts: 1,
-        experts_per_token: 1,
         max_learned_positions: Some(f.size_or("max_position_embeddings", 512)?),
-        trained_context: None,
-        tie_word_embeddings: false,
         dropout: f.prob_or("hidden_dropout_prob", 0.1)? > 0.0,
-        bias: true,
-        relative_attention_buckets: 0,
-        recomputed_mlp_activation: false,
         type_vocab_size: f.size_or("type_vocab_size", 2)?,
-        lora_saves: None,
-        shared_expert_size: 0,
+        ..base
     })
 }
 
-fn t5(name: &str, f: &Fields) -> Result<ModelSpec> {
+fn t5(name: &str, f: &Fields) -> Result<Architecture> {
     let layers = f.size("num_layers")?;
     let mlp = match f.text_or("feed_forward_proj", "relu")? {
         "relu" | "gelu" => MlpKind::Plain,
@@ -305,30 +279,26 @@ fn t5(name: &str, f: &Fields) -> Result<ModelSpec> {
         }
     };
     let heads = f.size("num_heads")?;
-    Ok(ModelSpec {
-        name: name.to_string(),
-        family: Family::T5,
-        vocab_size: f.size("vocab_size")?,
-        hidden_size: f.size("d_model")?,
-        num_layers: layers,
+    let base = Architecture::dense(
+        name,
+        Family::T5,
+        f.size("vocab_size")?,
+        f.size("d_model")?,
+        layers,
+        f.size("d_ff")?,
+    );
+    Ok(Architecture {
         num_decoder_layers: f.size_or("num_decoder_layers", layers)?,
         num_heads: heads,
         num_kv_heads: heads,
         head_dim: f.size("d_kv")?,
-        intermediate_size: f.size("d_ff")?,
         mlp,
-        num_experts: 1,
-        experts_per_token: 1,
-        max_learned_positions: None,
         trained_context: f.opt_size("max_position_embeddings")?,
         tie_word_embeddings: f.flag_or("tie_word_embeddings", true)?,
         dropout: f.prob_or("dropout_rate", 0.1)? > 0.0,
         bias: false,
         relative_attention_buckets: f.size_or("relative_attention_num_buckets", 32)?,
-        recomputed_mlp_activation: false,
-        type_vocab_size: 0,
-        lora_saves: None,
-        shared_expert_size: 0,
+        ..base
     })
 }
 
@@ -356,7 +326,7 @@ const LIMITS: [(&str, u64); 7] = [
     ("shared_expert_intermediate_size", 1 << 22),
 ];
 
-fn validate(spec: &ModelSpec) -> Result<()> {
+fn validate(spec: &Architecture) -> Result<()> {
     let values = [
         spec.num_layers + spec.num_decoder_layers,
         spec.hidden_size,

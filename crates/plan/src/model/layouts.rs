@@ -6,10 +6,10 @@
 //! Not for: what is derived from the inventory (see `params`).
 
 use super::params::{Buffer, Leaf, LeafKind};
-use super::{Family, MlpKind, ModelSpec};
+use super::{Architecture, Family, MlpKind};
 
 /// The leaves and buffers of `spec`, in model order.
-pub(super) fn build(spec: &ModelSpec) -> (Vec<Leaf>, Vec<Buffer>) {
+pub(super) fn build(spec: &Architecture) -> (Vec<Leaf>, Vec<Buffer>) {
     let mut b = Builder {
         spec,
         leaves: Vec::new(),
@@ -34,7 +34,7 @@ pub(super) fn build(spec: &ModelSpec) -> (Vec<Leaf>, Vec<Buffer>) {
 }
 
 struct Builder<'a> {
-    spec: &'a ModelSpec,
+    spec: &'a Architecture,
     leaves: Vec<Leaf>,
     buffers: Vec<Buffer>,
 }

@@ -1,4 +1,4 @@
-//! What the planner knows about a model: its shape (`ModelSpec`, read from a Hugging Face
+//! What the planner knows about a model: its shape (`Architecture`, read from a Hugging Face
 //! `config.json` or a built-in preset) and its exact parameter inventory (`params`).
 //!
 //! Not for: building or running the model; the planner never touches weights.
@@ -92,7 +92,7 @@ pub enum MlpKind {
 
 /// The shape of a transformer, normalised across families. Sizes are element counts.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ModelSpec {
+pub struct Architecture {
     /// Preset name or the file the config came from.
     pub name: String,
     pub family: Family,
@@ -139,7 +139,7 @@ pub struct ModelSpec {
     pub lora_saves: Option<lora::LoraSaves>,
 }
 
-impl ModelSpec {
+impl Architecture {
     /// A dense model without attention (headroom's residual MLP family's shape: blocks of a norm
     /// and a plain biased MLP), untied, without dropout; set the attention fields of an
     /// attention family on top.
@@ -150,8 +150,8 @@ impl ModelSpec {
         hidden: u64,
         layers: u64,
         intermediate: u64,
-    ) -> ModelSpec {
-        ModelSpec {
+    ) -> Architecture {
+        Architecture {
             name: name.to_string(),
             family,
             vocab_size: vocab,

@@ -12,7 +12,7 @@
 //! Not for: activations or optimizer states (see `cost`).
 
 use super::layouts;
-use super::{Family, ModelSpec};
+use super::{Architecture, Family};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -88,7 +88,7 @@ pub struct ParamInventory {
 
 impl ParamInventory {
     /// Builds the inventory of `spec`.
-    pub fn of(spec: &ModelSpec) -> ParamInventory {
+    pub fn of(spec: &Architecture) -> ParamInventory {
         let (leaves, buffers) = layouts::build(spec);
         let has_head = !matches!(spec.family, Family::Bert);
         let tied_head_matmul = if spec.tie_word_embeddings && has_head {
@@ -189,17 +189,17 @@ impl ParamInventory {
 
     /// Matmul weights one token passes through (2 FLOPs each forward): every dense projection
     /// including the LM head (tied or not), with MoE experts scaled by `k / E`.
-    pub fn active_matmul_params(&self, spec: &ModelSpec) -> f64 {
+    pub fn active_matmul_params(&self, spec: &Architecture) -> f64 {
         self.matmul(spec, |_| true) + self.tied_head_matmul as f64
     }
 
     /// The part of [`Self::active_matmul_params`] inside transformer blocks (what activation
     /// checkpointing recomputes).
-    pub fn active_block_matmul_params(&self, spec: &ModelSpec) -> f64 {
+    pub fn active_block_matmul_params(&self, spec: &Architecture) -> f64 {
         self.matmul(spec, |l| l.block.is_some())
     }
 
-    fn matmul(&self, spec: &ModelSpec, keep: impl Fn(&Leaf) -> bool) -> f64 {
+    fn matmul(&self, spec: &Architecture, keep: impl Fn(&Leaf) -> bool) -> f64 {
         let expert_share = spec.experts_per_token as f64 / spec.num_experts as f64;
         self.leaves
             .iter()

@@ -4,7 +4,7 @@
 //!
 //! Not for: parsing (see `config_json`).
 
-use super::{ModelSpec, parse_config};
+use super::{Architecture, parse_config};
 use crate::error::{PlanError, Result};
 use std::path::Path;
 
@@ -140,7 +140,7 @@ pub fn preset_config(name: &str) -> Option<&'static str> {
 /// Resolves `--model`: a preset name first, then a built-in model's Hub id, then a path to a
 /// `config.json` (or to a directory holding one); another `org/name` gets the instructions to
 /// download its `config.json`.
-pub fn load_model(name_or_path: &str) -> Result<ModelSpec> {
+pub fn load_model(name_or_path: &str) -> Result<Architecture> {
     if let Some(text) = preset_config(name_or_path) {
         return parse_config(&name_or_path.to_ascii_lowercase(), text);
     }

@@ -171,7 +171,7 @@ pub fn count_work<R>(f: impl FnOnce() -> R) -> (R, Work) {
 }
 
 /// Runs `f` with counting suspended on this thread: work it does is counted by no open scope
-/// (a dry run's set-up — building the model, recording an arena plan — is not a step's work).
+/// (a dry run's set-up — building the model, recording an arena layout — is not a step's work).
 pub fn uncounted<R>(f: impl FnOnce() -> R) -> R {
     struct Resume(Option<Work>);
     impl Drop for Resume {

@@ -141,7 +141,7 @@ fn loader_alone(
     batches: u64,
 ) -> Result<(f64, usize), BenchError> {
     let spec = model_spec(config)?;
-    let seq_len = config.seq_len.unwrap_or_else(|| spec.default_seq_len());
+    let seq_len = config.seq_len_of(&spec);
     let mut loader = run_loader(config, corpus, &spec, seq_len, (0, 1), false)?;
     let started = Instant::now();
     for _ in 0..batches {

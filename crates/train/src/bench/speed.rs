@@ -69,7 +69,7 @@ pub fn measure(
     }
     .resolve()?;
     let spec = model_spec(&base)?;
-    let seq_len = base.seq_len.unwrap_or_else(|| spec.default_seq_len());
+    let seq_len = base.seq_len_of(&spec);
     let speed = SpeedModel::measure(calibration_shapes(&spec, seq_len, batch))?;
     let attentions: &[Attention] = match spec {
         ModelSpec::Gpt(_) => &[Attention::Naive, Attention::MemoryEfficient],

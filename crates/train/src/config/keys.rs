@@ -20,6 +20,7 @@ use super::{ConfigError, describe_toml_error};
 use crate::data::SamplerKind;
 use headroom_memory::AllocatorKind;
 use headroom_memory::size::ByteSize;
+use headroom_plan::export::headroom::strategy_toml;
 use headroom_strategy::{
     Attention, BaseWeights, Checkpoint, Lora, LoraTargets, Loss, Offload, Optimizer, Pins,
     Placement, Precision, Strategy, StrategyError, ZeroStage, parse_flag,
@@ -59,7 +60,7 @@ pub struct TrainConfig {
     /// Micro-batches per optimizer step (effective batch = micro-batch × accumulation).
     #[arg(long)]
     pub accumulation: Option<usize>,
-    /// sgd | sgd-momentum | adamw | adamw-bf16 | lamb.
+    /// sgd, sgd-momentum, adamw, adamw-bf16, adamw-8bit, paged-adamw-8bit, adafactor, lamb.
     #[arg(long, value_parser = parse_flag::<Optimizer>)]
     pub optimizer: Option<Optimizer>,
     /// Peak learning rate (after warm-up; cosine decay to a tenth).
@@ -119,9 +120,10 @@ pub struct TrainConfig {
     /// give the gradient's bytes back (torchtune's optimizer_in_bwd): about one block's
     /// gradient at a time instead of the model's. Needs --accumulation 1 and one process, and
     /// turns the default global-norm clipping off (clipping needs every gradient first).
+    /// `--optimizer-in-backward false` pins it off.
     #[arg(
         long,
-        num_args = 0,
+        num_args = 0..=1,
         default_missing_value = "true",
         value_name = "BOOL"
     )]
@@ -319,6 +321,13 @@ impl TrainConfig {
             offload_activations,
             offload_dir
         )
+    }
+
+    /// Every lever of `strategy` set, read from the keys the planner's export writes
+    /// (`strategy_toml`): a strategy is written one way, for a file and for a configuration.
+    pub fn of_strategy(strategy: &Strategy) -> TrainConfig {
+        toml::from_str(&strategy_toml(strategy))
+            .expect("every key of a strategy is a configuration key (tests/strategy_toml.rs)")
     }
 
     /// The strategy levers this configuration sets: `--auto` keeps them.

@@ -8,12 +8,14 @@
 //! Not for: the model's shape (see the nn crate's model presets).
 
 mod keys;
+mod levers;
 mod resume;
 mod run;
 #[cfg(test)]
 mod tests;
 
 pub use keys::TrainConfig;
+pub use levers::Levers;
 pub use run::{DEFAULT_DEVICE_MEMORY, DEFAULT_MODEL, MAX_EFFECTIVE_BATCH, RunConfig};
 
 use std::path::PathBuf;

@@ -93,9 +93,9 @@ impl RunConfig {
         Ok((resumed, changes))
     }
 
-    /// Every key of this configuration as `TrainConfig` sets it.
+    /// Every key of this configuration as `TrainConfig` sets it (the strategy's as its one
+    /// writer gives them).
     pub fn as_keys(&self) -> TrainConfig {
-        let s = &self.strategy;
         TrainConfig {
             model: Some(self.model.clone()),
             layers: self.layers,
@@ -103,10 +103,6 @@ impl RunConfig {
             heads: self.heads,
             seq_len: self.seq_len,
             dropout: self.dropout,
-            precision: Some(s.precision),
-            micro_batch: Some(self.micro_batch()),
-            accumulation: Some(self.accumulation()),
-            optimizer: Some(s.optimizer),
             lr: Some(self.lr),
             weight_decay: self.weight_decay,
             // resolve() reads 0 as "clipping off".
@@ -120,10 +116,6 @@ impl RunConfig {
             empty_cache_after_eval: Some(self.empty_cache_after_eval),
             allocator: Some(self.allocator),
             data: self.data.clone(),
-            checkpoint: Some(s.checkpoint),
-            attention: Some(s.attention),
-            loss: Some(s.loss),
-            optimizer_in_backward: Some(s.optimizer_in_backward),
             lora_rank: self.lora.as_ref().map(|l| l.rank),
             lora_alpha: self.lora.as_ref().map(|l| l.alpha),
             lora_targets: self.lora.as_ref().map(|l| l.targets.clone()),
@@ -139,13 +131,10 @@ impl RunConfig {
             prefetch: Some(self.prefetch),
             host_memory: self.host_memory.map(headroom_memory::ByteSize),
             pin_memory: Some(self.pin_memory),
-            zero_stage: Some(s.placement.zero_stage),
             zero_prefetch: Some(self.zero_prefetch),
             collective_timeout: Some(self.collective_timeout_s),
-            offload_optimizer: Some(s.placement.offload_optimizer),
-            offload_params: Some(s.placement.offload_params),
-            offload_activations: Some(s.placement.offload_activations),
             offload_dir: self.offload_dir.clone(),
+            ..TrainConfig::of_strategy(&self.strategy)
         }
     }
 }

@@ -115,6 +115,11 @@ impl RunConfig {
     pub fn effective_batch(&self) -> usize {
         self.batch_per_rank() * self.data_parallel
     }
+    /// Tokens per sequence: the `seq_len` key, else the context of `spec`, the model this
+    /// configuration builds. The one place the default is decided.
+    pub fn seq_len_of(&self, spec: &headroom_nn::models::ModelSpec) -> usize {
+        self.seq_len.unwrap_or_else(|| spec.default_seq_len())
+    }
     /// `self` running `strategy` instead of its own.
     pub fn with_strategy(&self, strategy: Strategy) -> RunConfig {
         RunConfig {

@@ -12,13 +12,13 @@ use headroom_memory::ByteSize;
 use headroom_nn::models::ModelSpec as NnSpec;
 use headroom_plan::cost::{CostModel, MemoryPrediction, Problem, activation, memory};
 use headroom_plan::hardware::{self, HardwareOverrides};
-use headroom_plan::model::{Family, ModelSpec};
+use headroom_plan::model::{Architecture, Family};
 use headroom_plan::workload::{BatchSpec, Workload};
 
 /// The planner's description of a headroom model.
-pub fn planner_spec(name: &str, spec: &NnSpec) -> ModelSpec {
+pub fn planner_spec(name: &str, spec: &NnSpec) -> Architecture {
     let base = |family, vocab: usize, hidden: usize, layers: usize, inter: usize| {
-        ModelSpec::dense(
+        Architecture::dense(
             name,
             family,
             vocab as u64,
@@ -28,7 +28,7 @@ pub fn planner_spec(name: &str, spec: &NnSpec) -> ModelSpec {
         )
     };
     match spec {
-        NnSpec::Gpt(c) => ModelSpec {
+        NnSpec::Gpt(c) => Architecture {
             num_heads: c.heads as u64,
             num_kv_heads: c.heads as u64,
             head_dim: (c.width / c.heads) as u64,
@@ -38,7 +38,7 @@ pub fn planner_spec(name: &str, spec: &NnSpec) -> ModelSpec {
             recomputed_mlp_activation: true,
             ..base(Family::Gpt2, c.vocab, c.width, c.layers, c.ffn)
         },
-        NnSpec::Resmlp(c) => ModelSpec {
+        NnSpec::Resmlp(c) => Architecture {
             dropout: c.dropout > 0.0,
             recomputed_mlp_activation: true,
             ..base(Family::ResMlp, c.vocab, c.width, c.depth, c.hidden)
@@ -60,7 +60,7 @@ pub fn analytical_memory(config: &RunConfig) -> Result<Analytical, TrainError> {
     let strategy = config.strategy;
     let nn = model_spec(config)?;
     let spec = planner_spec(&config.model, &nn);
-    let seq_len = config.seq_len.unwrap_or_else(|| nn.default_seq_len()) as u64;
+    let seq_len = config.seq_len_of(&nn) as u64;
     let (micro_batch, accumulation) = (strategy.micro_batch, strategy.accumulation);
     let planner = |e: headroom_plan::PlanError| TrainError::Planner(e.to_string());
     let mut hw = hardware::preset("A100-80GB").map_err(planner)?;

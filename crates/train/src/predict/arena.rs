@@ -1,16 +1,16 @@
-//! The plan of `--allocator planned`: a dry run of the configuration — the same requests in
+//! The layout of `--allocator planned`: a dry run of the configuration — the same requests in
 //! the same order as the real run, on a shape-only device that records them — through its
 //! first step, two steady steps and a validation; each window's requests are packed into one
 //! arena (`headroom_memory::arena`). A window the dry run saw change between its steady steps
 //! is left to the caching pools.
 //!
-//! Not for: serving the plan (the memory crate's allocator does that).
+//! Not for: serving the layout (the memory crate's allocator does that).
 
 use crate::config::RunConfig;
 use crate::data::Corpus;
 use crate::trainer::{TrainError, Trainer};
 use headroom_comm::ShapeOnlyRank;
-use headroom_memory::{AllocatorKind, ArenaPlan, Device};
+use headroom_memory::{AllocatorKind, ArenaLayout, Device};
 
 /// Steps the recording runs: the first step (which creates the optimizer state) and two steady
 /// ones, which must agree for the steady window to be planned.
@@ -19,11 +19,11 @@ const RECORDED_STEPS: u64 = 3;
 const UNLIMITED: u64 = 1 << 46;
 
 /// Records and packs the windows of `config` as rank `rank` of `world` runs them.
-pub fn record_arena_plan(
+pub fn record_arena_layout(
     config: &RunConfig,
     corpus: &Corpus,
     (rank, world): (usize, usize),
-) -> Result<ArenaPlan, TrainError> {
+) -> Result<ArenaLayout, TrainError> {
     let mut c = config.clone();
     c.allocator = AllocatorKind::Caching;
     c.steps = c.steps.clamp(1, RECORDED_STEPS);
@@ -44,7 +44,7 @@ pub fn record_arena_plan(
     };
     trainer.train(&mut |_| {})?;
     // Taken while the trainer lives: what it still holds at the end is permanent.
-    let plan = device.lock().take_recorded_plan();
+    let plan = device.lock().take_recorded_layout();
     drop(trainer);
     Ok(plan.unwrap_or_default())
 }

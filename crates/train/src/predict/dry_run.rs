@@ -72,8 +72,8 @@ fn dry_run(
     // A rank of a data-parallel group: rank 0, which holds the largest shards.
     let world = c.data_parallel;
     if c.allocator == AllocatorKind::Planned {
-        let plan = uncounted(|| super::arena::record_arena_plan(&c, corpus, (0, world)))?;
-        if let Err(e) = device.lock().install_plan(plan) {
+        let plan = uncounted(|| super::arena::record_arena_layout(&c, corpus, (0, world)))?;
+        if let Err(e) = device.lock().install_layout(plan) {
             return match e {
                 ArenaError::TooLarge { .. } => Ok(DryOutcome {
                     device: device.clone(),

@@ -13,5 +13,5 @@ pub mod dry_run;
 pub mod error;
 pub mod prepare;
 
-pub use arena::record_arena_plan;
+pub use arena::record_arena_layout;
 pub use dry_run::{DryRun, Prediction, dry_run_counted, largest_micro_batch, predict};

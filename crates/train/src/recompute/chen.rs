@@ -41,7 +41,7 @@ pub struct Candidate {
 
 /// Appendix A: B = 0, then B = √(x·y), then a 6-point grid over [B/2, 2B]; every plan is
 /// evaluated exactly.
-pub fn search(chain: &Chain) -> Vec<Candidate> {
+pub fn budget_candidates(chain: &Chain) -> Vec<Candidate> {
     let eval = |b: u64| {
         let (plan, x, y) = greedy(chain, b);
         let cost = chain.evaluate(&plan);
@@ -60,7 +60,7 @@ pub fn search(chain: &Chain) -> Vec<Candidate> {
 /// The baseline answer for a memory budget: among the searched plans that fit, the one that
 /// recomputes least (then the lowest peak); `None` if none fits.
 pub fn best_within(chain: &Chain, budget: u64) -> Option<Candidate> {
-    search(chain)
+    budget_candidates(chain)
         .into_iter()
         .filter(|c| c.cost.peak_bytes <= budget)
         .min_by_key(|c| (c.cost.recompute, c.cost.peak_bytes))
@@ -68,10 +68,10 @@ pub fn best_within(chain: &Chain, budget: u64) -> Option<Candidate> {
 
 /// Chen's own objective: the searched plan with the lowest exact peak.
 pub fn lowest_peak(chain: &Chain) -> Candidate {
-    search(chain)
+    budget_candidates(chain)
         .into_iter()
         .min_by_key(|c| (c.cost.peak_bytes, c.cost.recompute))
-        .expect("search returns plans")
+        .expect("budget_candidates returns plans")
 }
 
 #[cfg(test)]
@@ -95,7 +95,7 @@ mod tests {
         // n = 100, a = 10, b = 90: B = 0 gives x = 99·10, y = 100, seed √(990·100) ≈ 314 →
         // segments close when the running total passes 314, i.e. every 4 blocks: 25 segments.
         let c = Chain::uniform(100, 10, 90, 0);
-        let cands = search(&c);
+        let cands = budget_candidates(&c);
         assert_eq!(cands[1].plan.segments.len(), 25);
         let best = lowest_peak(&c);
         // √n segments of √n blocks: 9 earlier inputs (90) + 10 blocks in full (1000) + an

@@ -6,13 +6,14 @@
 //! Not for: counting (the communicator counts) or moving bytes (the trainer gathers the peaks).
 
 use headroom_comm::CollectiveCounts;
+use headroom_strategy::ZeroStage;
 use serde::Serialize;
 
 /// One rank's communication over a run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CommunicationReport {
     pub world_size: usize,
-    pub zero_stage: u8,
+    pub zero_stage: ZeroStage,
     /// Optimizer steps the counts cover.
     pub steps: u64,
     /// Every collective of the training loop: gradients, parameters, and the bookkeeping
@@ -41,7 +42,7 @@ impl CommunicationReport {
         steps: u64,
         step_s: f64,
         parameters: u64,
-        zero_stage: u8,
+        zero_stage: ZeroStage,
         world_size: usize,
     ) -> CommunicationReport {
         let per_step = |x: f64| if steps > 0 { x / steps as f64 } else { 0.0 };
@@ -66,9 +67,13 @@ impl CommunicationReport {
 
 /// Elements one rank sends per step for the model states of `parameters` at `zero_stage` on a
 /// ring of `world` ranks, by the ZeRO paper: 2Ψ(N−1)/N, or 3Ψ(N−1)/N at stage 3.
-pub fn theory_elements(parameters: u64, zero_stage: u8, world: usize) -> f64 {
+pub fn theory_elements(parameters: u64, zero_stage: ZeroStage, world: usize) -> f64 {
     let n = world.max(1) as f64;
-    let passes = if zero_stage >= 3 { 3.0 } else { 2.0 };
+    let passes = if zero_stage.shards_parameters() {
+        3.0
+    } else {
+        2.0
+    };
     passes * parameters as f64 * (n - 1.0) / n
 }
 
@@ -140,9 +145,9 @@ mod tests {
     fn theory_is_the_zero_papers_volume() {
         // 1,000 parameters on 4 ranks: DDP/ZeRO-1/ZeRO-2 send 2 · 1000 · 3/4 = 1500 elements,
         // ZeRO-3 3 · 1000 · 3/4 = 2250; one rank sends nothing.
-        assert_eq!(theory_elements(1000, 0, 4), 1500.0);
-        assert_eq!(theory_elements(1000, 2, 4), 1500.0);
-        assert_eq!(theory_elements(1000, 3, 4), 2250.0);
-        assert_eq!(theory_elements(1000, 3, 1), 0.0);
+        assert_eq!(theory_elements(1000, ZeroStage::new(0).unwrap(), 4), 1500.0);
+        assert_eq!(theory_elements(1000, ZeroStage::new(2).unwrap(), 4), 1500.0);
+        assert_eq!(theory_elements(1000, ZeroStage::new(3).unwrap(), 4), 2250.0);
+        assert_eq!(theory_elements(1000, ZeroStage::new(3).unwrap(), 1), 0.0);
     }
 }

@@ -114,7 +114,7 @@ pub(super) fn optimizer_config(config: &RunConfig) -> Result<OptimizerConfig, Tr
     // elsewhere and change the absmax of the blocks at its edges.
     if c.state_dtype == StateDtype::Int8
         && config.data_parallel > 1
-        && s.placement.zero_stage.number() >= 1
+        && s.placement.zero_stage.shards_optimizer()
     {
         return Err(ConfigError::Strategy(headroom_strategy::StrategyError::Incompatible(
             "--optimizer adamw-8bit quantizes each block's states in blocks of 256 from the block's start, which ZeRO's shards would cut differently: use --zero 0 with several ranks, or adamw / adamw-bf16 with ZeRO".into(),
@@ -125,7 +125,7 @@ pub(super) fn optimizer_config(config: &RunConfig) -> Result<OptimizerConfig, Tr
     // tensor's update by its RMS: both need whole tensors, which ZeRO's shards cut.
     if c.kind == UpdateRule::Adafactor
         && config.data_parallel > 1
-        && s.placement.zero_stage.number() >= 1
+        && s.placement.zero_stage.shards_optimizer()
     {
         return Err(ConfigError::Strategy(headroom_strategy::StrategyError::Incompatible(
             "--optimizer adafactor keeps row and column means of each weight and clips each weight's update by its RMS, which needs whole weights where ZeRO's shards cut them: use --zero 0 with several ranks, or adamw / adamw-bf16 with ZeRO".into(),
@@ -151,7 +151,7 @@ impl Trainer {
         }
         let precision = config.strategy.precision;
         let spec = model_spec(&config)?;
-        let seq_len = config.seq_len.unwrap_or_else(|| spec.default_seq_len());
+        let seq_len = config.seq_len_of(&spec);
         let ranks = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.world_size()));
         let sampler = run_loader(&config, corpus, &spec, seq_len, ranks, !device.is_backed())?;
         let (recompute, budget_decision) = recompute_for(
@@ -165,8 +165,8 @@ impl Trainer {
         headroom_tensor::rng::manual_seed(config.seed);
         device.lock().trace_mut().set_phase("init");
         if config.allocator == AllocatorKind::Planned && device.is_backed() {
-            let plan = crate::predict::record_arena_plan(&config, corpus, ranks)?;
-            device.lock().install_plan(plan)?;
+            let plan = crate::predict::record_arena_layout(&config, corpus, ranks)?;
+            device.lock().install_layout(plan)?;
         }
         device.lock().begin_window(super::step::INIT_WINDOW);
         let placement = config.strategy.placement;
@@ -184,8 +184,8 @@ impl Trainer {
         let layout = ShardLayout {
             rank,
             world,
-            gradients: stage >= 2,
-            parameters: stage >= 3,
+            gradients: stage.shards_gradients(),
+            parameters: stage.shards_parameters(),
             // With the step in backward a gradient takes bytes only while it is computed.
             released_gradients: config.strategy.optimizer_in_backward,
         };
@@ -206,7 +206,7 @@ impl Trainer {
         for block in model.blocks() {
             block.bind_grads(&mut grads)?;
         }
-        let sharded = stage >= 1;
+        let sharded = stage.shards_optimizer();
         let mut optimizer = Optimizer::new(optimizer_config(&config)?, device.clone());
         optimizer.set_tensor_shapes(
             model

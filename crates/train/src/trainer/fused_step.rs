@@ -17,6 +17,7 @@ use super::update::{UpdateParts, update_block};
 use super::{TrainError, Trainer};
 use headroom_memory::Device;
 use headroom_nn::optim::Optimizer;
+use headroom_strategy::ZeroStage;
 use headroom_tensor::{BlockHooks, ParamBlock, Tensor, TensorError, with_block_hooks};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -59,7 +60,7 @@ impl FusedStepHooks {
             optimizer,
             master: master.as_deref(),
             comm: None,
-            stage: 0,
+            stage: ZeroStage::default(),
             world: 1,
             dry: *dry,
             device,

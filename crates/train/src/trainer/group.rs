@@ -8,6 +8,7 @@ use super::{TrainError, Trainer};
 use crate::config::RunConfig;
 use crate::report::{CommunicationReport, RANK_PEAKS_ELEMENTS, RankPeaks};
 use headroom_comm::{CollectiveCounts, Communicator};
+use headroom_strategy::ZeroStage;
 
 impl Trainer {
     /// This rank's communication since `counted_from` (its counts and the step then), over
@@ -61,11 +62,11 @@ impl Trainer {
 
 /// The ZeRO stage a run of `world` ranks applies: the configured one in a group, 0 alone
 /// (nothing to shard), except that offloading ZeRO-3 parameters runs stage 3 in a group of one.
-pub(super) fn effective_stage(config: &RunConfig, world: usize) -> u8 {
+pub(super) fn effective_stage(config: &RunConfig, world: usize) -> ZeroStage {
     let placement = config.strategy.placement;
     match world {
-        1 if !placement.offload_params.is_offloaded() => 0,
-        _ => placement.zero_stage.number(),
+        1 if !placement.offload_params.is_offloaded() => ZeroStage::default(),
+        _ => placement.zero_stage,
     }
 }
 

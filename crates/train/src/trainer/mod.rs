@@ -42,6 +42,7 @@ pub use precision::compute_dtype;
 pub use schedule::learning_rate;
 
 use group::effective_stage;
+use headroom_strategy::ZeroStage;
 
 use crate::config::RunConfig;
 use crate::data::{Corpus, Loader};
@@ -159,11 +160,11 @@ impl Trainer {
 
     /// Whether optimizer states (and master weights) are sharded over the group (ZeRO ≥ 1).
     fn sharded(&self) -> bool {
-        self.zero_stage() >= 1
+        self.zero_stage().shards_optimizer()
     }
 
     /// The ZeRO stage in effect: the configured one in a group of several ranks, else 0.
-    fn zero_stage(&self) -> u8 {
+    fn zero_stage(&self) -> ZeroStage {
         effective_stage(&self.config, self.rank().1)
     }
 

@@ -26,6 +26,7 @@ use headroom_nn::Model;
 use headroom_nn::optim::Optimizer;
 use headroom_offload::{OffloadStore, Part, StoreOptions, TierKind};
 use headroom_strategy::Offload;
+use headroom_strategy::ZeroStage;
 use headroom_tensor::DType;
 use std::ops::Range;
 
@@ -114,7 +115,7 @@ pub(super) fn build(
     config: &RunConfig,
     model: &dyn Model,
     optimizer: &Optimizer,
-    (rank, world, stage): (usize, usize, u8),
+    (rank, world, stage): (usize, usize, ZeroStage),
     pool: &HostPool,
     dry: bool,
 ) -> Result<Option<Offloaded>, TrainError> {
@@ -149,8 +150,8 @@ pub(super) fn build(
             bytemuck::cast_slice_mut::<_, f32>(&mut *r.parts[0]).copy_from_slice(&values);
         })?;
     }
-    let params = match (placement.offload_params.is_offloaded(), stage) {
-        (true, 3) => {
+    let params = match placement.offload_params.is_offloaded() && stage.shards_parameters() {
+        true => {
             let mut store = store(pool, config, "params", rank, placement.offload_params, dry)?;
             for block in model.blocks() {
                 let shard = block
@@ -172,14 +173,14 @@ pub(super) fn build(
             store.wait_idle()?;
             Some(store)
         }
-        _ => None,
+        false => None,
     };
     // The initial regions are on disk (or the disk's error is known) before training starts.
     states.wait_idle()?;
     let largest = shards.iter().map(|(r, _)| r.len()).max().unwrap_or(0);
     // ZeRO-2/3: reduced gradients go to the host; the device's shards give their bytes back.
-    let host_grads = match stage {
-        2 | 3 => {
+    let host_grads = match stage.shards_gradients() {
+        true => {
             let mut padded = Vec::new();
             let mut dtype = DType::F32;
             for block in model.blocks() {

@@ -120,7 +120,7 @@ impl Trainer {
                 shard: &range,
                 padded,
             };
-            let mut comm = comm.as_deref_mut().filter(|_| stage >= 1);
+            let mut comm = comm.as_deref_mut().filter(|_| stage.shards_optimizer());
             // The shard's gradient reaches the host in f32 and its new weights come back in the
             // compute dtype.
             let compute = block.flat().dtype().size_in_bytes();
@@ -128,7 +128,7 @@ impl Trainer {
             let Some(region) = region else {
                 if let Some(comm) = comm {
                     count_shard_sums(optimizer, comm, &at)?;
-                    if matches!(stage, 1 | 2) {
+                    if stage.gathers_updated_parameters() {
                         let device = block.flat().device();
                         let _bucket = super::shard::f32_bucket(
                             &device,
@@ -214,7 +214,7 @@ impl Trainer {
                 (None, Some(shard)) => super::precision::store_f32_at(shard, 0, master)?,
                 (_, None) => super::precision::store_f32_at(block.flat(), range.start, master)?,
             }
-            if let (1 | 2, Some(comm)) = (stage, comm) {
+            if let (true, Some(comm)) = (stage.gathers_updated_parameters(), comm) {
                 gather_into(comm, block.flat(), block.numel(), master, padded)?;
             }
             Ok(())

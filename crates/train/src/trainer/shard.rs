@@ -12,6 +12,7 @@ use super::TrainError;
 use super::precision::{store_f32, store_f32_at};
 use headroom_comm::{Collective, Communicator};
 use headroom_memory::{Category, Device, DeviceBuffer};
+use headroom_strategy::ZeroStage;
 use headroom_tensor::{DType, Tensor};
 use std::ops::Range;
 
@@ -23,14 +24,14 @@ pub fn block_shards(
     model: &dyn headroom_nn::Model,
     rank: usize,
     world: usize,
-    stage: u8,
+    stage: ZeroStage,
 ) -> Vec<(Range<usize>, usize)> {
     model
         .blocks()
         .iter()
-        .map(|b| match stage {
-            0 => (0..b.numel(), b.numel()),
-            _ => shard_of(b.numel(), rank, world),
+        .map(|b| match stage.shards_optimizer() {
+            false => (0..b.numel(), b.numel()),
+            true => shard_of(b.numel(), rank, world),
         })
         .collect()
 }

@@ -88,9 +88,11 @@ impl Trainer {
         // Deterministic accumulation: micro-batches after the first compute their gradient into
         // buffers of their own, added to the sum afterwards in order.
         // Under ZeRO-2/3 each micro-batch's gradient is reduced on its own already.
-        let separate = (self.config.deterministic && accumulation > 1 && self.zero_stage() < 2)
-            .then(|| self.micro_gradients())
-            .transpose()?;
+        let separate = (self.config.deterministic
+            && accumulation > 1
+            && !self.zero_stage().shards_gradients())
+        .then(|| self.micro_gradients())
+        .transpose()?;
         // The step in backward: each block updated as its gradient completes, with the
         // learning rate of the ordinary step and its multiplier without clipping or loss scale.
         let in_backward = self.config.strategy.optimizer_in_backward.then(|| {
@@ -325,7 +327,7 @@ impl Trainer {
     /// rank receiving the sum over its own shard (the only part its optimizer reads).
     fn reduce_gradients(&mut self) -> Result<(), TrainError> {
         let stage = self.zero_stage();
-        if stage >= 2 {
+        if stage.shards_gradients() {
             return Ok(()); // reduce-scattered block by block in backward
         }
         let (rank, world) = self.rank();
@@ -335,7 +337,7 @@ impl Trainer {
         for block in self.model.blocks() {
             let grad = block.flat_grad();
             let label = format!("{}.grad.bucket", block.name());
-            if stage == 1 {
+            if stage.shards_optimizer() {
                 let (range, padded) = shard_of(block.numel(), rank, world);
                 reduce_scatter_in_place(comm.as_mut(), grad, range, padded, &label)?;
                 continue;
@@ -379,7 +381,7 @@ impl Trainer {
             all_finite: true,
         };
         let (rank, world) = self.rank();
-        let sharded = self.zero_stage() >= 1;
+        let sharded = self.zero_stage().shards_optimizer();
         if self.dry {
             if let (true, Some(comm)) = (sharded, self.comm.as_mut()) {
                 comm.without_data(Collective::AllGather, 3)?;

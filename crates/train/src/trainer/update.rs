@@ -17,6 +17,7 @@ use super::{TrainError, Trainer};
 use headroom_comm::{Collective, Communicator};
 use headroom_memory::{Category, Device};
 use headroom_nn::optim::{FlatParams, Optimizer};
+use headroom_strategy::ZeroStage;
 use headroom_tensor::{DType, ParamBlock, Tensor};
 use std::ops::Range;
 
@@ -27,7 +28,7 @@ pub(super) struct UpdateParts<'a> {
     pub master: Option<&'a [Tensor]>,
     /// The group, under ZeRO (stage ≥ 1).
     pub comm: Option<&'a mut (dyn Communicator + 'static)>,
-    pub stage: u8,
+    pub stage: ZeroStage,
     pub world: usize,
     /// A shape-only device: the same allocations and collectives, no arithmetic.
     pub dry: bool,
@@ -69,7 +70,7 @@ pub(super) fn update_block(
     };
     if parts.dry {
         // Same allocations and collectives as a real update (state, scratch), no arithmetic.
-        if let (1.., Some(comm)) = (stage, parts.comm.as_deref_mut()) {
+        if let (true, Some(comm)) = (stage.shards_optimizer(), parts.comm.as_deref_mut()) {
             let at = BlockShard {
                 weights: &weights_at,
                 shard: &range,
@@ -77,7 +78,10 @@ pub(super) fn update_block(
             };
             count_shard_sums(parts.optimizer, comm, &at)?;
         }
-        if let (1 | 2, Some(comm)) = (stage, parts.comm.as_deref_mut()) {
+        if let (true, Some(comm)) = (
+            stage.gathers_updated_parameters(),
+            parts.comm.as_deref_mut(),
+        ) {
             let label = "params.gather.bucket";
             let _bucket = f32_bucket(parts.device, padded * parts.world, label)?;
             comm.without_data(Collective::AllGather, padded)?;
@@ -91,7 +95,10 @@ pub(super) fn update_block(
         0..range.len()
     };
     let optimizer = &mut *parts.optimizer;
-    let comm = parts.comm.as_deref_mut().filter(|_| stage >= 1);
+    let comm = parts
+        .comm
+        .as_deref_mut()
+        .filter(|_| stage.shards_optimizer());
     with_grads(grads, |g| {
         weights.with_slice_mut::<f32, _>(|w| {
             let mut group = FlatParams {
@@ -124,7 +131,10 @@ pub(super) fn update_block(
             Some(values)
         }
     };
-    if let (1 | 2, Some(comm)) = (stage, parts.comm.as_deref_mut()) {
+    if let (true, Some(comm)) = (
+        stage.gathers_updated_parameters(),
+        parts.comm.as_deref_mut(),
+    ) {
         let shard = match updated {
             Some(values) => values,
             None => weights.with_slice::<f32, _>(|p| p[range.clone()].to_vec())?,

@@ -227,7 +227,7 @@ impl super::Trainer {
         &mut self,
         f: impl FnOnce(&mut Self) -> Result<R, TrainError>,
     ) -> Result<R, TrainError> {
-        if self.zero_stage() < 2 {
+        if !self.zero_stage().shards_gradients() {
             return f(self);
         }
         let comm = self.comm.take().expect("a sharded run has a communicator");

@@ -104,7 +104,7 @@ impl Evaluator for DryRunEvaluator<'_> {
         );
         let cut = whole_tensors
             && self.config.data_parallel > 1
-            && strategy.placement.zero_stage.number() >= 1;
+            && strategy.placement.zero_stage.shards_optimizer();
         strategy.incompatibility().is_none() && !cut
     }
 }
@@ -119,7 +119,7 @@ pub fn evaluate(
 ) -> Result<(Plan, Prediction), TrainError> {
     let run = config.with_strategy(*strategy);
     let spec = model_spec(&run)?;
-    let seq_len = run.seq_len.unwrap_or_else(|| spec.default_seq_len());
+    let seq_len = run.seq_len_of(&spec);
     let dry = dry_run_counted(&run, corpus)?;
     let p = dry.prediction;
     let m = &p.memory;
@@ -134,9 +134,12 @@ pub fn evaluate(
         _ => UpdateKind::Adam(crate::trainer::optimizer_state_dtype(&run)?),
     };
     let params = spec.num_params() as f64;
-    let updated = match (run.data_parallel, strategy.placement.zero_stage.number()) {
-        (1, _) | (_, 0) => params,
-        (n, _) => (params / n as f64).ceil(),
+    let updated = match (
+        run.data_parallel,
+        strategy.placement.zero_stage.shards_optimizer(),
+    ) {
+        (1, _) | (_, false) => params,
+        (n, true) => (params / n as f64).ceil(),
     };
     let plan = Plan {
         strategy: *strategy,

@@ -118,7 +118,7 @@ impl AutoPlan {
 pub fn plan(config: &RunConfig, corpus: &Corpus, pins: &Pins) -> Result<AutoPlan, TrainError> {
     let started = Instant::now();
     let spec = model_spec(config)?;
-    let seq_len = config.seq_len.unwrap_or_else(|| spec.default_seq_len());
+    let seq_len = config.seq_len_of(&spec);
     let effective_batch = match (pins.micro_batch, pins.accumulation) {
         (Some(m), Some(a)) => m.saturating_mul(a),
         _ => config.batch_per_rank() as u64,

@@ -92,7 +92,7 @@ pub(crate) fn engine_space(spec: &ModelSpec, pins: &Pins, world: usize) -> Space
         for &offload_optimizer in &optimizer_offloads {
             if pins.zero_stage.is_none()
                 && world == 1
-                && zero_stage.number() >= 1
+                && zero_stage.shards_optimizer()
                 && !offload_optimizer.is_offloaded()
             {
                 continue;

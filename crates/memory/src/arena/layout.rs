@@ -1,8 +1,8 @@
-//! Arena plans: the requests of named windows (a training step, an evaluation) recorded once —
+//! Arena layouts: the requests of named windows (a training step, an evaluation) recorded once —
 //! by a dry run, where the allocator hands out addresses without memory — with each request's
 //! lifetime, and an offset in one arena for every request freed within its window. Training
 //! repeats the same requests step after step, so a later window with the same key can be served
-//! from the plan: no search, no splitting, no cached blocks, the arena only as large as the
+//! from the layout: no search, no splitting, no cached blocks, the arena only as large as the
 //! packing needs.
 //!
 //! Requests of a window recorded once that outlive it and are still live when the recording
@@ -32,9 +32,9 @@ pub struct PlannedRequest {
     pub permanent: bool,
 }
 
-/// The plan of one window.
+/// The layout of one window.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct WindowPlan {
+pub struct WindowLayout {
     pub key: String,
     pub requests: Vec<PlannedRequest>,
     /// Arena bytes this window's packing needs above the permanent region.
@@ -44,17 +44,17 @@ pub struct WindowPlan {
     pub peak_live: u64,
 }
 
-/// Plans of every recorded window that repeats the same way each time it was recorded.
+/// Layouts of every recorded window that repeats the same way each time it was recorded.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct ArenaPlan {
-    pub windows: Vec<WindowPlan>,
+pub struct ArenaLayout {
+    pub windows: Vec<WindowLayout>,
     /// Keys recorded more than once with different requests or lifetimes: not planned.
     pub unstable: Vec<String>,
     /// Bytes of the permanent region at the bottom of the arena.
     pub permanent_bytes: u64,
 }
 
-impl ArenaPlan {
+impl ArenaLayout {
     /// Arena bytes: the permanent region and the largest window's packing above it (windows
     /// never overlap in time).
     pub fn size(&self) -> u64 {
@@ -68,13 +68,13 @@ impl ArenaPlan {
         self.permanent_bytes + windows.unwrap_or(0)
     }
 
-    pub fn window(&self, key: &str) -> Option<&WindowPlan> {
+    pub fn window(&self, key: &str) -> Option<&WindowLayout> {
         self.windows.iter().find(|w| w.key == key)
     }
 
-    /// Plans one window from its requests and their lifetimes in event order: `(size,
+    /// Lays out one window from its requests and their lifetimes in event order: `(size,
     /// category, start, end)` with `end` `None` when the request outlives the window.
-    pub fn plan_window(key: &str, requests: &[Recorded]) -> WindowPlan {
+    pub fn lay_out_window(key: &str, requests: &[Recorded]) -> WindowLayout {
         let planned: Vec<usize> = (0..requests.len())
             .filter(|&i| requests[i].end.is_some())
             .collect();
@@ -99,7 +99,7 @@ impl ArenaPlan {
         for (&i, offset) in planned.iter().zip(offsets) {
             out[i].offset = Some(offset);
         }
-        WindowPlan {
+        WindowLayout {
             key: key.to_string(),
             requests: out,
             arena_bytes,
@@ -129,7 +129,7 @@ struct Open {
     live: HashMap<u64, usize>,
 }
 
-/// Records the requests of named windows into an [`ArenaPlan`].
+/// Records the requests of named windows into an [`ArenaLayout`].
 #[derive(Debug, Default)]
 pub struct Recorder {
     open: Option<Open>,
@@ -171,7 +171,7 @@ impl Recorder {
         }
     }
 
-    /// A free; frees of blocks allocated before the window do not concern its plan, but one
+    /// A free; frees of blocks allocated before the window do not concern its layout, but one
     /// of a request that outlived its window makes that request not permanent.
     pub fn on_free(&mut self, addr: u64) {
         if let Some(w) = self.open.as_mut()
@@ -202,8 +202,8 @@ impl Recorder {
         }
     }
 
-    /// The plan of every stable window, with the permanent region below them.
-    pub fn finish(mut self) -> ArenaPlan {
+    /// The layout of every stable window, with the permanent region below them.
+    pub fn finish(mut self) -> ArenaLayout {
         self.end();
         let unstable = self.unstable;
         let permanent: BTreeSet<(usize, usize)> = self.outliving.into_values().collect();
@@ -229,7 +229,7 @@ impl Recorder {
         let windows = stable
             .iter()
             .map(|(key, instance, requests)| {
-                let mut w = ArenaPlan::plan_window(key, requests);
+                let mut w = ArenaLayout::lay_out_window(key, requests);
                 for (i, p) in w.requests.iter_mut().enumerate() {
                     match fixed.get(&(*instance, i)) {
                         Some(&at) => {
@@ -242,7 +242,7 @@ impl Recorder {
                 w
             })
             .collect();
-        ArenaPlan {
+        ArenaLayout {
             windows,
             unstable: unstable.into_iter().collect(),
             permanent_bytes: offset,
