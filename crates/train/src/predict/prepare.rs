@@ -1,17 +1,18 @@
 //! Preparing a run: one call turns a resolved configuration into the strategy that will run and
 //! its prediction — `--auto`'s choice (the fastest strategy that fits, by dry runs), the largest
 //! micro-batch that fits (`--find-batch-size`), and the dry run of what was chosen, reused from
-//! the search when the search already made it.
+//! the search when the search already made it — and, for `--allocator planned`, the arena plan
+//! of every rank, so that the trainer serves a plan and never records one.
 //!
 //! Not for: running (see `trainer`) or printing (the binary does that).
 
 use crate::config::RunConfig;
 use crate::data::Corpus;
 use crate::predict::auto::{self, AutoPlan};
-use crate::predict::{Prediction, largest_micro_batch, predict};
+use crate::predict::{Prediction, largest_micro_batch, predict, record_arena_plan};
 use crate::report::AutoChoice;
 use crate::trainer::TrainError;
-use headroom_memory::format_bytes;
+use headroom_memory::{AllocatorKind, ArenaPlan, format_bytes};
 use headroom_strategy::Pins;
 
 /// What to decide before the run.
@@ -34,6 +35,9 @@ pub struct PreparedRun {
     pub found_micro_batch: Option<usize>,
     /// The dry run of the configuration that will run.
     pub prediction: Prediction,
+    /// Under `--allocator planned`, the arena plan of each rank (index: rank), from a dry run of
+    /// that rank; empty otherwise.
+    pub arena_plans: Vec<ArenaPlan>,
 }
 
 /// Why a run cannot be prepared.
@@ -88,10 +92,24 @@ pub fn prepare(
         Some(p) => p,
         None => predict(&config, corpus)?,
     };
+    let arena_plans = arena_plans(&config, corpus)?;
     Ok(PreparedRun {
         config,
         auto: auto_choice,
         found_micro_batch,
         prediction,
+        arena_plans,
     })
+}
+
+/// The arena plan of each of `config`'s ranks under `--allocator planned` (none otherwise):
+/// each rank's requests differ where its shards do.
+fn arena_plans(config: &RunConfig, corpus: &Corpus) -> Result<Vec<ArenaPlan>, TrainError> {
+    if config.allocator != AllocatorKind::Planned {
+        return Ok(Vec::new());
+    }
+    let world = config.data_parallel.max(1);
+    (0..world)
+        .map(|rank| record_arena_plan(config, corpus, (rank, world)))
+        .collect()
 }
