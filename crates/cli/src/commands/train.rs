@@ -440,3 +440,76 @@ fn describe_parameters(trainer: &Trainer, lora: Option<&headroom_train::strategy
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use headroom_train::prepare::PreparedRun;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: TrainArgs,
+    }
+
+    fn args(flags: &[&str]) -> TrainArgs {
+        Cli::parse_from(std::iter::once("train").chain(flags.iter().copied())).args
+    }
+
+    /// A save of gpt-tiny trained for one step of micro-batch 2 on 2 ranks (threads).
+    fn two_rank_save(dir: &Path) -> PathBuf {
+        let config = TrainConfig {
+            model: Some("gpt-tiny".into()),
+            seq_len: Some(32),
+            micro_batch: Some(2),
+            accumulation: Some(1),
+            data_parallel: Some(2),
+            steps: Some(1),
+            save_every: Some(1),
+            eval_batches: Some(1),
+            save_dir: Some(dir.to_path_buf()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        let corpus = Corpus::bundled();
+        let prepared: PreparedRun =
+            prepare(config, &corpus, &Pins::default(), PrepareOptions::default()).unwrap();
+        launch(&prepared, Arc::new(corpus), LaunchOptions::default()).unwrap();
+        dir.join("step-000001")
+    }
+
+    #[test]
+    fn the_mpirun_jobs_size_is_applied_before_the_resumed_runs_checks() {
+        let dir = tempfile::tempdir().unwrap();
+        let save = two_rank_save(dir.path());
+        let resume = args(&["--resume", save.to_str().unwrap()]);
+        // One rank continues the 2-rank run's effective batch of 4 by accumulating 2.
+        let (one, _, _) = configure(&resume, TrainConfig::default(), Some(1), true).unwrap();
+        assert_eq!(one.data_parallel, 1);
+        assert_eq!((one.micro_batch(), one.accumulation()), (2, 2));
+        // Three ranks cannot split 4 sequences with micro-batch 2: refused, as with threads.
+        let threads = TrainConfig {
+            data_parallel: Some(3),
+            ..Default::default()
+        };
+        let by_threads = configure(&resume, threads, None, true).unwrap_err();
+        let by_job = configure(&resume, TrainConfig::default(), Some(3), true).unwrap_err();
+        assert_eq!(by_job.to_string(), by_threads.to_string());
+    }
+
+    #[test]
+    fn auto_under_mpirun_is_refused_when_asked_for_and_said_when_it_was_the_default() {
+        let explicit = configure(&args(&["--auto"]), TrainConfig::default(), Some(2), true);
+        let refusal = explicit.unwrap_err().to_string();
+        assert!(refusal.contains("--auto under mpirun -n 2"), "{refusal}");
+        // By default alone it searches; as a rank of a job it runs the configured strategy.
+        let (_, _, alone) = configure(&args(&[]), TrainConfig::default(), None, true).unwrap();
+        assert!(alone.auto);
+        let (config, _, ranked) =
+            configure(&args(&[]), TrainConfig::default(), Some(2), true).unwrap();
+        assert!(!ranked.auto);
+        assert_eq!(config.data_parallel, 2);
+    }
+}
