@@ -31,6 +31,8 @@ pub enum LaunchEvent<'a> {
     Train(TrainEvent),
     /// Rank 0's training ended, successfully or not (its save and the gathering follow).
     Trained,
+    /// A stop request ended the run and it is saved (before the ranks' peaks are gathered).
+    Stopped(&'a Stopped),
 }
 
 /// Rank 0's observer of the run.
@@ -384,7 +386,11 @@ impl<T> RankRun<T> {
                     .clone()
                     .unwrap_or_else(|| DEFAULT_SAVE_DIR.into());
                 let save = trainer.save(&root)?;
-                Some(Stopped { step, save, root })
+                let stopped = Stopped { step, save, root };
+                if let Some(observe) = observer {
+                    observe(LaunchEvent::Stopped(&stopped));
+                }
+                Some(stopped)
             }
             None => None,
         };

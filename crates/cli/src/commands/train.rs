@@ -117,7 +117,10 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         print_prediction(&prepared.prediction, &config, recovers);
     }
     refuse_beyond_host(&prepared.prediction)?;
-    let observer = lead_observer(&config, &corpus.name);
+    // mpirun ends its ranks a second after it passes a stop on to them (SIGKILL follows its
+    // SIGTERM): there, rank 0 says how to continue as soon as the save is made.
+    let early_hint = job.map(|_| signals.clone());
+    let observer = lead_observer(&config, &corpus.name, early_hint);
     let options = LaunchOptions {
         resume: args.resume.clone(),
         stop: Some(signals.requested.clone()),
@@ -129,25 +132,10 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     };
     let outcome = launch(&prepared, Arc::new(corpus), options).map_err(explain_launch)?;
     let interrupted = outcome.stopped.as_ref().zip(signals.received());
-    let hint = |(stopped, signal): (&Stopped, i32)| {
-        eprintln!(
-            "{} after step {} of {}: saved to {}; continue with: headroom train --resume {}",
-            name(signal),
-            stopped.step,
-            config.steps,
-            stopped.save.display(),
-            stopped.root.display()
-        )
-    };
     if outcome.lead {
-        if let Some(stop) = interrupted.filter(|_| job.is_some()) {
-            // mpirun ends its ranks a second after it passes on a stop (SIGKILL follows its
-            // SIGTERM): the way to continue comes before the outputs, which may not finish.
-            hint(stop);
-        }
         write_outputs(&args, &outcome, &config)?;
-        if let Some(stop) = interrupted.filter(|_| job.is_none()) {
-            hint(stop);
+        if let Some((stopped, signal)) = interrupted.filter(|_| job.is_none()) {
+            print_resume_hint(signal, stopped, config.steps);
         }
     }
     if let Some((_, signal)) = interrupted {
@@ -200,9 +188,20 @@ fn configure(
     Ok((merged.resolve()?, pins, options))
 }
 
+/// How a run stopped by `signal` and saved continues.
+fn print_resume_hint(signal: i32, stopped: &Stopped, steps: u64) {
+    eprintln!(
+        "{} after step {} of {steps}: saved to {}; continue with: headroom train --resume {}",
+        name(signal),
+        stopped.step,
+        stopped.save.display(),
+        stopped.root.display()
+    );
+}
+
 /// Rank 0's progress: how a `budget:SIZE` checkpoint policy was met, what runs, then a bar or
-/// lines as it trains.
-fn lead_observer(config: &RunConfig, corpus: &str) -> Observer {
+/// lines as it trains; with `hint_on_save`, how to continue as soon as a stopped run is saved.
+fn lead_observer(config: &RunConfig, corpus: &str, hint_on_save: Option<StopSignals>) -> Observer {
     let (config, corpus) = (config.clone(), corpus.to_string());
     let progress = Mutex::new(None::<Progress>);
     Arc::new(move |event| match event {
@@ -221,6 +220,11 @@ fn lead_observer(config: &RunConfig, corpus: &str) -> Observer {
         LaunchEvent::Trained => {
             if let Some(p) = lock(&progress).take() {
                 p.finish();
+            }
+        }
+        LaunchEvent::Stopped(stopped) => {
+            if let Some(signal) = hint_on_save.as_ref().and_then(StopSignals::received) {
+                print_resume_hint(signal, stopped, config.steps);
             }
         }
     })
