@@ -104,7 +104,7 @@ pub fn prepare(
 
 /// The arena plan of each of `config`'s ranks under `--allocator planned` (none otherwise):
 /// each rank's requests differ where its shards do.
-fn arena_plans(config: &RunConfig, corpus: &Corpus) -> Result<Vec<ArenaPlan>, TrainError> {
+pub fn arena_plans(config: &RunConfig, corpus: &Corpus) -> Result<Vec<ArenaPlan>, TrainError> {
     if config.allocator != AllocatorKind::Planned {
         return Ok(Vec::new());
     }
