@@ -117,6 +117,11 @@ pub enum LaunchError {
     /// The injected fault's specification cannot be read.
     #[error("{0}")]
     Fault(String),
+    /// This process's job has another size than the prepared run's number of ranks.
+    #[error(
+        "this process is a rank of a job of {job} ranks, and the run was prepared for {prepared}: prepare it with data_parallel = {job}"
+    )]
+    JobSize { job: usize, prepared: usize },
 }
 
 /// Launches `prepared` on `corpus`: see [`launch_inspecting`].
@@ -172,6 +177,12 @@ pub fn launch_inspecting<T: Send + 'static>(
         inspect,
     });
     if let Some(comm) = process_rank {
+        if comm.world_size() != world {
+            return Err(LaunchError::JobSize {
+                job: comm.world_size(),
+                prepared: world,
+            });
+        }
         let rank = comm.rank();
         // An MPI rank stays on the thread that initialised MPI (each rank is its own process).
         let end = rank_run.train(Some(comm)).map_err(|e| on_rank(e, rank))?;
