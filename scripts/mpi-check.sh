@@ -8,7 +8,10 @@
 # that returns an error or panics at step 3, ends the job non-zero within 5 s of a healthy run's
 # time to step 3, naming the rank; a rank that sleeps is ended by the watchdog
 # (--collective-timeout) within the deadline + 5 s; ranks that call different collectives end
-# with the mismatch named, not a hang.
+# with the mismatch named, not a hang. Then the edges of a job: a save of 2 ranks resumed by 1
+# keeps the effective batch (the job's size is applied before the resume checks); Ctrl-C at
+# mpirun saves the run and rank 0 says how to continue; --auto is refused, and when it was only
+# the default rank 0 says the configured strategy runs.
 #
 # Usage: scripts/mpi-check.sh HEADROOM_BINARY_BUILT_WITH_--features_mpi
 # Needs Open MPI's mpirun (Debian: openmpi-bin). Runs as root and oversubscribed, as CI does.
@@ -107,6 +110,42 @@ if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q "mismatched" mismatch.out; th
   passed=$((passed + 1))
 else
   failed=$((failed + 1)); echo "mismatched collectives under mpirun: exit $rc" >&2; cat mismatch.out >&2
+fi
+# A 2-rank save resumed by one rank accumulates twice as many micro-batches, and says so.
+timeout 120 mpirun -n 2 "$bin" "${base[@]}" --steps 2 --save-every 2 --save-dir "$work/two" \
+  >/dev/null 2>two.err || { cat two.err >&2; }
+if timeout 120 mpirun -n 1 "$bin" train --resume "$work/two" --steps 3 --no-timeline \
+  >one.out 2>&1 && grep -q "resume: changed accumulation: 1 → 2" one.out \
+  && grep -q "resume: changed data_parallel: 2 → 1" one.out; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "a 2-rank save resumed under mpirun -n 1 kept its split" >&2; cat one.out >&2
+fi
+# Ctrl-C at mpirun: it passes SIGTERM to the ranks and kills them a second later (its exit
+# status is then its own, 1); the save is made and the way to continue said before the outputs.
+setsid mpirun -n 2 "$bin" "${base[@]}" --steps 1000000 --save-dir "$work/stopped" >stop.out 2>&1 &
+launcher=$!
+for _ in $(seq 1 600); do grep -q "^step 20/" stop.out 2>/dev/null && break; sleep 0.1; done
+kill -INT "$launcher"
+wait "$launcher" || true
+step=$(sed -n 's/^SIGTERM after step \([0-9]*\) of 1000000: saved to .*; continue with: headroom train --resume .*stopped$/\1/p' stop.out)
+if [ -n "$step" ] && timeout 120 mpirun -n 2 "$bin" train --resume "$work/stopped" \
+  --steps $((step + 2)) --no-timeline >resumed.out 2>&1; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "Ctrl-C at mpirun: no resume hint, or the save did not resume" >&2
+  cat stop.out resumed.out >&2 2>/dev/null || true
+fi
+# --auto: refused under mpirun when asked for; said when it was only the default.
+tiny=(train --model gpt-tiny --steps 1 --eval-batches 1 --no-timeline)
+if timeout 60 mpirun -n 2 "$bin" "${tiny[@]}" --auto >auto.out 2>&1; then rc=0; else rc=$?; fi
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q -- "--auto under mpirun -n 2" auto.out \
+  && timeout 120 mpirun -n 2 "$bin" "${tiny[@]}" >default.out 2>&1 \
+  && [ "$(grep -c "auto: not under mpirun" default.out)" -eq 1 ]; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "--auto under mpirun: not refused, or the default not said once" >&2
+  cat auto.out default.out >&2 2>/dev/null || true
 fi
 echo "mpi-check: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 const STOPPING: [i32; 3] = [SIGINT, SIGTERM, SIGHUP];
 
 /// Handlers installed for the stopping signals.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct StopSignals {
     /// Set by the first signal; the trainer polls it between steps.
     pub requested: Arc<AtomicBool>,

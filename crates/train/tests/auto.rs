@@ -228,7 +228,15 @@ fn a_plan_that_fits_only_without_the_caching_pools_runs_on_the_planned_arena() {
     let mut run = c.with_strategy(best.strategy);
     run.allocator = found.allocator;
     let device = Device::cpu(live, run.allocator.config());
-    let mut t = Trainer::on_device(run, &corpus, device).unwrap();
+    // Prepared as `headroom train` prepares it: with the arena layout the trainer serves.
+    let prepared = headroom_train::prepare::prepare(
+        run,
+        &corpus,
+        &Pins::default(),
+        headroom_train::prepare::PrepareOptions::default(),
+    )
+    .unwrap();
+    let mut t = Trainer::prepared(&prepared, &corpus, device, None).unwrap();
     let mut recovered = 0;
     t.train(&mut |e| {
         if let TrainEvent::OomRecovered { .. } = e {

@@ -365,3 +365,33 @@ fn the_planners_zero_model_matches_a_rank_but_for_the_framework_buckets() {
         }
     }
 }
+
+#[test]
+fn a_process_rank_of_another_jobs_size_is_refused_before_training() {
+    use headroom_train::launch::{LaunchError, LaunchOptions, launch};
+    use headroom_train::prepare::{PrepareOptions, prepare};
+    let corpus = headroom_train::data::Corpus::bundled();
+    let c = config(Optimizer::AdamW, 2, 1, 2);
+    let prepared = prepare(
+        c,
+        &corpus,
+        &headroom_train::strategy::Pins::default(),
+        PrepareOptions::default(),
+    )
+    .unwrap();
+    let options = LaunchOptions {
+        process_rank: Some(Box::new(headroom_comm::ShapeOnlyRank::new(0, 3))),
+        ..LaunchOptions::default()
+    };
+    let e = launch(&prepared, std::sync::Arc::new(corpus), options).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            LaunchError::JobSize {
+                job: 3,
+                prepared: 2
+            }
+        ),
+        "{e}"
+    );
+}

@@ -59,3 +59,18 @@ fn the_plan_serves_every_window_and_the_run_is_unchanged() {
 fn the_dry_run_predicts_the_planned_run_exactly() {
     assert_dry_run_exact(&with(AllocatorKind::Planned, Precision::Fp32), "planned");
 }
+
+#[test]
+fn with_dropout_the_planned_run_draws_the_masks_of_the_caching_run() {
+    // The plan is recorded while preparing the run, so recording it draws nothing from the
+    // random stream the real run's dropout masks come from.
+    let with_dropout = |allocator| RunConfig {
+        dropout: Some(0.1),
+        ..with(allocator, Precision::Fp32)
+    };
+    let (cached, _) = run_alone(&with_dropout(AllocatorKind::Caching));
+    let (planned, tp) = run_alone(&with_dropout(AllocatorKind::Planned));
+    assert_eq!(planned, cached, "losses and weights, bitwise");
+    let arena = tp.report().arena.clone().expect("an arena report");
+    assert_eq!((arena.windows_deviated, arena.windows_unplanned), (0, 0));
+}

@@ -3,30 +3,31 @@
 //! bundled corpus); every lever is a flag or a key of `--config FILE` (flags win).
 
 use super::plan_output::group_digits;
-use super::train_group::{collective_deadline, group_outcome, mpi_rank, on_rank, timed_out};
+use super::train_group::mpi_rank;
 use crate::report::progress::Progress;
 use crate::report::timeline::write_timeline_svg;
 use crate::report::train_report::print_report;
 use crate::signals::{Interrupted, StopSignals, name};
 use anyhow::{Context, bail};
 use clap::Args;
-use headroom_comm::{Communicator, ThreadGroup};
+use headroom_memory::Snapshot;
 use headroom_memory::output::{check_writable, write_output};
 use headroom_memory::size::format_bytes;
 use headroom_memory::timeline::timeline;
-use headroom_memory::{Device, Snapshot};
-use headroom_tensor::on_kernel_threads;
 use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
 use headroom_train::data::token_file::is_token_file;
+use headroom_train::launch::{
+    LaunchError, LaunchEvent, LaunchOptions, Observer, RunOutcome, Stopped, launch,
+};
 use headroom_train::predict::Prediction;
 use headroom_train::prepare::{PrepareError, PrepareOptions, prepare};
 use headroom_train::recompute::policy::BudgetDecision;
-use headroom_train::report::TrainReport;
 use headroom_train::save;
 use headroom_train::strategy::Pins;
 use headroom_train::{TrainError, Trainer};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 #[derive(Debug, Args)]
 pub struct TrainArgs {
@@ -92,27 +93,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             "--init-from and --resume both give the run's weights: --resume continues a saved run (weights, optimizer state, data position), --init-from starts a new one from a save's weights; give one"
         );
     }
-    let (mut config, pins, mut options) = match &args.resume {
-        Some(dir) => {
-            // The saved run's weights replace whatever it started from.
-            let mut c = resumed_config(dir, &merged)?;
-            c.init_from = None;
-            (c, Pins::default(), PrepareOptions::default())
-        }
-        None => {
-            let pins = merged.pins();
-            let options = PrepareOptions {
-                auto: args.auto || (!args.no_auto && !pins.any() && !args.find_batch_size),
-                find_batch_size: args.find_batch_size.then_some(MAX_MICRO_BATCH),
-            };
-            (merged.resolve()?, pins, options)
-        }
-    };
-    if let Some(comm) = &mpi {
-        config.data_parallel = comm.world_size();
-        // The search times kernels on each rank's machine: ranks could choose differently.
-        options.auto = false;
-    }
+    let job = mpi.as_ref().map(|c| c.world_size());
+    let (config, pins, options) = configure(&args, merged, job, lead)?;
     let corpus = match &config.data {
         // A prepared token file is memory-mapped by the loader, never read whole.
         Some(path) if is_token_file(path) => Corpus::prepared(path),
@@ -135,149 +117,150 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         print_prediction(&prepared.prediction, &config, recovers);
     }
     refuse_beyond_host(&prepared.prediction)?;
-    let run = RankRun {
-        args: &args,
-        config: &config,
-        corpus: &corpus,
-        prepared: &prepared,
-        stop: &signals.requested,
+    // mpirun ends its ranks a second after it passes a stop on to them (SIGKILL follows its
+    // SIGTERM): there, rank 0 says how to continue as soon as the save is made.
+    let early_hint = job.map(|_| signals.clone());
+    let observer = lead_observer(&config, &corpus.name, early_hint);
+    let options = LaunchOptions {
+        resume: args.resume.clone(),
+        stop: Some(signals.requested.clone()),
+        // A fault injected on purpose (tests of how a group ends): HEADROOM_FAULT=RANK:KIND@STEP.
+        fault: std::env::var("HEADROOM_FAULT").ok(),
+        trace_entries: TRACE_ENTRIES,
+        process_rank: mpi,
+        observer: Some(observer),
     };
-    let stopped = if let Some(comm) = mpi {
-        let rank = comm.rank();
-        // An MPI rank stays on the thread that initialised MPI (each rank is its own process).
-        run.train(Some(comm)).map_err(|e| on_rank(e, rank))?
-    } else if config.data_parallel == 1 {
-        on_kernel_threads(|| run.train(None))?
-    } else {
-        let deadline = collective_deadline(Some(config.collective_timeout_s));
-        let outcomes = ThreadGroup::run(config.data_parallel, deadline, |rank| {
-            let index = rank.rank();
-            let outcome = run.train(Some(Box::new(rank)));
-            if let Err(e) = &outcome
-                && timed_out(e)
-            {
-                // The stuck rank's thread may never return to be joined: end the process.
-                eprintln!("error: rank {index}: {e:#}");
-                std::process::exit(1);
-            }
-            outcome
-        });
-        group_outcome(outcomes)?
-    };
-    if let (Some((step, at, root)), Some(signal)) = (stopped, signals.received()) {
-        eprintln!(
-            "{} after step {step} of {}: saved to {}; continue with: headroom train --resume {}",
-            name(signal),
-            config.steps,
-            at.display(),
-            root.display()
-        );
+    let outcome = launch(&prepared, Arc::new(corpus), options).map_err(explain_launch)?;
+    let interrupted = outcome.stopped.as_ref().zip(signals.received());
+    if outcome.lead {
+        write_outputs(&args, &outcome, &config)?;
+        if let Some((stopped, signal)) = interrupted.filter(|_| job.is_none()) {
+            print_resume_hint(signal, stopped, config.steps);
+        }
+    }
+    if let Some((_, signal)) = interrupted {
         return Err(Interrupted { signal }.into());
     }
     Ok(())
 }
 
-/// Where a run stopped by a signal ended: its step, its save and the save directory.
-pub(super) type Stopped = (u64, PathBuf, PathBuf);
-
-/// Everything one rank needs to train.
-struct RankRun<'a> {
-    args: &'a TrainArgs,
-    config: &'a RunConfig,
-    corpus: &'a Corpus,
-    prepared: &'a headroom_train::prepare::PreparedRun,
-    stop: &'a std::sync::Arc<std::sync::atomic::AtomicBool>,
+/// The configuration the run starts from, the levers given (which `--auto` keeps) and what
+/// preparing it decides. `job`: the size of the `mpirun` job this process is a rank of, which
+/// is the run's number of ranks, applied before a resumed run's checks so that they refuse or
+/// re-split its effective batch exactly as for `--data-parallel`; `lead`: whether this process
+/// speaks for the job.
+fn configure(
+    args: &TrainArgs,
+    merged: TrainConfig,
+    job: Option<usize>,
+    lead: bool,
+) -> anyhow::Result<(RunConfig, Pins, PrepareOptions)> {
+    let mut merged = merged;
+    if let Some(n) = job {
+        merged.data_parallel = Some(n);
+    }
+    if let Some(dir) = &args.resume {
+        // The saved run's weights replace whatever it started from.
+        let mut c = resumed_config(dir, &merged)?;
+        c.init_from = None;
+        return Ok((c, Pins::default(), PrepareOptions::default()));
+    }
+    let pins = merged.pins();
+    let auto_by_default = !args.no_auto && !pins.any() && !args.find_batch_size;
+    let mut auto = args.auto || auto_by_default;
+    if let Some(n) = job {
+        if args.auto {
+            bail!(
+                "--auto under mpirun -n {n}: the search times kernels on the machine it runs on, so each rank could choose a different strategy; choose it in one process (headroom train --auto, or headroom plan --emit headroom), then give the chosen levers or --config to the mpirun job"
+            );
+        }
+        if auto_by_default && lead {
+            eprintln!(
+                "auto: not under mpirun (each rank would time kernels on its own machine and could choose differently): the configured strategy runs as is; give --no-auto to say so, or choose one with headroom train --auto in one process"
+            );
+        }
+        auto = false;
+    }
+    let options = PrepareOptions {
+        auto,
+        find_batch_size: args.find_batch_size.then_some(MAX_MICRO_BATCH),
+    };
+    Ok((merged.resolve()?, pins, options))
 }
 
-impl RankRun<'_> {
-    /// Trains one rank (the only one without `comm`); rank 0 shows progress, writes the
-    /// outputs, and when a signal stopped the run saves it. Returns the step, save and save
-    /// directory of a stopped run.
-    fn train(&self, comm: Option<Box<dyn Communicator>>) -> anyhow::Result<Option<Stopped>> {
-        let config = self.config;
-        let lead = comm.as_ref().is_none_or(|c| c.rank() == 0);
-        let device = Device::cpu(config.device_memory, config.allocator.config());
-        if lead {
-            device
-                .lock()
-                .trace_mut()
-                .record_history(true, TRACE_ENTRIES);
-        }
-        let mut trainer = match comm {
-            Some(comm) => Trainer::on_rank(config.clone(), self.corpus, device.clone(), comm),
-            None => Trainer::on_device(config.clone(), self.corpus, device.clone()),
-        }
-        .map_err(explain)?;
-        if let Some(dir) = &self.args.resume {
-            trainer.resume(dir).map_err(explain)?;
-        }
-        if lead {
+/// How a run stopped by `signal` and saved continues.
+fn print_resume_hint(signal: i32, stopped: &Stopped, steps: u64) {
+    eprintln!(
+        "{} after step {} of {steps}: saved to {}; continue with: headroom train --resume {}",
+        name(signal),
+        stopped.step,
+        stopped.save.display(),
+        stopped.root.display()
+    );
+}
+
+/// Rank 0's progress: how a `budget:SIZE` checkpoint policy was met, what runs, then a bar or
+/// lines as it trains; with `hint_on_save`, how to continue as soon as a stopped run is saved.
+fn lead_observer(config: &RunConfig, corpus: &str, hint_on_save: Option<StopSignals>) -> Observer {
+    let (config, corpus) = (config.clone(), corpus.to_string());
+    let progress = Mutex::new(None::<Progress>);
+    Arc::new(move |event| match event {
+        LaunchEvent::Ready(trainer) => {
             if let Some(d) = trainer.budget_decision() {
                 print_budget_decision(d, trainer.model().depth());
             }
-            eprintln!(
-                "headroom train: {} ({}), {} on {}, micro-batch {} × accumulation {}{} × {} tokens, {} steps, device budget {}{}",
-                trainer.model().name(),
-                describe_parameters(trainer.model(), config.lora.as_ref()),
-                config.strategy.precision,
-                self.corpus.name,
-                config.micro_batch(),
-                config.accumulation(),
-                match config.data_parallel {
-                    1 => String::new(),
-                    n => format!(" × {n} ranks"),
-                },
-                trainer.seq_len(),
-                config.steps,
-                format_bytes(config.device_memory),
-                if config.data_parallel > 1 {
-                    " per rank"
-                } else {
-                    ""
-                },
-            );
+            print_start(trainer, &config, &corpus);
+            *lock(&progress) = Some(Progress::new(config.steps, trainer.step(), true));
         }
-        trainer.set_prepared(self.prepared);
-        trainer.set_stop_flag(self.stop.clone());
-        // A fault injected on purpose (tests of how a group ends): HEADROOM_FAULT=RANK:KIND@STEP.
-        if let Ok(spec) = std::env::var("HEADROOM_FAULT") {
-            let fault = headroom_train::fault_for_rank(&spec, trainer.rank().0)
-                .map_err(anyhow::Error::msg)?;
-            trainer.set_hooks(headroom_train::TrainerHooks {
-                fault,
-                ..Default::default()
-            });
-        }
-        let progress = Progress::new(config.steps, trainer.step(), lead);
-        let result = trainer.train(&mut |event| progress.event(event));
-        progress.finish();
-        let report = result.map_err(explain)?.clone();
-        // Every rank joins the save of a stopped run (ZeRO-1 gathers its shards).
-        let saved = match report.stopped_at_step {
-            Some(step) => {
-                let root = config
-                    .save_dir
-                    .clone()
-                    .unwrap_or_else(|| DEFAULT_SAVE_DIR.into());
-                Some((step, trainer.save(&root).map_err(explain)?, root))
+        LaunchEvent::Train(event) => {
+            if let Some(p) = lock(&progress).as_ref() {
+                p.event(event);
             }
-            None => None,
-        };
-        // Rank 0 reports every rank's peaks; then every collective of the run is behind this
-        // rank.
-        let mut report = report;
-        report.ranks = trainer.gather_rank_peaks().map_err(explain)?.to_vec();
-        trainer.complete();
-        if !lead {
-            return Ok(None);
         }
-        write_outputs(self.args, &report, &device, &trainer)?;
-        Ok(saved)
-    }
+        LaunchEvent::Trained => {
+            if let Some(p) = lock(&progress).take() {
+                p.finish();
+            }
+        }
+        LaunchEvent::Stopped(stopped) => {
+            if let Some(signal) = hint_on_save.as_ref().and_then(StopSignals::received) {
+                print_resume_hint(signal, stopped, config.steps);
+            }
+        }
+    })
 }
 
-/// Where a run stopped by a signal is saved when no --save-dir was given.
-const DEFAULT_SAVE_DIR: &str = "headroom-save";
+/// The progress display, whichever thread last held it (drawing cannot leave it half-updated).
+fn lock(progress: &Mutex<Option<Progress>>) -> std::sync::MutexGuard<'_, Option<Progress>> {
+    progress
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The line that says what runs: model, parameters, precision, data, split, steps and budget.
+fn print_start(trainer: &Trainer, config: &RunConfig, corpus: &str) {
+    eprintln!(
+        "headroom train: {} ({}), {} on {}, micro-batch {} × accumulation {}{} × {} tokens, {} steps, device budget {}{}",
+        trainer.model().name(),
+        describe_parameters(trainer, config.lora.as_ref()),
+        config.strategy.precision,
+        corpus,
+        config.micro_batch(),
+        config.accumulation(),
+        match config.data_parallel {
+            1 => String::new(),
+            n => format!(" × {n} ranks"),
+        },
+        trainer.seq_len(),
+        config.steps,
+        format_bytes(config.device_memory),
+        if config.data_parallel > 1 {
+            " per rank"
+        } else {
+            ""
+        },
+    );
+}
 
 /// The CPU backend's device memory is host memory: a run predicted to reserve more than the
 /// host has available would exhaust the machine, so it is refused before it starts.
@@ -371,20 +354,14 @@ fn print_prediction(prediction: &Prediction, config: &RunConfig, recovers: bool)
 
 /// The timeline picture, the snapshot and the JSON report (files first, so a closed stdout
 /// cannot lose them), then the text report.
-fn write_outputs(
-    args: &TrainArgs,
-    report: &TrainReport,
-    device: &Device,
-    trainer: &Trainer,
-) -> anyhow::Result<()> {
-    let config = trainer.config();
+fn write_outputs(args: &TrainArgs, outcome: &RunOutcome, config: &RunConfig) -> anyhow::Result<()> {
+    let (report, device) = (&outcome.report, &outcome.device);
     let timeline_path = (!args.no_timeline).then_some(&args.timeline);
     if let Some(path) = timeline_path {
         let series = timeline(device.lock().trace().entries(), 2000);
         let title = format!(
             "headroom train: {} ({}), device memory by category",
-            trainer.model().name(),
-            config.strategy.precision
+            outcome.model, config.strategy.precision
         );
         write_timeline_svg(&series, Some(config.device_memory), &title, path)?;
     }
@@ -433,6 +410,15 @@ fn explain(e: TrainError) -> anyhow::Error {
     }
 }
 
+/// A launch's error, explained as [`explain`] does, naming the rank it happened on.
+fn explain_launch(e: LaunchError) -> anyhow::Error {
+    match e {
+        LaunchError::Train(e) => explain(*e),
+        LaunchError::Rank { rank, source } => explain(*source).context(format!("rank {rank}")),
+        other => anyhow::Error::new(other),
+    }
+}
+
 fn explain_prepare(e: PrepareError) -> anyhow::Error {
     match e {
         PrepareError::Train(e) => explain(e),
@@ -442,10 +428,8 @@ fn explain_prepare(e: PrepareError) -> anyhow::Error {
 
 /// "N parameters", or with LoRA the trainable adapters against the frozen base (as PEFT's
 /// `print_trainable_parameters` puts it).
-fn describe_parameters(
-    model: &dyn headroom_nn::Model,
-    lora: Option<&headroom_train::strategy::Lora>,
-) -> String {
+fn describe_parameters(trainer: &Trainer, lora: Option<&headroom_train::strategy::Lora>) -> String {
+    let model = trainer.model();
     let trainable = model.num_params() as u64;
     match lora {
         None => format!("{} parameters", group_digits(trainable)),
@@ -458,5 +442,78 @@ fn describe_parameters(
                 100.0 * trainable as f64 / (trainable + frozen).max(1) as f64
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use headroom_train::prepare::PreparedRun;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: TrainArgs,
+    }
+
+    fn args(flags: &[&str]) -> TrainArgs {
+        Cli::parse_from(std::iter::once("train").chain(flags.iter().copied())).args
+    }
+
+    /// A save of gpt-tiny trained for one step of micro-batch 2 on 2 ranks (threads).
+    fn two_rank_save(dir: &Path) -> PathBuf {
+        let config = TrainConfig {
+            model: Some("gpt-tiny".into()),
+            seq_len: Some(32),
+            micro_batch: Some(2),
+            accumulation: Some(1),
+            data_parallel: Some(2),
+            steps: Some(1),
+            save_every: Some(1),
+            eval_batches: Some(1),
+            save_dir: Some(dir.to_path_buf()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        let corpus = Corpus::bundled();
+        let prepared: PreparedRun =
+            prepare(config, &corpus, &Pins::default(), PrepareOptions::default()).unwrap();
+        launch(&prepared, Arc::new(corpus), LaunchOptions::default()).unwrap();
+        dir.join("step-000001")
+    }
+
+    #[test]
+    fn the_mpirun_jobs_size_is_applied_before_the_resumed_runs_checks() {
+        let dir = tempfile::tempdir().unwrap();
+        let save = two_rank_save(dir.path());
+        let resume = args(&["--resume", save.to_str().unwrap()]);
+        // One rank continues the 2-rank run's effective batch of 4 by accumulating 2.
+        let (one, _, _) = configure(&resume, TrainConfig::default(), Some(1), true).unwrap();
+        assert_eq!(one.data_parallel, 1);
+        assert_eq!((one.micro_batch(), one.accumulation()), (2, 2));
+        // Three ranks cannot split 4 sequences with micro-batch 2: refused, as with threads.
+        let threads = TrainConfig {
+            data_parallel: Some(3),
+            ..Default::default()
+        };
+        let by_threads = configure(&resume, threads, None, true).unwrap_err();
+        let by_job = configure(&resume, TrainConfig::default(), Some(3), true).unwrap_err();
+        assert_eq!(by_job.to_string(), by_threads.to_string());
+    }
+
+    #[test]
+    fn auto_under_mpirun_is_refused_when_asked_for_and_said_when_it_was_the_default() {
+        let explicit = configure(&args(&["--auto"]), TrainConfig::default(), Some(2), true);
+        let refusal = explicit.unwrap_err().to_string();
+        assert!(refusal.contains("--auto under mpirun -n 2"), "{refusal}");
+        // By default alone it searches; as a rank of a job it runs the configured strategy.
+        let (_, _, alone) = configure(&args(&[]), TrainConfig::default(), None, true).unwrap();
+        assert!(alone.auto);
+        let (config, _, ranked) =
+            configure(&args(&[]), TrainConfig::default(), Some(2), true).unwrap();
+        assert!(!ranked.auto);
+        assert_eq!(config.data_parallel, 2);
     }
 }

@@ -9,8 +9,9 @@ use crate::config::{RunConfig, TrainConfig};
 use crate::data::Corpus;
 use crate::predict::analytical::analytical_memory;
 use crate::predict::predict;
+use crate::predict::prepare::{PreparedRun, arena_layouts};
 use crate::trainer::{TrainError, Trainer};
-use headroom_memory::{Category, MemoryBreakdown, MemoryPeaks};
+use headroom_memory::{Category, Device, MemoryBreakdown, MemoryPeaks};
 use headroom_strategy::{Attention, Checkpoint, Precision};
 use serde::Serialize;
 
@@ -89,8 +90,16 @@ pub fn evaluate(config: TrainConfig, corpus: &Corpus) -> Result<PredictionError,
         "{} {} {}×{} {} {}",
         run.model, s.precision, s.micro_batch, s.accumulation, s.checkpoint, s.attention
     );
-    let mut trainer = Trainer::new(run.clone(), corpus)?;
     let dry = predict(&run, corpus)?;
+    let prepared = PreparedRun {
+        config: run.clone(),
+        auto: None,
+        found_micro_batch: None,
+        prediction: dry.clone(),
+        arena_layouts: arena_layouts(&run, corpus)?,
+    };
+    let device = Device::cpu(run.device_memory, run.allocator.config());
+    let mut trainer = Trainer::prepared(&prepared, corpus, device, None)?;
     let measured = trainer.train(&mut |_| {})?.clone();
     let a = analytical_memory(&run)?;
     let mut allocated = a.memory.breakdown.at_peak;

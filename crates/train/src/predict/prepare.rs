@@ -1,20 +1,21 @@
 //! Preparing a run: one call turns a resolved configuration into the strategy that will run and
 //! its prediction — `--auto`'s choice (the fastest strategy that fits, by dry runs), the largest
 //! micro-batch that fits (`--find-batch-size`), and the dry run of what was chosen, reused from
-//! the search when the search already made it. A new run whose save directory already holds
-//! saves is refused here, before any work, and so is a run whose saves or offload files would
-//! not fit the free space of their disks (`save::room`).
+//! the search when the search already made it — and, for `--allocator planned`, the arena layout
+//! of every rank, so that the trainer serves a layout and never records one. A new run whose
+//! save directory already holds saves is refused here, before any work, and so is a run whose
+//! saves or offload files would not fit the free space of their disks (`save::room`).
 //!
 //! Not for: running (see `trainer`) or printing (the binary does that).
 
 use crate::config::RunConfig;
 use crate::data::Corpus;
 use crate::predict::auto::{self, AutoPlan};
-use crate::predict::{Prediction, largest_micro_batch, predict};
+use crate::predict::{Prediction, largest_micro_batch, predict, record_arena_layout};
 use crate::report::AutoChoice;
 use crate::save::room::{RoomError, check_room, run_needs, statvfs_volume};
 use crate::trainer::TrainError;
-use headroom_memory::format_bytes;
+use headroom_memory::{AllocatorKind, ArenaLayout, format_bytes};
 use headroom_strategy::Pins;
 
 /// What to decide before the run.
@@ -37,6 +38,9 @@ pub struct PreparedRun {
     pub found_micro_batch: Option<usize>,
     /// The dry run of the configuration that will run.
     pub prediction: Prediction,
+    /// Under `--allocator planned`, the arena layout of each rank (index: rank), from a dry run of
+    /// that rank; empty otherwise.
+    pub arena_layouts: Vec<ArenaLayout>,
 }
 
 /// Why a run cannot be prepared.
@@ -97,10 +101,24 @@ pub fn prepare(
         None => predict(&config, corpus)?,
     };
     check_room(&run_needs(&config, &prediction)?, &statvfs_volume)?;
+    let arena_layouts = arena_layouts(&config, corpus)?;
     Ok(PreparedRun {
         config,
         auto: auto_choice,
         found_micro_batch,
         prediction,
+        arena_layouts,
     })
+}
+
+/// The arena layout of each of `config`'s ranks under `--allocator planned` (none otherwise):
+/// each rank's requests differ where its shards do.
+pub fn arena_layouts(config: &RunConfig, corpus: &Corpus) -> Result<Vec<ArenaLayout>, TrainError> {
+    if config.allocator != AllocatorKind::Planned {
+        return Ok(Vec::new());
+    }
+    let world = config.data_parallel.max(1);
+    (0..world)
+        .map(|rank| record_arena_layout(config, corpus, (rank, world)))
+        .collect()
 }

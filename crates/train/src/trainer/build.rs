@@ -17,7 +17,7 @@ use crate::recompute::policy::recompute_for;
 use crate::report::TrainReport;
 use crate::scaler::{LossScaler, ScalerConfig};
 use headroom_comm::Communicator;
-use headroom_memory::{AllocatorKind, Category, Device};
+use headroom_memory::{AllocatorKind, ArenaLayout, Category, Device};
 use headroom_nn::Model;
 use headroom_nn::models::{ModelSpec, build_model};
 use headroom_nn::optim::{Optimizer, OptimizerConfig, StateDtype, TensorShape, UpdateRule};
@@ -136,12 +136,14 @@ pub(super) fn optimizer_config(config: &RunConfig) -> Result<OptimizerConfig, Tr
 }
 
 impl Trainer {
-    /// The trainer of `config` on `device`, one rank of `comm`'s group when given.
+    /// The trainer of `config` on `device`, one rank of `comm`'s group when given; `arena`: the
+    /// plan `--allocator planned` serves on a real device (recorded by `prepare`).
     pub(super) fn build(
         config: RunConfig,
         corpus: &Corpus,
         device: Device,
         comm: Option<Box<dyn Communicator>>,
+        arena: Option<ArenaLayout>,
     ) -> Result<Trainer, TrainError> {
         let mut config = config;
         // Recovery retries a step at twice the accumulation, which the step in backward cannot
@@ -165,8 +167,9 @@ impl Trainer {
         headroom_tensor::rng::manual_seed(config.seed);
         device.lock().trace_mut().set_phase("init");
         if config.allocator == AllocatorKind::Planned && device.is_backed() {
-            let plan = crate::predict::record_arena_layout(&config, corpus, ranks)?;
-            device.lock().install_layout(plan)?;
+            device
+                .lock()
+                .install_layout(arena.ok_or(TrainError::NoArenaLayout)?)?;
         }
         device.lock().begin_window(super::step::INIT_WINDOW);
         let placement = config.strategy.placement;

@@ -28,6 +28,10 @@ pub enum TrainError {
     OutOfMemory(OutOfMemory),
     #[error(transparent)]
     Arena(#[from] headroom_memory::ArenaError),
+    #[error(
+        "--allocator planned serves the arena layout that preparing the run records: build the trainer from the prepared run (Trainer::prepared, or launch)"
+    )]
+    NoArenaLayout,
     #[error("engine error: {0}")]
     Engine(TensorError),
     #[error(transparent)]

@@ -128,7 +128,7 @@ impl Trainer {
         corpus: &Corpus,
         device: Device,
     ) -> Result<Trainer, TrainError> {
-        Trainer::build(config, corpus, device, None)
+        Trainer::build(config, corpus, device, None, None)
     }
 
     /// One rank of a data-parallel group (DDP, and ZeRO-1 when the configuration's placement
@@ -143,10 +143,36 @@ impl Trainer {
         device: Device,
         comm: Box<dyn Communicator>,
     ) -> Result<Trainer, TrainError> {
+        Trainer::build_rank(config, corpus, device, Some(comm), None)
+    }
+
+    /// The trainer of a prepared run on `device`, rank `comm` of its group when given, with the
+    /// arena layout `prepare` recorded for that rank (`--allocator planned`).
+    pub fn prepared(
+        prepared: &crate::predict::prepare::PreparedRun,
+        corpus: &Corpus,
+        device: Device,
+        comm: Option<Box<dyn Communicator>>,
+    ) -> Result<Trainer, TrainError> {
+        let rank = comm.as_ref().map_or(0, |c| c.rank());
+        let arena = prepared.arena_layouts.get(rank).cloned();
+        Trainer::build_rank(prepared.config.clone(), corpus, device, comm, arena)
+    }
+
+    /// As `build`; a rank of a group never recovers from running out of memory alone.
+    fn build_rank(
+        config: RunConfig,
+        corpus: &Corpus,
+        device: Device,
+        comm: Option<Box<dyn Communicator>>,
+        arena: Option<headroom_memory::ArenaLayout>,
+    ) -> Result<Trainer, TrainError> {
         let mut config = config;
-        // Recovering from an out-of-memory error would need every rank to agree on it.
-        config.oom_recovery = false;
-        Trainer::build(config, corpus, device, Some(comm))
+        if comm.is_some() {
+            // Recovering from an out-of-memory error would need every rank to agree on it.
+            config.oom_recovery = false;
+        }
+        Trainer::build(config, corpus, device, comm, arena)
     }
 
     pub fn precision(&self) -> Precision {

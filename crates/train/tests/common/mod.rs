@@ -1,16 +1,18 @@
 //! Helpers shared by the data-parallel test files: a small deterministic run on gpt-tiny, its
-//! outcome as bits, and a group of ranks on threads.
+//! outcome as bits, and a group of ranks on threads launched as `headroom train` launches them.
 
 #![allow(dead_code)] // each test file uses its own subset
 
-use headroom_comm::{CollectiveCounts, ThreadGroup};
-use headroom_memory::{AllocatorConfig, Device, MemoryPeaks};
+use headroom_comm::CollectiveCounts;
+use headroom_memory::{Device, MemoryPeaks};
 use headroom_train::Trainer;
 use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
+use headroom_train::launch::{Inspect, LaunchOptions, launch_inspecting};
+use headroom_train::prepare::{PrepareOptions, prepare};
 use headroom_train::report::TrainReport;
-use headroom_train::strategy::{Optimizer, ZeroStage};
-use std::time::Duration;
+use headroom_train::strategy::{Optimizer, Pins, ZeroStage};
+use std::sync::Arc;
 
 /// gpt-tiny, 20 deterministic steps of `micro` × `accumulation` on each of `ranks` ranks.
 pub fn config(optimizer: Optimizer, micro: usize, accumulation: usize, ranks: usize) -> RunConfig {
@@ -65,30 +67,45 @@ pub struct RankOutcome {
     pub report: TrainReport,
 }
 
-/// Trains `c` on `ranks` threads.
+/// Trains `c` on `ranks` threads (as `headroom train` launches them).
 pub fn run_ranks(c: &RunConfig, ranks: usize) -> Vec<RankOutcome> {
-    let corpus = Corpus::bundled();
-    ThreadGroup::run(ranks, Duration::from_secs(60), |comm| {
-        let device = Device::cpu(c.device_memory, AllocatorConfig::default());
-        let mut t = Trainer::on_rank(c.clone(), &corpus, device, Box::new(comm)).unwrap();
-        t.train(&mut |_| {}).unwrap();
+    assert_eq!(c.data_parallel, ranks);
+    let inspect: Inspect<RankOutcome> = Arc::new(|t| {
         let blocks = t.model().blocks().iter().map(|b| b.numel()).collect();
         let weights = t.model().blocks().iter().map(|b| b.ranges()).collect();
         // What training communicated, before gathering the weights to compare them.
         let counts = t.collective_counts().unwrap();
-        let bits = outcome(&mut t);
-        RankOutcome {
+        let bits = outcome(t);
+        Ok(RankOutcome {
             bits,
             memory: t.report().memory,
             counts,
             blocks,
             weights,
             report: t.report().clone(),
-        }
-    })
-    .into_iter()
-    .map(|r| r.unwrap())
-    .collect()
+        })
+    });
+    launched(c, LaunchOptions::default(), inspect)
+}
+
+/// Launches `c` as `headroom train` does, with `options`: what `inspect` made of each rank.
+pub fn launched<T: Send + 'static>(
+    c: &RunConfig,
+    options: LaunchOptions,
+    inspect: Inspect<T>,
+) -> Vec<T> {
+    let corpus = Corpus::bundled();
+    let prepared = prepare(
+        c.clone(),
+        &corpus,
+        &Pins::default(),
+        PrepareOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(&prepared.config, c);
+    launch_inspecting(&prepared, Arc::new(corpus), options, inspect)
+        .unwrap()
+        .1
 }
 
 /// Bytes the allocator hands out for `bytes` (rounded up to 512).
@@ -110,25 +127,35 @@ pub fn run_saving(
     resume: Option<&std::path::Path>,
     save: Option<&std::path::Path>,
 ) -> Vec<u32> {
-    let corpus = Corpus::bundled();
-    let mut results = ThreadGroup::run(ranks, Duration::from_secs(60), |comm| {
-        let device = Device::cpu(c.device_memory, AllocatorConfig::default());
-        let mut t = Trainer::on_rank(c.clone(), &corpus, device, Box::new(comm)).unwrap();
-        if let Some(dir) = resume {
-            t.resume(dir).unwrap();
+    assert_eq!(c.data_parallel, ranks);
+    let save = save.map(|p| p.to_path_buf());
+    let inspect: Inspect<Vec<u32>> = Arc::new(move |t| {
+        if let Some(dir) = &save {
+            t.save(dir)?;
         }
-        t.train(&mut |_| {}).unwrap();
-        if let Some(dir) = save {
-            t.save(dir).unwrap();
-        }
-        outcome(&mut t).1
+        Ok(outcome(t).1)
     });
-    results.remove(0).unwrap()
+    let options = LaunchOptions {
+        resume: resume.map(|p| p.to_path_buf()),
+        ..LaunchOptions::default()
+    };
+    launched(c, options, inspect).remove(0)
 }
 
-/// Trains `c` alone on a fresh device: its outcome (bits) and the trainer.
+/// Trains `c` alone on a fresh device, on this thread (whose random stream a later save of the
+/// trainer records), built from the prepared run as a launch builds it: its outcome (bits) and
+/// the trainer, for tests of its state after the run.
 pub fn run_alone(c: &RunConfig) -> ((Vec<u64>, Vec<u32>), Trainer) {
-    let mut t = Trainer::new(c.clone(), &Corpus::bundled()).unwrap();
+    let corpus = Corpus::bundled();
+    let prepared = prepare(
+        c.clone(),
+        &corpus,
+        &Pins::default(),
+        PrepareOptions::default(),
+    )
+    .unwrap();
+    let device = Device::cpu(c.device_memory, c.allocator.config());
+    let mut t = Trainer::prepared(&prepared, &corpus, device, None).unwrap();
     t.train(&mut |_| {}).unwrap();
     (outcome(&mut t), t)
 }
