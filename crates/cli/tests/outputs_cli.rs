@@ -217,3 +217,28 @@ fn an_os_error_is_said_once() {
         );
     }
 }
+
+/// A disk that fills while training (here `/dev/full`, which answers every write with ENOSPC)
+/// loses neither the text report nor the outputs that could be written: each output is tried,
+/// the report is printed, and the run ends non-zero naming what failed.
+#[test]
+fn a_full_disk_at_the_end_costs_neither_the_report_nor_the_other_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = dir.path().join("snap.pickle");
+    let mut args = TINY.to_vec();
+    args.extend(["--json-report", "/dev/full", "--snapshot"]);
+    args.push(snapshot.to_str().unwrap());
+    let out = headroom(&args, dir.path());
+    assert!(!out.status.success(), "a lost JSON report must not exit 0");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("/dev/full"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("predicted at the peak"),
+        "the text report is lost: {stdout}"
+    );
+    assert!(
+        std::fs::metadata(&snapshot).unwrap().len() > 0,
+        "the snapshot, written after the failing picture or before the report, is lost"
+    );
+}

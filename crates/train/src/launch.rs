@@ -14,7 +14,7 @@ use crate::trainer::{Fault, TrainError, TrainEvent, Trainer, TrainerHooks, fault
 use headroom_comm::{CommError, Communicator, ThreadGroup};
 use headroom_memory::Device;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -44,7 +44,8 @@ pub struct LaunchOptions {
     /// Continue the saved run in this directory (or its step-NNNNNN folder) first.
     pub resume: Option<PathBuf>,
     /// Set from outside (a signal handler) to stop after the step in progress; every rank then
-    /// saves the run (into `config.save_dir`, or [`DEFAULT_SAVE_DIR`]).
+    /// saves the run (into `config.save_dir`, or the first of [`DEFAULT_SAVE_DIR`],
+    /// `headroom-save-2`, … that holds no other run's saves: see [`stop_save_dir`]).
     pub stop: Option<Arc<AtomicBool>>,
     /// A fault injected on purpose, `RANK:KIND@STEP` (see [`fault_for_rank`]).
     pub fault: Option<String>,
@@ -166,11 +167,14 @@ pub fn launch_inspecting<T: Send + 'static>(
         observer,
         ..
     } = options;
+    // Decided before any rank starts, so that every rank saves a stopped run into one place.
+    let stop_root = stop_save_dir(prepared.config.save_dir.as_deref(), Path::new(""));
     let rank_run = Arc::new(RankRun {
         prepared: prepared.clone(),
         corpus,
         resume,
         stop,
+        stop_root,
         faults,
         trace_entries,
         observer,
@@ -306,8 +310,28 @@ pub fn collective_deadline(seconds: Option<f64>) -> Duration {
     Duration::from_secs_f64(
         seconds
             .filter(|s| s.is_finite() && *s > 0.0)
+            // An mpirun rank reads the flag before the configuration is checked (which refuses
+            // values beyond the bound); clamp so the conversion cannot panic meanwhile.
+            .map(|s| s.min(crate::config::MAX_COLLECTIVE_TIMEOUT_S))
             .unwrap_or(600.0),
     )
+}
+
+/// Where a run stopped by a signal is saved: its `--save-dir`, or else the first directory
+/// under `cwd` of [`DEFAULT_SAVE_DIR`], `headroom-save-2`, `headroom-save-3`, … into which a new
+/// run may save (one that holds no saves: an earlier stopped run's directory is never written
+/// over).
+pub fn stop_save_dir(save_dir: Option<&Path>, cwd: &Path) -> PathBuf {
+    if let Some(dir) = save_dir {
+        return dir.to_path_buf();
+    }
+    (1..)
+        .map(|n| match n {
+            1 => cwd.join(DEFAULT_SAVE_DIR),
+            n => cwd.join(format!("{DEFAULT_SAVE_DIR}-{n}")),
+        })
+        .find(|dir| crate::save::check_destination(dir, None).is_ok())
+        .expect("some numbered directory holds no saves")
 }
 
 /// Everything one rank needs to train.
@@ -316,6 +340,8 @@ struct RankRun<T> {
     corpus: Arc<Corpus>,
     resume: Option<PathBuf>,
     stop: Option<Arc<AtomicBool>>,
+    /// Where a run stopped by `stop` is saved.
+    stop_root: PathBuf,
     /// Each rank's injected fault (empty: none injected).
     faults: Vec<Option<Fault>>,
     trace_entries: usize,
@@ -392,10 +418,7 @@ impl<T> RankRun<T> {
         let mut report = result?.clone();
         let stopped = match report.stopped_at_step {
             Some(step) => {
-                let root = config
-                    .save_dir
-                    .clone()
-                    .unwrap_or_else(|| DEFAULT_SAVE_DIR.into());
+                let root = self.stop_root.clone();
                 let save = trainer.save(&root)?;
                 let stopped = Stopped { step, save, root };
                 if let Some(observe) = observer {
@@ -417,5 +440,30 @@ impl<T> RankRun<T> {
             stopped,
             inspected,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A signal-stopped run without `--save-dir` saves into `headroom-save` unless an earlier
+    /// run's saves are there; then into the next numbered directory, never over them.
+    #[test]
+    fn a_stopped_run_never_saves_over_an_earlier_runs_default_directory() {
+        let cwd = tempfile::tempdir().unwrap();
+        let first = cwd.path().join("headroom-save");
+        assert_eq!(stop_save_dir(None, cwd.path()), first);
+        // An empty directory holds no saves: still usable.
+        std::fs::create_dir(&first).unwrap();
+        assert_eq!(stop_save_dir(None, cwd.path()), first);
+        // An earlier stopped run's save: its `latest` link.
+        std::os::unix::fs::symlink("step-000007", first.join("latest")).unwrap();
+        assert_eq!(
+            stop_save_dir(None, cwd.path()),
+            cwd.path().join("headroom-save-2")
+        );
+        let given = cwd.path().join("mine");
+        assert_eq!(stop_save_dir(Some(&given), cwd.path()), given);
     }
 }

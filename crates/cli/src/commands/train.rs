@@ -353,30 +353,48 @@ fn print_prediction(prediction: &Prediction, config: &RunConfig, recovers: bool)
 }
 
 /// The timeline picture, the snapshot and the JSON report (files first, so a closed stdout
-/// cannot lose them), then the text report.
+/// cannot lose them), then the text report. A file that cannot be written (a full disk) does
+/// not cost the others or the text report: each is tried, the report is printed, and then the
+/// failures are returned together.
 fn write_outputs(args: &TrainArgs, outcome: &RunOutcome, config: &RunConfig) -> anyhow::Result<()> {
     let (report, device) = (&outcome.report, &outcome.device);
     let timeline_path = (!args.no_timeline).then_some(&args.timeline);
+    let mut failures: Vec<anyhow::Error> = Vec::new();
     if let Some(path) = timeline_path {
         let series = timeline(device.lock().trace().entries(), 2000);
         let title = format!(
             "headroom train: {} ({}), device memory by category",
             outcome.model, config.strategy.precision
         );
-        write_timeline_svg(&series, Some(config.device_memory), &title, path)?;
+        if let Err(e) = write_timeline_svg(&series, Some(config.device_memory), &title, path) {
+            failures.push(e);
+        }
     }
     if let Some(path) = &args.snapshot {
-        Snapshot::capture(&device.lock())
-            .write_pickle(path)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        let written = Snapshot::capture(&device.lock()).write_pickle(path);
+        if let Err(e) = written {
+            failures
+                .push(anyhow::Error::new(e).context(format!("cannot write {}", path.display())));
+        }
     }
     if let Some(path) = &args.json_report {
-        let json = serde_json::to_vec_pretty(report)?;
-        write_output(path, &json).with_context(|| format!("cannot write {}", path.display()))?;
-        eprintln!("JSON report written to {}", path.display());
+        let written = serde_json::to_vec_pretty(report)
+            .map_err(anyhow::Error::new)
+            .and_then(|json| write_output(path, &json).map_err(anyhow::Error::new));
+        match written {
+            Ok(()) => eprintln!("JSON report written to {}", path.display()),
+            Err(e) => failures.push(e.context(format!("cannot write {}", path.display()))),
+        }
     }
     print_report(report, device, timeline_path.map(|p| p.as_path()));
-    Ok(())
+    match failures.len() {
+        0 => Ok(()),
+        1 => Err(failures.remove(0)),
+        n => {
+            let all: Vec<String> = failures.iter().map(|e| format!("{e:#}")).collect();
+            anyhow::bail!("{n} outputs could not be written: {}", all.join("; "))
+        }
+    }
 }
 
 /// How `budget:SIZE` was met, next to Chen et al.'s planner.

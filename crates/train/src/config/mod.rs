@@ -14,7 +14,7 @@ mod run;
 #[cfg(test)]
 mod tests;
 
-pub use keys::TrainConfig;
+pub use keys::{MAX_COLLECTIVE_TIMEOUT_S, TrainConfig};
 pub use levers::Levers;
 pub use run::{DEFAULT_DEVICE_MEMORY, DEFAULT_MODEL, MAX_EFFECTIVE_BATCH, RunConfig};
 
