@@ -52,9 +52,9 @@ fn bf16_mixed_ranks_are_bitwise_one_process_accumulating_their_micro_batches() {
     }
 }
 
-/// fp16-mixed with dynamic loss scaling: the scaler's first steps at 2¹⁶ overflow and are
-/// skipped; the verdict reads the gradient after the one rounding, in the single process and in
-/// every rank alike.
+/// fp16-mixed with dynamic loss scaling (at 2¹⁶ throughout: no step of these overflows): the
+/// scaler's verdict reads the gradient after the one rounding, in the single process and in
+/// every rank alike (an overflowing sum is the unit test's in `trainer/accumulate.rs`).
 #[test]
 fn fp16_mixed_ranks_are_bitwise_one_process_accumulating_their_micro_batches() {
     for ranks in [3, 4] {

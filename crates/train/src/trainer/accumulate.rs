@@ -165,4 +165,29 @@ mod tests {
         add_widened(&mut sum, Grads::Bf16(&[bf16::from_f32(-0.0)]), true);
         assert!(sum[0] == 0.0 && sum[0].is_sign_negative());
     }
+
+    /// fp16 loss scaling: the scaler's overflow check reads the gradient after the one rounding,
+    /// so a sum past f16's range (65,504) rounds to infinity and the step is skipped, as a 16-bit
+    /// running sum would overflow; a non-finite micro-batch gradient keeps the sum non-finite.
+    #[test]
+    fn an_f32_sum_past_the_16_bit_range_is_an_overflow_after_rounding() {
+        use half::f16;
+        use headroom_nn::grad::grad_stats;
+        let big = [f16::from_f32(40_000.0)];
+        let mut sum = [0.0f32];
+        add_widened(&mut sum, Grads::F16(&big), true);
+        add_widened(&mut sum, Grads::F16(&big), false);
+        assert_eq!(sum[0], 80_000.0);
+        let mut rounded = [f16::ZERO];
+        headroom_tensor::backend::cpu::convert_slice(&sum, &mut rounded);
+        assert!(rounded[0].is_infinite());
+        assert!(!grad_stats([Grads::F16(&rounded)]).all_finite);
+        for bad in [f16::INFINITY, f16::NAN] {
+            let mut sum = [0.0f32];
+            add_widened(&mut sum, Grads::F16(&[f16::from_f32(1.0)]), true);
+            add_widened(&mut sum, Grads::F16(&[bad]), false);
+            add_widened(&mut sum, Grads::F16(&[f16::NEG_INFINITY]), false);
+            assert!(!sum[0].is_finite());
+        }
+    }
 }
