@@ -1,9 +1,9 @@
 //! One optimizer step: accumulate gradients over `accumulation` micro-batches (each loss scaled
-//! by 1/steps, and by the loss scale in fp16; summed in f32, see `accumulate`), reduce them over
-//! the ranks of a group, check the gradients once (global norm and
-//! non-finite values), let the loss scaler skip the step on overflow, clip by global norm while
-//! unscaling, update the fp32 weights (master copies in mixed modes), cast them back to the
-//! compute parameters, and clear the gradients.
+//! by 1/steps, and by the loss scale in fp16; summed in f32, see `accumulate`), reduce them
+//! over the ranks of a group, check the gradients once (global norm and non-finite values), let
+//! the loss scaler skip the step on overflow, clip by global norm while unscaling, update the
+//! fp32 weights (master copies in mixed modes), cast them back to the compute parameters, and
+//! clear the gradients.
 //!
 //! Not for: the loop around steps (see `mod.rs`).
 
