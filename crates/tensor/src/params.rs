@@ -311,22 +311,6 @@ impl ParamBlock {
         Ok(())
     }
 
-    /// Binds every weight's gradient to its view of `flat`, a buffer shaped like the flat
-    /// gradient (a micro-batch's own gradient, added to the accumulated one afterwards).
-    pub fn bind_grads_to(&self, flat: &Tensor, grads: &mut Gradients) -> Result<()> {
-        if flat.shape() != self.flat_grad.shape() || flat.dtype() != self.flat_grad.dtype() {
-            return Err(TensorError::ShapeMismatch {
-                op: "ParamBlock::bind_grads_to",
-                lhs: self.flat_grad.shape().to_vec(),
-                rhs: flat.shape().to_vec(),
-            });
-        }
-        for (p, g) in self.params.iter().zip(&self.grads) {
-            grads.bind(p, flat.with_layout(g.layout().clone()))?;
-        }
-        Ok(())
-    }
-
     /// Zeroes the gradient: the full buffer when it holds bytes, and this rank's shard.
     pub fn zero_grad(&self) -> Result<()> {
         if self.flat_grad.is_resident() {

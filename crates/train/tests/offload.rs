@@ -137,7 +137,8 @@ fn device_bytes_move_to_the_host_and_disk_tiers_as_derived_by_hand() {
     }
     // ZeRO-3 with parameters on disk: between steps the device holds no parameter and no
     // gradient; the parameter shards (bf16; alone a shard is its block) are in the file and the
-    // reduced gradient shards (bf16) in host memory, with no staging buffers.
+    // reduced gradient shards (f32, the sums rounded to bf16 before the step) in host memory,
+    // with no staging buffers.
     let c3 = offloaded(&mixed(1, 3), Offload::Nvme, Offload::Nvme, dir.path());
     let (_, t) = run_alone(&c3);
     let r = t.report();
@@ -146,12 +147,13 @@ fn device_bytes_move_to_the_host_and_disk_tiers_as_derived_by_hand() {
     let bf16: u64 = blocks.iter().map(|&p| pages(2 * p)).sum();
     let off = r.offload.as_ref().unwrap();
     assert_eq!(off.disk[Category::Parameter], bf16);
-    assert_eq!(off.host[Category::Gradient], bf16);
+    let f32_shards: u64 = blocks.iter().map(|&p| pages(4 * p)).sum();
+    assert_eq!(off.host[Category::Gradient], f32_shards);
     assert_eq!(off.gradient_buffers, 0);
-    // ZeRO-2 with two ranks: each rank's gradient shard (half a block, padded) on the host.
+    // ZeRO-2 with two ranks: each rank's f32 gradient shard (half a block, padded) on the host.
     let c2 = offloaded(&mixed(2, 2), Offload::Cpu, Offload::None, dir.path());
     let rank0 = &run_ranks(&c2, 2)[0];
-    let shards: u64 = blocks.iter().map(|&p| pages(2 * p.div_ceil(2))).sum();
+    let shards: u64 = blocks.iter().map(|&p| pages(4 * p.div_ceil(2))).sum();
     let off = rank0.report.offload.as_ref().unwrap();
     assert_eq!(off.host[Category::Gradient], shards);
     assert_eq!(rank0.report.memory.breakdown.steady[Category::Gradient], 0);

@@ -14,6 +14,13 @@
 //!   about one copy of the parameters being updated, torchtune PR #389; docs/sources.md §10),
 //!   no activations.
 //!
+//! Gradient accumulation over micro-batches in f32 (DeepSpeed's `grad_accum_dtype`, fp32 by
+//! default for bf16; headroom's engine for both 16-bit formats): under the DeepSpeed layout
+//! with 16-bit gradients and accumulation > 1, a step also holds 4 bytes per parameter of f32
+//! sums from its first micro-batch to its update — every parameter's below ZeRO-2, the rank's
+//! shard under ZeRO-2/3, none under ZeRO-2/3 with optimizer offload (the host's gradient
+//! partition is f32 already). Accumulation 1 and fp32 gradients hold none.
+//!
 //! `Other` holds the CUDA context (hardware field) plus the fragmentation reserve, a fraction of
 //! everything else allocated.
 //!
@@ -93,6 +100,7 @@ pub fn model_state_bytes(problem: &Problem, s: &Strategy) -> u64 {
         + states.gathered_params
         + states.grad_device
         + states.grad_unit
+        + states.grad_sums
         + states.master_device
         + states.opt_device)
         .round() as u64
@@ -112,6 +120,8 @@ struct ModelStates {
     gathered_params: f64,
     grad_device: f64,
     grad_unit: f64,
+    /// f32 sums of 16-bit gradients over a step's micro-batches (module header).
+    grad_sums: f64,
     master_device: f64,
     opt_device: f64,
     host_per_rank: f64,
@@ -154,6 +164,15 @@ impl ModelStates {
             false => shard(p * stored_gb, s.placement.zero_stage.shards_gradients()),
         };
         let master_local = shard(p * mb, s.placement.zero_stage.shards_optimizer());
+        let shards_grads = s.placement.zero_stage.shards_gradients();
+        let grad_sums = match problem.framework == Framework::DeepSpeed
+            && stored_gb < 4.0
+            && s.accumulation > 1
+            && !(shards_grads && opt_off)
+        {
+            true => shard(p * 4.0, shards_grads),
+            false => 0.0,
+        };
         let opt_local = shard(
             optimizer_state_bytes(problem, s),
             s.placement.zero_stage.shards_optimizer(),
@@ -215,6 +234,7 @@ impl ModelStates {
             gathered_params,
             grad_device: if opt_off { 0.0 } else { grad_local },
             grad_unit,
+            grad_sums,
             master_device: if opt_off { 0.0 } else { master_local },
             opt_device: if opt_off { 0.0 } else { opt_local },
             host_per_rank: host,
@@ -358,7 +378,10 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
             Category::Parameter,
             states.param_device + states.gathered_params,
         ),
-        (Category::Gradient, states.grad_device + states.grad_unit),
+        (
+            Category::Gradient,
+            states.grad_device + states.grad_unit + states.grad_sums,
+        ),
         (Category::MasterWeight, states.master_device),
         (Category::OptimizerState, states.opt_device),
         (Category::Activation, activations),
@@ -368,7 +391,7 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
     ]);
     let step = with_other(&[
         (Category::Parameter, states.param_device),
-        (Category::Gradient, states.grad_device),
+        (Category::Gradient, states.grad_device + states.grad_sums),
         (Category::MasterWeight, states.master_device),
         (Category::OptimizerState, states.opt_device),
         (Category::Temporary, optimizer_step_bytes(problem, s)),

@@ -172,10 +172,10 @@ pub struct TrainConfig {
                 micro-batch and twice the accumulation"
     )]
     pub oom_recovery: Option<bool>,
-    /// Accumulate each micro-batch's gradient in a buffer of its own and add it to the sum in
-    /// micro-batch order (one more gradient buffer while accumulating): the order a
-    /// data-parallel group sums in, so `--data-parallel N` with accumulation 1 is bitwise this
-    /// run with accumulation N.
+    /// Sum each fp32 micro-batch's gradient whole into an f32 buffer in micro-batch order (one
+    /// more f32 gradient buffer while accumulating; 16-bit gradients are always summed so): the
+    /// order a data-parallel group sums in, so `--data-parallel N` with accumulation 1 is
+    /// bitwise this run with accumulation N.
     #[arg(
         long,
         num_args = 0,

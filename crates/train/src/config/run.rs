@@ -45,7 +45,8 @@ pub struct RunConfig {
     #[serde(alias = "checkpoint_every")]
     pub save_every: u64,
     pub oom_recovery: bool,
-    /// Each micro-batch's gradient in a buffer of its own, added in order.
+    /// fp32 too sums each micro-batch's gradient whole into an f32 buffer, in order (16-bit
+    /// gradients always do).
     #[serde(default)]
     pub deterministic: bool,
     /// Ranks of the data-parallel group (DDP over the in-process communicator); 1 without.

@@ -31,7 +31,7 @@ impl Trainer {
         for batch in &batches {
             let (x, y) = self.batch_tensors(batch)?;
             // Under ZeRO-3 the blocks are gathered for the forward.
-            let loss = self.with_zero(|t| Ok(no_grad(|| t.model.loss(&x, &y, &plan))?))?;
+            let loss = self.with_zero(None, |t| Ok(no_grad(|| t.model.loss(&x, &y, &plan))?))?;
             if !self.dry {
                 sum += loss.to_scalar_f32()? as f64;
             }

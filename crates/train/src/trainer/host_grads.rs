@@ -1,6 +1,8 @@
 //! Host buffers of the offloaded update: the gradient shards of ZeRO-2/3 kept in host memory
 //! once reduced (ZeRO-Offload's gradient path: each block's reduce-scatter lands in host memory
-//! and the device keeps no gradient shard between backward passes), and the two f32 staging
+//! and the device keeps no gradient shard between backward passes; f32, as DeepSpeed keeps
+//! them, the micro-batches' sums rounded to the compute dtype once before the step), and the
+//! two f32 staging
 //! buffers a ZeRO-0/1 update copies each block's gradient into. On a dry run each is a
 //! reservation of the same bytes in the host pool.
 //!
@@ -55,10 +57,11 @@ impl HostBytes {
     }
 }
 
-/// Each block's reduced gradient shard (`padded` elements of the compute dtype) in host memory.
+/// Each block's reduced gradient shard (`padded` f32 elements) in host memory.
 #[derive(Debug)]
 pub(super) struct HostGrads {
-    pub dtype: DType,
+    /// The dtype of the device's gradients, to which the sums are rounded before the step.
+    pub compute: DType,
     /// Elements per shard, padded as the device shard is.
     pub padded: Vec<usize>,
     pub buffers: Vec<HostBytes>,
@@ -68,36 +71,51 @@ impl HostGrads {
     pub(super) fn new(
         pool: &HostPool,
         padded: Vec<usize>,
-        dtype: DType,
+        compute: DType,
         dry: bool,
     ) -> Result<HostGrads, TrainError> {
         let buffers = padded
             .iter()
-            .map(|&n| HostBytes::new(pool, n * dtype.size_in_bytes(), dry))
+            .map(|&n| HostBytes::new(pool, 4 * n, dry))
             .collect::<Result<_, _>>()?;
         Ok(HostGrads {
-            dtype,
+            compute,
             padded,
             buffers,
         })
     }
 
-    /// Block `i`'s shard bytes for adding a reduced sum (`None` on a dry run).
-    pub(super) fn shard_mut(&mut self, i: usize) -> Option<&mut [u8]> {
-        let len = self.padded[i] * self.dtype.size_in_bytes();
-        self.buffers[i].bytes_mut().map(|b| &mut b[..len])
+    /// Block `i`'s shard for adding a reduced sum (`None` on a dry run).
+    pub(super) fn shard_mut(&mut self, i: usize) -> Option<&mut [f32]> {
+        let len = self.padded[i];
+        let b = self.buffers[i].bytes_mut()?;
+        Some(&mut bytemuck::cast_slice_mut(b)[..len])
     }
 
     /// The first `len` elements of block `i`'s shard as gradients (`None` on a dry run).
     pub(super) fn grads(&self, i: usize, len: usize) -> Option<Grads<'_>> {
         let b = self.buffers[i].bytes()?;
-        let size = self.dtype.size_in_bytes();
-        let b = &b[..len * size];
-        Some(match self.dtype {
-            DType::BF16 => Grads::Bf16(bytemuck::cast_slice(b)),
-            DType::F16 => Grads::F16(bytemuck::cast_slice(b)),
-            _ => Grads::F32(bytemuck::cast_slice(b)),
-        })
+        Some(Grads::F32(&bytemuck::cast_slice(b)[..len]))
+    }
+
+    /// Every sum rounded to the compute dtype (round to nearest even) and kept as f32: the
+    /// values a device shard of that dtype holds after the same additions.
+    pub(super) fn round_to_compute(&mut self) {
+        let compute = self.compute;
+        for i in 0..self.buffers.len() {
+            let Some(shard) = self.shard_mut(i) else {
+                return;
+            };
+            match compute {
+                DType::BF16 => shard
+                    .iter_mut()
+                    .for_each(|v| *v = half::bf16::from_f32(*v).to_f32()),
+                DType::F16 => shard
+                    .iter_mut()
+                    .for_each(|v| *v = half::f16::from_f32(*v).to_f32()),
+                _ => return,
+            }
+        }
     }
 
     /// Every shard back to zero (after the optimizer step).

@@ -11,6 +11,7 @@
 //! and the collectives that move them), `zero` (ZeRO-2/3 hooks around parameter scopes),
 //! `save`, `precision`, `schedule`, `guard`, `events`, `fault` (injected failures).
 
+mod accumulate;
 mod batches;
 mod block_uses;
 mod build;

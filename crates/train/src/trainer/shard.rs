@@ -159,7 +159,8 @@ fn reduce_scatter_with(
 }
 
 /// ZeRO-2 and 3: a block's full gradient summed over ranks, this rank's shard of the sum added
-/// to `shard` (a `(padded,)` tensor of the gradient's dtype), once per micro-batch.
+/// to `shard` (a `(padded,)` tensor: the gradient shard, or its f32 sum over micro-batches),
+/// once per micro-batch.
 pub(super) fn reduce_scatter_into(
     comm: &mut dyn Communicator,
     grad: &Tensor,
@@ -180,60 +181,40 @@ pub(super) fn reduce_scatter_into(
 
 /// ZeRO-2 and 3 with offloaded optimizer states (ZeRO-Offload's gradient path): as
 /// [`reduce_scatter_into`], the rank's shard of the sum added into `host`, the shard's bytes in
-/// host memory as `dtype` (each sum rounded to `dtype` as on the device, so the bits match);
-/// `None` on a dry run.
+/// host memory as `dtype` (f32 for every precision: the sums are rounded to the compute dtype
+/// once, after the last micro-batch, as on the device, so the bits match); `None` on a dry
+/// run.
 pub(super) fn reduce_scatter_into_host(
     comm: &mut dyn Communicator,
     grad: &Tensor,
     padded: usize,
     label: &str,
-    host: Option<&mut [u8]>,
-    dtype: DType,
+    host: Option<&mut [f32]>,
 ) -> Result<(), TrainError> {
     reduce_scatter_with(comm, grad, padded, label, |out| {
         if let Some(host) = host {
-            add_into(host, dtype, out);
+            for (h, &v) in host.iter_mut().zip(out) {
+                *h += v;
+            }
         }
         Ok(())
     })
 }
 
-/// `bytes` (elements of `dtype`) += `values`, each sum rounded to `dtype`.
-fn add_into(bytes: &mut [u8], dtype: DType, values: &[f32]) {
-    match dtype {
-        DType::BF16 => {
-            let h: &mut [half::bf16] = bytemuck::cast_slice_mut(bytes);
-            for (h, &v) in h.iter_mut().zip(values) {
-                *h = half::bf16::from_f32(h.to_f32() + v);
-            }
-        }
-        DType::F16 => {
-            let h: &mut [half::f16] = bytemuck::cast_slice_mut(bytes);
-            for (h, &v) in h.iter_mut().zip(values) {
-                *h = half::f16::from_f32(h.to_f32() + v);
-            }
-        }
-        _ => {
-            let h: &mut [f32] = bytemuck::cast_slice_mut(bytes);
-            for (h, &v) in h.iter_mut().zip(values) {
-                *h += v;
-            }
-        }
-    }
-}
-
-/// ZeRO-1: after accumulation, a block's full gradient summed over ranks and this rank's shard
-/// of the sum written over `range` of the gradient itself (the elements its optimizer state
-/// covers; the rest of the buffer keeps this rank's own contribution, which nothing reads).
-/// Half the elements of DDP's all-reduce: the ZeRO paper's 2Ψ with the parameters' gather.
+/// ZeRO-1: after accumulation, a block's full gradient (`source`: the gradient itself, or its
+/// f32 sum over micro-batches) summed over ranks and this rank's shard of the sum written over
+/// `range` of the gradient `grad` (the elements its optimizer state covers; the rest of the
+/// buffer keeps this rank's own contribution, which nothing reads). Half the elements of DDP's
+/// all-reduce: the ZeRO paper's 2Ψ with the parameters' gather.
 pub(super) fn reduce_scatter_in_place(
     comm: &mut dyn Communicator,
+    source: &Tensor,
     grad: &Tensor,
     range: Range<usize>,
     padded: usize,
     label: &str,
 ) -> Result<(), TrainError> {
-    reduce_scatter_with(comm, grad, padded, label, |out| {
+    reduce_scatter_with(comm, source, padded, label, |out| {
         store_f32_at(grad, range.start, &out[..range.len()])?;
         Ok(())
     })

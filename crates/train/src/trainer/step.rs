@@ -1,11 +1,13 @@
 //! One optimizer step: accumulate gradients over `accumulation` micro-batches (each loss scaled
-//! by 1/steps, and by the loss scale in fp16), check the gradients once (global norm and
-//! non-finite values), let the loss scaler skip the step on overflow, clip by global norm while
-//! unscaling, update the fp32 weights (master copies in mixed modes), cast them back to the
-//! compute parameters, and clear the gradients.
+//! by 1/steps, and by the loss scale in fp16; summed in f32, see `accumulate`), reduce them
+//! over the ranks of a group, check the gradients once (global norm and non-finite values), let
+//! the loss scaler skip the step on overflow, clip by global norm while unscaling, update the
+//! fp32 weights (master copies in mixed modes), cast them back to the compute parameters, and
+//! clear the gradients.
 //!
 //! Not for: the loop around steps (see `mod.rs`).
 
+use super::accumulate::GradSums;
 use super::fault::{Fault, FaultKind};
 use super::precision::{store_f32, with_grads};
 use super::schedule::learning_rate;
@@ -40,9 +42,6 @@ fn inject(fault: Fault) -> Result<(), TrainError> {
         }
     }
 }
-
-/// Per-block gradient buffers of one micro-batch and the bindings that fill them.
-type MicroGradients = (Vec<Tensor>, std::cell::RefCell<headroom_tensor::Gradients>);
 
 impl Trainer {
     /// Runs one optimizer step; returns its training loss (mean over micro-batches).
@@ -85,14 +84,20 @@ impl Trainer {
         } else {
             None
         };
-        // Deterministic accumulation: micro-batches after the first compute their gradient into
-        // buffers of their own, added to the sum afterwards in order.
-        // Under ZeRO-2/3 each micro-batch's gradient is reduced on its own already.
-        let separate = (self.config.deterministic
-            && accumulation > 1
-            && !self.zero_stage().shards_gradients())
-        .then(|| self.micro_gradients())
-        .transpose()?;
+        // Each micro-batch's gradient summed whole into f32 sums (`accumulate`): always for
+        // 16-bit gradients, in deterministic mode for fp32 ones (which otherwise accumulate in
+        // the gradient itself).
+        let host_grads = self
+            .offload
+            .as_ref()
+            .is_some_and(|o| o.host_grads.is_some());
+        let sums = GradSums::for_step(
+            self.model.blocks(),
+            &self.device,
+            accumulation,
+            (self.zero_stage(), host_grads),
+            self.config.deterministic,
+        )?;
         // The step in backward: each block updated as its gradient completes, with the
         // learning rate of the ordinary step and its multiplier without clipping or loss scale.
         let in_backward = self.config.strategy.optimizer_in_backward.then(|| {
@@ -123,11 +128,15 @@ impl Trainer {
                 self.next_batch_tensors(micro_batch, on_event)?
             };
             let factor = scale / (accumulation * world) as f32;
-            let pass = |t: &mut Self| t.forward_backward(micro, &x, &y, factor, &separate);
+            let pass = |t: &mut Self| t.forward_backward(micro, &x, &y, factor);
             let value = match in_backward {
                 Some(update) => self.with_step_in_backward(update, pass)?,
-                None => self.with_zero(pass)?,
+                None => self.with_zero(sums.as_ref(), pass)?,
             };
+            if let Some(sums) = &sums {
+                let last = micro + 1 == accumulation;
+                sums.add_micro_batch(self.model.blocks(), micro, last)?;
+            }
             self.note_phase(Phase::Backward, micro);
             losses.push(value);
             if let (Some(before), Some(after)) = (work_before, work_so_far()) {
@@ -139,7 +148,11 @@ impl Trainer {
         self.skip_samples(micro_batch * accumulation * (world - 1 - rank));
         let loss = self.step_loss(&losses)?;
         if in_backward.is_none() {
-            self.reduce_gradients()?;
+            self.reduce_gradients(sums.as_ref())?;
+        }
+        // The host's f32 sums of offloaded ZeRO-2/3 gradients, rounded as a device shard's.
+        if let Some(h) = self.offload.as_mut().and_then(|o| o.host_grads.as_mut()) {
+            h.round_to_compute();
         }
         if !loss.is_finite() && self.scaler.is_none() {
             return Err(TrainError::Diverged {
@@ -155,12 +168,8 @@ impl Trainer {
             self.zero_grads()?;
             self.backward_passes = 0;
         }
-        // Freed inside the step's window, so the planned arena packs them with the step, and
-        // in block order: the bindings (a hash map of views) go first.
-        if let Some((buffers, grads)) = separate {
-            drop(grads);
-            drop(buffers);
-        }
+        // Freed inside the step's window, so the planned arena packs them with the step.
+        drop(sums);
         drop(history);
         self.device.lock().end_window();
         self.note_phase(Phase::Step, accumulation - 1);
@@ -204,13 +213,12 @@ impl Trainer {
         x: &Tensor,
         y: &Tensor,
         factor: f32,
-        separate: &Option<MicroGradients>,
     ) -> Result<f32, TrainError> {
         match self.activation_pool.clone() {
             Some(pool) => headroom_tensor::with_activation_offload(pool, || {
-                self.recorded_pass(micro, x, y, factor, separate)
+                self.recorded_pass(micro, x, y, factor)
             }),
-            None => self.recorded_pass(micro, x, y, factor, separate),
+            None => self.recorded_pass(micro, x, y, factor),
         }
     }
 
@@ -220,7 +228,6 @@ impl Trainer {
         x: &Tensor,
         y: &Tensor,
         factor: f32,
-        separate: &Option<MicroGradients>,
     ) -> Result<f32, TrainError> {
         let tape = Tape::new();
         let recompute = self.recompute.clone();
@@ -239,39 +246,8 @@ impl Trainer {
         }
         self.note_phase(Phase::Forward, micro);
         self.device.lock().trace_mut().set_phase("backward");
-        match separate {
-            Some((buffers, grads)) if micro > 0 => {
-                let mut grads = grads.borrow_mut();
-                tape.backward(&scaled, &mut grads)?;
-                for (block, buffer) in self.model.blocks().iter().zip(buffers) {
-                    block.flat_grad().add_assign(buffer)?;
-                    buffer.fill_(0.0)?;
-                }
-            }
-            _ => tape.backward(&scaled, &mut self.grads)?,
-        }
+        tape.backward(&scaled, &mut self.grads)?;
         Ok(value)
-    }
-
-    /// One zeroed gradient buffer per block (tagged `gradient`) and the bindings that send
-    /// backward's contributions there.
-    fn micro_gradients(&self) -> Result<MicroGradients, TrainError> {
-        let mut grads = headroom_tensor::Gradients::new();
-        let mut buffers = Vec::new();
-        for block in self.model.blocks() {
-            let g = block.flat_grad();
-            let name = format!("{}.grad.micro", block.name());
-            let buffer = Tensor::zeros(
-                &self.device,
-                g.shape(),
-                g.dtype(),
-                Category::Gradient,
-                Some(&name),
-            )?;
-            block.bind_grads_to(&buffer, &mut grads)?;
-            buffers.push(buffer);
-        }
-        Ok((buffers, std::cell::RefCell::new(grads)))
     }
 
     /// Every gradient back to zero: the blocks' buffers and the host's reduced shards.
@@ -325,21 +301,26 @@ impl Trainer {
     /// is the bucket) through an f32 bucket from the device allocator, tagged
     /// `communication` and freed after it. ZeRO-1: a reduce-scatter per block instead, each
     /// rank receiving the sum over its own shard (the only part its optimizer reads).
-    fn reduce_gradients(&mut self) -> Result<(), TrainError> {
+    ///
+    /// With f32 sums of 16-bit gradients (`accumulate`) the collectives read the sums, and the
+    /// reduced values are rounded into the gradient once; alone, or under ZeRO-2/3 (whose
+    /// shards were reduced in backward), the sums are rounded into the gradient here.
+    fn reduce_gradients(&mut self, sums: Option<&GradSums>) -> Result<(), TrainError> {
         let stage = self.zero_stage();
-        if stage.shards_gradients() {
-            return Ok(()); // reduce-scattered block by block in backward
-        }
         let (rank, world) = self.rank();
-        let Some(comm) = self.comm.as_mut() else {
-            return Ok(());
+        let comm = match self.comm.as_mut() {
+            Some(comm) if !stage.shards_gradients() => comm,
+            // Reduce-scattered block by block in backward, or nothing to reduce.
+            _ => return sums.map_or(Ok(()), |s| s.round_into(self.model.blocks())),
         };
-        for block in self.model.blocks() {
+        for (i, block) in self.model.blocks().iter().enumerate() {
             let grad = block.flat_grad();
+            // What the collective reads: the f32 sum, or the gradient itself.
+            let source = sums.map_or(grad, |s| s.sum(i));
             let label = format!("{}.grad.bucket", block.name());
             if stage.shards_optimizer() {
                 let (range, padded) = shard_of(block.numel(), rank, world);
-                reduce_scatter_in_place(comm.as_mut(), grad, range, padded, &label)?;
+                reduce_scatter_in_place(comm.as_mut(), source, grad, range, padded, &label)?;
                 continue;
             }
             let mut bucket = f32_bucket(&self.device, block.numel(), &label)?;
@@ -348,8 +329,9 @@ impl Trainer {
                 comm.without_data(Collective::AllReduce, block.numel())?;
                 continue;
             };
-            grad.with_slice::<f32, _>(|g| values.copy_from_slice(g))
-                .or_else(|_| grad.to_vec_f32().map(|g| values.copy_from_slice(&g)))?;
+            source
+                .with_slice::<f32, _>(|g| values.copy_from_slice(g))
+                .or_else(|_| source.to_vec_f32().map(|g| values.copy_from_slice(&g)))?;
             comm.all_reduce_sum(values)?;
             store_f32(grad, values)?;
         }

@@ -22,13 +22,14 @@
 //! Not for: the optimizer step on shards (`step`) or the shards' arithmetic (`shard`).
 
 use super::TrainError;
+use super::accumulate::GradSums;
 use super::block_uses::{BlockUses, hook_error};
 use super::host_grads::HostGrads;
 use super::offload::widen;
 use super::shard::{gather_into, gather_params, reduce_scatter_into, reduce_scatter_into_host};
 use headroom_comm::Communicator;
 use headroom_offload::OffloadStore;
-use headroom_tensor::{BlockHooks, ParamBlock, TensorError, with_block_hooks};
+use headroom_tensor::{BlockHooks, ParamBlock, Tensor, TensorError, with_block_hooks};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -45,6 +46,9 @@ pub(super) struct ZeroHooks {
     params: Option<RefCell<OffloadStore>>,
     /// Reduced gradient shards in host memory (ZeRO-2/3 with offloaded optimizer states).
     host_grads: Option<RefCell<HostGrads>>,
+    /// The step's f32 sums of 16-bit gradient shards over micro-batches, where the reduced
+    /// shards are added instead of into the gradient shards (`accumulate`).
+    sums: Option<Vec<Tensor>>,
 }
 
 /// What the hooks borrow from the trainer's offload for one pass and give back.
@@ -62,6 +66,7 @@ impl ZeroHooks {
         blocks: Vec<ParamBlock>,
         prefetch: usize,
         offloaded: OffloadedParts,
+        sums: Option<Vec<Tensor>>,
     ) -> ZeroHooks {
         let n = blocks.len();
         ZeroHooks {
@@ -72,6 +77,7 @@ impl ZeroHooks {
             error: RefCell::new(None),
             params: offloaded.params.map(RefCell::new),
             host_grads: offloaded.host_grads.map(RefCell::new),
+            sums,
         }
     }
 
@@ -175,12 +181,14 @@ impl ZeroHooks {
             match &self.host_grads {
                 Some(host) => {
                     let mut host = host.borrow_mut();
-                    let dtype = host.dtype;
                     let (grad, padded) = (block.flat_grad(), shard.numel());
-                    let bytes = host.shard_mut(i);
-                    reduce_scatter_into_host(comm.as_mut(), grad, padded, &label, bytes, dtype)?;
+                    let values = host.shard_mut(i);
+                    reduce_scatter_into_host(comm.as_mut(), grad, padded, &label, values)?;
                 }
-                None => reduce_scatter_into(comm.as_mut(), block.flat_grad(), shard, &label)?,
+                None => {
+                    let target = self.sums.as_ref().map_or(shard, |s| &s[i]);
+                    reduce_scatter_into(comm.as_mut(), block.flat_grad(), target, &label)?;
+                }
             }
             block.release_grads();
         }
@@ -221,10 +229,12 @@ impl BlockHooks for ZeroHooks {
 impl super::Trainer {
     /// Runs `f` (a forward, with or without its backward) with the ZeRO-2/3 hooks around the
     /// model's parameter scopes when the stage needs them; afterwards every block's full
-    /// gradient is reduced into its shard and every gathered block released. A collective's
-    /// error takes precedence over the engine error it caused.
+    /// gradient is reduced into its shard (or into its f32 sum of the step, `sums`) and every
+    /// gathered block released. A collective's error takes precedence over the engine error it
+    /// caused.
     pub(super) fn with_zero<R>(
         &mut self,
+        sums: Option<&GradSums>,
         f: impl FnOnce(&mut Self) -> Result<R, TrainError>,
     ) -> Result<R, TrainError> {
         if !self.zero_stage().shards_gradients() {
@@ -244,6 +254,7 @@ impl super::Trainer {
             blocks,
             self.config.zero_prefetch,
             offloaded,
+            sums.map(|s| s.sums().to_vec()),
         ));
         let result = with_block_hooks(hooks.clone(), || f(self));
         let finished = result.as_ref().ok().map(|_| hooks.finish());
