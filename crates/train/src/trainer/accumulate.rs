@@ -25,8 +25,8 @@ use super::TrainError;
 use super::precision::{store_f32, with_grads};
 use headroom_memory::{Category, Device};
 use headroom_nn::grad::Grads;
-use headroom_tensor::{DType, ParamBlock, Tensor};
 use headroom_strategy::ZeroStage;
+use headroom_tensor::{DType, ParamBlock, Tensor};
 
 /// One step's f32 sums of the blocks' gradients.
 #[derive(Debug)]
