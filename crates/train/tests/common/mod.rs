@@ -9,7 +9,7 @@ use headroom_train::Trainer;
 use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
 use headroom_train::launch::{Inspect, LaunchOptions, launch_inspecting};
-use headroom_train::prepare::{PrepareOptions, prepare};
+use headroom_train::prepare::{PrepareOptions, PreparedRun, prepare};
 use headroom_train::report::TrainReport;
 use headroom_train::strategy::{Optimizer, Pins, ZeroStage};
 use std::sync::Arc;
@@ -88,12 +88,9 @@ pub fn run_ranks(c: &RunConfig, ranks: usize) -> Vec<RankOutcome> {
     launched(c, LaunchOptions::default(), inspect)
 }
 
-/// Launches `c` as `headroom train` does, with `options`: what `inspect` made of each rank.
-pub fn launched<T: Send + 'static>(
-    c: &RunConfig,
-    options: LaunchOptions,
-    inspect: Inspect<T>,
-) -> Vec<T> {
+/// `c` prepared as `headroom train` prepares a run with nothing pinned and no search (the
+/// configuration kept as it is), with the bundled corpus it trains on.
+pub fn prepared(c: &RunConfig) -> (PreparedRun, Corpus) {
     let corpus = Corpus::bundled();
     let prepared = prepare(
         c.clone(),
@@ -103,6 +100,16 @@ pub fn launched<T: Send + 'static>(
     )
     .unwrap();
     assert_eq!(&prepared.config, c);
+    (prepared, corpus)
+}
+
+/// Launches `c` as `headroom train` does, with `options`: what `inspect` made of each rank.
+pub fn launched<T: Send + 'static>(
+    c: &RunConfig,
+    options: LaunchOptions,
+    inspect: Inspect<T>,
+) -> Vec<T> {
+    let (prepared, corpus) = prepared(c);
     launch_inspecting(&prepared, Arc::new(corpus), options, inspect)
         .unwrap()
         .1
@@ -146,14 +153,7 @@ pub fn run_saving(
 /// trainer records), built from the prepared run as a launch builds it: its outcome (bits) and
 /// the trainer, for tests of its state after the run.
 pub fn run_alone(c: &RunConfig) -> ((Vec<u64>, Vec<u32>), Trainer) {
-    let corpus = Corpus::bundled();
-    let prepared = prepare(
-        c.clone(),
-        &corpus,
-        &Pins::default(),
-        PrepareOptions::default(),
-    )
-    .unwrap();
+    let (prepared, corpus) = prepared(c);
     let device = Device::cpu(c.device_memory, c.allocator.config());
     let mut t = Trainer::prepared(&prepared, &corpus, device, None).unwrap();
     t.train(&mut |_| {}).unwrap();
