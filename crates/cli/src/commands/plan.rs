@@ -98,12 +98,14 @@ pub struct PlanArgs {
     /// per-tensor (a loop such as Hugging Face's `adamw_hf` or `foreach=False`: one tensor's).
     #[arg(long, value_parser = parse_flag::<OptimizerImpl>, default_value = "foreach")]
     pub optimizer_impl: OptimizerImpl,
-    /// How the cross-entropy produces the logits' gradient: separate (PyTorch's
-    /// F.cross_entropy, as Hugging Face, torchtune and torchtitan use: a new fp32 gradient
-    /// beside the saved log-probabilities) or in-place (Megatron-LM's
+    /// How the cross-entropy holds the vocabulary-sized tensors: hugging-face (a Hugging Face
+    /// model's causal-LM loss: the model's 16-bit logits kept, upcast to fp32, fp32
+    /// log-probabilities and two fp32 gradients in backward), separate (PyTorch's
+    /// F.cross_entropy on fp32 logits released before backward, as torchtune and torchtitan
+    /// run it: the gradient beside the saved log-probabilities) or in-place (Megatron-LM's
     /// vocab_parallel_cross_entropy: written into the saved softmax, so the fp32 logits exist
     /// once).
-    #[arg(long, value_parser = parse_flag::<LossImpl>, default_value = "separate")]
+    #[arg(long, value_parser = parse_flag::<LossImpl>, default_value = "hugging-face")]
     pub loss_impl: LossImpl,
     /// Achievable fraction of the dense peak once micro-batches are large enough to fill the GPU,
     /// for every precision (default: each GPU's value fitted to a published run, 0.45 where none

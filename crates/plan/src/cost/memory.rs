@@ -262,16 +262,16 @@ fn communication_bytes(problem: &Problem, s: &Strategy) -> f64 {
     }
 }
 
-/// Transient workspace in backward, not live at the same time: the fp32 gradient of the logits
-/// (4·sbv, one chunk's for a chunked loss; none when the loss writes it into its saved softmax,
-/// `LossImpl::InPlace`), then per layer the naive attention's score
-/// gradients (2·e·as²b).
+/// Transient workspace in backward, not live at the same time: the loss's vocabulary-sized
+/// gradients (`activation::logits_grad`; none when the loss writes its gradient into its saved
+/// softmax, `LossImpl::InPlace`), then per layer the naive attention's score gradients
+/// (2·e·as²b).
 fn backward_workspace_bytes(problem: &Problem, s: &Strategy) -> f64 {
     let spec = &problem.spec;
     let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
     let e = s.precision.activation_bytes() as f64;
     let logits_grad = match problem.loss_impl {
-        LossImpl::Separate => activation::logits(spec, seq, b, s.loss),
+        LossImpl::HuggingFace | LossImpl::Separate => activation::logits_grad(spec, seq, b, s.loss),
         LossImpl::InPlace => 0.0,
     };
     let attn_bwd = match s.attention {

@@ -183,9 +183,17 @@ impl Problem {
         }
     }
 
-    /// The same problem with another cross-entropy implementation.
+    /// The same problem with another cross-entropy implementation: only Hugging Face's loss
+    /// keeps the model's compute-dtype logits and upcasts them (`Architecture::upcasting_loss`
+    /// is cleared for the others).
     pub fn with_loss_impl(self, loss_impl: LossImpl) -> Problem {
-        Problem { loss_impl, ..self }
+        let mut spec = self.spec;
+        spec.upcasting_loss &= loss_impl == LossImpl::HuggingFace;
+        Problem {
+            spec,
+            loss_impl,
+            ..self
+        }
     }
 
     /// The same problem for another framework's memory layout.
