@@ -11,8 +11,8 @@
 //! - forward/backward: model states + activations (held at the start of backward) + transient
 //!   workspace (logits gradient, naive-attention backward scores) + inputs + buffers;
 //! - optimizer step: model states + the optimizer's temporaries (PyTorch `foreach` AdamW holds
-//!   about one copy of the parameters being updated, torchtune PR #389; docs/sources.md §10),
-//!   no activations.
+//!   one copy of the parameters being updated in the states' format, the `_foreach_sqrt` of the
+//!   variance; torchtune PR #389; docs/sources.md §10), no activations.
 //!
 //! Gradient accumulation over micro-batches in f32 (DeepSpeed's `grad_accum_dtype`, fp32 by
 //! default for bf16; headroom's engine for both 16-bit formats): under the DeepSpeed layout
@@ -300,7 +300,15 @@ fn optimizer_step_bytes(problem: &Problem, s: &Strategy) -> f64 {
         (true, _) | (false, OptimizerImpl::PerTensor) => problem.facts.largest_layer_params as f64,
         (false, OptimizerImpl::Foreach) => local_params,
     };
-    let sd = s.precision.state_format().bytes() as f64;
+    // PyTorch's foreach AdamW (`_multi_tensor_adam` in `torch/optim/adam.py`, which AdamW
+    // runs with decoupled weight decay) updates in place — `_foreach_mul_` of the parameters
+    // by 1 − lr·wd, `_foreach_lerp_` of the momentum, `_foreach_mul_`/`_foreach_addcmul_` of
+    // the variance, `_foreach_div_`/`_foreach_add_` of the denominator, `_foreach_addcdiv_`
+    // of the parameters — except `exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs)`, one new list
+    // of the variance's size and dtype for every tensor of the group at once (the gradients
+    // stay alive beside it). So one copy of the local parameters in the states' format: fp32
+    // under fp32 and mixed precision, bf16 under pure bf16 and for bf16 states.
+    let sd = s.optimizer.state_format(s.precision).bytes() as f64;
     match s.optimizer {
         Optimizer::AdamW | Optimizer::AdamWBf16 | Optimizer::Lamb | Optimizer::SgdMomentum => {
             local_params * sd
