@@ -182,13 +182,13 @@ impl ModelStates {
         // compute dtype (`gather`). Below it, PyTorch's mixed precision computes with 16-bit
         // copies of the fp32 weights, held from forward to backward: autocast's cast of every
         // matmul weight under DDP, FSDP's gathered 16-bit model under SHARD_GRAD_OP.
-        let (gathered, unsharded_grad) = gather::gathered_elements(problem, s);
+        let (gathered, unsharded_grad) = gather::gathered(problem, s);
         let cast_copies = match (torch_mixed, s.placement.zero_stage.number()) {
             (true, 0 | 1) => f.active_matmul_params.min(p) * pb,
             (true, 2) => p * pb,
             _ => 0.0,
         };
-        let (gathered_params, grad_unit) = (gathered * pb + cast_copies, unsharded_grad * gb);
+        let (gathered_params, grad_unit) = (gathered + cast_copies, unsharded_grad * gb);
 
         let mut host = 0.0;
         let mut nvme = 0.0;
