@@ -179,3 +179,45 @@ fn fsdp_gathers_the_frozen_base_units_under_cpu_offload() {
     let got = qlora.memory.breakdown.at_peak[Category::Parameter] as f64;
     assert!((got - expected).abs() <= 1.0, "{got} vs {expected}");
 }
+
+#[test]
+fn the_frozen_base_is_counted_in_the_dtype_it_was_loaded_in() {
+    use headroom_plan::strategy::{BaseDtype, Framework};
+    let with_dtype = |framework: Framework, dtype: Option<BaseDtype>| {
+        let p = llama(BaseWeights::Plain);
+        let workload = match dtype {
+            Some(d) => p.workload.clone().with_lora_base_dtype(d).unwrap(),
+            None => p.workload.clone(),
+        };
+        let p = Problem::new(p.spec, p.hardware, workload, p.cost).with_framework(framework);
+        let plan = evaluate(&p, &plain_strategy(Precision::Bf16Mixed, 1, 1));
+        plan.memory.breakdown.steady[Category::Parameter]
+    };
+    // FSDP mixed precision keeps the trainable adapters in fp32 (they are the master copy); the
+    // frozen base stays as loaded: bf16 by default, fp32 as PEFT's FSDP example loads it.
+    assert_eq!(with_dtype(Framework::Fsdp, None), 2 * BASE + 4 * ADAPTERS);
+    assert_eq!(
+        with_dtype(Framework::Fsdp, Some(BaseDtype::Fp32)),
+        4 * BASE + 4 * ADAPTERS
+    );
+    assert_eq!(
+        with_dtype(Framework::Fsdp, Some(BaseDtype::Bf16)),
+        2 * BASE + 4 * ADAPTERS
+    );
+    // DeepSpeed's bf16 engine casts the whole module to bf16, whatever it was loaded in.
+    assert_eq!(
+        with_dtype(Framework::DeepSpeed, Some(BaseDtype::Fp32)),
+        2 * (BASE + ADAPTERS)
+    );
+    // Without a LoRA fine-tune the flag means nothing, and says so.
+    let p = problem("llama-2-7b", "A100-80GB", 1, 1, 512, 1);
+    let e = p
+        .workload
+        .with_lora_base_dtype(BaseDtype::Fp32)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("--lora-base-dtype") && e.contains("--lora-rank"),
+        "{e}"
+    );
+}

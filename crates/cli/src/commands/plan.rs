@@ -14,7 +14,7 @@ use headroom_plan::export::{
 use headroom_plan::hardware::{self, Hardware, HardwareOverrides};
 use headroom_plan::search::search;
 use headroom_plan::strategy::{
-    BaseWeights, Framework, Lora, LoraTargets, LossImpl, OptimizerImpl, Pins, parse_flag,
+    BaseDtype, BaseWeights, Framework, Lora, LoraTargets, LossImpl, OptimizerImpl, Pins, parse_flag,
 };
 use headroom_plan::workload::{BatchSpec, LoaderSpec, Workload, context_warning};
 use headroom_train::config::Levers;
@@ -77,6 +77,11 @@ pub struct PlanArgs {
     /// projection in 4-bit NormalFloat with double-quantised scales, 4.127 bits per weight).
     #[arg(long, value_parser = parse_flag::<BaseWeights>, value_name = "FORMAT", requires = "lora_rank")]
     pub lora_base: Option<BaseWeights>,
+    /// The dtype the frozen base is loaded in (`torch_dtype`): fp32, bf16 or fp16 (default: the
+    /// parameter dtype of --precision, 16-bit under mixed precision). PEFT's FSDP example loads
+    /// it in fp32; DeepSpeed's 16-bit engines cast it to the compute dtype whatever it was.
+    #[arg(long, value_parser = parse_flag::<BaseDtype>, value_name = "DTYPE", requires = "lora_rank")]
+    pub lora_base_dtype: Option<BaseDtype>,
     /// headroom's own models: plan one rank of N data-parallel ranks (as `headroom train
     /// --data-parallel N` runs them), the ZeRO stage searched unless --zero pins it; the
     /// budget is per rank and --global-batch is split over the ranks.
@@ -220,6 +225,10 @@ pub fn run(args: PlanArgs) -> Result<()> {
     };
     let workload = match args.lora()? {
         Some(lora) => workload.with_lora(&spec, lora)?,
+        None => workload,
+    };
+    let workload = match args.lora_base_dtype {
+        Some(dtype) => workload.with_lora_base_dtype(dtype)?,
         None => workload,
     };
     let mut cost = CostModel::default();

@@ -46,26 +46,33 @@ struct GatheredWidth {
     /// Bytes per element of the transformer blocks (the frozen base's block weights and the
     /// blocks' adapters, over the base's block elements).
     block_element: f64,
+    /// Bytes per element outside the blocks and of the small tensors (embeddings, head,
+    /// norms): frozen under LoRA, never quantised.
+    root_element: f64,
 }
 
 impl GatheredWidth {
-    fn of(problem: &Problem, pb: f64) -> GatheredWidth {
+    fn of(problem: &Problem, s: &Strategy, pb: f64) -> GatheredWidth {
         let f = &problem.facts;
         let Some(lora) = f.lora else {
             return GatheredWidth {
                 model: f.params as f64 * pb,
                 block_element: pb,
+                root_element: pb,
             };
         };
         // The adapters (trainable) all sit in blocks; the root (embeddings, final norm, head)
         // is frozen and never quantised.
         let adapters = f.params as f64 * pb;
+        let (_, base) = problem.lora_base_widths(s);
         let root = f.root_params as f64;
         let base_block_elements = (f.total_params - f.params - f.root_params).max(1) as f64;
-        let frozen_block = (lora.frozen_plain as f64 - root) * pb + lora.frozen_nf4_bytes as f64;
+        let frozen_block =
+            (lora.frozen_plain as f64 - root) * base as f64 + lora.frozen_nf4_bytes as f64;
         GatheredWidth {
-            model: lora.frozen_bytes(pb as u64) as f64 + adapters,
+            model: lora.frozen_bytes(base) as f64 + adapters,
             block_element: (frozen_block + adapters) / base_block_elements,
+            root_element: base as f64,
         }
     }
 }
@@ -85,7 +92,7 @@ pub fn gathered(problem: &Problem, s: &Strategy) -> (f64, f64) {
     let n = problem.hardware.world_size() as f64;
     let p = f.params as f64;
     let pb = s.precision.param_bytes() as f64;
-    let width = GatheredWidth::of(problem, pb);
+    let width = GatheredWidth::of(problem, s, pb);
     let par_off = s.placement.offload_params != Offload::None;
     let opt_off = s.placement.offload_optimizer != Offload::None;
     let others = if par_off { 1.0 } else { (n - 1.0) / n };
@@ -104,14 +111,15 @@ pub fn gathered(problem: &Problem, s: &Strategy) -> (f64, f64) {
                 .max(largest);
             let persistent = f.persistent_params as f64;
             (
-                (live * width.block_element + persistent * pb).min(remote),
+                (live * width.block_element + persistent * width.root_element).min(remote),
                 (f.largest_layer_params as f64).min(grad_window),
             )
         }
         Framework::Fsdp => {
             let block = f.block_params as f64;
+            let root = f.root_params as f64 * width.root_element;
             (
-                (f.root_params as f64 * pb + 2.0 * block * width.block_element).min(remote),
+                (root + 2.0 * block * width.block_element).min(remote),
                 block.max(f.root_params as f64).min(grad_window),
             )
         }

@@ -142,10 +142,10 @@ impl ModelStates {
         let opt_off = s.placement.offload_optimizer != Offload::None;
         let par_off = s.placement.offload_params != Offload::None;
 
-        // A LoRA base is frozen: parameters only, in the parameter dtype or NF4 (QLoRA).
-        let frozen = f
-            .lora
-            .map_or(0.0, |l| l.frozen_bytes(s.precision.param_bytes()) as f64);
+        // A LoRA base is frozen: parameters only, in the dtype it was loaded in (by default the
+        // parameter dtype) or NF4 (QLoRA).
+        let (base_width, _) = problem.lora_base_widths(s);
+        let frozen = f.lora.map_or(0.0, |l| l.frozen_bytes(base_width) as f64);
         // PyTorch's mixed precision (autocast, FSDP's `MixedPrecision`) trains fp32 parameters
         // with fp32 gradients: the parameters are the master copy, and there is no other.
         let torch_mixed = problem.framework == Framework::Fsdp && s.precision.master_weights();
