@@ -178,6 +178,12 @@ fn fsdp_gathers_the_frozen_base_units_under_cpu_offload() {
     let expected = (2 * root + 2 * (nf4_block + 2 * adapters)) as f64;
     let got = qlora.memory.breakdown.at_peak[Category::Parameter] as f64;
     assert!((got - expected).abs() <= 1.0, "{got} vs {expected}");
+    // The gradients go to the host; the device holds one unit's unsharded bf16 gradient before
+    // its reduce-scatter: a block's adapters only.
+    assert_eq!(
+        qlora.memory.breakdown.at_peak[Category::Gradient],
+        2 * adapters
+    );
 }
 
 #[test]

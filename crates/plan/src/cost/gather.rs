@@ -118,9 +118,14 @@ pub fn gathered(problem: &Problem, s: &Strategy) -> (f64, f64) {
         Framework::Fsdp => {
             let block = f.block_params as f64;
             let root = f.root_params as f64 * width.root_element;
+            // Under LoRA only a unit's adapters have gradients (the root unit none).
+            let unit_grad = match f.lora {
+                Some(_) => p / problem.spec.total_blocks().max(1) as f64,
+                None => block.max(f.root_params as f64),
+            };
             (
                 (root + 2.0 * block * width.block_element).min(remote),
-                block.max(f.root_params as f64).min(grad_window),
+                unit_grad.min(grad_window),
             )
         }
     }
