@@ -358,3 +358,51 @@ fn selective_op_checkpointing_is_planned_but_not_trained() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("does not run"), "{}", stderr(&o));
 }
+
+#[test]
+fn the_lora_base_dtype_flag_counts_the_frozen_base_as_loaded() {
+    // Llama-2-7B (6,738,415,616 parameters) with LoRA on q and v under FSDP bf16-mixed: loaded
+    // in fp32, as PEFT's FSDP example does, the frozen base holds 2 more bytes per parameter
+    // than the default bf16.
+    let steady_parameters = |extra: &[&str]| {
+        let mut args = vec![
+            "plan",
+            "--model",
+            "llama-2-7b",
+            "--gpu",
+            "A100-80GB",
+            "--seq-len",
+            "512",
+            "--framework",
+            "fsdp",
+            "--precision",
+            "bf16-mixed",
+            "--optimizer",
+            "adamw",
+            "--zero",
+            "0",
+            "--micro-batch",
+            "1",
+            "--accumulation",
+            "1",
+            "--lora-rank",
+            "8",
+            "--lora-targets",
+            "q,v",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let o = headroom(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        json(&o)["recommended"]["memory"]["steady_by_category"]["parameter"]
+            .as_u64()
+            .unwrap()
+    };
+    let default = steady_parameters(&[]);
+    let fp32 = steady_parameters(&["--lora-base-dtype", "fp32"]);
+    assert_eq!(fp32 - default, 2 * 6_738_415_616);
+    // Without --lora-rank the flag is refused by name.
+    let o = headroom(&["plan", "--model", "gpt2", "--lora-base-dtype", "fp32"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--lora-rank"), "{}", stderr(&o));
+}

@@ -338,6 +338,8 @@ fn with_hardware(problem: &Problem, hw: &Hardware) -> Option<Problem> {
     .ok()?;
     let workload = Workload {
         loader: w.loader,
+        lora: w.lora.clone(),
+        lora_base_dtype: w.lora_base_dtype,
         ..workload
     };
     Some(Problem {

@@ -40,6 +40,10 @@ pub struct Workload {
     /// A LoRA/QLoRA fine-tune: only the adapters train.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lora: Option<crate::strategy::Lora>,
+    /// The dtype the LoRA run's frozen base is loaded in; `None`: the parameter dtype of the
+    /// precision (the 16-bit width under mixed precision).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora_base_dtype: Option<crate::strategy::BaseDtype>,
 }
 
 /// Each rank's data loader: worker threads and the batches queued ahead.
@@ -160,6 +164,7 @@ impl Workload {
             accumulation,
             loader: None,
             lora: None,
+            lora_base_dtype: None,
         })
     }
 
@@ -185,6 +190,20 @@ impl Workload {
         }
         Ok(Workload {
             lora: Some(lora),
+            ..self
+        })
+    }
+
+    /// The workload with the LoRA run's frozen base loaded in `dtype`; an error without a
+    /// LoRA fine-tune.
+    pub fn with_lora_base_dtype(self, dtype: crate::strategy::BaseDtype) -> Result<Workload> {
+        if self.lora.is_none() {
+            return Err(PlanError::Batch(format!(
+                "--lora-base-dtype {dtype} without a LoRA fine-tune; accepted: with --lora-rank"
+            )));
+        }
+        Ok(Workload {
+            lora_base_dtype: Some(dtype),
             ..self
         })
     }

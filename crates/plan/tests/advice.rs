@@ -34,11 +34,12 @@ fn strategy(zero: u8, attention: Attention, micro_batch: u64, accumulation: u64)
 
 #[test]
 fn no_activation_savings_are_claimed_at_an_optimizer_step_peak() {
-    // gpt2-medium (354,823,168 parameters) at micro-batch 1, seq 1024: the optimizer step holds
+    // gpt2-medium (354,823,168 parameters) at micro-batch 1, seq 512: the optimizer step holds
     // one fp32 copy of the parameters (4 × 354.8 M = 1.42 GB) as foreach AdamW's temporary,
-    // more than the backward's activations (24 blocks × 34·s·h bytes = 0.86 GB plus the fp32
-    // logits 4·s·v = 0.21 GB), so the peak is in the step and no activation is live there.
-    let p = one_gpu("gpt2-medium", "RTX-4090", 1024, 32);
+    // more than the backward's activations and loss tensors (24 blocks × 34·s·h bytes =
+    // 0.43 GB, the bf16 logits and fp32 log-probabilities 6·s·v = 0.15 GB, the loss's two fp32
+    // gradients 8·s·v = 0.21 GB), so the peak is in the step and no activation is live there.
+    let p = one_gpu("gpt2-medium", "RTX-4090", 512, 32);
     let plan = evaluate(&p, &strategy(0, Attention::MemoryEfficient, 1, 32));
     assert_eq!(plan.memory.peak_phase, Phase::OptimizerStep);
     let advice = explain(&p, &plan).join("\n");

@@ -117,3 +117,113 @@ fn lora_keeps_only_the_projection_inputs_its_adapters_read() {
     assert_eq!(acts(&lora) - acts(&full), expected);
     assert_eq!(expected, -632_815_616.0);
 }
+
+/// Llama-2-70B (hidden 8,192, MLP 28,672, 8 key/value heads of 128, 80 layers, vocabulary
+/// 32,000, untied) on two RTX 4090s under FSDP, pure bf16, parameters and optimizer on the
+/// host, with or without QLoRA on every linear of the blocks at rank 8.
+fn llama70b_fsdp_offloaded(lora: bool) -> headroom_plan::cost::Plan {
+    use headroom_plan::strategy::{
+        Attention, Checkpoint, Framework, Loss, Offload, Optimizer, Placement, Strategy, ZeroStage,
+    };
+    let p = support::problem("llama-2-70b", "RTX-4090", 2, 1, 2048, 8);
+    let workload = match lora {
+        true => {
+            let l = Lora::new(8, 16.0, "all-linear".parse().unwrap(), BaseWeights::Nf4).unwrap();
+            p.workload.clone().with_lora(&p.spec, l).unwrap()
+        }
+        false => p.workload.clone(),
+    };
+    let p = Problem::new(p.spec, p.hardware, workload, p.cost).with_framework(Framework::Fsdp);
+    let s = Strategy {
+        precision: Precision::Bf16,
+        optimizer: Optimizer::AdamW,
+        placement: Placement {
+            zero_stage: ZeroStage::new(3).unwrap(),
+            offload_optimizer: Offload::Cpu,
+            offload_params: Offload::Cpu,
+            offload_activations: Offload::None,
+        },
+        checkpoint: Checkpoint::ALL_BLOCKS,
+        attention: Attention::MemoryEfficient,
+        loss: Loss::Plain,
+        optimizer_in_backward: false,
+        micro_batch: 2,
+        accumulation: 2,
+    };
+    evaluate(&p, &s)
+}
+
+#[test]
+fn fsdp_gathers_the_frozen_base_units_under_cpu_offload() {
+    use headroom_plan::cost::memory::Phase;
+    // FSDP all-gathers the root unit (embedding + head 2·32,000·8,192 + final norm 8,192 =
+    // 524,296,192 elements) and two blocks to the device, offloaded or not, frozen or not.
+    let root = 524_296_192u64;
+    // A block: q, o 8,192²; k, v 8,192·1,024; gate, up, down 8,192·28,672; two norms 8,192.
+    let block = 2 * 67_108_864 + 2 * 8_388_608 + 3 * 234_881_024 + 2 * 8_192;
+    assert_eq!(block, 855_654_400u64);
+    let full = llama70b_fsdp_offloaded(false);
+    assert_eq!(full.memory.peak_phase, Phase::ForwardBackward);
+    assert_eq!(
+        full.memory.breakdown.at_peak[Category::Parameter],
+        2 * (root + 2 * block)
+    );
+    // QLoRA: the block's linears in NF4 (n/2 + n/64 + 4·⌈n/16,384⌉ + 4 bytes each): q, o
+    // 34,619,396; k, v 4,327,428; gate, up, down 121,167,876; the norms' 32,768 bf16 bytes; and
+    // its adapters 8·(16,384·2 + 9,216·2 + 36,864·3) = 1,294,336 elements in bf16.
+    let nf4_block = 2 * 34_619_396 + 2 * 4_327_428 + 3 * 121_167_876 + 32_768u64;
+    let adapters = 1_294_336u64;
+    let qlora = llama70b_fsdp_offloaded(true);
+    assert_eq!(qlora.memory.peak_phase, Phase::ForwardBackward);
+    let expected = (2 * root + 2 * (nf4_block + 2 * adapters)) as f64;
+    let got = qlora.memory.breakdown.at_peak[Category::Parameter] as f64;
+    assert!((got - expected).abs() <= 1.0, "{got} vs {expected}");
+    // The gradients go to the host; the device holds one unit's unsharded bf16 gradient before
+    // its reduce-scatter: a block's adapters only.
+    assert_eq!(
+        qlora.memory.breakdown.at_peak[Category::Gradient],
+        2 * adapters
+    );
+}
+
+#[test]
+fn the_frozen_base_is_counted_in_the_dtype_it_was_loaded_in() {
+    use headroom_plan::strategy::{BaseDtype, Framework};
+    let with_dtype = |framework: Framework, dtype: Option<BaseDtype>| {
+        let p = llama(BaseWeights::Plain);
+        let workload = match dtype {
+            Some(d) => p.workload.clone().with_lora_base_dtype(d).unwrap(),
+            None => p.workload.clone(),
+        };
+        let p = Problem::new(p.spec, p.hardware, workload, p.cost).with_framework(framework);
+        let plan = evaluate(&p, &plain_strategy(Precision::Bf16Mixed, 1, 1));
+        plan.memory.breakdown.steady[Category::Parameter]
+    };
+    // FSDP mixed precision keeps the trainable adapters in fp32 (they are the master copy); the
+    // frozen base stays as loaded: bf16 by default, fp32 as PEFT's FSDP example loads it.
+    assert_eq!(with_dtype(Framework::Fsdp, None), 2 * BASE + 4 * ADAPTERS);
+    assert_eq!(
+        with_dtype(Framework::Fsdp, Some(BaseDtype::Fp32)),
+        4 * BASE + 4 * ADAPTERS
+    );
+    assert_eq!(
+        with_dtype(Framework::Fsdp, Some(BaseDtype::Bf16)),
+        2 * BASE + 4 * ADAPTERS
+    );
+    // DeepSpeed's bf16 engine casts the whole module to bf16, whatever it was loaded in.
+    assert_eq!(
+        with_dtype(Framework::DeepSpeed, Some(BaseDtype::Fp32)),
+        2 * (BASE + ADAPTERS)
+    );
+    // Without a LoRA fine-tune the flag means nothing, and says so.
+    let p = problem("llama-2-7b", "A100-80GB", 1, 1, 512, 1);
+    let e = p
+        .workload
+        .with_lora_base_dtype(BaseDtype::Fp32)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("--lora-base-dtype") && e.contains("--lora-rank"),
+        "{e}"
+    );
+}

@@ -29,7 +29,7 @@ pub use attention::Attention;
 pub use checkpoint::Checkpoint;
 pub use error::{StrategyError, parse_flag};
 pub use framework::Framework;
-pub use lora::{BaseWeights, Lora, LoraTarget, LoraTargets};
+pub use lora::{BaseDtype, BaseWeights, Lora, LoraTarget, LoraTargets};
 pub use loss::Loss;
 pub use optimizer::{LossImpl, Optimizer, OptimizerImpl};
 pub use pins::{Pins, changed_levers};

@@ -53,6 +53,26 @@ named_enum!(
     }
 );
 
+named_enum!(
+    /// The dtype a LoRA run loads its frozen base in (`torch_dtype` of `from_pretrained`), where
+    /// it is given: PEFT's FSDP example loads it in fp32 under bf16 mixed precision.
+    BaseDtype, "--lora-base-dtype", {
+        Fp32 = "fp32",
+        Bf16 = "bf16",
+        Fp16 = "fp16",
+    }
+);
+
+impl BaseDtype {
+    /// Bytes per element.
+    pub const fn bytes(self) -> u64 {
+        match self {
+            BaseDtype::Fp32 => 4,
+            BaseDtype::Bf16 | BaseDtype::Fp16 => 2,
+        }
+    }
+}
+
 /// A set of LoRA targets, written comma-separated (`q,v`), kept sorted and without repeats.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LoraTargets(Vec<LoraTarget>);

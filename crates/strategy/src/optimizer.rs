@@ -107,14 +107,19 @@ mod tests {
 
 named_enum!(
     #[derive(Default)]
-    /// How a framework's cross-entropy produces the logits' gradient: PyTorch's
-    /// `F.cross_entropy` (Hugging Face, torchtune, torchtitan) allocates it beside the saved
-    /// fp32 log-probabilities; Megatron-LM's `vocab_parallel_cross_entropy` writes it into the
-    /// softmax it saved in forward (`grad_input = softmax`, then in-place updates), so the fp32
-    /// logits exist once.
+    /// How a framework's cross-entropy holds the vocabulary-sized tensors: Hugging Face's
+    /// causal-LM loss (`ForCausalLMLoss`) upcasts the compute-dtype logits the model returns
+    /// and keeps, then PyTorch's `F.cross_entropy` saves fp32 log-probabilities and allocates
+    /// two fp32 gradients in backward; a training loop that computes fp32 logits and releases
+    /// them before backward (torchtune, torchtitan) keeps the log-probabilities and allocates
+    /// the logits' gradient beside them; Megatron-LM's `vocab_parallel_cross_entropy` writes
+    /// the gradient into the softmax it saved in forward (`grad_input = softmax`, then in-place
+    /// updates), so the fp32 logits exist once.
     LossImpl, "--loss-impl", {
-        /// A new fp32 gradient of the logits in backward.
+        /// Hugging Face's causal-LM loss on the model's compute-dtype logits.
         #[default]
+        HuggingFace = "hugging-face",
+        /// `F.cross_entropy` on fp32 logits released before backward.
         Separate = "separate",
         /// The gradient written into the saved softmax.
         InPlace = "in-place",

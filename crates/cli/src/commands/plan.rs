@@ -14,7 +14,7 @@ use headroom_plan::export::{
 use headroom_plan::hardware::{self, Hardware, HardwareOverrides};
 use headroom_plan::search::search;
 use headroom_plan::strategy::{
-    BaseWeights, Framework, Lora, LoraTargets, LossImpl, OptimizerImpl, Pins, parse_flag,
+    BaseDtype, BaseWeights, Framework, Lora, LoraTargets, LossImpl, OptimizerImpl, Pins, parse_flag,
 };
 use headroom_plan::workload::{BatchSpec, LoaderSpec, Workload, context_warning};
 use headroom_train::config::Levers;
@@ -77,6 +77,11 @@ pub struct PlanArgs {
     /// projection in 4-bit NormalFloat with double-quantised scales, 4.127 bits per weight).
     #[arg(long, value_parser = parse_flag::<BaseWeights>, value_name = "FORMAT", requires = "lora_rank")]
     pub lora_base: Option<BaseWeights>,
+    /// The dtype the frozen base is loaded in (`torch_dtype`): fp32, bf16 or fp16 (default: the
+    /// parameter dtype of --precision, 16-bit under mixed precision). PEFT's FSDP example loads
+    /// it in fp32; DeepSpeed's 16-bit engines cast it to the compute dtype whatever it was.
+    #[arg(long, value_parser = parse_flag::<BaseDtype>, value_name = "DTYPE", requires = "lora_rank")]
+    pub lora_base_dtype: Option<BaseDtype>,
     /// headroom's own models: plan one rank of N data-parallel ranks (as `headroom train
     /// --data-parallel N` runs them), the ZeRO stage searched unless --zero pins it; the
     /// budget is per rank and --global-batch is split over the ranks.
@@ -98,12 +103,14 @@ pub struct PlanArgs {
     /// per-tensor (a loop such as Hugging Face's `adamw_hf` or `foreach=False`: one tensor's).
     #[arg(long, value_parser = parse_flag::<OptimizerImpl>, default_value = "foreach")]
     pub optimizer_impl: OptimizerImpl,
-    /// How the cross-entropy produces the logits' gradient: separate (PyTorch's
-    /// F.cross_entropy, as Hugging Face, torchtune and torchtitan use: a new fp32 gradient
-    /// beside the saved log-probabilities) or in-place (Megatron-LM's
+    /// How the cross-entropy holds the vocabulary-sized tensors: hugging-face (a Hugging Face
+    /// model's causal-LM loss: the model's 16-bit logits kept, upcast to fp32, fp32
+    /// log-probabilities and two fp32 gradients in backward), separate (PyTorch's
+    /// F.cross_entropy on fp32 logits released before backward, as torchtune and torchtitan
+    /// run it: the gradient beside the saved log-probabilities) or in-place (Megatron-LM's
     /// vocab_parallel_cross_entropy: written into the saved softmax, so the fp32 logits exist
     /// once).
-    #[arg(long, value_parser = parse_flag::<LossImpl>, default_value = "separate")]
+    #[arg(long, value_parser = parse_flag::<LossImpl>, default_value = "hugging-face")]
     pub loss_impl: LossImpl,
     /// Achievable fraction of the dense peak once micro-batches are large enough to fill the GPU,
     /// for every precision (default: each GPU's value fitted to a published run, 0.45 where none
@@ -218,6 +225,10 @@ pub fn run(args: PlanArgs) -> Result<()> {
     };
     let workload = match args.lora()? {
         Some(lora) => workload.with_lora(&spec, lora)?,
+        None => workload,
+    };
+    let workload = match args.lora_base_dtype {
+        Some(dtype) => workload.with_lora_base_dtype(dtype)?,
         None => workload,
     };
     let mut cost = CostModel::default();

@@ -167,24 +167,61 @@ pub fn block(
 }
 
 /// Whole-model activation terms outside the blocks (Korthikanti §4.3 with p = 1): embedding
-/// dropout mask `sbh`, final-norm input and output-projection input `2·e·sbh`, fp32 logits
-/// `4sbv` — or, for a loss in K chunks, one chunk's `4sbv/K`, the logits the first step of
-/// backward recomputes while every other activation is still held.
+/// dropout mask `sbh`, final-norm input and output-projection input `2·e·sbh`, and the loss's
+/// vocabulary-sized tensors held at the start of backward ([`logits`]).
 pub fn outside_blocks(spec: &Architecture, s: f64, b: f64, w: impl Into<Width>, loss: Loss) -> f64 {
     let w: Width = w.into();
     let h = spec.hidden_size as f64;
     let drop = if spec.dropout { 1.0 } else { 0.0 };
     // A frozen output projection (LoRA) keeps no input for its weight's gradient.
     let head_in = if spec.lora_saves.is_some() { 0.0 } else { 1.0 };
-    drop * s * b * h + (w.residual + head_in * w.e) * s * b * h + logits(spec, s, b, loss)
+    drop * s * b * h + (w.residual + head_in * w.e) * s * b * h + logits(spec, s, b, w.e, loss)
 }
 
-/// The fp32 logits held at once: `4sbv`, a K-th of it for a chunked loss. Hugging Face's
-/// causal-LM losses upcast the logits to fp32 under any precision and framework
-/// (`logits.float()` in the models and in `ForCausalLMLoss`), as autocast's fp32
-/// cross-entropy and torchtune's chunks do.
-pub fn logits(spec: &Architecture, s: f64, b: f64, loss: Loss) -> f64 {
-    4.0 * s * b * spec.vocab_size as f64 / loss.chunks() as f64
+/// Whether the loss is Hugging Face's causal-LM loss on the whole sequence: logits returned
+/// in the compute dtype, upcast by the loss (see [`logits`]). A chunked loss computes one
+/// chunk's fp32 logits at a time itself.
+fn upcasting(spec: &Architecture, loss: Loss) -> bool {
+    spec.upcasting_loss && loss == Loss::Plain
+}
+
+/// The loss's vocabulary-sized tensors held at the start of backward, for compute width `e`.
+///
+/// Hugging Face's causal-LM models return `logits = lm_head(hidden)` in the compute dtype (bf16
+/// under autocast, FSDP mixed precision or a 16-bit model) and keep them in the output until
+/// backward; `ForCausalLMLoss` (`transformers/loss/loss_utils.py`) calls `logits.float()` and
+/// `F.cross_entropy`, which is `log_softmax` then `nll_loss` (PyTorch
+/// `aten/src/ATen/native/LossNLL.cpp`, `cross_entropy_loss`). `log_softmax` saves its fp32
+/// output for backward; the fp32 copy itself is saved by nothing and freed when the loss
+/// returns. Held: the model's logits and the saved log-probabilities, `e + 4` bytes per token
+/// per vocabulary entry (in fp32 `float()` returns the logits themselves). In backward ([`logits_grad`]) `nll_loss_backward` allocates a zero-filled
+/// fp32 gradient of the log-probabilities and `log_softmax_backward_data` a new fp32 gradient
+/// of the logits (`grad − exp(out)·Σgrad`) while both inputs are alive: `e + 4 + 4 + 4`
+/// bytes at the loss's peak, 14 under bf16; the bf16 cast of the gradient that follows is made
+/// after the saved output and the first gradient are released (`2 + 4 + 4 + 2`, less).
+///
+/// Headroom's engine and the other loss implementations (a loop's own fp32 logits released
+/// before backward, Megatron-LM's) hold the fp32 log-probabilities `4sbv`, and a loss in K
+/// chunks a K-th of them (the chunk's logits the first step of backward recomputes while every
+/// other activation is held).
+pub fn logits(spec: &Architecture, s: f64, b: f64, e: f64, loss: Loss) -> f64 {
+    let tokens_by_vocab = s * b * spec.vocab_size as f64;
+    match upcasting(spec, loss) {
+        true => (e + 4.0) * tokens_by_vocab,
+        false => 4.0 * tokens_by_vocab / loss.chunks() as f64,
+    }
+}
+
+/// The vocabulary-sized gradients the loss's backward allocates beside [`logits`] at its
+/// peak, when the gradient is a new tensor (not `LossImpl::InPlace`): the fp32 gradient of the
+/// log-probabilities and the fp32 gradient of the logits under Hugging Face's loss (`8sbv`),
+/// the fp32 logits' gradient `4sbv` (a K-th for a chunked loss) otherwise.
+pub fn logits_grad(spec: &Architecture, s: f64, b: f64, loss: Loss) -> f64 {
+    let tokens_by_vocab = s * b * spec.vocab_size as f64;
+    match upcasting(spec, loss) {
+        true => 8.0 * tokens_by_vocab,
+        false => 4.0 * tokens_by_vocab / loss.chunks() as f64,
+    }
 }
 
 /// Number of blocks a policy recomputes among `n`: one in every `k` (rounded up) for `every:K`,

@@ -36,21 +36,70 @@ pub fn deepspeed_persistence_threshold(hidden: u64) -> u64 {
     10 * hidden
 }
 
-/// Elements a device holds unsharded under full sharding: (parameters gathered for compute,
-/// gradient elements produced whole before their reduce-scatter). Zero below stage 3.
-pub fn gathered_elements(problem: &Problem, s: &Strategy) -> (f64, f64) {
+/// Bytes of the weights full sharding gathers: every parameter at the compute width `pb`,
+/// except a LoRA run's frozen base, whose units hold its NF4 weights as stored (QLoRA) beside
+/// its 16-bit tensors and the adapters.
+struct GatheredWidth {
+    /// The whole model's bytes as gathered (what the other ranks can send at most, shards
+    /// included).
+    model: f64,
+    /// Bytes per element of the transformer blocks (the frozen base's block weights and the
+    /// blocks' adapters, over the base's block elements).
+    block_element: f64,
+    /// Bytes per element outside the blocks and of the small tensors (embeddings, head,
+    /// norms): frozen under LoRA, never quantised.
+    root_element: f64,
+}
+
+impl GatheredWidth {
+    fn of(problem: &Problem, s: &Strategy, pb: f64) -> GatheredWidth {
+        let f = &problem.facts;
+        let Some(lora) = f.lora else {
+            return GatheredWidth {
+                model: f.params as f64 * pb,
+                block_element: pb,
+                root_element: pb,
+            };
+        };
+        // The adapters (trainable) all sit in blocks; the root (embeddings, final norm, head)
+        // is frozen and never quantised.
+        let adapters = f.params as f64 * pb;
+        let (_, base) = problem.lora_base_widths(s);
+        let root = f.root_params as f64;
+        let base_block_elements = (f.total_params - f.params - f.root_params).max(1) as f64;
+        let frozen_block =
+            (lora.frozen_plain as f64 - root) * base as f64 + lora.frozen_nf4_bytes as f64;
+        GatheredWidth {
+            model: lora.frozen_bytes(base) as f64 + adapters,
+            block_element: (frozen_block + adapters) / base_block_elements,
+            root_element: base as f64,
+        }
+    }
+}
+
+/// What a device holds unsharded under full sharding: (bytes of parameters gathered for
+/// compute, gradient elements produced whole before their reduce-scatter). Zero below stage 3.
+///
+/// A LoRA run's frozen base is sharded and gathered unit by unit like any parameter (FSDP's
+/// flat parameters and DeepSpeed's partitions hold it whether it trains or not), and under
+/// parameter offload to the host each unit is still copied to the device and gathered there;
+/// only the gradients are the adapters' alone.
+pub fn gathered(problem: &Problem, s: &Strategy) -> (f64, f64) {
     if !s.placement.zero_stage.shards_parameters() {
         return (0.0, 0.0);
     }
     let f = &problem.facts;
     let n = problem.hardware.world_size() as f64;
     let p = f.params as f64;
+    let pb = s.precision.param_bytes() as f64;
+    let width = GatheredWidth::of(problem, s, pb);
     let par_off = s.placement.offload_params != Offload::None;
     let opt_off = s.placement.offload_optimizer != Offload::None;
-    let remote = if par_off { p } else { p * (n - 1.0) / n };
+    let others = if par_off { 1.0 } else { (n - 1.0) / n };
+    let remote = width.model * others;
     // With optimizer offload each gradient is still produced on the device before it is
     // copied out, whatever the number of GPUs.
-    let grad_window = if opt_off { p } else { remote };
+    let grad_window = if opt_off { p } else { p * others };
     match problem.framework {
         Framework::DeepSpeed => {
             let unit = f.gather_unit_params as f64;
@@ -62,15 +111,21 @@ pub fn gathered_elements(problem: &Problem, s: &Strategy) -> (f64, f64) {
                 .max(largest);
             let persistent = f.persistent_params as f64;
             (
-                (live + persistent).min(remote),
+                (live * width.block_element + persistent * width.root_element).min(remote),
                 (f.largest_layer_params as f64).min(grad_window),
             )
         }
         Framework::Fsdp => {
             let block = f.block_params as f64;
+            let root = f.root_params as f64 * width.root_element;
+            // Under LoRA only a unit's adapters have gradients (the root unit none).
+            let unit_grad = match f.lora {
+                Some(_) => p / problem.spec.total_blocks().max(1) as f64,
+                None => block.max(f.root_params as f64),
+            };
             (
-                (f.root_params as f64 + 2.0 * block).min(remote),
-                block.max(f.root_params as f64).min(grad_window),
+                (root + 2.0 * block * width.block_element).min(remote),
+                unit_grad.min(grad_window),
             )
         }
     }

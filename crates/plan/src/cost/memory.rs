@@ -11,8 +11,8 @@
 //! - forward/backward: model states + activations (held at the start of backward) + transient
 //!   workspace (logits gradient, naive-attention backward scores) + inputs + buffers;
 //! - optimizer step: model states + the optimizer's temporaries (PyTorch `foreach` AdamW holds
-//!   about one copy of the parameters being updated, torchtune PR #389; docs/sources.md §10),
-//!   no activations.
+//!   one copy of the parameters being updated in the states' format, the `_foreach_sqrt` of the
+//!   variance; torchtune PR #389; docs/sources.md §10), no activations.
 //!
 //! Gradient accumulation over micro-batches in f32 (DeepSpeed's `grad_accum_dtype`, fp32 by
 //! default for bf16; headroom's engine for both 16-bit formats): under the DeepSpeed layout
@@ -142,10 +142,10 @@ impl ModelStates {
         let opt_off = s.placement.offload_optimizer != Offload::None;
         let par_off = s.placement.offload_params != Offload::None;
 
-        // A LoRA base is frozen: parameters only, in the parameter dtype or NF4 (QLoRA).
-        let frozen = f
-            .lora
-            .map_or(0.0, |l| l.frozen_bytes(s.precision.param_bytes()) as f64);
+        // A LoRA base is frozen: parameters only, in the dtype it was loaded in (by default the
+        // parameter dtype) or NF4 (QLoRA).
+        let (base_width, _) = problem.lora_base_widths(s);
+        let frozen = f.lora.map_or(0.0, |l| l.frozen_bytes(base_width) as f64);
         // PyTorch's mixed precision (autocast, FSDP's `MixedPrecision`) trains fp32 parameters
         // with fp32 gradients: the parameters are the master copy, and there is no other.
         let torch_mixed = problem.framework == Framework::Fsdp && s.precision.master_weights();
@@ -182,13 +182,13 @@ impl ModelStates {
         // compute dtype (`gather`). Below it, PyTorch's mixed precision computes with 16-bit
         // copies of the fp32 weights, held from forward to backward: autocast's cast of every
         // matmul weight under DDP, FSDP's gathered 16-bit model under SHARD_GRAD_OP.
-        let (gathered, unsharded_grad) = gather::gathered_elements(problem, s);
+        let (gathered, unsharded_grad) = gather::gathered(problem, s);
         let cast_copies = match (torch_mixed, s.placement.zero_stage.number()) {
             (true, 0 | 1) => f.active_matmul_params.min(p) * pb,
             (true, 2) => p * pb,
             _ => 0.0,
         };
-        let (gathered_params, grad_unit) = (gathered * pb + cast_copies, unsharded_grad * gb);
+        let (gathered_params, grad_unit) = (gathered + cast_copies, unsharded_grad * gb);
 
         let mut host = 0.0;
         let mut nvme = 0.0;
@@ -262,16 +262,16 @@ fn communication_bytes(problem: &Problem, s: &Strategy) -> f64 {
     }
 }
 
-/// Transient workspace in backward, not live at the same time: the fp32 gradient of the logits
-/// (4·sbv, one chunk's for a chunked loss; none when the loss writes it into its saved softmax,
-/// `LossImpl::InPlace`), then per layer the naive attention's score
-/// gradients (2·e·as²b).
+/// Transient workspace in backward, not live at the same time: the loss's vocabulary-sized
+/// gradients (`activation::logits_grad`; none when the loss writes its gradient into its saved
+/// softmax, `LossImpl::InPlace`), then per layer the naive attention's score gradients
+/// (2·e·as²b).
 fn backward_workspace_bytes(problem: &Problem, s: &Strategy) -> f64 {
     let spec = &problem.spec;
     let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
     let e = s.precision.activation_bytes() as f64;
     let logits_grad = match problem.loss_impl {
-        LossImpl::Separate => activation::logits(spec, seq, b, s.loss),
+        LossImpl::HuggingFace | LossImpl::Separate => activation::logits_grad(spec, seq, b, s.loss),
         LossImpl::InPlace => 0.0,
     };
     let attn_bwd = match s.attention {
@@ -300,7 +300,15 @@ fn optimizer_step_bytes(problem: &Problem, s: &Strategy) -> f64 {
         (true, _) | (false, OptimizerImpl::PerTensor) => problem.facts.largest_layer_params as f64,
         (false, OptimizerImpl::Foreach) => local_params,
     };
-    let sd = s.precision.state_format().bytes() as f64;
+    // PyTorch's foreach AdamW (`_multi_tensor_adam` in `torch/optim/adam.py`, which AdamW
+    // runs with decoupled weight decay) updates in place — `_foreach_mul_` of the parameters
+    // by 1 − lr·wd, `_foreach_lerp_` of the momentum, `_foreach_mul_`/`_foreach_addcmul_` of
+    // the variance, `_foreach_div_`/`_foreach_add_` of the denominator, `_foreach_addcdiv_`
+    // of the parameters — except `exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs)`, one new list
+    // of the variance's size and dtype for every tensor of the group at once (the gradients
+    // stay alive beside it). So one copy of the local parameters in the states' format: fp32
+    // under fp32 and mixed precision, bf16 under pure bf16 and for bf16 states.
+    let sd = s.optimizer.state_format(s.precision).bytes() as f64;
     match s.optimizer {
         Optimizer::AdamW | Optimizer::AdamWBf16 | Optimizer::Lamb | Optimizer::SgdMomentum => {
             local_params * sd

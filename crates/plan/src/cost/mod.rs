@@ -175,6 +175,22 @@ impl Problem {
         }
     }
 
+    /// Bytes per element of a LoRA run's frozen 16-bit or fp32 tensors (not its NF4 weights),
+    /// as (stored on the device, gathered for compute under full sharding). The base stays in
+    /// the dtype it was loaded in (`Workload::lora_base_dtype`, by default the precision's
+    /// parameter dtype), except that DeepSpeed's 16-bit engines cast the whole module to the
+    /// compute dtype (`module.half()`/`bfloat16()` when fp16/bf16 is enabled); FSDP's
+    /// `MixedPrecision` casts each unit to the compute dtype before its all-gather.
+    pub fn lora_base_widths(&self, s: &Strategy) -> (u64, u64) {
+        let pb = s.precision.param_bytes();
+        let loaded = self.workload.lora_base_dtype.map_or(pb, |d| d.bytes());
+        match self.framework {
+            Framework::DeepSpeed if pb < 4 => (pb, pb),
+            Framework::Fsdp if s.precision.master_weights() => (loaded, pb),
+            _ => (loaded, loaded),
+        }
+    }
+
     /// The same problem with another optimizer implementation.
     pub fn with_optimizer_impl(self, optimizer_impl: OptimizerImpl) -> Problem {
         Problem {
@@ -183,9 +199,17 @@ impl Problem {
         }
     }
 
-    /// The same problem with another cross-entropy implementation.
+    /// The same problem with another cross-entropy implementation: only Hugging Face's loss
+    /// keeps the model's compute-dtype logits and upcasts them (`Architecture::upcasting_loss`
+    /// is cleared for the others).
     pub fn with_loss_impl(self, loss_impl: LossImpl) -> Problem {
-        Problem { loss_impl, ..self }
+        let mut spec = self.spec;
+        spec.upcasting_loss &= loss_impl == LossImpl::HuggingFace;
+        Problem {
+            spec,
+            loss_impl,
+            ..self
+        }
     }
 
     /// The same problem for another framework's memory layout.

@@ -131,6 +131,11 @@ pub struct Architecture {
     /// of being saved: headroom's engine does so (as `torch.compile`'s partitioner does);
     /// eager PyTorch, and so the frameworks planned for, saves it.
     pub recomputed_mlp_activation: bool,
+    /// The model returns its logits in the compute dtype, keeps them until backward, and its
+    /// loss upcasts them to fp32 (Hugging Face's models under `LossImpl::HuggingFace`; see
+    /// `cost::activation::logits`); false for headroom's engine, whose head writes fp32
+    /// logits the loss reads, and for the other loss implementations (`Problem` clears it).
+    pub upcasting_loss: bool,
     /// BERT's `type_vocab_size`; 0 for other families.
     pub type_vocab_size: u64,
     /// Under LoRA, which projection inputs backward still needs (the frozen projections' own
@@ -172,6 +177,8 @@ impl Architecture {
             bias: true,
             relative_attention_buckets: 0,
             recomputed_mlp_activation: false,
+            // Every family but headroom's residual MLP is a Hugging Face model.
+            upcasting_loss: family != Family::ResMlp,
             type_vocab_size: 0,
             lora_saves: None,
             shared_expert_size: 0,
