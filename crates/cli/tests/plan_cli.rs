@@ -577,3 +577,92 @@ fn the_headroom_export_carries_the_loss_and_the_step_in_backward() {
         "{t}"
     );
 }
+
+/// `plan` with `--emit` for mistral-7b on 4 × A100-40GB at ZeRO-3, the exports given.
+fn plan_emitting(emits: &[&str]) -> Output {
+    let mut args = vec![
+        "plan",
+        "--model",
+        "mistral-7b",
+        "--gpu",
+        "A100-40GB",
+        "--gpus-per-node",
+        "4",
+        "--seq-len",
+        "2048",
+        "--global-batch",
+        "32",
+        "--zero",
+        "3",
+    ];
+    args.extend_from_slice(emits);
+    headroom(&args)
+}
+
+#[test]
+fn a_failing_emit_writes_none_of_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("train.toml");
+    std::fs::write(&first, "# an earlier file\n").unwrap();
+    let fresh = dir.path().join("acc.yaml");
+    // The last file's directory is a regular file: nothing can be created under it.
+    let blocker = dir.path().join("blocker");
+    std::fs::write(&blocker, "").unwrap();
+    let unwritable = blocker.join("ds.json");
+    let o = plan_emitting(&[
+        "--emit",
+        "headroom",
+        first.to_str().unwrap(),
+        "--emit",
+        "accelerate",
+        fresh.to_str().unwrap(),
+        "--emit",
+        "deepspeed",
+        unwritable.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("nothing was written"), "{}", stderr(&o));
+    // The earlier file keeps its contents, no new file appears, no temporary is left behind.
+    assert_eq!(
+        std::fs::read_to_string(&first).unwrap(),
+        "# an earlier file\n"
+    );
+    let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["blocker", "train.toml"]);
+}
+
+#[test]
+fn the_accelerate_export_points_at_the_ds_config_emitted_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds.json");
+    let acc = dir.path().join("acc.yaml");
+    let o = plan_emitting(&[
+        "--emit",
+        "deepspeed",
+        ds.to_str().unwrap(),
+        "--emit",
+        "accelerate",
+        acc.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let yaml = std::fs::read_to_string(&acc).unwrap();
+    // "deepspeed_config_file: path to the DeepSpeed config file in json format"
+    // (https://huggingface.co/docs/accelerate/usage_guides/deepspeed); beside it Accelerate
+    // refuses gradient_clipping, zero_stage, offload_*_device and mixed_precision.
+    assert!(
+        yaml.contains(&format!("  deepspeed_config_file: {}\n", ds.display())),
+        "{yaml}"
+    );
+    for key in [
+        "gradient_clipping",
+        "zero_stage",
+        "offload_optimizer_device",
+        "mixed_precision",
+    ] {
+        assert!(!yaml.contains(key), "{key} beside the file:\n{yaml}");
+    }
+}

@@ -9,7 +9,7 @@ use headroom_memory::ByteSize;
 use headroom_plan::calibrate::{Measurement, calibrate};
 use headroom_plan::cost::{CostModel, Problem};
 use headroom_plan::export::{
-    ExportOptions, accelerate, deepspeed, headroom, peft, torchtune, write_export,
+    ExportOptions, accelerate, deepspeed, headroom, peft, torchtune, write_exports,
 };
 use headroom_plan::hardware::{self, Hardware, HardwareOverrides};
 use headroom_plan::search::search;
@@ -300,8 +300,21 @@ pub fn run(args: PlanArgs) -> Result<()> {
         nvme_path: args.nvme_path.clone(),
         main_process_ip: args.main_process_ip.clone(),
         main_process_port: args.main_process_port,
+        deepspeed_config_file: emits
+            .iter()
+            .find(|(k, _)| k == "deepspeed")
+            .map(|(_, p)| p.display().to_string()),
     };
-    for (kind, path) in emits {
+    // Every file is built (and held to the rules) before any is written; then all are written
+    // or none.
+    let mut texts = Vec::new();
+    for (kind, path) in &emits {
+        if emits.iter().filter(|(_, p)| p == path).count() > 1 {
+            bail!(
+                "--emit {kind} {}: the same path is given to two --emit; give each its own file",
+                path.display()
+            );
+        }
         let text = match kind.as_str() {
             "deepspeed" => {
                 serde_json::to_string_pretty(&deepspeed::ds_config(&problem, best, &opts)?)? + "\n"
@@ -314,8 +327,22 @@ pub fn run(args: PlanArgs) -> Result<()> {
             }
             _ => headroom::headroom_toml(&problem, best),
         };
-        write_export(&path, &text).with_context(|| format!("--emit {kind}"))?;
-        if !args.json {
+        texts.push(text);
+    }
+    let files: Vec<(&Path, &str)> = emits
+        .iter()
+        .zip(&texts)
+        .map(|((_, p), t)| (p.as_path(), t.as_str()))
+        .collect();
+    let kinds: Vec<&str> = emits.iter().map(|(k, _)| k.as_str()).collect();
+    write_exports(&files).with_context(|| {
+        format!(
+            "--emit {}: nothing was written (all the files or none)",
+            kinds.join(", --emit ")
+        )
+    })?;
+    if !args.json {
+        for (kind, path) in &emits {
             println!("wrote {kind} config to {}", path.display());
         }
     }

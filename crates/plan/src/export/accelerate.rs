@@ -2,14 +2,17 @@
 //! FSDP can express the plan (ZeRO-3 → FULL_SHARD, ZeRO-1/2 → SHARD_GRAD_OP, ZeRO-0 on several
 //! GPUs → NO_SHARD; CPU offload of parameters and optimizer together → `fsdp_offload_params`),
 //! otherwise Accelerate's DeepSpeed plugin section (optimizer-only offload, NVMe, with the
-//! `offload_*_nvme_path` keys). Keys are those of huggingface.co/docs/accelerate (the
+//! `offload_*_nvme_path` keys; when the ds_config is exported too, only
+//! `deepspeed_config_file` pointing at it, which keeps its buckets, gathering limits, `"auto"`
+//! clipping and NVMe paths). FSDP with LoRA adapters sets `fsdp_use_orig_params: false`, as
+//! PEFT's FSDP and FSDP-QLoRA guides do. Keys are those of huggingface.co/docs/accelerate (the
 //! `accelerate config` file, usage_guides/fsdp, usage_guides/deepspeed). Refused: pure bf16 (no
 //! Accelerate key keeps master weights and states in bf16) and checkpointing policies other than
 //! none/all under FSDP (`fsdp_activation_checkpointing` is every block); several nodes need
 //! rank 0's address (`--main-process-ip`). Written by a small emitter: every value is a scalar
 //! or a flat map.
 
-use super::{ExportOptions, fidelity};
+use super::{ExportOptions, fidelity, hold_to_rules, rules};
 use crate::cost::{Plan, Problem};
 use crate::error::{PlanError, Result};
 use crate::strategy::{Checkpoint, Framework, Loss, Offload, Precision};
@@ -93,15 +96,31 @@ pub fn accelerate_config(problem: &Problem, plan: &Plan, opts: &ExportOptions) -
                 "fsdp_transformer_layer_cls_to_wrap",
                 problem.spec.family.block_class().into(),
             ),
-            ("fsdp_use_orig_params", "true".into()),
+            // PEFT's FSDP guides (huggingface.co/docs/peft/accelerate/fsdp) keep the flat
+            // parameters for LoRA and QLoRA; other plans keep the original parameters.
+            (
+                "fsdp_use_orig_params",
+                problem.workload.lora.is_none().to_string(),
+            ),
         ];
         for (k, v) in items {
             y += &format!("  {k}: {v}\n");
         }
+    } else if let Some(file) = &opts.deepspeed_config_file {
+        // Accelerate reads every DeepSpeed setting from the file and refuses its own copies of
+        // them beside it (usage_guides/deepspeed, "deepspeed_config_file").
+        y += "distributed_type: DEEPSPEED\ndeepspeed_config:\n";
+        y += &format!("  deepspeed_config_file: {file}\n");
+        y += &format!(
+            "  zero3_init_flag: {}\n",
+            s.placement.zero_stage.shards_parameters()
+        );
     } else {
         y += "distributed_type: DEEPSPEED\ndeepspeed_config:\n";
+        y += "# bucket sizes and stage-3 gathering are DeepSpeed's defaults here, not the plan's: export the ds_config too (--emit deepspeed FILE) to have this file point at it\n";
+        // No gradient_clipping: Accelerate then leaves it "auto" (TrainingArguments'
+        // max_grad_norm), as the ds_config does.
         y += &format!("  gradient_accumulation_steps: {}\n", s.accumulation);
-        y += "  gradient_clipping: 1.0\n";
         y += &format!(
             "  offload_optimizer_device: {}\n",
             s.placement.offload_optimizer
@@ -152,8 +171,14 @@ pub fn accelerate_config(problem: &Problem, plan: &Plan, opts: &ExportOptions) -
         y += "machine_rank: 0\n";
     }
     y += "main_training_function: main\n";
-    y += &format!("mixed_precision: {mixed}\n");
+    if opts.deepspeed_config_file.is_none() || !y.contains("distributed_type: DEEPSPEED") {
+        y += &format!("mixed_precision: {mixed}\n");
+    }
     y += &format!("num_machines: {}\nnum_processes: {world}\n", hw.nodes);
     y += "rdzv_backend: static\nsame_network: true\ntpu_env: []\ntpu_use_cluster: false\ntpu_use_sudo: false\nuse_cpu: false\n";
+    hold_to_rules(
+        "accelerate",
+        rules::accelerate(&y, problem.workload.lora.is_some()),
+    )?;
     Ok(y)
 }

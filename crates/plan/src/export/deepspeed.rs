@@ -15,7 +15,7 @@
 //! tutorial's GPT-2); a Hugging Face model checkpointing through `torch.utils.checkpoint` keeps
 //! its inputs on the GPU whatever the section says.
 
-use super::{ExportOptions, fidelity};
+use super::{ExportOptions, fidelity, hold_to_rules, rules};
 use crate::cost::gather;
 use crate::cost::{Plan, Problem};
 use crate::error::{PlanError, Result};
@@ -151,5 +151,6 @@ pub fn ds_config(problem: &Problem, plan: &Plan, opts: &ExportOptions) -> Result
             "contiguous_memory_optimization": false,
         });
     }
+    hold_to_rules("deepspeed", rules::deepspeed(&cfg))?;
     Ok(cfg)
 }

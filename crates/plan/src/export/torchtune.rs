@@ -4,7 +4,8 @@
 //! (`torch.optim.AdamW`, `bitsandbytes.optim.AdamW8bit`, `bitsandbytes.optim.PagedAdamW8bit`),
 //! the chunked loss (`CEWithChunkedOutputLoss`, 8 chunks) and for LoRA the model builder's
 //! `lora_attn_modules`, `apply_lora_to_mlp`, `apply_lora_to_output`, `lora_rank`, `lora_alpha`
-//! (QLoRA: the `qlora_*` builder). Names are those of torchtune's recipe configs and its
+//! (QLoRA: the `qlora_*` builder), and torch.optim's `fused`/`foreach` flags of the kernel the
+//! plan assumes (`--optimizer-impl`). Names are those of torchtune's recipe configs and its
 //! "Memory optimization overview" (pytorch.org/torchtune/main/tutorials/memory_optimizations).
 //!
 //! Refused, with the reason: several GPUs (the distributed recipes shard with FSDP2: use the
@@ -17,11 +18,12 @@
 //! Not for: the recipe's data, tokenizer and checkpointer sections, which the plan does not
 //! decide; the file is the overrides to put into the recipe's own config.
 
+use super::{hold_to_rules, rules};
 use crate::cost::{Plan, Problem};
 use crate::error::{PlanError, Result};
 use crate::model::Family;
 use crate::strategy::{
-    BaseWeights, Checkpoint, Lora, LoraTarget, Loss, Offload, Optimizer, Precision,
+    BaseWeights, Checkpoint, Lora, LoraTarget, Loss, Offload, Optimizer, OptimizerImpl, Precision,
 };
 
 fn refuse(reason: String) -> PlanError {
@@ -190,6 +192,17 @@ pub fn torchtune_config(problem: &Problem, plan: &Plan) -> Result<String> {
         }
     );
     y += &format!("optimizer:\n  _component_: {optimizer}\n");
+    // The kernel the plan charged the step's temporaries for, as torch.optim's `fused` and
+    // `foreach` arguments (both written, so a recipe's own `fused: True` cannot add to a
+    // foreach plan); bitsandbytes' optimizers take neither.
+    if optimizer.starts_with("torch.optim.") {
+        let (fused, foreach) = match problem.optimizer_impl {
+            OptimizerImpl::Fused => ("True", "False"),
+            OptimizerImpl::Foreach => ("False", "True"),
+            OptimizerImpl::PerTensor => ("False", "False"),
+        };
+        y += &format!("  fused: {fused}\n  foreach: {foreach}\n");
+    }
     match s.loss {
         Loss::Plain => y += "loss:\n  _component_: torch.nn.CrossEntropyLoss\n",
         Loss::Chunked(8) => {
@@ -201,5 +214,6 @@ pub fn torchtune_config(problem: &Problem, plan: &Plan) -> Result<String> {
             )));
         }
     }
+    hold_to_rules("torchtune", rules::torchtune(&y))?;
     Ok(y)
 }

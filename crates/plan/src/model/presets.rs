@@ -129,6 +129,15 @@ pub fn preset_for_hub_id(id: &str) -> Option<&'static str> {
         .map(|(_, preset)| *preset)
 }
 
+/// The Hub repository a built-in model's `config.json` comes from (the base model's, not a chat
+/// or instruct sibling's), if it is one.
+pub fn hub_id_of_preset(name: &str) -> Option<&'static str> {
+    HUB_IDS
+        .iter()
+        .find(|(_, preset)| preset.eq_ignore_ascii_case(name))
+        .map(|(hub, _)| *hub)
+}
+
 /// The stored `config.json` text of a preset (case-insensitive name).
 pub fn preset_config(name: &str) -> Option<&'static str> {
     PRESETS

@@ -235,6 +235,9 @@ pub fn accelerate_schema() -> BTreeMap<&'static str, &'static [&'static str]> {
         ),
         ("fsdp_config.fsdp_transformer_layer_cls_to_wrap", &[][..]),
         ("fsdp_config.fsdp_use_orig_params", &["true", "false"][..]),
+        // "deepspeed_config_file: path to the DeepSpeed config file"
+        // (huggingface.co/docs/accelerate/usage_guides/deepspeed, "deepspeed_config_file").
+        ("deepspeed_config.deepspeed_config_file", &[][..]),
         ("deepspeed_config.gradient_accumulation_steps", &[][..]),
         ("deepspeed_config.gradient_clipping", &[][..]),
         (
@@ -405,6 +408,11 @@ pub fn check_torchtune(yaml: &str) -> BTreeMap<String, String> {
                 "bitsandbytes.optim.PagedAdamW8bit",
             ][..],
         ),
+        // torch.optim.AdamW(..., foreach=None, ..., fused=None)
+        // (pytorch.org/docs/stable/generated/torch.optim.AdamW.html); torchtune's configs write
+        // `fused: True` under `optimizer`.
+        ("optimizer.fused", bools),
+        ("optimizer.foreach", bools),
         ("loss", &[][..]),
         (
             "loss._component_",
