@@ -264,7 +264,8 @@ pub fn run(args: PlanArgs) -> Result<()> {
         None => None,
     };
     let started = Instant::now();
-    let outcome = search(&problem, &pins, None)?;
+    let configured = problem.configured(&pins);
+    let outcome = search(&problem, &pins, Some(&configured))?;
     let elapsed = started.elapsed();
     let report = plan_output::Report::new(&problem, &pins, &outcome, elapsed, args.top)
         .with_warnings(warnings)
