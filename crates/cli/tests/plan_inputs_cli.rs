@@ -406,3 +406,73 @@ fn the_lora_base_dtype_flag_counts_the_frozen_base_as_loaded() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--lora-rank"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_gpu_name_may_be_written_in_any_case_and_with_spaces() {
+    let plan = |gpu: &str, extra: &[&str]| {
+        let mut args = vec![
+            "plan",
+            "--model",
+            "gpt2",
+            "--gpu",
+            gpu,
+            "--seq-len",
+            "1024",
+            "--global-batch",
+            "8",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        headroom(&args)
+    };
+    for typed in ["RTX 4090", "rtx4090", "rtx-4090"] {
+        let o = plan(typed, &[]);
+        assert!(o.status.success(), "{typed}: {}", stderr(&o));
+        assert_eq!(json(&o)["hardware"]["gpu"]["name"], "RTX-4090", "{typed}");
+    }
+    // Three presets start with H100: the error names them and no other.
+    let o = plan("h100", &[]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("matches several presets: H100-80GB, H100-NVL, H100-PCIe"),
+        "{e}"
+    );
+    // A name matching none gets the nearest presets.
+    let o = plan("4090", &[]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("nearest: RTX-4090"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_gpu_memory_without_its_unit_is_refused_not_read_as_bytes() {
+    let plan = |memory: &str| {
+        headroom(&[
+            "plan",
+            "--model",
+            "gpt2",
+            "--gpu",
+            "A100-80GB",
+            "--gpu-memory",
+            memory,
+            "--seq-len",
+            "1024",
+            "--global-batch",
+            "8",
+            "--json",
+        ])
+    };
+    let o = plan("80");
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("gpu_memory") && e.contains("is 80 bytes") && e.contains("80GB or 80GiB"),
+        "{e}"
+    );
+    let o = plan("80GB");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        json(&o)["hardware"]["gpu"]["memory_bytes"],
+        80_000_000_000u64
+    );
+}

@@ -39,8 +39,16 @@ pub enum PlanError {
     UnknownHubModel { id: String, accepted: String },
 
     /// A GPU preset name that is not known.
-    #[error("unknown GPU preset '{name}'; accepted: {accepted}")]
-    UnknownGpu { name: String, accepted: String },
+    #[error("unknown GPU preset '{name}' (nearest: {nearest}); accepted: {accepted}")]
+    UnknownGpu {
+        name: String,
+        nearest: String,
+        accepted: String,
+    },
+
+    /// A GPU name that starts several presets.
+    #[error("GPU '{name}' matches several presets: {candidates}; name one of them")]
+    AmbiguousGpu { name: String, candidates: String },
 
     /// A hardware or cost-model value that is out of range.
     #[error("hardware field '{field}' {problem}; expected {expected}")]

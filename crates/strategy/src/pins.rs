@@ -50,6 +50,35 @@ impl Pins {
             && keeps(self.micro_batch, s.micro_batch)
             && keeps(self.accumulation, s.accumulation)
     }
+
+    /// The strategy a run configures with these pins: `base` (the defaults of the run, e.g.
+    /// `Strategy::default()` for a plain PyTorch or Hugging Face script) with every pinned lever
+    /// set. The search prefers it among near-equal plans.
+    pub fn configure(&self, base: Strategy) -> Strategy {
+        let placement = crate::Placement {
+            zero_stage: self.zero_stage.unwrap_or(base.placement.zero_stage),
+            offload_optimizer: self
+                .offload_optimizer
+                .unwrap_or(base.placement.offload_optimizer),
+            offload_params: self.offload_params.unwrap_or(base.placement.offload_params),
+            offload_activations: self
+                .offload_activations
+                .unwrap_or(base.placement.offload_activations),
+        };
+        Strategy {
+            precision: self.precision.unwrap_or(base.precision),
+            optimizer: self.optimizer.unwrap_or(base.optimizer),
+            placement,
+            checkpoint: self.checkpoint.unwrap_or(base.checkpoint),
+            attention: self.attention.unwrap_or(base.attention),
+            loss: self.loss.unwrap_or(base.loss),
+            optimizer_in_backward: self
+                .optimizer_in_backward
+                .unwrap_or(base.optimizer_in_backward),
+            micro_batch: self.micro_batch.unwrap_or(base.micro_batch),
+            accumulation: self.accumulation.unwrap_or(base.accumulation),
+        }
+    }
 }
 
 /// Levers in which `s` differs from `configured` (the accumulation follows the micro-batch for a

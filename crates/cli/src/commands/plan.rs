@@ -35,7 +35,9 @@ pub struct PlanArgs {
     #[arg(long, value_name = "SIZE")]
     pub device_memory: Option<ByteSize>,
     /// GPU preset: V100-16GB, V100-32GB, A100-40GB, A100-80GB, H100-80GB, H200-141GB, L4, A10G,
-    /// RTX-4090, RTX-3090, RTX-A6000, L40S, H100-PCIe, H100-NVL, B200, MI300X.
+    /// RTX-4090, RTX-3090, RTX-A6000, L40S, H100-PCIe, H100-NVL, B200, MI300X (case, spaces
+    /// and hyphens do not matter: `"rtx 4090"`; a leading part such as `h200` names the one
+    /// preset it starts).
     #[arg(long)]
     pub gpu: Option<String>,
     /// TOML file with hardware fields (same names as the flags, e.g. `gpu_memory = "80GiB"`).
@@ -275,7 +277,8 @@ pub fn run(args: PlanArgs) -> Result<()> {
         None => None,
     };
     let started = Instant::now();
-    let outcome = search(&problem, &pins, None)?;
+    let configured = problem.configured(&pins);
+    let outcome = search(&problem, &pins, Some(&configured))?;
     let elapsed = started.elapsed();
     let report = plan_output::Report::new(&problem, &pins, &outcome, elapsed, args.top)
         .with_warnings(warnings)

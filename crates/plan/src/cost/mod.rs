@@ -15,7 +15,7 @@ mod width;
 
 use crate::hardware::Hardware;
 use crate::model::{Architecture, ParamInventory};
-use crate::strategy::{Framework, LossImpl, OptimizerImpl, Strategy};
+use crate::strategy::{Framework, LossImpl, OptimizerImpl, Pins, Strategy};
 use crate::workload::Workload;
 use serde::Serialize;
 
@@ -215,6 +215,25 @@ impl Problem {
     /// The same problem for another framework's memory layout.
     pub fn with_framework(self, framework: Framework) -> Problem {
         Problem { framework, ..self }
+    }
+
+    /// The strategy a plain training script runs with these pins: PyTorch's defaults (fp32,
+    /// AdamW, nothing sharded or offloaded, no checkpointing, naive attention, plain loss) and
+    /// the whole per-device batch in one micro-batch unless the workload splits it. The search
+    /// prefers it among plans predicted equally fast, so that a tie does not change a lever for
+    /// nothing.
+    pub fn configured(&self, pins: &Pins) -> Strategy {
+        let (micro_batch, accumulation) = self
+            .workload
+            .splits(self.hardware.world_size())
+            .first()
+            .copied()
+            .unwrap_or((1, 1));
+        pins.configure(Strategy {
+            micro_batch,
+            accumulation,
+            ..Strategy::default()
+        })
     }
 
     /// Device bytes a plan may use: capacity × (1 − margin).

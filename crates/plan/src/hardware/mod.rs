@@ -11,11 +11,12 @@
 //! Not for: deciding what runs where (that is the strategy and the cost model).
 
 mod custom;
+mod names;
 mod presets;
 
 pub use custom::resolve;
 
-use presets::{GPU_ALIASES, GPU_PRESETS};
+use presets::GPU_PRESETS;
 
 use crate::error::{PlanError, Result};
 use headroom_memory::ByteSize;
@@ -45,19 +46,11 @@ pub fn gpu_preset_names() -> Vec<&'static str> {
 
 /// A GPU preset with the default cluster around it (one node of `gpus_per_node` GPUs).
 pub fn preset(name: &str) -> Result<Hardware> {
-    let same =
-        |a: &str, b: &str| a.eq_ignore_ascii_case(b) || a.replace('-', "").eq_ignore_ascii_case(b);
-    let name = GPU_ALIASES
-        .iter()
-        .find(|(alias, _)| same(alias, name))
-        .map_or(name, |(_, target)| target);
+    let name = names::preset_name(name)?;
     let row = GPU_PRESETS
         .iter()
-        .find(|r| same(r.0, name))
-        .ok_or_else(|| PlanError::UnknownGpu {
-            name: name.to_string(),
-            accepted: gpu_preset_names().join(", "),
-        })?;
+        .find(|r| r.0 == name)
+        .expect("preset_name returns a preset's name");
     let (n, mib, bf16, fp16, tf32, fp32, hbm, intra, pcie, inter, host_gib) = *row;
     Ok(Hardware {
         gpu: GpuSpec {
@@ -203,6 +196,20 @@ impl Hardware {
         }
         if self.gpu.memory_bytes == 0 {
             return Err(bad("gpu_memory", "is 0".into(), "a size such as 80GiB"));
+        }
+        // No GPU has less memory than its CUDA context: such a size is a count of gigabytes
+        // written without its unit, which counts bytes.
+        if self.gpu.memory_bytes < self.cuda_context_bytes {
+            let n = self.gpu.memory_bytes;
+            return Err(bad(
+                "gpu_memory",
+                format!(
+                    "is {n} bytes, less than the CUDA context alone ({}); a size without a unit \
+                     counts bytes",
+                    headroom_memory::format_bytes(self.cuda_context_bytes)
+                ),
+                &format!("a size with its unit, such as {n}GB or {n}GiB"),
+            ));
         }
         let rates = [
             ("fp16_tflops", self.gpu.fp16_tflops),
