@@ -6,155 +6,15 @@
 //!
 //! `cargo test -p headroom-plan --test published_runs -- --nocapture` prints the table.
 
+mod support;
+
 use headroom_plan::calibrate::{Measurement, calibrate};
-use headroom_plan::cost::{CostModel, Plan, Problem, efficiency, evaluate};
-use headroom_plan::hardware::{self, HardwareOverrides};
-use headroom_plan::model::load_model;
-use headroom_plan::strategy::{
-    BaseWeights, Category, Framework, Lora, LoraTargets, LossImpl, OptimizerImpl, Strategy,
-};
-use headroom_plan::workload::{BatchSpec, Workload};
-use serde::Deserialize;
-use std::path::Path;
-
-#[derive(Deserialize)]
-struct Runs {
-    run: Vec<Run>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Run {
-    id: String,
-    source: String,
-    url: String,
-    model: String,
-    framework: Framework,
-    optimizer_impl: OptimizerImpl,
-    #[serde(default)]
-    loss_impl: LossImpl,
-    #[serde(default)]
-    fitted: bool,
-    seq_len: u64,
-    memory_mib: Option<f64>,
-    memory_kind: Option<String>,
-    samples_per_s: Option<f64>,
-    tokens_per_s_per_gpu: Option<f64>,
-    lora_rank: Option<usize>,
-    lora_alpha: Option<f32>,
-    lora_targets: Option<String>,
-    lora_base: Option<String>,
-    /// DeepSpeed's `reduce_bucket_size` where the run's config sets it.
-    bucket_elements: Option<u64>,
-    hardware: HardwareOverrides,
-    strategy: Strategy,
-}
-
-/// One run planned: the problem, the plan, and the measured and predicted figures.
-struct Row {
-    run: Run,
-    problem: Problem,
-    plan: Plan,
-    memory: Option<(f64, f64)>,
-    speed: Option<(f64, f64)>,
-}
-
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/published");
-
-fn problem_of(run: &Run) -> Problem {
-    let model = match run.model.ends_with(".json") {
-        true => Path::new(DATA).join(&run.model).display().to_string(),
-        false => run.model.clone(),
-    };
-    let spec = load_model(&model).unwrap();
-    let gpu = run.hardware.gpu.clone().unwrap();
-    let mut hw = hardware::resolve(&gpu, &[&run.hardware]).unwrap();
-    hw.apply(&HardwareOverrides {
-        gpu: None,
-        ..run.hardware.clone()
-    })
-    .unwrap();
-    let s = &run.strategy;
-    let split = BatchSpec::Split {
-        micro_batch: s.micro_batch,
-        accumulation: s.accumulation,
-    };
-    let world = hw.world_size();
-    let workload = Workload::new(
-        &spec,
-        run.seq_len,
-        split,
-        Some(s.micro_batch),
-        Some(s.accumulation),
-        world,
-    )
-    .unwrap();
-    let workload = match run.lora_rank {
-        Some(rank) => {
-            let targets: LoraTargets = run.lora_targets.as_deref().unwrap().parse().unwrap();
-            let base: BaseWeights = run.lora_base.as_deref().unwrap_or("plain").parse().unwrap();
-            let lora = Lora::new(rank, run.lora_alpha.unwrap(), targets, base).unwrap();
-            workload.with_lora(&spec, lora).unwrap()
-        }
-        None => workload,
-    };
-    let cost = CostModel {
-        bucket_elements: run
-            .bucket_elements
-            .unwrap_or(CostModel::default().bucket_elements),
-        ..CostModel::default()
-    };
-    Problem::new(spec, hw, workload, cost)
-        .with_framework(run.framework)
-        .with_optimizer_impl(run.optimizer_impl)
-        .with_loss_impl(run.loss_impl)
-}
+use headroom_plan::cost::{Plan, efficiency, evaluate};
+use headroom_plan::strategy::{Category, Strategy};
+use support::published::{Row, error, gib, mean, print_table, worst};
 
 fn rows() -> Vec<Row> {
-    let text = std::fs::read_to_string(Path::new(DATA).join("runs.toml")).unwrap();
-    let runs: Runs = toml::from_str(&text).unwrap();
-    runs.run
-        .into_iter()
-        .map(|run| {
-            let problem = problem_of(&run);
-            let plan = evaluate(&problem, &run.strategy);
-            let at_peak = &plan.memory.breakdown.at_peak;
-            let peak = plan.memory.per_device_peak_bytes as f64;
-            let memory = run.memory_mib.map(|mib| {
-                let predicted = match run.memory_kind.as_deref().unwrap() {
-                    "device-used" => peak,
-                    "reserved" => peak - problem.hardware.cuda_context_bytes as f64,
-                    "active" => peak - at_peak[Category::Other] as f64,
-                    other => panic!("{}: memory_kind {other}", run.id),
-                };
-                (mib * 1024.0 * 1024.0, predicted)
-            });
-            let world = problem.hardware.world_size() as f64;
-            let measured = run
-                .tokens_per_s_per_gpu
-                .or(run.samples_per_s.map(|s| s * run.seq_len as f64 / world));
-            let speed = measured.map(|m| (m, plan.time.tokens_per_s / world));
-            Row {
-                run,
-                problem,
-                plan,
-                memory,
-                speed,
-            }
-        })
-        .collect()
-}
-
-fn error((measured, predicted): (f64, f64)) -> f64 {
-    predicted / measured - 1.0
-}
-
-fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len() as f64
-}
-
-fn gib(b: f64) -> String {
-    format!("{:.2}", b / (1u64 << 30) as f64)
+    support::published::rows("runs.toml")
 }
 
 #[test]
@@ -168,34 +28,7 @@ fn published_runs_fit_and_are_predicted_within_the_stated_errors() {
         "{} rows, {sources:?}",
         rows.len()
     );
-    println!(
-        "| run | source | memory published → predicted (GiB) | error | tokens/s/GPU published → predicted | error |"
-    );
-    println!("|---|---|---|---|---|---|");
-    for r in &rows {
-        let mem = r.memory.map_or("—".into(), |m| {
-            format!(
-                "{} → {} ({})",
-                gib(m.0),
-                gib(m.1),
-                r.run.memory_kind.as_deref().unwrap()
-            )
-        });
-        let mem_err = r
-            .memory
-            .map_or("—".into(), |m| format!("{:+.1} %", 100.0 * error(m)));
-        let speed = r
-            .speed
-            .map_or("—".into(), |s| format!("{:.0} → {:.0}", s.0, s.1));
-        let speed_err = r.speed.map_or("—".into(), |s| match r.run.fitted {
-            true => "fitted".into(),
-            false => format!("{:+.1} %", 100.0 * error(s)),
-        });
-        println!(
-            "| `{}` | [{}]({}) | {mem} | {mem_err} | {speed} | {speed_err} |",
-            r.run.id, r.run.source, r.run.url
-        );
-    }
+    print_table(&rows);
     // Every published run worked, so every one must fit.
     for r in &rows {
         assert!(
@@ -217,7 +50,6 @@ fn published_runs_fit_and_are_predicted_within_the_stated_errors() {
         .filter_map(|r| r.speed)
         .map(|s| error(s).abs())
         .collect();
-    let worst = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
     println!(
         "\nmemory: {} rows, mean |error| {:.1} %, worst {:.1} %; throughput: {} rows not fitted, mean |error| {:.1} %, worst {:.1} %",
         mem.len(),

@@ -1,8 +1,9 @@
-//! Helpers shared by the integration tests: a planning problem on a GPU preset, and the
-//! export schemas.
+//! Helpers shared by the integration tests: a planning problem on a GPU preset, the published
+//! runs' tables, and the export schemas.
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod published;
 pub mod schemas;
 
 use headroom_plan::cost::{CostModel, Plan, Problem, evaluate};
