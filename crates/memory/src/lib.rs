@@ -14,6 +14,7 @@ pub mod breakdown;
 pub mod category;
 pub mod config;
 pub mod device;
+pub mod doctor;
 pub mod fragmentation;
 pub mod host;
 pub mod host_pool;

@@ -302,11 +302,11 @@ fn library_message(e: &dyn std::fmt::Display) -> String {
 /// Room for a parser's own words and the start of the value it quotes.
 const LIBRARY_MESSAGE_CHARS: usize = 160;
 
-fn key(name: &str) -> HashableValue {
+pub(crate) fn key(name: &str) -> HashableValue {
     HashableValue::String(name.to_string())
 }
 
-fn as_u64(v: &Value) -> Option<u64> {
+pub(crate) fn as_u64(v: &Value) -> Option<u64> {
     match v {
         Value::I64(i) if *i >= 0 => Some(*i as u64),
         Value::Int(big) => u64::try_from(big).ok(),
@@ -318,7 +318,10 @@ fn as_u64(v: &Value) -> Option<u64> {
 /// deeper value recursively could overflow the stack.
 const MAX_PICKLE_DEPTH: usize = 1000;
 
-fn parse_pytorch_snapshot(bytes: &[u8]) -> Result<Trace, TraceError> {
+/// A PyTorch snapshot pickle's top-level dict, its nesting checked before it is converted.
+pub(crate) fn snapshot_dict(
+    bytes: &[u8],
+) -> Result<std::collections::BTreeMap<HashableValue, Value>, TraceError> {
     if let Some(depth) = crate::pickle_depth::nesting_depth(bytes)
         && depth > MAX_PICKLE_DEPTH
     {
@@ -329,22 +332,34 @@ fn parse_pytorch_snapshot(bytes: &[u8]) -> Result<Trace, TraceError> {
     let options = serde_pickle::DeOptions::new().replace_unresolved_globals();
     let value = serde_pickle::value_from_slice(bytes, options)
         .map_err(|e| TraceError::Pickle(library_message(&e)))?;
-    let Value::Dict(dict) = value else {
-        return Err(TraceError::Pickle("the top level is not a dict".into()));
-    };
+    match value {
+        Value::Dict(dict) => Ok(dict),
+        _ => Err(TraceError::Pickle("the top level is not a dict".into())),
+    }
+}
+
+/// The trace entries of the first device that has any.
+pub(crate) fn first_device_entries(
+    dict: &std::collections::BTreeMap<HashableValue, Value>,
+) -> Result<&Vec<Value>, TraceError> {
     let traces = match dict.get(&key("device_traces")) {
         Some(Value::List(devices)) => devices,
         _ => return Err(TraceError::NoEvents),
     };
-    // Replay the first device that has events.
-    let entries = traces
+    traces
         .iter()
         .filter_map(|d| match d {
             Value::List(entries) if !entries.is_empty() => Some(entries),
             _ => None,
         })
         .next()
-        .ok_or(TraceError::NoEvents)?;
+        .ok_or(TraceError::NoEvents)
+}
+
+fn parse_pytorch_snapshot(bytes: &[u8]) -> Result<Trace, TraceError> {
+    let dict = snapshot_dict(bytes)?;
+    // Replay the first device that has events.
+    let entries = first_device_entries(&dict)?;
     let mut events = Vec::with_capacity(entries.len());
     for (index, entry) in entries.iter().enumerate() {
         let err = |reason: String| TraceError::Event { index, reason };

@@ -12,7 +12,7 @@ use std::io;
 use std::path::Path;
 
 /// A stack frame; headroom uses it to carry category, name, step and phase.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, Hash)]
 pub struct Frame {
     pub filename: String,
     pub line: i64,

@@ -24,6 +24,11 @@ pub enum MemoryCommand {
     /// reported as an OOM event and the replay continues. Run it once with each allocator to
     /// see whether expandable segments would have saved your run.
     Replay(ReplayArgs),
+    /// Explain a run's memory from its trace: the peak by phase, category and call site, what is
+    /// kept across steps and the mistake it looks like (a loss summed as a tensor, outputs kept in
+    /// a list, evaluation without torch.no_grad, gradients never cleared) with its fix, and
+    /// whether expandable segments or empty_cache would have avoided an out-of-memory (replayed).
+    Doctor(crate::commands::doctor::DoctorArgs),
 }
 
 /// Which allocator mode to replay through.
@@ -70,6 +75,7 @@ const UNLIMITED: u64 = 1 << 40;
 pub fn run(cmd: MemoryCommand) -> anyhow::Result<()> {
     match cmd {
         MemoryCommand::Replay(args) => run_replay(args),
+        MemoryCommand::Doctor(args) => crate::commands::doctor::run(args),
     }
 }
 

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod data;
+pub mod doctor;
 pub mod estimate;
 pub mod memory;
 pub mod params;
