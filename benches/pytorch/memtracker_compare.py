@@ -13,8 +13,9 @@ Measuring writes `crates/plan/tests/data/memtracker/settings.json` (every settin
 peak, its breakdown at the peak and each category's own peak) and one config.json per model
 beside it; the test `crates/plan/tests/memtracker.rs` plans the same settings from them.
 `--check` runs `headroom plan --json` (binary from `cargo build -p headroom`) for each setting
-and prints tracker MiB, planner MiB (the planned peak less `other`: the CUDA context and the
-fragmentation reserve, which a CPU tracker cannot see) and the error.
+and prints tracker MiB (the CPU peak less `Other`, plus `cuda_correction`: what a CUDA run
+allocates differently, see `cuda_correction`), planner MiB (the planned peak less `other`: the
+CUDA context and the fragmentation reserve, which a CPU tracker cannot see) and the error.
 
 Settings are chosen where the CPU kernels allocate as CUDA's do (see docs/planner.md, "Against
 PyTorch's MemTracker"): SDPA without dropout and without a mask takes the CPU flash kernel,
@@ -208,6 +209,52 @@ def measure(st: dict) -> dict:
                 peak_phase=mt.peak_phase)
 
 
+def cuda_correction(st: dict, cfg) -> tuple[int, str]:
+    """Bytes to add to the CPU tracker's peak for what a CUDA run allocates differently, and why.
+
+    The corrections assume the peak at the loss's backward node, where every activation is
+    held (true of every setting here: `peak_phase` is backward).
+    - Checkpointed SDPA: under fake tensors transformers cannot skip the causal mask (a fake
+      position offset counts as tracing in `masking_utils._ignore_causal_mask_sdpa`), so it
+      builds a (b, 1, s, s) bool mask that the checkpointed blocks keep; a real run passes
+      `is_causal=True` and no mask.
+    - Phi-3 under SDPA: its partial rotary embedding `torch.cat`s the query into a contiguous
+      (b, a, s, d) tensor, and the fake (meta) CPU flash kernel allocates its output
+      `empty_like(query)` (`torch/_meta_registrations.py`), so `transpose(1, 2).contiguous()`
+      copies it; the CPU and CUDA kernels
+      allocate the output (b, s, a, d)-major, which the transpose makes contiguous without a
+      copy.
+    - Dropout: on the CPU `at::dropout` takes `_dropout_impl` (a mask `empty_like(input)` in the
+      input's dtype, saved by the product); on CUDA the fused `native_dropout` saves a 1-byte
+      bool mask (`is_fused_kernel_acceptable`, aten/src/ATen/native/Dropout.cpp). GPT-2 eager
+      drops the attention probabilities (a·s² per sequence and block), both residual branches
+      (2·s·h per block) and the embeddings (s·h).
+    - Autocast: CUDA autocast runs `pow` in fp32 (its fp32 op list,
+      aten/src/ATen/autocast_mode.cpp), so GPT-2's Python gelu_new computes tanh and 1 + tanh
+      in fp32; CPU autocast leaves them bf16: 2 more bytes for each of the two FFN-wide
+      tensors per block.
+    """
+    b, s = st["micro_batch"], st["seq_len"]
+    e = 2 if st["precision"] == "bf16" else 4
+    if st["checkpoint"] and st["attention"] == "sdpa":
+        return -b * s * s, "a fake position offset makes transformers build the causal mask"
+    if cfg.model_type == "phi3" and st["attention"] == "sdpa":
+        q = cfg.num_attention_heads * (cfg.hidden_size // cfg.num_attention_heads)
+        out = 4 if st["precision"] == "fp32" else 2  # autocast's SDPA output is bf16
+        return -out * b * s * q * cfg.num_hidden_layers, \
+            "the CPU flash meta allocates SDPA's output like its query, then copied"
+    if cfg.model_type != "gpt2":
+        return 0, ""
+    n, h, a = cfg.n_layer, cfg.n_embd, cfg.n_head
+    f = cfg.n_inner or 4 * h
+    if st["dropout"] and st["attention"] == "eager":
+        masks = n * (b * a * s * s + 2 * b * s * h) + b * s * h
+        return -(e - 1) * masks, "CPU dropout keeps its mask in the input's dtype, CUDA's 1 byte"
+    if st["precision"] == "bf16-mixed" and cfg.activation_function == "gelu_new":
+        return 2 * 2 * n * b * s * f, "CUDA autocast computes gelu_new's tanh chain in fp32"
+    return 0, ""
+
+
 def write_atomic(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     with os.fdopen(fd, "w") as f:
@@ -231,7 +278,9 @@ def run_measure(only: str | None) -> None:
         cfg.pop("attn_implementation", None)
         write_atomic(DATA / config_file(st["model"], st["dropout"]),
                      json.dumps(cfg, indent=2, sort_keys=True, default=str) + "\n")
-        row = dict(st, config=config_file(st["model"], st["dropout"]), **r)
+        correction, why = cuda_correction(st, hf_config(st["model"], st["dropout"], st["attention"]))
+        row = dict(st, config=config_file(st["model"], st["dropout"]), **r,
+                   cuda_correction_bytes=correction, cuda_correction=why)
         results.append(row)
         print(f"{st['name']:58s} {r['peak_total_bytes'] / MIB:9.1f} MiB  "
               f"peak in {r['peak_phase']}  ({time.time() - t0:.1f} s)", flush=True)
@@ -268,7 +317,8 @@ def plan_args(st: dict) -> list[str]:
 def run_check(binary: Path) -> int:
     doc = json.loads((DATA / "settings.json").read_text())
     errors = []
-    print(f"{'setting':58s} {'tracker':>9s} {'planner':>9s} {'error':>7s}")
+    print(f"{'setting':58s} {'tracker':>9s} {'planner':>9s} {'error':>7s}  (tracker: CPU peak less"
+          " Other, plus the CUDA correction)")
     for st in doc["settings"]:
         out = subprocess.run([str(binary), "plan", *plan_args(st)], capture_output=True,
                              text=True)
@@ -277,7 +327,8 @@ def run_check(binary: Path) -> int:
             return 1
         mem = json.loads(out.stdout)["plans"][0]["memory"]
         planned = mem["per_device_peak_bytes"] - mem["by_category"]["other"]
-        tracked = st["peak_total_bytes"] - st["at_peak"].get("Other", 0)
+        tracked = (st["peak_total_bytes"] - st["at_peak"].get("Other", 0)
+                   + st["cuda_correction_bytes"])
         err = (planned - tracked) / tracked
         errors.append(err)
         print(f"{st['name']:58s} {tracked / MIB:9.1f} {planned / MIB:9.1f} {100 * err:+6.1f}%")

@@ -93,6 +93,41 @@ pub(super) fn saved_probabilities(spec: &Architecture, w: Width) -> f64 {
     }
 }
 
+/// Bytes one block holds besides [`block`] when it runs without checkpointing: with a KV
+/// cache in training (`Architecture::kv_cache_in_training`) and SDPA, GPT-2's attention saves
+/// the query as a view of its fused q/k/v output, which keeps K and V alive beside the cache's
+/// `torch.cat` copies that SDPA also saves: `2·e·sb·kv`. Eager attention's matmuls save
+/// copies in place of the views, and checkpointing turns the cache off: nothing.
+pub fn kv_cache_copies(spec: &Architecture, s: f64, b: f64, e: f64, attention: Attention) -> f64 {
+    let fused_views = spec.family == Family::Gpt2;
+    match spec.kv_cache_in_training
+        && spec.transformers_modules
+        && fused_views
+        && attention == Attention::MemoryEfficient
+    {
+        true => 2.0 * e * s * b * spec.kv_dim() as f64,
+        false => 0.0,
+    }
+}
+
+/// Bytes held beside the checkpointed blocks' inputs by eager attention under checkpointing:
+/// transformers builds one `(b, 1, s, s)` additive mask in the embeddings' dtype for eager
+/// attention (`masking_utils.eager_mask`), and every checkpointed block keeps it as an input
+/// until its backward (without checkpointing it is freed with the model's forward; SDPA without
+/// padding takes `is_causal` and no mask). One mask for the model.
+pub fn checkpointed_mask(
+    spec: &Architecture,
+    s: f64,
+    b: f64,
+    w: Width,
+    attention: Attention,
+) -> f64 {
+    match spec.transformers_modules && spec.has_attention() && attention == Attention::Naive {
+        true => w.residual * b * s * s,
+        false => 0.0,
+    }
+}
+
 /// Bytes of activations one block stores for backward, for micro-batch `b`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BlockActivations {
@@ -397,18 +432,20 @@ pub fn held_at_backward_start(
     let outside = outside_blocks(spec, s, b, w, loss);
     let policy = effective_policy(spec, s, b, w, attention, policy, loss);
     let blocks = match policy {
-        Checkpoint::None => n as f64 * blk.full(),
+        Checkpoint::None => n as f64 * (blk.full() + kv_cache_copies(spec, s, b, w.e, attention)),
         Checkpoint::Selective => n as f64 * blk.linear_part,
         Checkpoint::SelectiveOp => {
             n as f64 * op_selective(spec, s, b, w, attention).kept.min(blk.full())
         }
         Checkpoint::EveryNth(_) => {
             let c = checkpointed_blocks(policy, n) as f64;
-            c * blk.input + (n as f64 - c) * blk.full()
+            c * blk.input
+                + (n as f64 - c) * blk.full()
+                + checkpointed_mask(spec, s, b, w, attention)
         }
         Checkpoint::Sqrt if n > 0 => {
             let len = n.div_ceil((n as f64).sqrt().ceil() as u64);
-            n.div_ceil(len) as f64 * blk.input
+            n.div_ceil(len) as f64 * blk.input + checkpointed_mask(spec, s, b, w, attention)
         }
         Checkpoint::Sqrt => 0.0,
         Checkpoint::Budget(_) => unreachable!("effective_policy resolves a budget"),

@@ -217,6 +217,7 @@ fn gpt2(name: &str, f: &Fields) -> Result<Architecture> {
         dropout: f.prob_or("resid_pdrop", 0.1)? > 0.0 || f.prob_or("attn_pdrop", 0.1)? > 0.0,
         // GPT2Config's default activation.
         python_gelu: f.text_or("activation_function", "gelu_new")? == "gelu_new",
+        kv_cache_in_training: f.flag_or("use_cache", true)?,
         ..base
     })
 }

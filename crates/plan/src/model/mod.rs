@@ -136,6 +136,12 @@ pub struct Architecture {
     /// `transformers/activations.py`): besides its input and output, autograd saves `0.5·x`,
     /// the `tanh` output and `1 + tanh`, three more FFN-wide tensors per block.
     pub python_gelu: bool,
+    /// The attention writes K and V into a `DynamicCache` in training as well (`use_cache`,
+    /// true by default in `GPT2Config`; transformers turns it off under gradient
+    /// checkpointing), whose `torch.cat` copies are what the attention then reads. GPT-2's
+    /// fused `c_attn` output stays alive through the query's view that SDPA saves, so its K and
+    /// V are held twice (`cost::activation`).
+    pub kv_cache_in_training: bool,
     /// The blocks are transformers' eager modules (`modeling_*.py`), whose RMSNorm upcast,
     /// fp32 eager softmax, `repeat_kv` and Python GELU the activation terms count
     /// (`cost::activation`); false for headroom's engine and for runs whose framework builds its
@@ -190,6 +196,7 @@ impl Architecture {
             relative_attention_buckets: 0,
             recomputed_mlp_activation: false,
             python_gelu: false,
+            kv_cache_in_training: false,
             transformers_modules: family != Family::ResMlp,
             // Every family but headroom's residual MLP is a Hugging Face model.
             upcasting_loss: family != Family::ResMlp,
