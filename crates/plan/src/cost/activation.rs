@@ -560,6 +560,27 @@ mod tests {
     }
 
     #[test]
+    fn gemmas_rmsnorm_keeps_its_fp32_copy_and_fp32_normalised_tensor() {
+        // GemmaRMSNorm: x.float() (a 4-byte copy of a bf16 input, the input itself in fp32)
+        // and x·rsqrt(…) kept in fp32 for the weight's (1 + w) product: against a LayerNorm's
+        // input at the residual width r, 4 − r + 4 bytes per element, two norms per block.
+        let text = r#"{"model_type": "gemma", "hidden_size": 64, "num_attention_heads": 4,
+            "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 128,
+            "num_hidden_layers": 1, "vocab_size": 100}"#;
+        let gemma = crate::model::parse_config("g", text).unwrap();
+        let fused = Architecture {
+            transformers_modules: false,
+            ..gemma.clone()
+        };
+        let (s, b, sbh) = (32.0, 2.0, 32.0 * 2.0 * 64.0);
+        for (e, per_norm) in [(2.0, 6.0), (4.0, 4.0)] {
+            let extra = block(&gemma, s, b, e, Attention::MemoryEfficient).full()
+                - block(&fused, s, b, e, Attention::MemoryEfficient).full();
+            assert_eq!(extra, 2.0 * per_norm * sbh, "e = {e}");
+        }
+    }
+
+    #[test]
     fn sqrt_keeps_segment_inputs_and_one_segment() {
         // The residual MLP at s = 32, b = 8, fp32: per block e·sb·(2h + 2f) = 4·256·1280, its
         // input e·sbh = 4·256·128. 16 blocks: ⌈√16⌉ = 4 segments of 4 blocks; backward holds
