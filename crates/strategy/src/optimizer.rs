@@ -107,19 +107,20 @@ mod tests {
 
 named_enum!(
     #[derive(Default)]
-    /// How a framework's cross-entropy holds the vocabulary-sized tensors: Hugging Face's
-    /// causal-LM loss (`ForCausalLMLoss`) upcasts the compute-dtype logits the model returns
-    /// and keeps, then PyTorch's `F.cross_entropy` saves fp32 log-probabilities and allocates
-    /// two fp32 gradients in backward; a training loop that computes fp32 logits and releases
-    /// them before backward (torchtune, torchtitan) keeps the log-probabilities and allocates
-    /// the logits' gradient beside them; Megatron-LM's `vocab_parallel_cross_entropy` writes
-    /// the gradient into the softmax it saved in forward (`grad_input = softmax`, then in-place
-    /// updates), so the fp32 logits exist once.
+    /// How a framework's cross-entropy holds the vocabulary-sized tensors, and whose modules
+    /// the model runs: Hugging Face's causal-LM loss (`ForCausalLMLoss`) upcasts the
+    /// compute-dtype logits the model returns (released with the model's output before
+    /// backward), then PyTorch's `F.cross_entropy` saves fp32 log-probabilities and allocates
+    /// two fp32 gradients in backward, on transformers' modules; a training loop with its own
+    /// modules that computes fp32 logits and releases them before backward (torchtune,
+    /// torchtitan) runs the same `F.cross_entropy`; Megatron-LM's
+    /// `vocab_parallel_cross_entropy` writes the gradient into the softmax it saved in forward
+    /// (`grad_input = softmax`, then in-place updates), so the fp32 logits exist once.
     LossImpl, "--loss-impl", {
         /// Hugging Face's causal-LM loss on the model's compute-dtype logits.
         #[default]
         HuggingFace = "hugging-face",
-        /// `F.cross_entropy` on fp32 logits released before backward.
+        /// `F.cross_entropy` on fp32 logits released before backward, the loop's own modules.
         Separate = "separate",
         /// The gradient written into the saved softmax.
         InPlace = "in-place",

@@ -45,6 +45,89 @@ pub(super) fn dims(spec: &Architecture) -> (f64, f64, f64, f64) {
     )
 }
 
+/// Bytes per element an RMSNorm saves beyond the input and output the norm terms count.
+///
+/// Llama's `LlamaRMSNorm` (and Mistral's, Mixtral's, Qwen2's, Phi-3's copies) computes
+/// `x.to(float32)`, `x·rsqrt(mean(x²) + ε)`, `.to(input_dtype)` and the weight's product:
+/// autograd saves the fp32 `x` (for `pow` and the product; a copy unless `x` is fp32) and the
+/// normalised tensor in the input dtype (for the weight's gradient). Against the input (at the
+/// residual width `r`) that is `4 − r` for the copy plus `r` for the normalised tensor: 4
+/// bytes. Gemma's `GemmaRMSNorm` keeps the normalised tensor in fp32 (`output · (1 +
+/// weight.float())`): `4 − r + 4`. LayerNorm (`native_layer_norm` saves its input and two
+/// per-row statistics) adds nothing, and so do the fused or compiled RMSNorms of loops with
+/// their own modules (torchtitan, torchtune under `torch.compile`), which save the input and the
+/// per-row statistic only.
+pub(super) fn norm_upcast(spec: &Architecture, w: Width) -> f64 {
+    if !spec.transformers_modules {
+        return 0.0;
+    }
+    match spec.family {
+        Family::Llama
+        | Family::Mistral
+        | Family::Mixtral
+        | Family::Qwen2
+        | Family::Qwen2Moe
+        | Family::Phi3 => 4.0,
+        Family::Gemma | Family::Gemma2 => 8.0 - w.residual,
+        Family::Gpt2 | Family::GptNeox | Family::Bert | Family::T5 | Family::ResMlp => 0.0,
+    }
+}
+
+/// Bytes per element of the attention probabilities naive attention saves. The softmax runs in
+/// fp32 where the model asks for it (`softmax(…, dtype=torch.float32).to(query.dtype)` in the
+/// Llama-like models' `eager_attention_forward`) or autocast does (`w.softmax`), and the
+/// cast back to the compute dtype, which the second matmul saves, is a second tensor (a
+/// model with attention dropout saves the dropout's output instead, counted with the dropout).
+pub(super) fn saved_probabilities(spec: &Architecture, w: Width) -> f64 {
+    let fp32_softmax = spec.transformers_modules
+        && !matches!(
+            spec.family,
+            Family::Gpt2 | Family::GptNeox | Family::Bert | Family::T5 | Family::ResMlp
+        );
+    let softmax = if fp32_softmax { 4.0 } else { w.softmax };
+    // With dropout the second matmul saves the dropout's output instead, which the dropout
+    // terms count; the cast is then saved by nothing.
+    match softmax > w.e && !spec.dropout {
+        true => softmax + w.e,
+        false => softmax,
+    }
+}
+
+/// Bytes one block holds besides [`block`] when it runs without checkpointing: with a KV
+/// cache in training (`Architecture::kv_cache_in_training`) and SDPA, GPT-2's attention saves
+/// the query as a view of its fused q/k/v output, which keeps K and V alive beside the cache's
+/// `torch.cat` copies that SDPA also saves: `2·e·sb·kv`. Eager attention's matmuls save
+/// copies in place of the views, and checkpointing turns the cache off: nothing.
+pub fn kv_cache_copies(spec: &Architecture, s: f64, b: f64, e: f64, attention: Attention) -> f64 {
+    let fused_views = spec.family == Family::Gpt2;
+    match spec.kv_cache_in_training
+        && spec.transformers_modules
+        && fused_views
+        && attention == Attention::MemoryEfficient
+    {
+        true => 2.0 * e * s * b * spec.kv_dim() as f64,
+        false => 0.0,
+    }
+}
+
+/// Bytes held beside the checkpointed blocks' inputs by eager attention under checkpointing:
+/// transformers builds one `(b, 1, s, s)` additive mask in the embeddings' dtype for eager
+/// attention (`masking_utils.eager_mask`), and every checkpointed block keeps it as an input
+/// until its backward (without checkpointing it is freed with the model's forward; SDPA without
+/// padding takes `is_causal` and no mask). One mask for the model.
+pub fn checkpointed_mask(
+    spec: &Architecture,
+    s: f64,
+    b: f64,
+    w: Width,
+    attention: Attention,
+) -> f64 {
+    match spec.transformers_modules && spec.has_attention() && attention == Attention::Naive {
+        true => w.residual * b * s * s,
+        false => 0.0,
+    }
+}
+
 /// Bytes of activations one block stores for backward, for micro-batch `b`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BlockActivations {
@@ -85,7 +168,8 @@ pub fn block(
     } else {
         0.0
     };
-    let norms = (1.0 + attention_blocks + extra_norms) * w.residual * sb * h;
+    let norms =
+        (1.0 + attention_blocks + extra_norms) * (w.residual + norm_upcast(spec, w)) * sb * h;
     // Under an fp32 residual stream each separate projection after a norm keeps its own
     // 16-bit cast of the norm's output: q, k and v apart (not fused), gate and up apart.
     let fused_qkv = matches!(spec.family, Family::Gpt2 | Family::GptNeox | Family::Phi3);
@@ -107,13 +191,23 @@ pub fn block(
     let (qkv_in, o_in) = (keep(|l| l.qkv_input), keep(|l| l.o_input));
     let (mlp_in, down_in) = (keep(|l| l.mlp_input), keep(|l| l.down_input));
     let adapters = saves.map_or(0.0, |l| l.adapters_per_block * l.rank * e * sb);
+    // Eager attention multiplies by `repeat_kv`'s copies of K and V, expanded to every query
+    // head (`eager_attention_forward` in each Llama-like model of transformers), and those
+    // copies are what the matmuls save; SDPA without a mask takes K and V as they are
+    // (`enable_gqa`, `transformers/integrations/sdpa_attention.py`).
+    let kv_saved = match attention {
+        Attention::Naive if spec.transformers_modules => q.max(kv),
+        Attention::Naive => kv,
+        Attention::MemoryEfficient => kv,
+    };
     let attn_linear = attention_blocks
-        * (e * sb * (h * qkv_in * (1.0 + extra_qkv_casts) + q + kv + kv + q * o_in)
+        * (e * sb * (h * qkv_in * (1.0 + extra_qkv_casts) + q + kv_saved + kv_saved + q * o_in)
             + drop * sb * h);
     let core = attention_blocks
         * match attention {
             Attention::Naive => {
-                w.softmax * a * s * s * b + drop * (a * s * s * b + e * a * s * s * b)
+                saved_probabilities(spec, w) * a * s * s * b
+                    + drop * (a * s * s * b + e * a * s * s * b)
             }
             Attention::MemoryEfficient => 4.0 * a * s * b,
         };
@@ -127,8 +221,17 @@ pub fn block(
         None if spec.recomputed_mlp_activation => 0.0,
         None => 1.0,
     };
+    // transformers' Python GELU (`gelu_new`) saves 0.5·x, tanh and 1 + tanh besides its input;
+    // under autocast `pow` runs in fp32 (CUDA autocast's fp32 list), so tanh and 1 + tanh are
+    // fp32.
+    let gelu_parts = match spec.python_gelu && spec.transformers_modules {
+        true => e + 2.0 * w.softmax,
+        false => 0.0,
+    };
     let mlp = match spec.mlp {
-        MlpKind::Plain => e * sb * h * mlp_in + k * (1.0 + act_out) * e * sb * f + drop * sb * h,
+        MlpKind::Plain => {
+            e * sb * h * mlp_in + k * ((1.0 + act_out) * e + gelu_parts) * sb * f + drop * sb * h
+        }
         // Gate out, activation out and up out always; their product (down's input) as above.
         MlpKind::Gated => {
             e * sb * h * mlp_in * (1.0 + extra_mlp_casts) + k * (3.0 + down_in) * e * sb * f
@@ -175,53 +278,50 @@ pub fn outside_blocks(spec: &Architecture, s: f64, b: f64, w: impl Into<Width>, 
     let drop = if spec.dropout { 1.0 } else { 0.0 };
     // A frozen output projection (LoRA) keeps no input for its weight's gradient.
     let head_in = if spec.lora_saves.is_some() { 0.0 } else { 1.0 };
-    drop * s * b * h + (w.residual + head_in * w.e) * s * b * h + logits(spec, s, b, w.e, loss)
+    let final_norm = w.residual + norm_upcast(spec, w);
+    drop * s * b * h + (final_norm + head_in * w.e) * s * b * h + logits(spec, s, b, loss)
 }
 
-/// Whether the loss is Hugging Face's causal-LM loss on the whole sequence: logits returned
-/// in the compute dtype, upcast by the loss (see [`logits`]). A chunked loss computes one
-/// chunk's fp32 logits at a time itself.
-fn upcasting(spec: &Architecture, loss: Loss) -> bool {
-    spec.upcasting_loss && loss == Loss::Plain
-}
-
-/// The loss's vocabulary-sized tensors held at the start of backward, for compute width `e`.
+/// The loss's vocabulary-sized tensors held at the start of backward.
 ///
 /// Hugging Face's causal-LM models return `logits = lm_head(hidden)` in the compute dtype (bf16
-/// under autocast, FSDP mixed precision or a 16-bit model) and keep them in the output until
-/// backward; `ForCausalLMLoss` (`transformers/loss/loss_utils.py`) calls `logits.float()` and
-/// `F.cross_entropy`, which is `log_softmax` then `nll_loss` (PyTorch
-/// `aten/src/ATen/native/LossNLL.cpp`, `cross_entropy_loss`). `log_softmax` saves its fp32
-/// output for backward; the fp32 copy itself is saved by nothing and freed when the loss
-/// returns. Held: the model's logits and the saved log-probabilities, `e + 4` bytes per token
-/// per vocabulary entry (in fp32 `float()` returns the logits themselves). In backward ([`logits_grad`]) `nll_loss_backward` allocates a zero-filled
-/// fp32 gradient of the log-probabilities and `log_softmax_backward_data` a new fp32 gradient
-/// of the logits (`grad − exp(out)·Σgrad`) while both inputs are alive: `e + 4 + 4 + 4`
-/// bytes at the loss's peak, 14 under bf16; the bf16 cast of the gradient that follows is made
-/// after the saved output and the first gradient are released (`2 + 4 + 4 + 2`, less).
+/// under autocast, FSDP mixed precision or a 16-bit model); `ForCausalLMLoss`
+/// (`transformers/loss/loss_utils.py`) calls `logits.float()` and `F.cross_entropy`, which is
+/// `log_softmax` then `nll_loss` (PyTorch `aten/src/ATen/native/LossNLL.cpp`,
+/// `cross_entropy_loss`). `log_softmax` saves its fp32 output for backward; neither the model's
+/// logits nor their fp32 copy is saved by any node (`lm_head` saves its input, the cast saves
+/// nothing), and the model's output that holds the logits is gone before backward:
+/// `Trainer.compute_loss` returns the loss alone (`transformers/trainer.py`), as does a loop
+/// that keeps `model(...).loss`. Held: the fp32 log-probabilities, `4sbv` whatever `e`. In
+/// backward ([`logits_grad`]) `nll_loss_backward` allocates a zero-filled fp32 gradient of the
+/// log-probabilities and `log_softmax_backward_data` a new fp32 gradient of the logits
+/// (`grad − exp(out)·Σgrad`) while both are alive: 12 bytes per token per vocabulary entry at
+/// the loss's peak, under fp32 and bf16 alike; the compute-dtype cast of the gradient that
+/// follows is made after the saved output and the first gradient are released (`4 + e`, less).
+/// In forward the loss passes through `e + 4 + 4` (logits, fp32 copy, log-probabilities), also
+/// less.
 ///
 /// Headroom's engine and the other loss implementations (a loop's own fp32 logits released
-/// before backward, Megatron-LM's) hold the fp32 log-probabilities `4sbv`, and a loss in K
+/// before backward, Megatron-LM's) hold the same fp32 log-probabilities `4sbv`, and a loss in K
 /// chunks a K-th of them (the chunk's logits the first step of backward recomputes while every
-/// other activation is held).
-pub fn logits(spec: &Architecture, s: f64, b: f64, e: f64, loss: Loss) -> f64 {
+/// other activation is held). MemTracker's count of transformers models agrees (the data and
+/// test beside `crates/plan/tests/memtracker.rs`).
+pub fn logits(spec: &Architecture, s: f64, b: f64, loss: Loss) -> f64 {
     let tokens_by_vocab = s * b * spec.vocab_size as f64;
-    match upcasting(spec, loss) {
-        true => (e + 4.0) * tokens_by_vocab,
-        false => 4.0 * tokens_by_vocab / loss.chunks() as f64,
-    }
+    4.0 * tokens_by_vocab / loss.chunks() as f64
 }
 
 /// The vocabulary-sized gradients the loss's backward allocates beside [`logits`] at its
-/// peak, when the gradient is a new tensor (not `LossImpl::InPlace`): the fp32 gradient of the
-/// log-probabilities and the fp32 gradient of the logits under Hugging Face's loss (`8sbv`),
-/// the fp32 logits' gradient `4sbv` (a K-th for a chunked loss) otherwise.
+/// peak, when the gradient is a new tensor (not `LossImpl::InPlace`). PyTorch's eager
+/// `F.cross_entropy` on fp32 logits (Hugging Face's `ForCausalLMLoss`, torchtune's and
+/// torchtitan's loops alike: `Architecture::upcasting_loss`) allocates two: `nll_loss_backward`'s
+/// zero-filled fp32 gradient of the log-probabilities and `log_softmax_backward_data`'s fp32
+/// gradient of the logits, `8sbv`; headroom's engine, whose loss writes the logits' gradient
+/// only, `4sbv`. A loss in K chunks, a K-th.
 pub fn logits_grad(spec: &Architecture, s: f64, b: f64, loss: Loss) -> f64 {
     let tokens_by_vocab = s * b * spec.vocab_size as f64;
-    match upcasting(spec, loss) {
-        true => 8.0 * tokens_by_vocab,
-        false => 4.0 * tokens_by_vocab / loss.chunks() as f64,
-    }
+    let per_entry = if spec.upcasting_loss { 8.0 } else { 4.0 };
+    per_entry * tokens_by_vocab / loss.chunks() as f64
 }
 
 /// Number of blocks a policy recomputes among `n`: one in every `k` (rounded up) for `every:K`,
@@ -292,7 +392,9 @@ pub fn checkpointed_inputs(
     (count, input)
 }
 
-/// Activation bytes held at the start of backward, the peak of a step's activations.
+/// Activation bytes at the peak of a step's activations: everything held at the start of
+/// backward ([`held_at_backward_start`]) plus what backward re-runs one block (or segment) at a
+/// time ([`recomputed`]).
 ///
 /// A checkpointed block keeps only its input; during its backward it is recomputed, so one
 /// block's activations exist again, minus the input it already holds (the input is the first
@@ -309,31 +411,78 @@ pub fn model_activations(
     loss: Loss,
 ) -> f64 {
     let w: Width = w.into();
+    held_at_backward_start(spec, s, b, w, attention, policy, loss)
+        + recomputed(spec, s, b, w, attention, policy, loss)
+}
+
+/// Activation bytes held when backward starts, at the loss's node: what each block keeps under
+/// the policy and the terms outside the blocks; no block has been re-run yet.
+pub fn held_at_backward_start(
+    spec: &Architecture,
+    s: f64,
+    b: f64,
+    w: impl Into<Width>,
+    attention: Attention,
+    policy: Checkpoint,
+    loss: Loss,
+) -> f64 {
+    let w: Width = w.into();
     let blk = block(spec, s, b, w, attention);
     let n = spec.total_blocks();
     let outside = outside_blocks(spec, s, b, w, loss);
     let policy = effective_policy(spec, s, b, w, attention, policy, loss);
     let blocks = match policy {
-        Checkpoint::None => n as f64 * blk.full(),
-        Checkpoint::Selective => n as f64 * blk.linear_part + blk.core_attention,
-        // Each block keeps what the policy saves; backward re-runs one block at a time.
+        Checkpoint::None => n as f64 * (blk.full() + kv_cache_copies(spec, s, b, w.e, attention)),
+        Checkpoint::Selective => n as f64 * blk.linear_part,
         Checkpoint::SelectiveOp => {
-            let kept = op_selective(spec, s, b, w, attention).kept.min(blk.full());
-            n as f64 * kept + (blk.full() - kept)
+            n as f64 * op_selective(spec, s, b, w, attention).kept.min(blk.full())
         }
         Checkpoint::EveryNth(_) => {
             let c = checkpointed_blocks(policy, n) as f64;
-            c * blk.input + (n as f64 - c) * blk.full() + (blk.full() - blk.input)
+            c * blk.input
+                + (n as f64 - c) * blk.full()
+                + checkpointed_mask(spec, s, b, w, attention)
         }
         Checkpoint::Sqrt if n > 0 => {
             let len = n.div_ceil((n as f64).sqrt().ceil() as u64);
-            let segments = n.div_ceil(len) as f64;
-            segments * blk.input + len as f64 * blk.full() - blk.input
+            n.div_ceil(len) as f64 * blk.input + checkpointed_mask(spec, s, b, w, attention)
         }
         Checkpoint::Sqrt => 0.0,
         Checkpoint::Budget(_) => unreachable!("effective_policy resolves a budget"),
     };
     blocks + outside
+}
+
+/// Activation bytes backward re-creates one block (or `sqrt` segment) at a time, beyond what
+/// the policy keeps: a checkpointed block's activations less its kept input, a segment's less
+/// its input, the dropped core attention of one block, what selective op recomputation drops
+/// from one block; nothing without recomputation.
+pub fn recomputed(
+    spec: &Architecture,
+    s: f64,
+    b: f64,
+    w: impl Into<Width>,
+    attention: Attention,
+    policy: Checkpoint,
+    loss: Loss,
+) -> f64 {
+    let w: Width = w.into();
+    let blk = block(spec, s, b, w, attention);
+    let n = spec.total_blocks();
+    match effective_policy(spec, s, b, w, attention, policy, loss) {
+        Checkpoint::None => 0.0,
+        Checkpoint::Selective => blk.core_attention,
+        Checkpoint::SelectiveOp => {
+            blk.full() - op_selective(spec, s, b, w, attention).kept.min(blk.full())
+        }
+        Checkpoint::EveryNth(_) => blk.full() - blk.input,
+        Checkpoint::Sqrt if n > 0 => {
+            let len = n.div_ceil((n as f64).sqrt().ceil() as u64);
+            len as f64 * blk.full() - blk.input
+        }
+        Checkpoint::Sqrt => 0.0,
+        Checkpoint::Budget(_) => unreachable!("effective_policy resolves a budget"),
+    }
 }
 
 #[cfg(test)]
@@ -343,8 +492,12 @@ mod tests {
 
     #[test]
     fn gpt_block_reproduces_korthikanti_eq1() {
-        // GPT-2 style (MHA, f = 4h, GeLU, dropout), 16-bit: sbh·(34 + 5as/h).
-        let m = load_model("gpt2-xl").unwrap();
+        // GPT-2 style (MHA, f = 4h, GeLU, dropout), 16-bit: sbh·(34 + 5as/h). Megatron's GeLU
+        // is one kernel, not transformers' Python `gelu_new`.
+        let m = Architecture {
+            python_gelu: false,
+            ..load_model("gpt2-xl").unwrap()
+        };
         let (s, b) = (1024.0, 4.0);
         let (h, a) = (1600.0, 25.0);
         let blk = block(&m, s, b, 2.0, Attention::Naive);
@@ -387,15 +540,44 @@ mod tests {
 
     #[test]
     fn swiglu_gqa_block_matches_hand_count() {
-        // llama-3-8b, s = 4096, b = 1, bf16, no dropout, naive attention:
-        //   norms 2·2sbh; attention linear 2·sb·(4096 + 4096 + 1024 + 1024 + 4096) = 2·sb·14336;
-        //   core 2·a·s²; MLP 2·sbh + 4·2·sb·14336.
+        // llama-3-8b, s = 4096, b = 1, bf16, no dropout, naive (eager) attention:
+        //   norms 2·(2 + 4)·sbh: each RMSNorm's bf16 input replaced by its fp32 copy (4) plus
+        //   the bf16 normalised tensor (2), against the 2 of a LayerNorm's input;
+        //   attention linear 2·sb·(4096 + 4096 + 4096 + 4096 + 4096): eager saves repeat_kv's
+        //   copies of K and V at the query width 4096, not the 1024 of the kv heads;
+        //   core (4 + 2)·a·s²: the fp32 softmax output and its bf16 cast;
+        //   MLP 2·sbh + 4·2·sb·14336.
         let m = load_model("llama-3-8b").unwrap();
         let (s, h, f, a) = (4096.0, 4096.0, 14336.0, 32.0);
         let expected =
-            4.0 * s * h + 2.0 * s * 14336.0 + 2.0 * a * s * s + 2.0 * s * h + 8.0 * s * f;
+            12.0 * s * h + 2.0 * s * 20480.0 + 6.0 * a * s * s + 2.0 * s * h + 8.0 * s * f;
         let blk = block(&m, s, 1.0, 2.0, Attention::Naive);
         assert!((blk.full() - expected).abs() < 1e-3);
+        // SDPA without a mask keeps K and V at the kv width and only a log-sum-exp: 4·a·s.
+        let expected = 12.0 * s * h + 2.0 * s * 14336.0 + 4.0 * a * s + 2.0 * s * h + 8.0 * s * f;
+        let blk = block(&m, s, 1.0, 2.0, Attention::MemoryEfficient);
+        assert!((blk.full() - expected).abs() < 1e-3);
+    }
+
+    #[test]
+    fn gemmas_rmsnorm_keeps_its_fp32_copy_and_fp32_normalised_tensor() {
+        // GemmaRMSNorm: x.float() (a 4-byte copy of a bf16 input, the input itself in fp32)
+        // and x·rsqrt(…) kept in fp32 for the weight's (1 + w) product: against a LayerNorm's
+        // input at the residual width r, 4 − r + 4 bytes per element, two norms per block.
+        let text = r#"{"model_type": "gemma", "hidden_size": 64, "num_attention_heads": 4,
+            "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 128,
+            "num_hidden_layers": 1, "vocab_size": 100}"#;
+        let gemma = crate::model::parse_config("g", text).unwrap();
+        let fused = Architecture {
+            transformers_modules: false,
+            ..gemma.clone()
+        };
+        let (s, b, sbh) = (32.0, 2.0, 32.0 * 2.0 * 64.0);
+        for (e, per_norm) in [(2.0, 6.0), (4.0, 4.0)] {
+            let extra = block(&gemma, s, b, e, Attention::MemoryEfficient).full()
+                - block(&fused, s, b, e, Attention::MemoryEfficient).full();
+            assert_eq!(extra, 2.0 * per_norm * sbh, "e = {e}");
+        }
     }
 
     #[test]

@@ -262,23 +262,42 @@ fn communication_bytes(problem: &Problem, s: &Strategy) -> f64 {
     }
 }
 
-/// Transient workspace in backward, not live at the same time: the loss's vocabulary-sized
-/// gradients (`activation::logits_grad`; none when the loss writes its gradient into its saved
-/// softmax, `LossImpl::InPlace`), then per layer the naive attention's score gradients
-/// (2·e·as²b).
-fn backward_workspace_bytes(problem: &Problem, s: &Strategy) -> f64 {
+/// The loss's transient workspace at the start of backward: its vocabulary-sized gradients
+/// (`activation::logits_grad`; none when the loss writes its gradient into its saved softmax,
+/// `LossImpl::InPlace`).
+fn loss_backward_bytes(problem: &Problem, s: &Strategy) -> f64 {
+    let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
+    match problem.loss_impl {
+        LossImpl::HuggingFace | LossImpl::Separate => {
+            activation::logits_grad(&problem.spec, seq, b, s.loss)
+        }
+        LossImpl::InPlace => 0.0,
+    }
+}
+
+/// A block's transient workspace in backward: the naive attention's score gradients
+/// (2·e·as²b), none for memory-efficient attention.
+fn block_backward_bytes(problem: &Problem, s: &Strategy) -> f64 {
     let spec = &problem.spec;
     let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
     let e = s.precision.activation_bytes() as f64;
-    let logits_grad = match problem.loss_impl {
-        LossImpl::HuggingFace | LossImpl::Separate => activation::logits_grad(spec, seq, b, s.loss),
-        LossImpl::InPlace => 0.0,
-    };
-    let attn_bwd = match s.attention {
+    match s.attention {
         Attention::Naive => 2.0 * e * spec.num_heads as f64 * seq * seq * b,
         Attention::MemoryEfficient => 0.0,
-    };
-    logits_grad.max(attn_bwd)
+    }
+}
+
+/// Parameter gradients alive when the loss's backward runs, the first node of backward: under
+/// PyTorch (DDP, FSDP) `zero_grad()` sets every `.grad` to `None` (its default since PyTorch
+/// 2.0, and `Trainer`'s), so with one micro-batch per step none exists yet (FSDP's unsharded
+/// unit gradient neither); with accumulation the earlier micro-batches' gradients are held.
+/// DeepSpeed's engines keep their gradient partitions and buckets between steps: all of them.
+fn gradients_at_loss_backward(problem: &Problem, s: &Strategy, states: &ModelStates) -> f64 {
+    let all = states.grad_device + states.grad_unit + states.grad_sums;
+    match problem.framework == Framework::Fsdp && s.accumulation == 1 {
+        true => 0.0,
+        false => all,
+    }
 }
 
 /// Optimizer-step temporaries on the device.
@@ -367,6 +386,11 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
         (activation::model_activations(spec, seq, b, w, s.attention, s.checkpoint, s.loss)
             - offloaded.device_saving)
             * problem.cost.activation_scale;
+    // At the loss's node no block has been re-run, and every offloaded input is on the host.
+    let activations_at_loss =
+        (activation::held_at_backward_start(spec, seq, b, w, s.attention, s.checkpoint, s.loss)
+            - offloaded.host)
+            * problem.cost.activation_scale;
     // input_ids, attention_mask and labels as int64.
     let input = 3.0 * 8.0 * seq * b;
 
@@ -381,22 +405,44 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
         c[Category::Other] = (ctx + frag * allocated).round() as u64;
         c
     };
-    let fb = with_other(&[
-        (
-            Category::Parameter,
-            states.param_device + states.gathered_params,
-        ),
+    let parameters = states.param_device + states.gathered_params;
+    let gradients = states.grad_device + states.grad_unit + states.grad_sums;
+    let input = (Category::Input, input);
+    let communication = (Category::Communication, comm);
+    // Backward has two candidate peaks. Its first node, the loss's, holds every activation
+    // kept from forward (no checkpointed block re-run yet) and allocates the vocabulary-sized
+    // gradients before any parameter gradient exists (`gradients_at_loss_backward`); the
+    // blocks' backward then holds the gradients as they are made and one re-run block, against
+    // activations the loss no longer holds (the log-probabilities are released once the loss's
+    // node has run), and a block's own workspace.
+    let loss_held = activation::logits(spec, seq, b, s.loss) * problem.cost.activation_scale;
+    let fb_loss = with_other(&[
+        (Category::Parameter, parameters),
         (
             Category::Gradient,
-            states.grad_device + states.grad_unit + states.grad_sums,
+            gradients_at_loss_backward(problem, s, &states),
         ),
         (Category::MasterWeight, states.master_device),
         (Category::OptimizerState, states.opt_device),
-        (Category::Activation, activations),
-        (Category::Temporary, backward_workspace_bytes(problem, s)),
-        (Category::Input, input),
-        (Category::Communication, comm),
+        (Category::Activation, activations_at_loss),
+        (Category::Temporary, loss_backward_bytes(problem, s)),
+        input,
+        communication,
     ]);
+    let fb_blocks = with_other(&[
+        (Category::Parameter, parameters),
+        (Category::Gradient, gradients),
+        (Category::MasterWeight, states.master_device),
+        (Category::OptimizerState, states.opt_device),
+        (Category::Activation, activations - loss_held),
+        (Category::Temporary, block_backward_bytes(problem, s)),
+        input,
+        communication,
+    ]);
+    let fb = match fb_loss.total() >= fb_blocks.total() {
+        true => fb_loss,
+        false => fb_blocks,
+    };
     let step = with_other(&[
         (Category::Parameter, states.param_device),
         (Category::Gradient, states.grad_device + states.grad_sums),

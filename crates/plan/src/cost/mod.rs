@@ -199,12 +199,13 @@ impl Problem {
         }
     }
 
-    /// The same problem with another cross-entropy implementation: only Hugging Face's loss
-    /// keeps the model's compute-dtype logits and upcasts them (`Architecture::upcasting_loss`
-    /// is cleared for the others).
+    /// The same problem with another cross-entropy implementation: Megatron-LM's in-place loss
+    /// allocates no gradient of its own (`Architecture::upcasting_loss` is cleared), and only
+    /// Hugging Face's runs use transformers' modules (`Architecture::transformers_modules`).
     pub fn with_loss_impl(self, loss_impl: LossImpl) -> Problem {
         let mut spec = self.spec;
-        spec.upcasting_loss &= loss_impl == LossImpl::HuggingFace;
+        spec.upcasting_loss &= loss_impl != LossImpl::InPlace;
+        spec.transformers_modules &= loss_impl == LossImpl::HuggingFace;
         Problem {
             spec,
             loss_impl,

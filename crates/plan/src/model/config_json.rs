@@ -215,6 +215,9 @@ fn gpt2(name: &str, f: &Fields) -> Result<Architecture> {
         max_learned_positions: Some(f.size_or("n_positions", 1024)?),
         tie_word_embeddings: f.flag_or("tie_word_embeddings", true)?,
         dropout: f.prob_or("resid_pdrop", 0.1)? > 0.0 || f.prob_or("attn_pdrop", 0.1)? > 0.0,
+        // GPT2Config's default activation.
+        python_gelu: f.text_or("activation_function", "gelu_new")? == "gelu_new",
+        kv_cache_in_training: f.flag_or("use_cache", true)?,
         ..base
     })
 }

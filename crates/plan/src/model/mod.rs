@@ -131,10 +131,28 @@ pub struct Architecture {
     /// of being saved: headroom's engine does so (as `torch.compile`'s partitioner does);
     /// eager PyTorch, and so the frameworks planned for, saves it.
     pub recomputed_mlp_activation: bool,
-    /// The model returns its logits in the compute dtype, keeps them until backward, and its
-    /// loss upcasts them to fp32 (Hugging Face's models under `LossImpl::HuggingFace`; see
-    /// `cost::activation::logits`); false for headroom's engine, whose head writes fp32
-    /// logits the loss reads, and for the other loss implementations (`Problem` clears it).
+    /// The MLP's activation is transformers' `NewGELUActivation` (GPT-2's `gelu_new`), written
+    /// as Python-level tensor operations (`0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`,
+    /// `transformers/activations.py`): besides its input and output, autograd saves `0.5·x`,
+    /// the `tanh` output and `1 + tanh`, three more FFN-wide tensors per block.
+    pub python_gelu: bool,
+    /// The attention writes K and V into a `DynamicCache` in training as well (`use_cache`,
+    /// true by default in `GPT2Config`; transformers turns it off under gradient
+    /// checkpointing), whose `torch.cat` copies are what the attention then reads. GPT-2's
+    /// fused `c_attn` output stays alive through the query's view that SDPA saves, so its K and
+    /// V are held twice (`cost::activation`).
+    pub kv_cache_in_training: bool,
+    /// The blocks are transformers' eager modules (`modeling_*.py`), whose RMSNorm upcast,
+    /// fp32 eager softmax, `repeat_kv` and Python GELU the activation terms count
+    /// (`cost::activation`); false for headroom's engine and for runs whose framework builds its
+    /// own modules (torchtune, torchtitan, Megatron-LM: `Problem::with_loss_impl` clears it
+    /// with the loss implementation they use).
+    pub transformers_modules: bool,
+    /// The loss is PyTorch's eager `F.cross_entropy` on logits upcast to fp32 (Hugging Face's
+    /// `ForCausalLMLoss`, torchtune's and torchtitan's loops), whose backward allocates two
+    /// fp32 vocabulary-sized gradients (see `cost::activation::logits_grad`); false for
+    /// headroom's engine, whose loss writes the logits' gradient alone, and for Megatron-LM's
+    /// in-place loss (`Problem::with_loss_impl` clears it).
     pub upcasting_loss: bool,
     /// BERT's `type_vocab_size`; 0 for other families.
     pub type_vocab_size: u64,
@@ -177,6 +195,9 @@ impl Architecture {
             bias: true,
             relative_attention_buckets: 0,
             recomputed_mlp_activation: false,
+            python_gelu: false,
+            kv_cache_in_training: false,
+            transformers_modules: family != Family::ResMlp,
             // Every family but headroom's residual MLP is a Hugging Face model.
             upcasting_loss: family != Family::ResMlp,
             type_vocab_size: 0,

@@ -37,6 +37,7 @@ pub fn planner_spec(name: &str, spec: &NnSpec) -> Architecture {
             dropout: c.dropout > 0.0,
             recomputed_mlp_activation: true,
             upcasting_loss: false,
+            transformers_modules: false,
             ..base(Family::Gpt2, c.vocab, c.width, c.layers, c.ffn)
         },
         NnSpec::Resmlp(c) => Architecture {

@@ -1,0 +1,55 @@
+//! What transformers' eager modules hold beyond the per-block terms of a fused implementation,
+//! each derived by hand from the module's code: GPT-2's KV cache in training under SDPA, and
+//! eager attention's mask kept by checkpointed blocks.
+
+use headroom_plan::cost::activation;
+use headroom_plan::model::{Architecture, load_model};
+use headroom_plan::strategy::{Attention, Checkpoint, Loss};
+
+fn held(spec: &Architecture, e: f64, attention: Attention, policy: Checkpoint) -> f64 {
+    activation::held_at_backward_start(spec, 1024.0, 8.0, e, attention, policy, Loss::Plain)
+}
+
+#[test]
+fn gpt2_under_sdpa_holds_its_kv_cache_copies_beside_the_fused_projection() {
+    // GPT-2 (12 blocks, width 768) at 8 × 1,024 tokens in bf16 with `use_cache` (the config's
+    // default): SDPA saves the query as a view of c_attn's output, keeping K and V alive, and
+    // the DynamicCache's torch.cat copies of K and V it reads: 2·2·T·768 more bytes per block.
+    let cached = load_model("gpt2").unwrap();
+    let uncached = Architecture {
+        kv_cache_in_training: false,
+        ..cached.clone()
+    };
+    let t = 8.0 * 1024.0;
+    let extra = held(&cached, 2.0, Attention::MemoryEfficient, Checkpoint::None)
+        - held(&uncached, 2.0, Attention::MemoryEfficient, Checkpoint::None);
+    assert_eq!(extra, 12.0 * 2.0 * 2.0 * t * 768.0);
+    // Eager attention's matmuls save the copies instead of the views, and checkpointing turns
+    // the cache off: nothing more.
+    for (attention, policy) in [
+        (Attention::Naive, Checkpoint::None),
+        (Attention::MemoryEfficient, Checkpoint::ALL_BLOCKS),
+    ] {
+        assert_eq!(
+            held(&cached, 2.0, attention, policy),
+            held(&uncached, 2.0, attention, policy)
+        );
+    }
+}
+
+#[test]
+fn checkpointed_eager_blocks_keep_the_additive_mask() {
+    // Llama-3-8B, every block checkpointed, 8 sequences of 1,024 tokens, pure bf16: under
+    // eager attention every block's checkpoint keeps the one (b, 1, s, s) bf16 mask,
+    // 2·8·1,024² bytes; SDPA takes `is_causal` and no mask.
+    let spec = load_model("llama-3-8b").unwrap();
+    let eager = held(&spec, 2.0, Attention::Naive, Checkpoint::ALL_BLOCKS);
+    let sdpa = held(
+        &spec,
+        2.0,
+        Attention::MemoryEfficient,
+        Checkpoint::ALL_BLOCKS,
+    );
+    // The block inputs and the terms outside the blocks do not depend on the attention.
+    assert_eq!(eager - sdpa, 2.0 * 8.0 * 1024.0 * 1024.0);
+}
