@@ -14,11 +14,10 @@
 //! The values are the efficiency of matmuls of unbounded arithmetic intensity: the step's
 //! matmuls reach them times the micro-batch's saturation and times their shape's factor
 //! (`time::shape_efficiency`: 0.84 for Llama 3 8B on an A100 80GB, 0.43 for GPT-2 on an A100
-//! 40GB), which is
-//! why they lie above the runs' MFU.
+//! 40GB), which is why they lie above the runs' MFU.
 //!
-//! Not for: the micro-batch saturation (`time::achieved_efficiency`), the matmuls' shape (`time::shape_efficiency`) or a user's own
-//! measurement (`calibrate`).
+//! Not for: the micro-batch saturation (`time::achieved_efficiency`), the matmuls' shape
+//! (`time::shape_efficiency`) or a user's own measurement (`calibrate`).
 
 use super::Problem;
 use crate::strategy::Precision;

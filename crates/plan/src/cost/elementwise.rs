@@ -9,10 +9,11 @@
 //! `b·V` bytes per token over the `V` logits (fp32 in PyTorch's log-softmax), which is GPT-2's
 //! 50,257 and Llama 3's 128,256.
 //!
-//! `torch.compile` (TorchInductor) fuses chains of element-wise kernels into one, so each
-//! intermediate is written and read once instead of once per operator, and it removes the gaps
-//! between many small launches: its step moves fewer bytes per token. The compile lever is an
-//! input of the problem (`Problem::compile`, `--compile true|false`), not a searched lever.
+//! `torch.compile` (TorchInductor; Ansel et al., "PyTorch 2", ASPLOS 2024) fuses chains of
+//! element-wise kernels into one, so an intermediate is no longer written by one operator and
+//! read by the next: its step moves fewer bytes per token, which is all this model charges it
+//! for (the launches it saves are not counted). The compile lever is an input of the problem
+//! (`Problem::compile`, `--compile true|false`), not a searched lever.
 //!
 //! **The constants**, counted, not fitted. The block term's bytes per token per block are
 //! `c × h × e` (`e` the activation width, 2 bytes in 16-bit training, 4 in fp32):
