@@ -2,7 +2,8 @@
 //! with its source): every run that worked must be predicted to fit, the memory within the
 //! errors stated in docs/planner.md ("Held to reality"), the throughput of the rows the speed
 //! model was not fitted to within the stated mean error; the rows it was fitted to reproduce
-//! their throughput, and the fitted efficiencies are what `--calibrate` derives from them.
+//! their throughput, the fitted efficiencies are what `--calibrate` derives from them, and the
+//! matmul shape's constant is what nanoGPT's row gives (`fitted_constant`).
 //!
 //! `cargo test -p headroom-plan --test published_runs -- --nocapture` prints the table.
 
