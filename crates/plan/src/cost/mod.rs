@@ -27,7 +27,8 @@ pub use time::StepTime;
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct CostModel {
     /// Achievable fraction of the dense peak for the model's matmuls (MFU-like) once a
-    /// micro-batch is large enough to fill the GPU, for every GPU and precision (`--efficiency`);
+    /// micro-batch is large enough to fill the GPU and the matmuls wide enough to feed it
+    /// (`time::shape_efficiency`), for every GPU and precision (`--efficiency`);
     /// unset, each GPU and precision takes its value fitted to a published run
     /// (`efficiency`), or 0.45.
     pub efficiency: Option<f64>,
