@@ -476,3 +476,60 @@ fn a_gpu_memory_without_its_unit_is_refused_not_read_as_bytes() {
         80_000_000_000u64
     );
 }
+
+#[test]
+fn compile_is_an_input_the_report_and_the_step_time_carry() {
+    // nanoGPT's GPT-2 run (8 A100 40GB, micro-batch 12 × 5): a compiled step moves fewer bytes,
+    // so it is faster, and the JSON says which was planned; a value other than true or false is
+    // refused by name.
+    let run = |compile: &str| {
+        let o = headroom(&[
+            "plan",
+            "--model",
+            "gpt2",
+            "--gpu",
+            "A100-40GB",
+            "--gpus-per-node",
+            "8",
+            "--seq-len",
+            "1024",
+            "--framework",
+            "fsdp",
+            "--precision",
+            "bf16-mixed",
+            "--optimizer",
+            "adamw",
+            "--zero",
+            "0",
+            "--checkpoint",
+            "none",
+            "--attention",
+            "memory-efficient",
+            "--micro-batch",
+            "12",
+            "--accumulation",
+            "5",
+            "--compile",
+            compile,
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        json(&o)
+    };
+    let (eager, compiled) = (run("false"), run("true"));
+    assert_eq!(eager["compile"], false);
+    assert_eq!(compiled["compile"], true);
+    let tokens = |v: &Value| v["recommended"]["time"]["tokens_per_s"].as_f64().unwrap();
+    assert!(tokens(&compiled) > tokens(&eager));
+    let o = headroom(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--gpu",
+        "A100-40GB",
+        "--compile",
+        "yes",
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--compile"), "{}", stderr(&o));
+}

@@ -16,11 +16,12 @@
 //! `torch.cuda.max_memory_allocated()` reports it: no CUDA context, no allocator cache.
 //!
 //! - **Speed.** The measured step time minus the parts the efficiency does not scale (memory-
-//!   bound attention traffic, the optimizer step, exposed communication and offload) is the
+//!   bound attention traffic and element-wise kernels, the optimizer step, exposed
+//!   communication and offload) is the
 //!   compute time the run achieved; the saturated efficiency is scaled so the model predicts
 //!   exactly the measured tokens/s for the measured strategy (iterated, because overlapped
-//!   communication depends on the compute time). The saturation with micro-batch keeps its
-//!   shape, so other micro-batches move with it.
+//!   communication depends on the compute time). The saturation with micro-batch and the
+//!   matmul shape's factor keep their form, so other micro-batches and models move with it.
 //! - **Memory.** When the measured step peaks in forward/backward, the activation bytes are
 //!   scaled so the predicted allocated bytes (the peak less the CUDA context and fragmentation
 //!   reserve of `other`) equal the measurement; model states are exact counts and keep theirs.

@@ -412,6 +412,11 @@ fn torchtune_overrides_name_the_recipes_keys_or_refuse_what_it_cannot_run() {
         keys["loss._component_"],
         "torchtune.modules.loss.CEWithChunkedOutputLoss"
     );
+    // The recipe compiles exactly when the plan's step time assumed it.
+    assert_eq!(keys["compile"], "False");
+    let compiled = p.clone().with_compile(true);
+    let keys = check_torchtune(&torchtune_config(&compiled, &evaluate(&compiled, &s)).unwrap());
+    assert_eq!(keys["compile"], "True");
     assert_eq!(
         (
             keys["batch_size"].as_str(),

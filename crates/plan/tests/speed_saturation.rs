@@ -40,7 +40,9 @@ fn the_fit_reproduces_hugging_faces_bert_large_v100_measurement() {
 #[test]
 fn efficiency_rises_with_the_micro_batch_towards_the_saturated_value() {
     let p = problem("llama-2-7b", "H100-80GB", 1, 1, 4096, 8);
-    let saturated = headroom_plan::cost::efficiency::saturated(&p, Precision::Bf16Mixed);
+    // The micro-batch saturates towards the saturated efficiency the matmuls' shape allows.
+    let saturated = headroom_plan::cost::efficiency::saturated(&p, Precision::Bf16Mixed)
+        * headroom_plan::cost::time::shape_efficiency(&p, Precision::Bf16Mixed);
     let mut last = 0.0;
     for mb in [1, 2, 4, 8, 64, 4096] {
         let e = achieved_efficiency(&p, Precision::Bf16Mixed, mb);
@@ -48,12 +50,18 @@ fn efficiency_rises_with_the_micro_batch_towards_the_saturated_value() {
         last = e;
     }
     assert!(saturated - last < 1e-3 * saturated, "{last}");
-    // A faster GPU needs more work to fill: the same micro-batch runs at a lower fraction of an
-    // H100's bf16 peak than of an A100's, and of its own fp32 peak.
+    // A faster GPU needs more work to fill: the same micro-batch fills less of an H100's bf16
+    // peak than of an A100's, and of its own fp32 peak (the fraction of the efficiency the
+    // saturated micro-batch reaches, the GPU's and the shape's factors divided out).
+    let fill = |p: &Problem, precision: Precision| {
+        achieved_efficiency(p, precision, 1)
+            / (headroom_plan::cost::efficiency::saturated(p, precision)
+                * headroom_plan::cost::time::shape_efficiency(p, precision))
+    };
     let a100 = problem("llama-2-7b", "A100-80GB", 1, 1, 4096, 8);
-    let h100 = achieved_efficiency(&p, Precision::Bf16Mixed, 1);
-    assert!(h100 < achieved_efficiency(&a100, Precision::Bf16Mixed, 1));
-    assert!(h100 < achieved_efficiency(&p, Precision::Fp32, 1));
+    let h100 = fill(&p, Precision::Bf16Mixed);
+    assert!(h100 < fill(&a100, Precision::Bf16Mixed));
+    assert!(h100 < fill(&p, Precision::Fp32));
 }
 
 fn recommended_micro_batch(p: &Problem) -> u64 {

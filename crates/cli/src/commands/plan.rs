@@ -114,9 +114,16 @@ pub struct PlanArgs {
     /// once).
     #[arg(long, value_parser = parse_flag::<LossImpl>, default_value = "hugging-face")]
     pub loss_impl: LossImpl,
-    /// Achievable fraction of the dense peak once micro-batches are large enough to fill the GPU,
-    /// for every precision (default: each GPU's value fitted to a published run, 0.45 where none
-    /// is; see docs/planner.md); smaller micro-batches reach less of it.
+    /// Whether the training step runs under `torch.compile` (torchtitan's `compile`, the Hugging
+    /// Face Trainer's `torch_compile`, torchtune's `compile`): its element-wise kernels fused, so
+    /// it moves fewer bytes per token (docs/planner.md, "Matmul shape and element-wise kernels").
+    /// Default: eager.
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set)]
+    pub compile: bool,
+    /// Achievable fraction of the dense peak once micro-batches are large enough to fill the GPU
+    /// and matmuls wide enough to feed it, for every precision (default: each GPU's value fitted
+    /// to a published run, 0.45 where none is; see docs/planner.md); smaller micro-batches and
+    /// narrower models reach less of it.
     #[arg(long)]
     pub efficiency: Option<f64>,
     /// Fragmentation reserve as a fraction of allocated bytes (default 0.10).
@@ -262,7 +269,8 @@ pub fn run(args: PlanArgs) -> Result<()> {
     let mut problem = Problem::new(spec, hw, workload, cost)
         .with_framework(framework)
         .with_optimizer_impl(args.optimizer_impl)
-        .with_loss_impl(args.loss_impl);
+        .with_loss_impl(args.loss_impl)
+        .with_compile(args.compile);
     let calibration = match &args.calibrate {
         Some(path) => {
             let text = std::fs::read_to_string(path)

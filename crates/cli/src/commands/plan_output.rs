@@ -100,6 +100,7 @@ impl<'a> Report<'a> {
             "cost_model": p.cost,
             "framework": p.framework,
             "optimizer_impl": p.optimizer_impl,
+            "compile": p.compile,
             "search": {
                 "evaluated": self.outcome.evaluated,
                 "fitting": self.outcome.fitting.len(),
@@ -162,7 +163,7 @@ impl<'a> Report<'a> {
             group_digits(p.workload.tokens_per_step())
         );
         out += &format!(
-            "Layout    {} ({}), {} optimizer step\n",
+            "Layout    {} ({}), {} optimizer step, {}\n",
             p.framework,
             match p.framework {
                 headroom_plan::strategy::Framework::DeepSpeed => {
@@ -172,7 +173,11 @@ impl<'a> Report<'a> {
                     "fp32 parameters as the master copy, fp32 gradients, blocks gathered whole"
                 }
             },
-            p.optimizer_impl
+            p.optimizer_impl,
+            match p.compile {
+                true => "compiled (torch.compile)",
+                false => "eager",
+            }
         );
         out += &format!(
             "Searched  {} strategies in {:.1} ms; {} fit\n\n",

@@ -6,6 +6,7 @@
 
 pub mod activation;
 pub mod efficiency;
+pub mod elementwise;
 mod evaluator;
 pub mod gather;
 pub mod memory;
@@ -26,7 +27,8 @@ pub use time::StepTime;
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct CostModel {
     /// Achievable fraction of the dense peak for the model's matmuls (MFU-like) once a
-    /// micro-batch is large enough to fill the GPU, for every GPU and precision (`--efficiency`);
+    /// micro-batch is large enough to fill the GPU and the matmuls wide enough to feed it
+    /// (`time::shape_efficiency`), for every GPU and precision (`--efficiency`);
     /// unset, each GPU and precision takes its value fitted to a published run
     /// (`efficiency`), or 0.45.
     pub efficiency: Option<f64>,
@@ -38,6 +40,16 @@ pub struct CostModel {
     /// efficiency; a GPU `k` times faster needs `√k` times the work. Fitted to Hugging Face's bert-large V100
     /// measurement of micro-batch 1 × accumulation 4 against micro-batch 4 (`docs/planner.md`).
     pub half_saturation_work: f64,
+    /// The matmul arithmetic intensity (FLOPs per byte, `hidden / activation width`) at which a
+    /// GPU reaches half its saturated efficiency, in units of its ridge point (dense peak over
+    /// memory bandwidth): fitted to nanoGPT's GPT-2 run on 8 A100 (`time`).
+    pub half_efficiency_intensity: f64,
+    /// Bytes a compiled step's (`torch.compile`) memory-bound kernels move per token, block and
+    /// hidden unit, in units of the activation width (`elementwise`, counted).
+    pub compiled_elementwise: f64,
+    /// The bytes per token, block and hidden unit that fusion saves: an eager step moves
+    /// `compiled_elementwise` plus these (`elementwise`, counted).
+    pub unfused_elementwise: f64,
     /// Factor on every activation byte the model predicts: 1 by default, set by `--calibrate`
     /// from a measured peak.
     pub activation_scale: f64,
@@ -57,6 +69,9 @@ impl Default for CostModel {
             efficiency: None,
             efficiency_scale: 1.0,
             half_saturation_work: 105_000.0,
+            half_efficiency_intensity: time::HALF_EFFICIENCY_INTENSITY,
+            compiled_elementwise: elementwise::COMPILED,
+            unfused_elementwise: elementwise::UNFUSED,
             activation_scale: 1.0,
             fragmentation: 0.10,
             margin: 0.05,
@@ -132,6 +147,9 @@ pub struct Problem {
     pub optimizer_impl: OptimizerImpl,
     /// How the framework's cross-entropy produces the logits' gradient.
     pub loss_impl: LossImpl,
+    /// Whether the training step runs under `torch.compile` (its element-wise kernels fused;
+    /// `elementwise`). PyTorch's default, eager, unless the user says so.
+    pub compile: bool,
 }
 
 impl Problem {
@@ -172,6 +190,7 @@ impl Problem {
             framework: Framework::default(),
             optimizer_impl: OptimizerImpl::default(),
             loss_impl: LossImpl::default(),
+            compile: false,
         }
     }
 
@@ -211,6 +230,11 @@ impl Problem {
             loss_impl,
             ..self
         }
+    }
+
+    /// The same problem compiled (`torch.compile`) or eager.
+    pub fn with_compile(self, compile: bool) -> Problem {
+        Problem { compile, ..self }
     }
 
     /// The same problem for another framework's memory layout.

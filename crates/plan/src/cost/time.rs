@@ -17,9 +17,19 @@
 //!   fp16 runs, which a proportional rule made 46 % slow at micro-batch 1). `w½` is fitted so that
 //!   bert-large (hidden 1024, 512 tokens) on a V100 in fp32 runs micro-batch 1 × accumulation 4
 //!   at 0.875× the samples/s of micro-batch 4, as Hugging Face measured (7.75 against 8.86).
+//! - The matmuls' shape: a projection of width `h` does `2h` FLOPs per element it moves, an
+//!   arithmetic intensity `I = h / e` FLOPs per byte, and a GPU is compute-bound only well above
+//!   its roofline's ridge point (dense peak / memory bandwidth; Williams et al. 2009, "Roofline").
+//!   The achieved efficiency is further scaled by `I / (I + κ·ridge)`: about 0.9 at Llama's
+//!   4096–8192, much less at GPT-2's 768 (`shape_efficiency`). `κ` is fitted to nanoGPT's GPT-2
+//!   run on 8 A100 (`HALF_EFFICIENCY_INTENSITY`).
 //! - Naive attention moves its s² scores through HBM (written, softmax read+write, read by
 //!   attention·V; about twice that in backward): `12·e·a·s²·b` bytes per layer and micro-batch
 //!   over the memory bandwidth, not overlapped. Memory-efficient attention keeps them on chip.
+//! - Element-wise kernels (norms, activations, residual adds, casts, the loss over the
+//!   vocabulary) move bytes at the memory bandwidth, not overlapped with the matmuls; their
+//!   bytes per token grow with the width `h` while the matmuls' FLOPs grow with `h²`, so they
+//!   are a large part of a small model's step. `torch.compile` fuses them (`elementwise`).
 //! - Optimizer step on the GPU: memory bound, reading and writing the local states; paged states
 //!   cross PCIe twice, overlapped with the backward when the step runs in backward.
 //! - The saturated efficiency is each GPU's and precision's (`efficiency`).
@@ -37,7 +47,7 @@
 //!
 //! Not for: memory (see `memory`).
 
-use super::{Problem, activation, memory};
+use super::{Problem, activation, elementwise, memory};
 use crate::strategy::{Attention, Checkpoint, Loss, Offload, Precision, Strategy};
 use serde::Serialize;
 
@@ -53,8 +63,8 @@ pub struct StepTime {
     pub recompute_flops: f64,
     /// Matmul and attention time.
     pub compute_s: f64,
-    /// Memory-bound work: naive attention's s² traffic (analytical model); element-wise, norm,
-    /// reduction and copy kernels (engine).
+    /// Memory-bound work: element-wise, norm, reduction and copy kernels (both models) and
+    /// naive attention's s² traffic (analytical model).
     pub memory_bound_s: f64,
     /// Fixed cost of every kernel call (engine; 0 in the analytical model).
     pub kernel_overhead_s: f64,
@@ -86,13 +96,32 @@ pub fn peak_flops(problem: &Problem, p: Precision) -> f64 {
 /// datasheet, SXM2), the GPU of the measurement it was fitted to.
 pub const SATURATION_REFERENCE_TFLOPS: f64 = 15.7;
 
+/// The matmul arithmetic intensity, in units of the GPU's ridge point, at which the matmuls reach
+/// half their saturated efficiency: fitted so that nanoGPT's GPT-2 (hidden 768, compiled) runs
+/// at 106,667 tokens/s per GPU on 8 A100 40GB (its README: 600,000 iterations of 491,520 tokens
+/// in about 4 days), with the A100's saturated efficiency fitted to torchtitan's Llama 3 8B
+/// (`tests/published_runs.rs` derives both).
+pub const HALF_EFFICIENCY_INTENSITY: f64 = 2.4958;
+
 /// Achieved fraction of the dense peak for micro-batches of `micro_batch` sequences at
-/// precision `p`: the saturated efficiency scaled by `w / (w + w½)` (see the module header).
+/// precision `p`: the saturated efficiency scaled by the micro-batch's saturation `w / (w + w½)`
+/// and by the matmuls' shape `I / (I + κ·ridge)` (see the module header).
 pub fn achieved_efficiency(problem: &Problem, p: Precision, micro_batch: u64) -> f64 {
     let work = (micro_batch * problem.workload.seq_len * problem.spec.hidden_size) as f64;
     let half = problem.cost.half_saturation_work
         * (peak_flops(problem, p) / (SATURATION_REFERENCE_TFLOPS * 1e12)).sqrt();
-    super::efficiency::saturated(problem, p) * work / (work + half)
+    super::efficiency::saturated(problem, p) * work / (work + half) * shape_efficiency(problem, p)
+}
+
+/// The fraction of the saturated efficiency the model's matmul shapes allow: a projection of
+/// width `h` over many tokens does `2h` FLOPs per element it reads or writes, an arithmetic
+/// intensity `I = h / e` FLOPs per byte (`e` bytes per element); a GPU whose dense peak is
+/// `ridge` times its memory bandwidth (its roofline's ridge point) is fed only when `I` is well
+/// above the ridge, and reaches `I / (I + κ·ridge)` of its saturated efficiency.
+pub fn shape_efficiency(problem: &Problem, p: Precision) -> f64 {
+    let intensity = problem.spec.hidden_size as f64 / p.activation_bytes() as f64;
+    let ridge = peak_flops(problem, p) / (problem.hardware.gpu.memory_bandwidth_gbps * 1e9);
+    intensity / (intensity + problem.cost.half_efficiency_intensity * ridge)
 }
 
 /// Predicts the step time of `s` on `problem`.
@@ -104,7 +133,8 @@ pub fn predict(problem: &Problem, s: &Strategy) -> StepTime {
     let peak = peak_flops(problem, s.precision);
     let efficiency = achieved_efficiency(problem, s.precision, s.micro_batch);
     let compute_s = (model_flops + recompute_flops) / (n * peak * efficiency);
-    let memory_bound_s = attention_traffic_s(problem, s);
+    let memory_bound_s = attention_traffic_s(problem, s)
+        + elementwise::seconds(problem, s, recomputed_share(problem, s));
     let optimizer_s = optimizer_step_s(problem, s) + paging_s(problem, s, compute_s);
 
     let p = f.params as f64;
@@ -192,6 +222,17 @@ fn flops(problem: &Problem, s: &Strategy) -> (f64, f64) {
         Loss::Chunked(_) => 2.0 * spec.hidden_size as f64 * spec.vocab_size as f64 * tokens,
     };
     (model_flops, recompute_flops + loss_recompute)
+}
+
+/// The fraction of blocks whose forward runs again in backward (whole-block policies only).
+fn recomputed_share(problem: &Problem, s: &Strategy) -> f64 {
+    match effective_policy(problem, s) {
+        policy @ (Checkpoint::EveryNth(_) | Checkpoint::Sqrt) => {
+            let blocks = problem.spec.total_blocks();
+            activation::checkpointed_blocks(policy, blocks) as f64 / blocks as f64
+        }
+        _ => 0.0,
+    }
 }
 
 /// The checkpoint policy the model charges (`budget:SIZE` resolved).

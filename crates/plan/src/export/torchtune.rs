@@ -191,6 +191,12 @@ pub fn torchtune_config(problem: &Problem, plan: &Plan) -> Result<String> {
             "False"
         }
     );
+    // The recipes' `compile` (torch.compile of the model and the loss), as the plan's step
+    // time assumed it (`Problem::compile`).
+    y += &format!(
+        "compile: {}\n",
+        if problem.compile { "True" } else { "False" }
+    );
     y += &format!("optimizer:\n  _component_: {optimizer}\n");
     // The kernel the plan charged the step's temporaries for, as torch.optim's `fused` and
     // `foreach` arguments (both written, so a recipe's own `fused: True` cannot add to a

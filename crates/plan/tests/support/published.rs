@@ -37,6 +37,11 @@ pub struct Run {
     /// construction and not counted in the errors.
     #[serde(default)]
     pub fitted: bool,
+    /// The speed-model constant fitted to this row (`half_efficiency_intensity`).
+    pub fitted_constant: Option<String>,
+    /// The run used `torch.compile`.
+    #[serde(default)]
+    pub compile: bool,
     /// The source reports that this setting ran out of memory.
     #[serde(default)]
     pub oom: bool,
@@ -65,6 +70,13 @@ pub struct Row {
     pub plan: Plan,
     pub memory: Option<(f64, f64)>,
     pub speed: Option<(f64, f64)>,
+}
+
+impl Row {
+    /// Whether the row's throughput is held to the model (no constant of it fitted to the row).
+    pub fn held(&self) -> bool {
+        !self.run.fitted && self.run.fitted_constant.is_none()
+    }
 }
 
 /// The planning problem a row describes: its model, its hardware (a preset with the row's
@@ -127,6 +139,7 @@ pub fn problem_of(run: &Run) -> Problem {
         .with_framework(run.framework)
         .with_optimizer_impl(run.optimizer_impl)
         .with_loss_impl(run.loss_impl)
+        .with_compile(run.compile)
 }
 
 /// Every row of the table `file` (in [`DATA`]) planned with its own strategy.
@@ -220,9 +233,9 @@ pub fn print_table(rows: &[Row]) {
         let speed = r
             .speed
             .map_or("—".into(), |s| format!("{:.0} → {:.0}", s.0, s.1));
-        let speed_err = r.speed.map_or("—".into(), |s| match r.run.fitted {
-            true => "fitted".into(),
-            false => format!("{:+.1} %", 100.0 * error(s)),
+        let speed_err = r.speed.map_or("—".into(), |s| match r.held() {
+            false => "fitted".into(),
+            true => format!("{:+.1} %", 100.0 * error(s)),
         });
         println!(
             "| `{}` | [{}]({}) | {mem} | {mem_err} | {speed} | {speed_err} |",
