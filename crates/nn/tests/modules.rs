@@ -5,8 +5,8 @@
 
 use headroom_memory::{AllocatorConfig, Category, Device};
 use headroom_nn::modules::{
-    Attention, AttentionShape, Linear, LinearWeight, LoraAdapter, QkvProjection, RmsNorm, Slot,
-    SwiGlu, Weights, slot_pairs,
+    Attention, AttentionShape, Linear, LinearWeight, LoraAdapter, QkvProjection, RmsNorm,
+    RotaryEmbedding, Slot, SwiGlu, Weights, slot_pairs,
 };
 use headroom_strategy::Attention as AttentionKind;
 use headroom_tensor::{DType, ParamBlock, Tensor};
@@ -54,6 +54,7 @@ fn slots_are_named_and_shaped_as_the_modules_say() {
     let shape = AttentionShape {
         width: 8,
         heads: 2,
+        kv_heads: 2,
         bias: true,
     };
     let names: Vec<(String, Vec<usize>)> = shape
@@ -191,6 +192,7 @@ fn attention(w: &Weights, fused: bool, shape: AttentionShape, kind: AttentionKin
         kind,
         dropout: 0.0,
         selective: false,
+        rotary: None,
     }
 }
 
@@ -200,6 +202,7 @@ fn attention_over_one_position_is_the_value_then_the_output_projection() {
     let shape = AttentionShape {
         width: 4,
         heads: 2,
+        kv_heads: 2,
         bias: true,
     };
     let slots = shape.separate_slots("", ["q", "k", "v", "o"]);
@@ -248,6 +251,7 @@ fn fused_and_separate_projections_give_the_same_attention() {
     let shape = AttentionShape {
         width: c,
         heads: 2,
+        kv_heads: 2,
         bias: true,
     };
     let sep_slots = shape.separate_slots("", ["q", "k", "v", "o"]);
@@ -304,4 +308,134 @@ fn a_missing_weight_is_named_with_its_block() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("layer") && e.contains("fc.b"), "{e}");
+}
+
+/// Causal attention computed in f64 by its definition, the Llama way: q = x·Wq, k = x·Wk,
+/// v = x·Wv (no biases); pairs (i, i + D/2) of q and k rotated by p·base^(−2i/D); query head j
+/// reads key/value head j / (H / KV); softmax(q·kᵀ/√D) over positions ≤ its own; then ·Wo.
+#[allow(clippy::too_many_arguments)]
+fn reference_attention(
+    x: &[f64],
+    (wq, wk, wv, wo): (&[f64], &[f64], &[f64], &[f64]),
+    t: usize,
+    c: usize,
+    heads: usize,
+    kv_heads: usize,
+    base: f64,
+) -> Vec<f64> {
+    let d = c / heads;
+    let project = |w: &[f64], out: usize| -> Vec<f64> {
+        (0..t * out)
+            .map(|k| {
+                let (p, j) = (k / out, k % out);
+                (0..c).map(|i| x[p * c + i] * w[i * out + j]).sum()
+            })
+            .collect()
+    };
+    let rotate = |v: &mut [f64], n: usize| {
+        for p in 0..t {
+            for h in 0..n {
+                let row = &mut v[(p * n + h) * d..(p * n + h + 1) * d];
+                for i in 0..d / 2 {
+                    let a = p as f64 * base.powf(-2.0 * i as f64 / d as f64);
+                    let (x1, x2) = (row[i], row[i + d / 2]);
+                    row[i] = x1 * a.cos() - x2 * a.sin();
+                    row[i + d / 2] = x2 * a.cos() + x1 * a.sin();
+                }
+            }
+        }
+    };
+    let (mut q, mut k) = (project(wq, c), project(wk, kv_heads * d));
+    let v = project(wv, kv_heads * d);
+    rotate(&mut q, heads);
+    rotate(&mut k, kv_heads);
+    let mut y = vec![0.0; t * c];
+    for h in 0..heads {
+        let g = h / (heads / kv_heads);
+        for p in 0..t {
+            let qv = &q[(p * heads + h) * d..(p * heads + h + 1) * d];
+            let scores: Vec<f64> = (0..=p)
+                .map(|s| {
+                    let kv = &k[(s * kv_heads + g) * d..(s * kv_heads + g + 1) * d];
+                    qv.iter().zip(kv).map(|(a, b)| a * b).sum::<f64>() / (d as f64).sqrt()
+                })
+                .collect();
+            let m = scores.iter().cloned().fold(f64::MIN, f64::max);
+            let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+            let z: f64 = e.iter().sum();
+            for j in 0..d {
+                y[p * c + h * d + j] = (0..=p)
+                    .map(|s| e[s] / z * v[(s * kv_heads + g) * d + j])
+                    .sum();
+            }
+        }
+    }
+    (0..t * c)
+        .map(|k| {
+            let (p, j) = (k / c, k % c);
+            (0..c).map(|i| y[p * c + i] * wo[i * c + j]).sum()
+        })
+        .collect()
+}
+
+#[test]
+fn grouped_query_attention_with_rotary_positions_is_the_definition() {
+    let d = device();
+    let (t, c, base) = (5, 16, 100.0);
+    for kv_heads in [1, 2, 4] {
+        let shape = AttentionShape {
+            width: c,
+            heads: 4,
+            kv_heads,
+            bias: false,
+        };
+        let slots = shape.separate_slots("", ["q", "k", "v", "o"]);
+        let n: usize = slots.iter().map(Slot::numel).sum();
+        let v = values(n, 0.4 + kv_heads as f32);
+        let b = block(&d, &slots, &v);
+        let no_nf4 = [];
+        let w = Weights::new(&b, &no_nf4);
+        let rotary = RotaryEmbedding { head_dim: 4, base };
+        let xv = values(t * c, 1.7);
+        let v64: Vec<f64> = v.iter().map(|&x| x as f64).collect();
+        let kvw = shape.kv_width();
+        let (wq, rest) = v64.split_at(c * c);
+        let (wk, rest) = rest.split_at(c * kvw);
+        let (wv, wo) = rest.split_at(c * kvw);
+        let x64: Vec<f64> = xv.iter().map(|&x| x as f64).collect();
+        let want = reference_attention(&x64, (wq, wk, wv, wo), t, c, 4, kv_heads, base);
+        for kind in [AttentionKind::Naive, AttentionKind::MemoryEfficient] {
+            let a = Attention {
+                shape,
+                qkv: QkvProjection::Separate {
+                    q: Linear::load(&w, "q", false, None).unwrap(),
+                    k: Linear::load(&w, "k", false, None).unwrap(),
+                    v: Linear::load(&w, "v", false, None).unwrap(),
+                },
+                out: Linear::load(&w, "o", false, None).unwrap(),
+                kind,
+                dropout: 0.0,
+                selective: false,
+                rotary: Some(rotary.tables(&d, t).unwrap()),
+            };
+            let got = a
+                .forward(&tensor(&d, &[1, t, c], &xv))
+                .unwrap()
+                .to_vec_f32()
+                .unwrap();
+            close(&got, &want, 1e-5);
+        }
+    }
+}
+
+#[test]
+fn key_value_heads_that_do_not_divide_the_heads_are_refused() {
+    let shape = AttentionShape {
+        width: 12,
+        heads: 6,
+        kv_heads: 4,
+        bias: false,
+    };
+    let e = shape.validate().unwrap_err().to_string();
+    assert!(e.contains("key/value heads 4"), "{e}");
 }

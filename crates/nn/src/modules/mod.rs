@@ -5,9 +5,9 @@
 //!
 //! - [`Linear`]: `x·W (+ b)`, over a plain weight or a frozen NF4 one, with an optional LoRA
 //!   adapter ([`LoraAdapter`]);
-//! - [`Embedding`], [`LayerNorm`], [`RmsNorm`];
+//! - [`Embedding`], [`LayerNorm`], [`RmsNorm`], [`RotaryEmbedding`];
 //! - [`Attention`]: causal self-attention over the naive and memory-efficient kernels, with a
-//!   fused or separate q/k/v projection;
+//!   fused or separate q/k/v projection, grouped key/value heads and rotary positions;
 //! - [`Mlp`] (GELU) and [`SwiGlu`] (SiLU-gated);
 //! - [`DecoderBlock`]: norm + attention + norm + feed-forward with residual connections;
 //! - [`LmHead`]: the output projection and its cross-entropy, whole or in chunks.
@@ -24,6 +24,7 @@ mod lm_head;
 mod lora_adapter;
 mod mlp;
 mod rms_norm;
+mod rotary;
 mod swiglu;
 
 pub use attention::{Attention, AttentionShape, QkvProjection};
@@ -35,6 +36,7 @@ pub use lm_head::LmHead;
 pub use lora_adapter::LoraAdapter;
 pub use mlp::Mlp;
 pub use rms_norm::RmsNorm;
+pub use rotary::{RotaryEmbedding, RotaryTables};
 pub use swiglu::SwiGlu;
 
 use headroom_tensor::{Nf4Weight, ParamBlock, Result, Tensor, TensorError};

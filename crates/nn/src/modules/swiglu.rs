@@ -25,7 +25,8 @@ impl SwiGlu {
 
     /// (…, width) → (…, width).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gated = self.gate.forward(x)?.silu()?.mul(&self.up.forward(x)?)?;
+        // The fused product keeps the gate and up projections only, not the SiLU output.
+        let gated = self.gate.forward(x)?.swiglu(&self.up.forward(x)?)?;
         self.down.forward(&gated)
     }
 }

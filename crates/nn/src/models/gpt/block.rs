@@ -33,6 +33,7 @@ fn attention_shape(config: &GptConfig) -> AttentionShape {
     AttentionShape {
         width: config.width,
         heads: config.heads,
+        kv_heads: config.heads,
         bias: true,
     }
 }
@@ -85,6 +86,7 @@ impl Layer {
             kind,
             dropout: config.dropout,
             selective,
+            rotary: None,
         };
         let mlp = w.pp("mlp");
         let ffn = Mlp {
