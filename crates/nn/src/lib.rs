@@ -5,6 +5,7 @@ pub mod grad;
 pub mod init;
 pub mod model;
 pub mod models;
+pub mod modules;
 pub mod optim;
 
 pub use model::{Model, Recompute};

@@ -10,7 +10,7 @@ use crate::checkpoint::{self, CheckpointOp};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::grads::Gradients;
-use crate::ops::{attention, gelu_linear, nn};
+use crate::ops::{attention, gelu_linear, nn, rotary, swiglu};
 use crate::scope;
 use crate::tensor::Tensor;
 
@@ -145,6 +145,18 @@ pub(crate) enum Op {
         x: Tensor,
         w: Tensor,
         rstd: Tensor,
+    },
+    /// y = silu(gate) ⊙ up: d_up = dy ⊙ silu(gate), d_gate = silu'(gate) ⊙ dy ⊙ up, the SiLU
+    /// recomputed. Saves gate, and up only if gate needs grad.
+    SwiGlu {
+        gate: Tensor,
+        up: Option<Tensor>,
+    },
+    /// Rotary embedding: dx = dy rotated back (the inverse rotation). Saves the f32 tables of
+    /// angles only, shared by every layer.
+    Rotary {
+        cos: Tensor,
+        sin: Tensor,
     },
     /// Dropout: saves no mask — the counter-based generator regenerates it from (seed, offset).
     Dropout {
@@ -318,6 +330,8 @@ pub(crate) fn backward(
             let (dx, dw) = nn::rms_norm_backward(&x, &w, &rstd, dy)?;
             vec![Some(dx), Some(dw)]
         }
+        Op::SwiGlu { gate, up } => swiglu::swiglu_backward(&gate, up.as_ref(), dy, want(1))?,
+        Op::Rotary { cos, sin } => vec![Some(rotary::rotate(dy, &cos, &sin, true)?)],
         Op::Dropout { p, seed, offset } => vec![Some(nn::dropout_with(dy, p, seed, offset)?)],
         Op::CausalMask => vec![Some(nn::causal_fill(dy, 0.0)?)],
         Op::Attention {

@@ -13,9 +13,10 @@
 
 use super::gpt::GptConfig;
 use crate::init::{Init, initialise};
+use crate::modules::LoraAdapter;
 use headroom_memory::Device;
 use headroom_strategy::{Lora, LoraTarget};
-use headroom_tensor::{DType, ParamBlock, ParamSpec, Result, Tensor, TensorError};
+use headroom_tensor::{DType, ParamBlock, ParamSpec, Result, TensorError};
 
 /// The seed stream offset of the adapters (kept apart from the base weights' streams).
 const ADAPTER_SEED: u64 = 0x4C6F_5241;
@@ -126,8 +127,7 @@ pub fn build_adapters(
 /// Views of one block's adapters, cheap to clone into a checkpoint scope.
 #[derive(Clone, Debug)]
 pub struct BlockAdapters {
-    scale: f32,
-    adapters: Vec<(LoraTarget, Tensor, Tensor)>,
+    adapters: Vec<(LoraTarget, LoraAdapter)>,
 }
 
 impl BlockAdapters {
@@ -139,27 +139,23 @@ impl BlockAdapters {
             .iter()
             .map(|&t| {
                 let (a, b) = names(t);
-                Ok((t, block.param(&a)?.clone(), block.param(&b)?.clone()))
+                let adapter = LoraAdapter {
+                    a: block.param(&a)?.clone(),
+                    b: block.param(&b)?.clone(),
+                    scale: lora.scale(),
+                };
+                Ok((t, adapter))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(BlockAdapters {
-            scale: lora.scale(),
-            adapters,
-        })
+        Ok(BlockAdapters { adapters })
     }
 
-    /// Whether `target` has an adapter.
-    pub fn adapts(&self, target: LoraTarget) -> bool {
-        self.adapters.iter().any(|(t, _, _)| *t == target)
-    }
-
-    /// `y + (α/r)·(x·A)·B` when `target` has an adapter, else `y`. The scale multiplies the
-    /// rank-r intermediate, the smallest tensor of the update.
-    pub fn add_update(&self, target: LoraTarget, x: &Tensor, y: Tensor) -> Result<Tensor> {
-        match self.adapters.iter().find(|(t, _, _)| *t == target) {
-            None => Ok(y),
-            Some((_, a, b)) => y.add(&x.matmul(a)?.scale(self.scale)?.matmul(b)?),
-        }
+    /// The adapter on `target`, if it has one.
+    pub fn get(&self, target: LoraTarget) -> Option<LoraAdapter> {
+        self.adapters
+            .iter()
+            .find(|(t, _)| *t == target)
+            .map(|(_, a)| a.clone())
     }
 }
 

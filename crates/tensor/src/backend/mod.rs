@@ -165,6 +165,11 @@ pub trait Backend: std::fmt::Debug + Send + Sync {
         dw: &mut Dst,
     ) -> Result<()>;
 
+    /// Rotary position embedding of a contiguous `(…, T, H, D)` input (D even) by the f32
+    /// `(T, D/2)` tables `cos` and `sin` ("rotate half" pairs `(i, i + D/2)`); `inverse`
+    /// rotates by the negated angles (the gradient).
+    fn rope(&self, x: &Src, cos: &Src, sin: &Src, inverse: bool, dst: &mut Dst) -> Result<()>;
+
     /// `dst[n, :] = table[ids[n], :]`.
     fn embedding(&self, table: &Src, ids: &Src, dst: &mut Dst) -> Result<()>;
     /// `dtable = 0; dtable[ids[n], :] += dy[n, :]` in order of `n` (deterministic).

@@ -142,6 +142,10 @@ impl Backend for ShapeOnlyBackend {
         elementwise(&[x, rstd, dy], &[dx, dw]);
         Ok(())
     }
+    fn rope(&self, x: &Src, cos: &Src, sin: &Src, _: bool, dst: &mut Dst) -> Result<()> {
+        elementwise(&[x, cos, sin], &[dst]);
+        Ok(())
+    }
     fn embedding(&self, _: &Src, ids: &Src, dst: &mut Dst) -> Result<()> {
         elementwise(&[ids], &[dst, dst]);
         Ok(())

@@ -79,10 +79,16 @@ impl Tensor {
         self.binary_raw(BinaryOp::Eq, other)
     }
 
-    fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+    /// Runs a unary kernel (not recorded).
+    pub(crate) fn unary_raw(&self, op: UnaryOp) -> Result<Tensor> {
         float_only("unary", self)?;
         let out = Tensor::empty(&self.device(), self.shape(), self.dtype(), "unary")?;
         self.backend().unary(op, &self.src(), &mut out.dst())?;
+        Ok(out)
+    }
+
+    fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+        let out = self.unary_raw(op)?;
         let saved = if !will_record(&[self]) || !op.grad_needs_saved() {
             None
         } else if op.grad_from_output() {

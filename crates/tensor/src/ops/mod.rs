@@ -12,6 +12,8 @@ pub mod linear_loss;
 pub mod matmul;
 pub mod nn;
 pub mod reduce;
+pub mod rotary;
+pub mod swiglu;
 pub mod view;
 
 use crate::dtype::DType;

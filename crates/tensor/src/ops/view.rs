@@ -75,6 +75,31 @@ impl Tensor {
         }))
     }
 
+    /// Each element repeated `n` times in a row along `axis` (PyTorch's `repeat_interleave`
+    /// with a scalar count): grouped-query attention's sharing of a key/value head by `n`
+    /// query heads. A broadcast view made contiguous; its gradient sums the `n` copies.
+    pub fn repeat_interleave(&self, axis: isize, n: usize) -> Result<Tensor> {
+        let axis = resolve_axis("repeat_interleave", axis, self.rank())?;
+        if n == 0 {
+            return Err(TensorError::invalid(
+                "repeat_interleave",
+                "the count must be at least 1",
+            ));
+        }
+        if n == 1 {
+            return Ok(self.clone());
+        }
+        let shape = self.shape();
+        let mut single = shape[..=axis].to_vec();
+        single.push(1);
+        single.extend_from_slice(&shape[axis + 1..]);
+        let mut wide = single.clone();
+        wide[axis + 1] = n;
+        let mut out = shape.to_vec();
+        out[axis] *= n;
+        self.reshape(&single)?.broadcast_as(&wide)?.reshape(&out)
+    }
+
     /// This tensor with a contiguous layout (itself when already contiguous).
     pub fn contiguous(&self) -> Result<Tensor> {
         if self.is_contiguous() {

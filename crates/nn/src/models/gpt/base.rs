@@ -7,8 +7,9 @@
 use super::super::lora::merge_block;
 use super::super::qlora::{self, QUANTIZED};
 use super::Gpt;
-use super::block::{block_shapes, block_weights};
+use super::block::layer_slots;
 use crate::model::NamedValues;
+use crate::modules::slot_pairs;
 use headroom_tensor::{Nf4Weight, Result, TensorError};
 
 impl Gpt {
@@ -22,8 +23,8 @@ impl Gpt {
                 "the model has no LoRA adapters",
             ));
         };
-        let shapes = block_shapes(self.config.width, self.config.ffn);
-        let weights = block_weights(&shapes);
+        let slots = layer_slots(&self.config);
+        let weights = slot_pairs(&slots);
         let specs = qlora::layout(&weights);
         let mut out = Vec::with_capacity(self.blocks.len());
         for (bi, block) in self.blocks.iter().enumerate() {
@@ -46,10 +47,7 @@ impl Gpt {
     /// The plain model's block names and sizes (`Model::plain_blocks`): a QLoRA layer's
     /// in the full layout of twelve weights.
     pub(super) fn plain_layout(&self) -> Vec<(String, usize)> {
-        let full: usize = block_shapes(self.config.width, self.config.ffn)
-            .iter()
-            .map(|s| s.iter().product::<usize>())
-            .sum();
+        let full: usize = layer_slots(&self.config).iter().map(|s| s.numel()).sum();
         self.blocks
             .iter()
             .map(|b| match b.name().starts_with("block.") {
@@ -70,8 +68,8 @@ impl Gpt {
             return self.blocks[bi].set_values(values);
         };
         // QLoRA: the plain layout's projections re-quantised, the rest into the frozen block.
-        let shapes = block_shapes(self.config.width, self.config.ffn);
-        let weights = block_weights(&shapes);
+        let slots = layer_slots(&self.config);
+        let weights = slot_pairs(&slots);
         let mut kept = Vec::new();
         for spec in qlora::layout(&weights) {
             let n: usize = spec.shape.iter().product();

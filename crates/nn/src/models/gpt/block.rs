@@ -1,16 +1,22 @@
-//! One GPT block: the layout of its twelve weights (and GPT-2's initialisation of them), and
-//! its forward — pre-norm causal self-attention and a GELU MLP with residual connections — over
-//! views of its weights, with LoRA adapters' updates and QLoRA's NF4 projections where the
-//! model has them.
+//! One GPT layer as a composition of modules: the slots of its twelve weights (layer norm,
+//! fused-qkv attention with biases, layer norm, GELU MLP) and GPT-2's initialisation of them,
+//! and the decoder block bound to a layer's weights, with LoRA adapters and QLoRA's NF4
+//! projections where the model has them.
 //!
-//! Not for: the model around the blocks (see `mod.rs`).
+//! Not for: the model around the blocks (see `mod.rs`) or the modules' forward (`modules`).
 
 use super::super::lora::BlockAdapters;
-use super::super::qlora::QUANTIZED;
+use super::GptConfig;
 use crate::init::Init;
-use headroom_strategy::{Attention, LoraTarget};
-use headroom_tensor::{Nf4Weight, Result, Tensor, checkpoint, param_scope};
-use std::sync::Arc;
+use crate::modules::{
+    Attention, AttentionShape, DecoderBlock, FeedForward, LayerNorm, Linear, Mlp, Norm,
+    QkvProjection, Slot, Weights,
+};
+use headroom_strategy::{Attention as AttentionKind, LoraTarget};
+use headroom_tensor::{Result, Tensor, param_scope};
+
+/// GPT-2's layer norm ε.
+pub(super) const LN_EPS: f32 = 1e-5;
 
 /// GPT-2's initialisation: normal(0, 0.02) weights, zero biases, unit norm gains.
 pub(super) fn gpt2_init(name: &str) -> Init {
@@ -23,177 +29,84 @@ pub(super) fn gpt2_init(name: &str) -> Init {
     }
 }
 
-/// The shapes of a block's weights in `BLOCK_WEIGHTS` order, for width `c` and MLP width `f`.
-pub(super) fn block_shapes(c: usize, f: usize) -> [Vec<usize>; 12] {
+fn attention_shape(config: &GptConfig) -> AttentionShape {
+    AttentionShape {
+        width: config.width,
+        heads: config.heads,
+        kv_heads: config.heads,
+        bias: true,
+    }
+}
+
+/// A layer's slots: `ln1`, `attn.qkv`, `attn.proj`, `ln2`, `mlp.fc`, `mlp.proj` (weights `.w`,
+/// biases and gains `.b`/`.w`), back to back in that order.
+pub(super) fn layer_slots(config: &GptConfig) -> Vec<Slot> {
+    let c = config.width;
     [
-        vec![c],
-        vec![c],
-        vec![c, 3 * c],
-        vec![3 * c],
-        vec![c, c],
-        vec![c],
-        vec![c],
-        vec![c],
-        vec![c, f],
-        vec![f],
-        vec![f, c],
-        vec![c],
+        LayerNorm::slots("ln1", c),
+        attention_shape(config).fused_slots("attn", "qkv", "proj"),
+        LayerNorm::slots("ln2", c),
+        Mlp::slots("mlp", c, config.ffn, true),
     ]
+    .concat()
 }
 
-/// A block's weights as `(name, shape)` pairs in `BLOCK_WEIGHTS` order.
-pub(super) fn block_weights(shapes: &[Vec<usize>; 12]) -> Vec<(&'static str, &[usize])> {
-    BLOCK_WEIGHTS
-        .iter()
-        .copied()
-        .zip(shapes.iter().map(|s| s.as_slice()))
-        .collect()
-}
-
-pub(super) const BLOCK_WEIGHTS: [&str; 12] = [
-    "ln1.w",
-    "ln1.b",
-    "attn.qkv.w",
-    "attn.qkv.b",
-    "attn.proj.w",
-    "attn.proj.b",
-    "ln2.w",
-    "ln2.b",
-    "mlp.fc.w",
-    "mlp.fc.b",
-    "mlp.proj.w",
-    "mlp.proj.b",
-];
-
-/// Views of one block's weights, cheap to clone into a checkpoint scope.
+/// A decoder block in the parameter scope of its trainable block (gathered there under
+/// ZeRO-3), cheap to clone into a checkpoint scope.
 #[derive(Clone)]
-pub(super) struct BlockParams {
-    /// The block's index in the model's block list.
+pub(super) struct Layer {
+    /// The trainable block's index in the model's block list.
     pub(super) index: usize,
-    /// The weights held as tensors, by name (all twelve, or QLoRA's eight unquantised).
-    pub(super) w: Vec<(&'static str, Tensor)>,
-    /// QLoRA's NF4 projections, in `QUANTIZED` order (empty otherwise).
-    pub(super) nf4: Vec<Arc<Nf4Weight>>,
-    pub(super) heads: usize,
-    pub(super) dropout: f32,
-    /// Recompute the attention core (scores, softmax, dropout, weighted sum) in backward.
-    pub(super) selective: bool,
-    pub(super) attention: Attention,
-    /// The block's LoRA adapters, if any.
-    pub(super) adapters: Option<BlockAdapters>,
+    pub(super) block: DecoderBlock,
 }
 
-/// Scores, causal mask, softmax, dropout and the weighted sum of values: (B, H, T, D) each.
-/// The memory-heavy part of attention (its saved tensors are s² per head).
-fn core_attention(q: &Tensor, k: &Tensor, v: &Tensor, dropout: f32) -> Result<Tensor> {
-    let hd = q.shape()[3];
-    let scores = q.matmul(&k.transpose(-2, -1)?)?; // (B, H, T, T)
-    // Scale, causal mask and softmax in one op (the bits of the three, half the work).
-    let att = scores
-        .causal_softmax(1.0 / (hd as f32).sqrt())?
-        .dropout(dropout)?;
-    att.matmul(v) // (B, H, T, D)
-}
-
-impl BlockParams {
-    fn get(&self, name: &str) -> &Tensor {
-        &self
-            .w
-            .iter()
-            .find(|(n, _)| *n == name)
-            .expect("a weight the block holds")
-            .1
-    }
-
-    /// Weight `name` in NF4, under QLoRA.
-    fn nf4(&self, name: &str) -> Option<&Arc<Nf4Weight>> {
-        let i = QUANTIZED.iter().position(|q| *q == name)?;
-        self.nf4.get(i)
-    }
-
-    /// Causal self-attention: (B, T, C) → (B, T, C), scores materialised.
-    fn attention(&self, h: &Tensor) -> Result<Tensor> {
-        let (b, t, c) = (h.shape()[0], h.shape()[1], h.shape()[2]);
-        let (nh, hd) = (self.heads, c / self.heads);
-        let qkv = self.project(h, "attn.qkv", LoraTarget::Qkv)?; // (B, T, 3C)
-        let split = |i: usize, target: LoraTarget| -> Result<Tensor> {
-            let part = qkv.narrow(2, i * c, c)?;
-            let part = match &self.adapters {
-                Some(a) => a.add_update(target, h, part)?,
-                None => part,
-            };
-            part.reshape(&[b, t, nh, hd])?.permute(&[0, 2, 1, 3]) // (B, H, T, D)
+impl Layer {
+    /// Binds layer `w`'s modules, with `adapters` on the projections they target.
+    pub(super) fn bind(
+        index: usize,
+        w: &Weights,
+        config: &GptConfig,
+        adapters: Option<&BlockAdapters>,
+        kind: AttentionKind,
+        selective: bool,
+    ) -> Result<Layer> {
+        let adapter = |t: LoraTarget| adapters.and_then(|a| a.get(t));
+        let attn = w.pp("attn");
+        let attention = Attention {
+            shape: attention_shape(config),
+            qkv: QkvProjection::Fused {
+                qkv: Linear::load(&attn, "qkv", true, adapter(LoraTarget::Qkv))?,
+                parts: [
+                    adapter(LoraTarget::Q),
+                    adapter(LoraTarget::K),
+                    adapter(LoraTarget::V),
+                ],
+            },
+            out: Linear::load(&attn, "proj", true, adapter(LoraTarget::O))?,
+            kind,
+            dropout: config.dropout,
+            selective,
+            rotary: None,
         };
-        let (q, k, v) = (
-            split(0, LoraTarget::Q)?,
-            split(1, LoraTarget::K)?,
-            split(2, LoraTarget::V)?,
-        );
-        let y = if self.attention == Attention::MemoryEfficient {
-            // Fused: saves q, k, v, y and a (B, H, T) statistic only, so there is nothing
-            // T×T for selective recomputation to drop.
-            let scale = 1.0 / (hd as f32).sqrt();
-            Tensor::attention(&q, &k, &v, true, scale, self.dropout)? // (B, H, T, D)
-        } else if self.selective {
-            let p = self.dropout;
-            checkpoint(&[&q, &k, &v], move |t| {
-                core_attention(&t[0], &t[1], &t[2], p)
-            })?
-        } else {
-            core_attention(&q, &k, &v, self.dropout)?
+        let mlp = w.pp("mlp");
+        let ffn = Mlp {
+            fc: Linear::load(&mlp, "fc", true, adapter(LoraTarget::Up))?,
+            proj: Linear::load(&mlp, "proj", true, adapter(LoraTarget::Down))?,
         };
-        let y = y.permute(&[0, 2, 1, 3])?.reshape(&[b, t, c])?; // (B, T, C)
-        self.project(&y, "attn.proj", LoraTarget::O)?
-            .dropout(self.dropout)
+        Ok(Layer {
+            index,
+            block: DecoderBlock {
+                norm1: Norm::LayerNorm(LayerNorm::load(w, "ln1", LN_EPS)?),
+                attention,
+                norm2: Norm::LayerNorm(LayerNorm::load(w, "ln2", LN_EPS)?),
+                ffn: FeedForward::Mlp(Box::new(ffn)),
+                dropout: config.dropout,
+            },
+        })
     }
 
-    /// `x·W + b` for weight `{name}.w`, plus the adapter's update when `target` has one.
-    fn project(&self, x: &Tensor, name: &str, target: LoraTarget) -> Result<Tensor> {
-        let (w, b) = (format!("{name}.w"), format!("{name}.b"));
-        let y = match self.nf4(&w) {
-            Some(q) => x.linear_nf4(q, self.get(&b))?,
-            None => x.linear(self.get(&w), self.get(&b))?,
-        };
-        match &self.adapters {
-            Some(a) => a.add_update(target, x, y),
-            None => Ok(y),
-        }
-    }
-
-    /// The block inside its parameter scope (gathered there under ZeRO-3).
+    /// The block inside its parameter scope.
     pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        param_scope(&[self.index], x, |x| self.compute(x))
-    }
-
-    /// x + attn(ln1(x)), then + mlp(ln2(x)).
-    fn compute(&self, x: &Tensor) -> Result<Tensor> {
-        let h = x.layer_norm(self.get("ln1.w"), self.get("ln1.b"), 1e-5)?;
-        let x = x.add(&self.attention(&h)?)?;
-        let h = x.layer_norm(self.get("ln2.w"), self.get("ln2.b"), 1e-5)?;
-        let fc = self.project(&h, "mlp.fc", LoraTarget::Up)?; // (B, T, F)
-        // GELU's (B, T, F) output is recomputed in backward, never saved (under every policy)
-        // unless an adapter on the down projection reads it.
-        let b = self.get("mlp.proj.b");
-        let down = self
-            .adapters
-            .as_ref()
-            .filter(|a| a.adapts(LoraTarget::Down));
-        let m = match (self.nf4("mlp.proj.w"), down) {
-            // An NF4 projection saves nothing, so GELU's output is not kept for it either.
-            (Some(q), _) => {
-                let g = fc.gelu()?;
-                let m = g.linear_nf4(q, b)?;
-                match down {
-                    Some(a) => a.add_update(LoraTarget::Down, &g, m)?,
-                    None => m,
-                }
-            }
-            (None, Some(a)) => {
-                let m = fc.gelu_linear(self.get("mlp.proj.w"), b)?;
-                a.add_update(LoraTarget::Down, &fc.gelu()?, m)?
-            }
-            (None, None) => fc.gelu_linear(self.get("mlp.proj.w"), b)?,
-        };
-        x.add(&m.dropout(self.dropout)?)
+        param_scope(&[self.index], x, |x| self.block.forward(x))
     }
 }

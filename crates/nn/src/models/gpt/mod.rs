@@ -11,7 +11,9 @@
 //! With `lora` set, every base block is frozen and the trainable blocks are the adapters
 //! (`lora.i`, see `lora.rs`): [`Model::blocks`] lists those, [`Model::frozen_blocks`] the base.
 //!
-//! The blocks' layout and forward are in `block.rs`, the base in the plain layout (merged
+//! The model is a composition of modules (`crate::modules`): token and position embeddings,
+//! decoder blocks, a final layer norm and the output head; a layer's slots and binding are in
+//! `block.rs`, the base in the plain layout (merged
 //! exports, `--init-from`) in `base.rs`.
 //!
 //! Not for: training.
@@ -24,7 +26,8 @@ use super::lora::{BlockAdapters, block_adapter_params, build_adapters};
 use super::qlora::{self, QUANTIZED};
 use crate::init::initialise_at;
 use crate::model::{Model, NamedValues, Recompute, run_blocks};
-use block::{BLOCK_WEIGHTS, BlockParams, block_shapes, block_weights, gpt2_init};
+use crate::modules::{Embedding, LayerNorm, LmHead, Slot, Weights, slot_pairs};
+use block::{LN_EPS, Layer, gpt2_init, layer_slots};
 use headroom_memory::{Category, Device};
 pub use headroom_strategy::Attention;
 use headroom_strategy::{BaseWeights, Lora};
@@ -138,7 +141,7 @@ impl Gpt {
         seed: u64,
     ) -> Result<Gpt> {
         config.validate()?;
-        let (v, s, c, f) = (config.vocab, config.context, config.width, config.ffn);
+        let (v, s, c) = (config.vocab, config.context, config.width);
         let frozen = config.lora.is_some();
         let new_block = |name: &str, weights: &[(&str, &[usize])]| match frozen {
             true => ParamBlock::frozen(device, name, weights, dtype),
@@ -150,9 +153,10 @@ impl Gpt {
             .is_some_and(|l| l.base == BaseWeights::Nf4);
         let mut blocks = Vec::with_capacity(config.layers + 2);
         let mut quantized = Vec::new();
-        blocks.push(new_block("embed", &[("wte", &[v, c]), ("wpe", &[s, c])])?);
-        let shapes = block_shapes(c, f);
-        let weights = block_weights(&shapes);
+        let embed = [Embedding::slots("wte", v, c), Embedding::slots("wpe", s, c)].concat();
+        blocks.push(new_block("embed", &slot_pairs(&embed))?);
+        let layer = layer_slots(&config);
+        let weights = slot_pairs(&layer);
         for i in 0..config.layers {
             let name = format!("block.{i}");
             if nf4 {
@@ -164,13 +168,11 @@ impl Gpt {
                 blocks.push(new_block(&name, &weights)?);
             }
         }
-        let (norm_shape, lm_shape) = ([c], [c, v]);
-        let mut head: Vec<(&str, &[usize])> =
-            vec![("ln_f.w", &norm_shape), ("ln_f.b", &norm_shape)];
+        let mut head: Vec<Slot> = LayerNorm::slots("ln_f", c);
         if !config.tied {
-            head.push(("lm_head.w", &lm_shape));
+            head.extend(LmHead::slots("lm_head", c, v));
         }
-        blocks.push(new_block("head", &head)?);
+        blocks.push(new_block("head", &slot_pairs(&head))?);
         let config_attention = config.attention;
         let mut gpt = Gpt {
             name: name.to_string(),
@@ -213,29 +215,25 @@ impl Gpt {
         self
     }
 
-    fn block_params(&self, i: usize) -> Result<BlockParams> {
-        let block = &self.blocks[1 + i];
-        let nf4 = self.quantized.get(i).cloned().unwrap_or_default();
-        let w = BLOCK_WEIGHTS
-            .iter()
-            .filter(|n| nf4.is_empty() || !QUANTIZED.contains(n))
-            .map(|&n| Ok((n, block.param(n)?.clone())))
-            .collect::<Result<Vec<_>>>()?;
+    /// Layer `i` bound to its weights, its adapters and its NF4 projections.
+    fn layer(&self, i: usize, selective: bool) -> Result<Layer> {
+        let quantized: Vec<(&'static str, Arc<Nf4Weight>)> = match self.quantized.get(i) {
+            Some(q) => QUANTIZED.iter().copied().zip(q.iter().cloned()).collect(),
+            None => Vec::new(),
+        };
         let adapters = match &self.config.lora {
             Some(lora) => Some(BlockAdapters::of(&self.adapters[i], lora)?),
             None => None,
         };
-        Ok(BlockParams {
-            // The block's trainable block: its adapters under LoRA, else its own weights.
-            index: if adapters.is_some() { i } else { 1 + i },
-            adapters,
-            w,
-            nf4,
-            heads: self.config.heads,
-            dropout: self.config.dropout,
-            selective: false,
-            attention: self.attention,
-        })
+        Layer::bind(
+            // The layer's trainable block: its adapters under LoRA, else its own weights.
+            if adapters.is_some() { i } else { 1 + i },
+            &Weights::new(&self.blocks[1 + i], &quantized),
+            &self.config,
+            adapters.as_ref(),
+            self.attention,
+            selective,
+        )
     }
 
     /// Mean cross-entropy of integer ids `(B, T)` against targets `(B, T)`: the blocks, the
@@ -263,7 +261,8 @@ impl Gpt {
                 ),
             ));
         }
-        let embed = &self.blocks[0];
+        let no_nf4 = [];
+        let embed = Weights::new(&self.blocks[0], &no_nf4);
         let positions: Vec<i64> = (0..t as i64).collect();
         let pos_ids = Tensor::from_i64(
             &self.device,
@@ -276,20 +275,16 @@ impl Gpt {
         // Frozen base blocks have no scope: nothing of theirs is gathered or reduced.
         let lora = self.config.lora.is_some();
         let x = scoped(lora, &[0], inputs, |inputs| {
-            let tok = embed.param("wte")?.embedding(inputs)?; // (B, T, C)
-            let pos = embed.param("wpe")?.embedding(&pos_ids)?; // (T, C)
+            let tok = Embedding::load(&embed, "wte")?.forward(inputs)?; // (B, T, C)
+            let pos = Embedding::load(&embed, "wpe")?.forward(&pos_ids)?; // (T, C)
             tok.add(&pos)?.dropout(self.config.dropout)
         })?;
-        let blocks = (0..self.config.layers)
-            .map(|i| {
-                let mut p = self.block_params(i)?;
-                p.selective = recompute.selective;
-                Ok(p)
-            })
+        let layers = (0..self.config.layers)
+            .map(|i| self.layer(i, recompute.selective))
             .collect::<Result<Vec<_>>>()?;
-        let x = run_blocks(x, blocks, &recompute.segments, BlockParams::forward)?;
+        let x = run_blocks(x, layers, &recompute.segments, Layer::forward)?;
         let last = self.config.layers + 1;
-        let head = &self.blocks[last];
+        let head = Weights::new(&self.blocks[last], &no_nf4);
         // Tied weights: the output projection reads the embedding block too.
         let scope: &[usize] = if self.config.tied {
             &[last, 0]
@@ -297,13 +292,13 @@ impl Gpt {
             &[last]
         };
         scoped(lora, scope, &x, |x| {
-            let x = x.layer_norm(head.param("ln_f.w")?, head.param("ln_f.b")?, 1e-5)?;
-            let w_out = if self.config.tied {
-                embed.param("wte")?.transpose(0, 1)?
-            } else {
-                head.param("lm_head.w")?.clone()
+            let x = LayerNorm::load(&head, "ln_f", LN_EPS)?.forward(x)?;
+            // The head binds inside the scope, where a tied head's table is gathered.
+            let lm_head = match self.config.tied {
+                true => LmHead::tied(&Embedding::load(&embed, "wte")?)?,
+                false => LmHead::load(&head, "lm_head")?,
             };
-            x.linear_cross_entropy(&w_out, targets, recompute.loss_chunks)
+            lm_head.loss(&x, targets, recompute.loss_chunks)
         })
     }
 }

@@ -14,6 +14,7 @@ mod index;
 pub mod math;
 pub(crate) mod matmul;
 mod reduce;
+mod rotary;
 mod row_sums;
 mod rows;
 mod simd;
@@ -439,6 +440,17 @@ impl Backend for CpuBackend {
                 slice_mut::<T>(dx)?, slice_mut::<T>(dw)?, acc.slice_mut());
             Ok(())
         }, _ => Err(unsupported("rms_norm_backward", x.dtype)))
+    }
+
+    fn rope(&self, x: &Src, cos: &Src, sin: &Src, inverse: bool, dst: &mut Dst) -> Result<()> {
+        let shape = x.layout.shape();
+        let r = shape.len();
+        let (t, h, d) = (shape[r - 3], shape[r - 2], shape[r - 1]);
+        let (cos, sin) = (rows_of::<f32>(cos)?, rows_of::<f32>(sin)?);
+        with_float_type!(x.dtype, T => {
+            rotary::rope(rows_of::<T>(x)?, cos, sin, t, h, d, inverse, slice_mut::<T>(dst)?);
+            Ok(())
+        }, _ => Err(unsupported("rope", x.dtype)))
     }
 
     fn embedding(&self, table: &Src, ids_src: &Src, dst: &mut Dst) -> Result<()> {

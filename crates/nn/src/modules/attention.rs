@@ -1,0 +1,182 @@
+//! Causal multi-head self-attention (Vaswani et al. 2017): project to queries, keys and values
+//! (one fused projection, GPT-2's, or three, the Llama family's), split into heads, rotate
+//! queries and keys by position where the model has a rotary embedding, share each key/value
+//! head among a group of query heads (grouped-query attention, Ainslie et al. 2023), attend,
+//! merge the heads and project out. The attention core is naive (scores materialised; under
+//! selective recomputation recomputed in backward, Korthikanti et al. 2022) or memory-efficient
+//! (the fused kernel, `Tensor::attention`).
+//!
+//! Not for: the kernels (the tensor crate) or the residual around the layer (`decoder_block.rs`).
+
+use super::lora_adapter::adapted;
+use super::{Linear, LoraAdapter, RotaryTables, Slot};
+use headroom_strategy::Attention as AttentionKind;
+use headroom_tensor::{Result, Tensor, TensorError, checkpoint};
+
+/// The sizes of an attention layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionShape {
+    /// The model width (input and output features).
+    pub width: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (a divisor of `heads`; `heads` itself without grouping).
+    pub kv_heads: usize,
+    /// Whether the projections have biases.
+    pub bias: bool,
+}
+
+impl AttentionShape {
+    /// Features per head.
+    pub fn head_dim(&self) -> usize {
+        self.width / self.heads
+    }
+
+    /// Features of the keys (and of the values): key/value heads × head dimension.
+    pub fn kv_width(&self) -> usize {
+        self.kv_heads * self.head_dim()
+    }
+
+    /// Checks the sizes; a bad one names the fix.
+    pub fn validate(&self) -> Result<()> {
+        let (c, h, kv) = (self.width, self.heads, self.kv_heads);
+        if h == 0 || kv == 0 || !c.is_multiple_of(h) || !h.is_multiple_of(kv) {
+            return Err(TensorError::invalid(
+                "attention",
+                format!(
+                    "width {c} must be a multiple of heads {h}, and heads a multiple of key/value heads {kv}"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The slots of a fused layer: `{name}.{qkv}` (width × (width + 2·kv_width)) and
+    /// `{name}.{out}`.
+    pub fn fused_slots(&self, name: &str, qkv: &str, out: &str) -> Vec<Slot> {
+        let c = self.width;
+        let fused = c + 2 * self.kv_width();
+        let mut slots = Linear::slots(&super::join(name, qkv), c, fused, self.bias);
+        slots.extend(Linear::slots(&super::join(name, out), c, c, self.bias));
+        slots
+    }
+
+    /// The slots of a layer with separate projections, named `[q, k, v, out]`.
+    pub fn separate_slots(&self, name: &str, names: [&str; 4]) -> Vec<Slot> {
+        let (c, kv) = (self.width, self.kv_width());
+        let outputs = [c, kv, kv, c];
+        names
+            .iter()
+            .zip(outputs)
+            .flat_map(|(n, out)| Linear::slots(&super::join(name, n), c, out, self.bias))
+            .collect()
+    }
+}
+
+/// How queries, keys and values are projected.
+#[derive(Clone, Debug)]
+pub enum QkvProjection {
+    /// One projection split into queries, keys and values; each part may have its own adapter
+    /// (LoRA on q, k or v of a fused projection).
+    Fused {
+        qkv: Linear,
+        parts: [Option<LoraAdapter>; 3],
+    },
+    /// Three projections (each with its own adapter, if any).
+    Separate { q: Linear, k: Linear, v: Linear },
+}
+
+/// A bound causal self-attention layer.
+#[derive(Clone, Debug)]
+pub struct Attention {
+    pub shape: AttentionShape,
+    pub qkv: QkvProjection,
+    pub out: Linear,
+    pub kind: AttentionKind,
+    /// Dropout on the attention probabilities.
+    pub dropout: f32,
+    /// Recompute the naive core (scores, softmax, dropout, weighted sum) in backward.
+    pub selective: bool,
+    /// The rotary embedding's tables for this sequence length, if the model has one.
+    pub rotary: Option<RotaryTables>,
+}
+
+/// Scores, causal mask, softmax, dropout and the weighted sum of values: (B, H, T, D) each.
+/// The memory-heavy part of attention (its saved tensors are T² per head).
+fn core_attention(q: &Tensor, k: &Tensor, v: &Tensor, dropout: f32) -> Result<Tensor> {
+    let hd = q.shape()[3];
+    let scores = q.matmul(&k.transpose(-2, -1)?)?; // (B, H, T, T)
+    // Scale, causal mask and softmax in one op (the bits of the three, half the work).
+    let att = scores
+        .causal_softmax(1.0 / (hd as f32).sqrt())?
+        .dropout(dropout)?;
+    att.matmul(v) // (B, H, T, D)
+}
+
+impl Attention {
+    /// Part `i` (0: queries, 1: keys, 2: values) of width (B, T, n·D) → (B, H, T, D): split
+    /// into its n heads, rotated by position (queries and keys, with a rotary embedding), each
+    /// key/value head repeated for its group of query heads.
+    fn heads(&self, i: usize, x: Tensor, b: usize, t: usize) -> Result<Tensor> {
+        let (nh, hd) = (self.shape.heads, self.shape.head_dim());
+        let n = if i == 0 { nh } else { self.shape.kv_heads };
+        let mut x = x.reshape(&[b, t, n, hd])?; // (B, T, n, D)
+        if let Some(rotary) = self.rotary.as_ref().filter(|_| i < 2) {
+            x = rotary.apply(&x)?;
+        }
+        x.repeat_interleave(2, nh / n)?.permute(&[0, 2, 1, 3])
+    }
+
+    /// Queries, keys and values of `h`, each (B, H, T, D).
+    fn project(&self, h: &Tensor, b: usize, t: usize) -> Result<[Tensor; 3]> {
+        match &self.qkv {
+            QkvProjection::Fused { qkv, parts } => {
+                let (c, kv) = (self.shape.width, self.shape.kv_width());
+                let all = qkv.forward(h)?; // (B, T, C + 2·KV)
+                let (starts, lens) = ([0, c, c + kv], [c, kv, kv]);
+                let split = |i: usize| -> Result<Tensor> {
+                    let part = all.narrow(2, starts[i], lens[i])?;
+                    self.heads(i, adapted(parts[i].as_ref(), h, part)?, b, t)
+                };
+                Ok([split(0)?, split(1)?, split(2)?])
+            }
+            QkvProjection::Separate { q, k, v } => Ok([
+                self.heads(0, q.forward(h)?, b, t)?,
+                self.heads(1, k.forward(h)?, b, t)?,
+                self.heads(2, v.forward(h)?, b, t)?,
+            ]),
+        }
+    }
+
+    /// (B, T, C) → (B, T, C).
+    pub fn forward(&self, h: &Tensor) -> Result<Tensor> {
+        self.shape.validate()?;
+        if h.rank() != 3 || h.shape()[2] != self.shape.width {
+            return Err(TensorError::invalid(
+                "attention",
+                format!(
+                    "input must be (B, T, {}), got {:?}",
+                    self.shape.width,
+                    h.shape()
+                ),
+            ));
+        }
+        let (b, t, c) = (h.shape()[0], h.shape()[1], h.shape()[2]);
+        let [q, k, v] = self.project(h, b, t)?;
+        let y = if self.kind == AttentionKind::MemoryEfficient {
+            // Fused: saves q, k, v, y and a (B, H, T) statistic only, so there is nothing
+            // T×T for selective recomputation to drop.
+            let scale = 1.0 / (self.shape.head_dim() as f32).sqrt();
+            Tensor::attention(&q, &k, &v, true, scale, self.dropout)? // (B, H, T, D)
+        } else if self.selective {
+            let p = self.dropout;
+            checkpoint(&[&q, &k, &v], move |t| {
+                core_attention(&t[0], &t[1], &t[2], p)
+            })?
+        } else {
+            core_attention(&q, &k, &v, self.dropout)?
+        };
+        let y = y.permute(&[0, 2, 1, 3])?.reshape(&[b, t, c])?; // (B, T, C)
+        self.out.forward(&y)
+    }
+}

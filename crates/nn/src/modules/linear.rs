@@ -1,0 +1,101 @@
+//! A linear layer `x·W + b` (W stored in × out, the bias optional) over a plain weight or a
+//! frozen NF4 one (QLoRA's base, Dettmers et al. 2023), with an optional LoRA adapter on top.
+//! Its slots are `{name}.w` and, with a bias, `{name}.b`.
+//!
+//! [`Linear::forward_gelu`] is the layer applied to GELU of its input with that GELU output
+//! recomputed in backward rather than saved (`Tensor::gelu_linear`), where nothing else keeps it.
+//!
+//! Not for: the adapter's arithmetic (`lora_adapter.rs`) or the NF4 format (the tensor crate).
+
+use super::lora_adapter::adapted;
+use super::{LoraAdapter, Slot, Weights, join};
+use headroom_tensor::{Nf4Weight, Result, Tensor};
+use std::sync::Arc;
+
+/// Where a linear layer's weight lives.
+#[derive(Clone, Debug)]
+pub enum LinearWeight {
+    /// A (possibly trainable) view of the flat block, (in × out).
+    Dense(Tensor),
+    /// A frozen NF4 weight, dequantised for each product.
+    Nf4(Arc<Nf4Weight>),
+}
+
+/// A bound linear layer.
+#[derive(Clone, Debug)]
+pub struct Linear {
+    pub weight: LinearWeight,
+    pub bias: Option<Tensor>,
+    pub adapter: Option<LoraAdapter>,
+}
+
+impl Linear {
+    /// The slots of a layer named `name` from `input` to `output` features.
+    pub fn slots(name: &str, input: usize, output: usize, bias: bool) -> Vec<Slot> {
+        let mut slots = vec![Slot::new(join(name, "w"), &[input, output])];
+        if bias {
+            slots.push(Slot::new(join(name, "b"), &[output]));
+        }
+        slots
+    }
+
+    /// The layer `name` of `w` (its weight in NF4 where `w` stores it so), with `adapter`.
+    pub fn load(
+        w: &Weights,
+        name: &str,
+        bias: bool,
+        adapter: Option<LoraAdapter>,
+    ) -> Result<Linear> {
+        let w = w.pp(name);
+        let weight = match w.nf4("w") {
+            Some(q) => LinearWeight::Nf4(q),
+            None => LinearWeight::Dense(w.get("w")?),
+        };
+        Ok(Linear {
+            weight,
+            bias: if bias { Some(w.get("b")?) } else { None },
+            adapter,
+        })
+    }
+
+    /// `x·W + b`, without the adapter.
+    fn base(&self, x: &Tensor) -> Result<Tensor> {
+        match (&self.weight, &self.bias) {
+            (LinearWeight::Dense(w), Some(b)) => x.linear(w, b),
+            (LinearWeight::Dense(w), None) => x.matmul(w),
+            (LinearWeight::Nf4(q), Some(b)) => x.linear_nf4(q, b),
+            (LinearWeight::Nf4(q), None) => x.matmul_nf4(q),
+        }
+    }
+
+    /// `x·W + b`, plus the adapter's update.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        adapted(self.adapter.as_ref(), x, self.base(x)?)
+    }
+
+    /// `gelu(pre)·W + b`, plus the adapter's update. The GELU output is recomputed in backward,
+    /// never saved, unless the adapter reads it; an NF4 product saves nothing, so its GELU
+    /// output is not kept for it either.
+    pub fn forward_gelu(&self, pre: &Tensor) -> Result<Tensor> {
+        let adapter = self.adapter.as_ref();
+        match (&self.weight, adapter) {
+            (LinearWeight::Nf4(_), _) => {
+                let g = pre.gelu()?;
+                let y = self.base(&g)?;
+                adapted(adapter, &g, y)
+            }
+            (LinearWeight::Dense(w), Some(a)) => {
+                let y = gelu_product(pre, w, self.bias.as_ref())?;
+                a.add_update(&pre.gelu()?, y)
+            }
+            (LinearWeight::Dense(w), None) => gelu_product(pre, w, self.bias.as_ref()),
+        }
+    }
+}
+
+fn gelu_product(pre: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    match b {
+        Some(b) => pre.gelu_linear(w, b),
+        None => pre.gelu_matmul(w),
+    }
+}
