@@ -20,7 +20,9 @@ pub enum MemoryCommand {
     /// Replay an allocation trace through the allocator and print its summary and fragmentation.
     ///
     /// TRACE is headroom's JSON trace — an array of {"action": "alloc" | "free", "addr": <id>,
-    /// "size": <bytes>} ("size" may be omitted on free; an optional "category" tags the bytes) —
+    /// "size": <bytes>} ("size" may be omitted on free; an optional "category" tags the bytes,
+    /// and optional "phase", "step", "module", "op" and "dtype" label an allocation, as
+    /// `headroom trace` writes them: the report names the allocation that set the peak) —
     /// or a PyTorch memory snapshot pickle (torch.cuda.memory._dump_snapshot), whose
     /// device_traces are replayed. With --capacity, an allocation that cannot be served is
     /// reported as an OOM event and the replay continues. Run it once with each allocator to
