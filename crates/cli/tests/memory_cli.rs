@@ -264,3 +264,42 @@ fn bench_checkpoint_rejects_arguments_it_cannot_measure() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+/// A traced step's labels: 4 MiB of activations in forward, 6 MiB of gradients in backward
+/// after 2 MiB of them is freed (8 MiB live), then 1 MiB in the optimizer (9 MiB, the peak).
+const LABELLED: &str = r#"[
+ {"action":"alloc","addr":1,"size":4194304,"category":"activation","phase":"forward","step":0,"module":"model.h.0","op":"aten::mm","dtype":"float32"},
+ {"action":"free","addr":1,"phase":"backward"},
+ {"action":"alloc","addr":2,"size":2097152,"category":"activation","phase":"forward","step":0},
+ {"action":"alloc","addr":3,"size":6291456,"category":"gradient","phase":"backward","step":0,"module":"model.h.0","op":"aten::mm"},
+ {"action":"alloc","addr":4,"size":1048576,"category":"optimizer_state","phase":"optimizer","step":0,"op":"aten::zeros_like"}
+]"#;
+
+#[test]
+fn the_allocation_at_the_peak_is_named_with_its_phase_module_and_op() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "labelled.json", LABELLED);
+    let out = headroom(&["memory", "replay", &trace, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["stats"]["allocated_bytes.all.peak"], 9 << 20);
+    let peak = &v["at_peak"];
+    assert_eq!(peak["event"], 4);
+    assert_eq!(peak["size"], 1 << 20);
+    assert_eq!(peak["category"], "optimizer_state");
+    assert_eq!(peak["phase"], "optimizer");
+    assert_eq!(peak["step"], 0);
+    assert_eq!(peak["op"], "aten::zeros_like");
+    assert!(peak.get("module").is_none(), "{peak}");
+
+    let out = headroom(&["memory", "replay", &trace]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("The allocated peak is reached in optimizer (step 0), op aten::zeros_like."),
+        "{text}"
+    );
+}

@@ -23,6 +23,7 @@ pub mod output;
 mod pickle_depth;
 pub mod quote;
 pub mod replay;
+pub mod replay_labels;
 pub mod rounding;
 pub mod size;
 pub mod snapshot;

@@ -1,5 +1,6 @@
 //! Replaying allocation traces through the allocator: headroom's JSON trace (an array of
-//! `{"action": "alloc" | "free", "addr": <id>, "size": <bytes>}`, optionally with `category`),
+//! `{"action": "alloc" | "free", "addr": <id>, "size": <bytes>}`, optionally with `category` and
+//! the labels of `replay_labels`: `phase`, `step`, `module`, `op`, `dtype`),
 //! or a PyTorch memory snapshot pickle whose `device_traces` are replayed. A user can thereby ask
 //! "would expandable segments have saved my run?" of their own trace.
 //!
@@ -8,9 +9,11 @@
 use crate::allocator::CachingAllocator;
 use crate::category::Category;
 use crate::quote::{quote, quote_at_most};
+use crate::replay_labels::{Labels, read_label};
 use crate::rounding::MAX_REQUEST;
 use serde_pickle::{HashableValue, Value};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// A trace that cannot be replayed; names the event and the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -59,6 +62,8 @@ pub enum TraceFormat {
 pub struct Trace {
     pub format: TraceFormat,
     pub events: Vec<ReplayEvent>,
+    /// What each allocation was for (phase, module, op, …), where the trace says.
+    pub labels: Labels,
 }
 
 /// Parses either format: a pickle starts with the PROTO opcode 0x80, anything else is JSON.
@@ -85,6 +90,7 @@ fn parse_json_trace(bytes: &[u8]) -> Result<Trace, TraceError> {
         Ok(Top::Events) => Ok(Trace {
             format: TraceFormat::HeadroomJson,
             events: reader.events,
+            labels: reader.labels,
         }),
         Ok(Top::Snapshot(value)) => parse_json_snapshot(&value),
         Ok(Top::Object) => Err(TraceError::NotAnArray("an object")),
@@ -113,6 +119,9 @@ struct EventReader {
     live: HashMap<u64, usize>,
     /// The event error that stopped the parse.
     failure: Option<TraceError>,
+    labels: Labels,
+    /// Label strings seen so far, shared between labels.
+    texts: HashMap<String, Arc<str>>,
 }
 
 impl EventReader {
@@ -166,6 +175,8 @@ impl EventReader {
                         "alloc of id {id}, which is still live since event {prev}"
                     )));
                 }
+                let label = read_label(obj, &mut self.texts).map_err(err)?;
+                self.labels.push(self.events.len(), label);
                 self.events.push(ReplayEvent::Alloc { id, size, category });
             }
             "free" | "free_requested" => {
@@ -290,6 +301,7 @@ fn parse_json_snapshot(value: &serde_json::Value) -> Result<Trace, TraceError> {
     Ok(Trace {
         format: TraceFormat::PytorchSnapshot,
         events,
+        labels: Labels::default(),
     })
 }
 
@@ -403,6 +415,7 @@ fn parse_pytorch_snapshot(bytes: &[u8]) -> Result<Trace, TraceError> {
     Ok(Trace {
         format: TraceFormat::PytorchSnapshot,
         events,
+        labels: Labels::default(),
     })
 }
 
@@ -419,6 +432,8 @@ pub struct ReplayOutcome {
     pub allocs: u64,
     pub frees: u64,
     pub ooms: Vec<ReplayOom>,
+    /// The index (in `Trace::events`) of the allocation that last raised the allocated peak.
+    pub peak_event: Option<usize>,
 }
 
 /// Replays `trace` through `allocator`. An allocation that cannot be served is recorded as an OOM
@@ -429,8 +444,21 @@ pub fn replay(trace: &Trace, allocator: &mut CachingAllocator) -> ReplayOutcome 
     for (index, event) in trace.events.iter().enumerate() {
         match *event {
             ReplayEvent::Alloc { id, size, category } => {
+                if let Some(label) = trace.labels.of(index) {
+                    let history = allocator.trace_mut();
+                    if let Some(phase) = &label.phase {
+                        history.set_phase(phase);
+                    }
+                    if let Some(step) = label.step {
+                        history.set_step(step);
+                    }
+                }
+                let peak = allocator.stats().allocated_bytes.all.peak;
                 match allocator.malloc(size, category, None) {
                     Ok(a) => {
+                        if allocator.stats().allocated_bytes.all.peak > peak {
+                            outcome.peak_event = Some(index);
+                        }
                         // A PyTorch ring may show an id again whose free fell outside the ring.
                         if let Some(old) = addresses.insert(id, a.addr) {
                             let _ = allocator.free(old);
@@ -596,6 +624,47 @@ mod tests {
         bytes.push(b'.');
         let e = parse_trace(&bytes).unwrap_err().to_string();
         assert!(e.contains("100000 levels deep"), "{e}");
+    }
+
+    #[test]
+    fn labels_are_read_and_the_peak_allocation_is_named() {
+        // Live bytes: 1 MiB (forward), 3 MiB (+2 MiB backward), 2 MiB after the first free, then
+        // +512 KiB in the optimizer (2.5 MiB): the peak is the backward allocation, event 1.
+        let text = r#"[
+            {"action":"alloc","addr":1,"size":1048576,"category":"activation","phase":"forward","step":0,"module":"h.0.mlp","op":"aten::mm","dtype":"float32"},
+            {"action":"alloc","addr":2,"size":2097152,"category":"gradient","phase":"backward","step":0,"module":"h.0.mlp","op":"aten::mm"},
+            {"action":"free","addr":1,"phase":"backward"},
+            {"action":"alloc","addr":3,"size":524288,"category":"optimizer_state","phase":"optimizer","step":0}
+        ]"#;
+        let trace = parse_trace(text.as_bytes()).unwrap();
+        assert_eq!(trace.labels.distinct(), 3);
+        let first = trace.labels.of(0).unwrap();
+        assert_eq!(first.module.as_deref(), Some("h.0.mlp"));
+        assert_eq!(first.dtype.as_deref(), Some("float32"));
+        assert_eq!(
+            trace.labels.of(3).unwrap().phase.as_deref(),
+            Some("optimizer")
+        );
+        let mut a = CachingAllocator::new(
+            1 << 30,
+            crate::AllocatorConfig::default(),
+            Box::new(crate::VirtualSource::default()),
+        );
+        let outcome = replay(&trace, &mut a);
+        assert_eq!(outcome.peak_event, Some(1));
+        assert_eq!(
+            trace.labels.of(1).unwrap().phase.as_deref(),
+            Some("backward")
+        );
+
+        let e = parse_trace(br#"[{"action":"alloc","addr":1,"size":8,"phase":3}]"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("event 0: \"phase\" must be a string"), "{e}");
+        let e = parse_trace(br#"[{"action":"alloc","addr":1,"size":8,"step":-1}]"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"step\" must be a non-negative integer"), "{e}");
     }
 
     #[test]

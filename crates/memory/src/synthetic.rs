@@ -112,6 +112,7 @@ pub fn training_like(layers: usize, steps: usize, width: u64, seed: u64) -> Trac
     Trace {
         format: TraceFormat::HeadroomJson,
         events: b.events,
+        labels: crate::replay_labels::Labels::default(),
     }
 }
 
@@ -149,6 +150,7 @@ pub fn fragmenting(n: usize, seed: u64) -> Trace {
     Trace {
         format: TraceFormat::HeadroomJson,
         events: b.events,
+        labels: crate::replay_labels::Labels::default(),
     }
 }
 

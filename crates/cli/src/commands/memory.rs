@@ -5,20 +5,24 @@
 use crate::report::timeline::write_timeline_svg;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand, ValueEnum};
-use headroom_memory::replay::{ReplayOutcome, parse_trace, replay, replay_planned};
+use headroom_memory::replay::{
+    ReplayEvent, ReplayOutcome, Trace, parse_trace, replay, replay_planned,
+};
 use headroom_memory::size::{ByteSize, format_bytes};
 use headroom_memory::timeline::timeline;
 use headroom_memory::{
     AllocatorConfig, CachingAllocator, Fragmentation, Snapshot, VirtualSource, memory_summary,
 };
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Subcommand)]
 pub enum MemoryCommand {
     /// Replay an allocation trace through the allocator and print its summary and fragmentation.
     ///
     /// TRACE is headroom's JSON trace — an array of {"action": "alloc" | "free", "addr": <id>,
-    /// "size": <bytes>} ("size" may be omitted on free; an optional "category" tags the bytes) —
+    /// "size": <bytes>} ("size" may be omitted on free; an optional "category" tags the bytes,
+    /// and optional "phase", "step", "module", "op" and "dtype" label an allocation, as
+    /// `headroom trace` writes them: the report names the allocation that set the peak) —
     /// or a PyTorch memory snapshot pickle (torch.cuda.memory._dump_snapshot), whose
     /// device_traces are replayed. With --capacity, an allocation that cannot be served is
     /// reported as an OOM event and the replay continues. Run it once with each allocator to
@@ -47,6 +51,13 @@ pub enum AllocatorKind {
 pub struct ReplayArgs {
     /// The trace file: headroom JSON or a PyTorch snapshot pickle.
     pub trace: PathBuf,
+    #[command(flatten)]
+    pub options: ReplayOptions,
+}
+
+/// How a trace is replayed and reported (shared with `headroom trace`).
+#[derive(Debug, Args)]
+pub struct ReplayOptions {
     /// Allocator to replay through.
     #[arg(long, value_enum, default_value = "caching")]
     pub allocator: AllocatorKind,
@@ -74,16 +85,17 @@ const UNLIMITED: u64 = 1 << 40;
 
 pub fn run(cmd: MemoryCommand) -> anyhow::Result<()> {
     match cmd {
-        MemoryCommand::Replay(args) => run_replay(args),
+        MemoryCommand::Replay(args) => replay_file(&args.trace, &args.options),
         MemoryCommand::Doctor(args) => crate::commands::doctor::run(args),
     }
 }
 
-fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
-    let bytes = std::fs::read(&args.trace)
-        .with_context(|| format!("cannot read trace file {}", args.trace.display()))?;
+/// Replays the trace in `path` and prints the report `args` asks for.
+pub fn replay_file(path: &Path, args: &ReplayOptions) -> anyhow::Result<()> {
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("cannot read trace file {}", path.display()))?;
     let trace = parse_trace(&bytes)
-        .with_context(|| format!("{} is not a replayable trace", args.trace.display()))?;
+        .with_context(|| format!("{} is not a replayable trace", path.display()))?;
     let mut config = match &args.alloc_conf {
         Some(text) => AllocatorConfig::parse(text)?,
         None => AllocatorConfig::default(),
@@ -103,27 +115,27 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
     } else {
         replay(&trace, &mut allocator)
     };
-    if let Some(path) = &args.snapshot {
+    if let Some(out) = &args.snapshot {
         Snapshot::capture(&allocator)
-            .write_pickle(path)
-            .with_context(|| format!("cannot write snapshot {}", path.display()))?;
+            .write_pickle(out)
+            .with_context(|| format!("cannot write snapshot {}", out.display()))?;
     }
-    if let Some(path) = &args.timeline {
+    if let Some(out) = &args.timeline {
         let series = timeline(allocator.trace().entries(), 2000);
         let title = format!(
             "{} through the {} allocator",
-            args.trace.file_name().map_or_else(
-                || args.trace.display().to_string(),
+            path.file_name().map_or_else(
+                || path.display().to_string(),
                 |n| n.to_string_lossy().into_owned()
             ),
             kind_name(args.allocator)
         );
-        write_timeline_svg(&series, args.capacity.map(|c| c.0), &title, path)?;
+        write_timeline_svg(&series, args.capacity.map(|c| c.0), &title, out)?;
     }
     let fragmentation = Fragmentation::of(&allocator);
     if args.json {
         let report = serde_json::json!({
-            "trace": args.trace.display().to_string(),
+            "trace": path.display().to_string(),
             "format": trace.format,
             "allocator": match args.allocator {
                 AllocatorKind::Caching => "caching",
@@ -134,20 +146,53 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
             "capacity_bytes": args.capacity.map(|c| c.0),
             "events": trace.events.len(),
             "outcome": outcome,
+            "at_peak": at_peak(&trace, &outcome),
             "stats": allocator.stats().flat(),
             "fragmentation": fragmentation,
         });
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::json_out::print_json(&report)?;
         return Ok(());
     }
-    print_text(
-        &args,
-        &allocator,
-        &outcome,
-        &fragmentation,
-        trace.events.len(),
-    );
+    print_text(path, args, &allocator, &outcome, &fragmentation, &trace);
     Ok(())
+}
+
+/// The allocation that set the allocated peak: its event, bytes, category and labels (phase,
+/// step, module, op, dtype) where the trace has them.
+fn at_peak(trace: &Trace, outcome: &ReplayOutcome) -> serde_json::Value {
+    let Some(index) = outcome.peak_event else {
+        return serde_json::Value::Null;
+    };
+    let ReplayEvent::Alloc { size, category, .. } = trace.events[index] else {
+        return serde_json::Value::Null;
+    };
+    let mut out = serde_json::json!({"event": index, "size": size, "category": category});
+    if let Some(label) = trace.labels.of(index)
+        && let (Some(fields), serde_json::Value::Object(labels)) =
+            (out.as_object_mut(), serde_json::json!(label))
+    {
+        fields.extend(labels);
+    }
+    out
+}
+
+/// "in backward (step 1), module h.0.mlp, op aten::mm" for a labelled peak allocation.
+fn peak_place(trace: &Trace, outcome: &ReplayOutcome) -> Option<String> {
+    let label = trace.labels.of(outcome.peak_event?)?;
+    let mut parts = Vec::new();
+    if let Some(phase) = &label.phase {
+        parts.push(match label.step {
+            Some(step) => format!("in {phase} (step {step})"),
+            None => format!("in {phase}"),
+        });
+    }
+    if let Some(module) = label.module.as_deref().filter(|m| !m.is_empty()) {
+        parts.push(format!("module {module}"));
+    }
+    if let Some(op) = &label.op {
+        parts.push(format!("op {op}"));
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
 }
 
 fn kind_name(kind: AllocatorKind) -> &'static str {
@@ -159,12 +204,14 @@ fn kind_name(kind: AllocatorKind) -> &'static str {
 }
 
 fn print_text(
-    args: &ReplayArgs,
+    path: &Path,
+    args: &ReplayOptions,
     a: &CachingAllocator,
     outcome: &ReplayOutcome,
     f: &Fragmentation,
-    events: usize,
+    trace: &Trace,
 ) {
+    let events = trace.events.len();
     let s = a.stats();
     let capacity = match args.capacity {
         Some(c) => format!("{} ({} bytes)", format_bytes(c.0), c.0),
@@ -172,7 +219,7 @@ fn print_text(
     };
     println!(
         "Replayed {events} events of {} through the {} allocator, capacity {capacity}.",
-        args.trace.display(),
+        path.display(),
         kind_name(args.allocator),
     );
     println!(
@@ -197,6 +244,9 @@ fn print_text(
         format_bytes(s.reserved_bytes.all.peak as u64),
         f.peak_reserved_over_allocated
     );
+    if let Some(place) = peak_place(trace, outcome) {
+        println!("The allocated peak is reached {place}.");
+    }
     println!();
     print!("{}", memory_summary(a));
 }

@@ -9,5 +9,6 @@ pub mod params;
 pub mod plan;
 pub mod plan_output;
 mod plan_own;
+pub mod trace;
 pub mod train;
 mod train_group;

@@ -292,7 +292,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
         .with_warnings(warnings)
         .with_calibration(calibration);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report.to_json())?);
+        crate::json_out::print_json(&report.to_json())?;
     } else {
         print!("{}", report.to_text());
     }

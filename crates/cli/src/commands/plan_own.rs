@@ -47,7 +47,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     if args.json {
         let mut report = to_json(&config, &model, &outcome, &shown, gpu.as_deref(), &advice);
         report["shortfall"] = json!(shortfall);
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::json_out::print_json(&report)?;
     } else {
         print!(
             "{}",

@@ -1,0 +1,154 @@
+//! What a traced allocation was for, beyond its category: the training phase (`forward`,
+//! `backward`, `optimizer`, `zero_grad`), the step, the module path, the operator and the dtype
+//! that a tracer (`headroom trace`) records with each `alloc` event. A replay names these for
+//! the allocation that set the allocated peak, so a report can say "the peak is in backward, in
+//! `model.layers.1.mlp`, at `aten::mm`".
+//!
+//! Not for: the bytes or the category (those are the replayable event itself, `ReplayEvent`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The optional labels of one allocation.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct Label {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Arc<str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub module: Option<Arc<str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub op: Option<Arc<str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<Arc<str>>,
+}
+
+impl Label {
+    /// The JSON fields this type reads from an event.
+    pub const FIELDS: [&'static str; 5] = ["phase", "step", "module", "op", "dtype"];
+
+    fn is_empty(&self) -> bool {
+        *self == Label::default()
+    }
+}
+
+/// The labels of a trace's events, interned: each distinct label is stored once and every event
+/// holds a 4-byte index (a trace of 10^7 events with a few thousand distinct labels costs 40 MB,
+/// not one string set per event).
+#[derive(Debug, Clone, Default)]
+pub struct Labels {
+    table: Vec<Label>,
+    index: HashMap<Label, u32>,
+    /// One entry per event once any event is labelled; [`UNLABELLED`] for events without one.
+    per_event: Vec<u32>,
+}
+
+const UNLABELLED: u32 = u32::MAX;
+
+impl Labels {
+    /// Records the label of event `event` (events are recorded in order; an empty label is
+    /// "none").
+    pub fn push(&mut self, event: usize, label: Label) {
+        if label.is_empty() {
+            return;
+        }
+        let next = self.table.len() as u32;
+        let slot = *self.index.entry(label.clone()).or_insert_with(|| {
+            self.table.push(label);
+            next
+        });
+        if self.per_event.len() <= event {
+            self.per_event.resize(event + 1, UNLABELLED);
+        }
+        self.per_event[event] = slot;
+    }
+
+    /// The label of event `event`, if it has one.
+    pub fn of(&self, event: usize) -> Option<&Label> {
+        let slot = *self.per_event.get(event)?;
+        self.table.get(slot as usize)
+    }
+
+    /// Whether no event has a label.
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    /// Distinct labels.
+    pub fn distinct(&self) -> usize {
+        self.table.len()
+    }
+}
+
+/// Reads the label fields of a JSON event; a field of the wrong type is an error naming it.
+pub fn read_label(
+    obj: &serde_json::Map<String, serde_json::Value>,
+    text: &mut HashMap<String, Arc<str>>,
+) -> Result<Label, String> {
+    let mut string = |name: &str| -> Result<Option<Arc<str>>, String> {
+        match obj.get(name) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(s)) => Ok(Some(match text.get(s.as_str()) {
+                Some(shared) => shared.clone(),
+                None => {
+                    let shared: Arc<str> = Arc::from(s.as_str());
+                    text.insert(s.clone(), shared.clone());
+                    shared
+                }
+            })),
+            Some(other) => Err(format!(
+                "\"{name}\" must be a string, got {}",
+                crate::quote::quote(&other.to_string())
+            )),
+        }
+    };
+    let phase = string("phase")?;
+    let module = string("module")?;
+    let op = string("op")?;
+    let dtype = string("dtype")?;
+    let step = match obj.get("step") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(v) => Some(v.as_u64().ok_or_else(|| {
+            format!(
+                "\"step\" must be a non-negative integer, got {}",
+                crate::quote::quote(&v.to_string())
+            )
+        })?),
+    };
+    Ok(Label {
+        phase,
+        step,
+        module,
+        op,
+        dtype,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn label(phase: &str) -> Label {
+        Label {
+            phase: Some(Arc::from(phase)),
+            ..Label::default()
+        }
+    }
+
+    #[test]
+    fn equal_labels_are_stored_once_and_unlabelled_events_have_none() {
+        let mut l = Labels::default();
+        l.push(0, label("forward"));
+        l.push(2, label("backward"));
+        l.push(3, label("forward"));
+        l.push(4, Label::default());
+        assert_eq!(l.distinct(), 2);
+        assert_eq!(l.of(0).unwrap().phase.as_deref(), Some("forward"));
+        assert!(l.of(1).is_none());
+        assert_eq!(l.of(2).unwrap().phase.as_deref(), Some("backward"));
+        assert_eq!(l.of(3).unwrap().phase.as_deref(), Some("forward"));
+        assert!(l.of(4).is_none());
+        assert!(l.of(99).is_none());
+    }
+}

@@ -1,0 +1,18 @@
+"""headroom: fit deep-learning training into the memory you have.
+
+- `plan(model, gpu, **levers)`: the fastest combination of memory levers that fits (the JSON of
+  `headroom plan --json`, as a dict). Needs no torch.
+- `trace(...)`: a PyTorch training step run under fake tensors (no weights, no GPU), every
+  tensor allocation and free recorded with its category, phase, module and op. Needs torch
+  (imported only when called).
+- `replay(trace, allocator=..., capacity=...)`: a trace through the CUDA caching allocator's
+  rules (the JSON of `headroom memory replay --json`, as a dict). Needs no torch.
+
+The `headroom` command line comes with the package.
+"""
+
+from headroom._commands import HeadroomError, plan, replay
+from headroom._headroom import __version__
+from headroom.trace import TraceError, trace
+
+__all__ = ["HeadroomError", "TraceError", "plan", "replay", "trace", "__version__"]

@@ -1,0 +1,139 @@
+"""`headroom.trace`: a PyTorch training step traced without a GPU. The model is built under
+`FakeTensorMode` (tensors with shapes and dtypes but no data; no weights read, no memory
+taken), K training steps run on it, and every storage allocation and free is recorded with its
+bytes, dtype, category, module path, op, phase and step, as headroom's replay trace (the JSON
+`headroom memory replay` reads).
+
+torch and transformers are imported when `trace` is called, not when `headroom` is imported.
+Run as `python -m headroom.trace` for the command line `headroom trace` calls.
+
+Known differences from a CUDA run are the kernels' own: the trace runs PyTorch's CPU
+implementations (attention, autocast's op policy, cross-entropy), whose temporaries can differ
+from the CUDA kernels'.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+from headroom.trace.errors import TraceError
+
+__all__ = ["TraceError", "trace", "write_trace"]
+
+
+def trace(
+    model: Union[str, os.PathLike, Callable[[], Any]],
+    *,
+    micro_batch: int = 1,
+    seq_len: int,
+    steps: int = 2,
+    dtype: str = "fp32",
+    optimizer_impl: str = "foreach",
+    gradient_checkpointing: bool = False,
+    loss: Optional[Callable[[Any, Any], Any]] = None,
+    vocab_size: Optional[int] = None,
+    output: Optional[Union[str, os.PathLike]] = None,
+) -> list[dict]:
+    """Traces `steps` training steps and returns the events (written to `output` too if given).
+
+    model: a Hugging Face config.json (or its directory), `package.module:function`, or a
+        callable returning a torch.nn.Module (called under the fake mode).
+    micro_batch, seq_len: the batch of random token ids, shape (micro_batch, seq_len).
+    dtype: "fp32", "bf16" (pure: weights, gradients and states in bf16) or "bf16-autocast".
+    optimizer_impl: AdamW's "foreach", "fused" or "for-loop".
+    gradient_checkpointing: the model's `gradient_checkpointing_enable()` (non-reentrant).
+    loss: f(model, input_ids) -> scalar tensor; default the model's own `labels=` loss.
+    vocab_size: the token range when the model has no `config.vocab_size`.
+    """
+    try:
+        import torch
+    except ImportError:
+        raise TraceError(
+            "the tracer needs PyTorch, which this Python does not have; install it with: "
+            "pip install torch transformers (or pip install 'headroom-mem[trace]')"
+        ) from None
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from headroom.trace import model as model_mod
+    from headroom.trace.modules import ModulePaths
+    from headroom.trace.recorder import StorageRecorder
+    from headroom.trace.step import DTYPES, Clock, claim_model, make_optimizer, run_steps
+
+    if dtype not in DTYPES:
+        raise TraceError(f"unknown dtype {dtype!r}; accepted: {', '.join(DTYPES)}")
+    for name, value in (("micro_batch", micro_batch), ("seq_len", seq_len), ("steps", steps)):
+        if not isinstance(value, int) or value < 1:
+            raise TraceError(f"{name} must be a positive integer, got {value!r}")
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        net = model_mod.build(model)
+        if dtype == "bf16":
+            net = model_mod.to_dtype(net, torch.bfloat16)
+        if gradient_checkpointing:
+            _enable_checkpointing(net)
+        vocab = vocab_size or getattr(getattr(net, "config", None), "vocab_size", None)
+        if not vocab:
+            raise TraceError("the model has no config.vocab_size; give vocab_size (--vocab-size)")
+        params = [p for p in net.parameters() if p.requires_grad]
+        if not params:
+            raise TraceError("the model has no trainable parameters")
+        optimizer = make_optimizer(params, optimizer_impl)
+        clock = Clock()
+        paths = ModulePaths(net)
+        recorder = StorageRecorder(lambda: (clock.phase, clock.step, paths.current()))
+        try:
+            with recorder:
+                claim_model(recorder, net)
+                run_steps(
+                    net,
+                    optimizer,
+                    recorder,
+                    clock,
+                    batch=(micro_batch, seq_len),
+                    vocab_size=int(vocab),
+                    steps=steps,
+                    autocast=dtype == "bf16-autocast",
+                    loss_fn=loss,
+                    fused=optimizer_impl == "fused",
+                )
+        finally:
+            events = recorder.stop()
+            paths.remove()
+    if output is not None:
+        write_trace(events, output)
+    return events
+
+
+def _enable_checkpointing(net: Any) -> None:
+    """Hugging Face activation checkpointing of every block, non-reentrant (transformers 5
+    renamed `gradient_checkpointing_enable` to `activation_checkpointing_enable`)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(net, "activation_checkpointing_enable"):
+        net.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    elif hasattr(net, "gradient_checkpointing_enable"):
+        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    else:
+        raise TraceError(
+            f"{type(net).__name__} has no activation_checkpointing_enable() or "
+            "gradient_checkpointing_enable(); wrap its blocks in torch.utils.checkpoint in the "
+            "factory instead"
+        )
+
+
+def write_trace(events: list[dict], path: Union[str, os.PathLike]) -> None:
+    """Writes the events as headroom's replay JSON, atomically (a temporary file renamed)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(events, f, separators=(",", ":"))
+            f.write("\n")
+        os.replace(tmp, target)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -1,0 +1,157 @@
+"""The storage recorder: a `TorchDispatchMode` that sees every op's outputs and turns each new
+untyped storage into an `alloc` event (bytes, dtype, op, module, phase, step) and its death into
+a `free` event, through `weakref.finalize` on the storage object (PyTorch keeps one Python
+object per storage for as long as the storage lives, fake storages included).
+
+Categories are decided by identity and lifetime, and may change while a storage lives (its
+`alloc` event is updated in place): parameters, gradients and optimizer states are what the
+model and the optimizer hold; inputs are the batch; a storage allocated in the forward pass
+and still alive when the forward pass ends is an activation (kept for backward: saved tensors,
+checkpoint inputs, the loss); anything else is a temporary.
+
+Not for: driving the training step (`step.py`) or naming modules (`modules.py`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, Optional
+
+import torch
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    UnsupportedOperatorException,
+)
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from headroom.trace.errors import TraceError
+
+# Which category wins when a storage is claimed twice (a parameter saved for backward stays a
+# parameter; a gradient AccumulateGrad stole from a backward temporary becomes a gradient).
+_RANK = {
+    "temporary": 0,
+    "activation": 1,
+    "input": 2,
+    "other": 3,
+    "optimizer_state": 4,
+    "gradient": 5,
+    "parameter": 6,
+}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class StorageRecorder(TorchDispatchMode):
+    """Records allocation events while active; `where` gives (phase, step, module) for an op."""
+
+    def __init__(self, where: Callable[[], tuple[str, int, Optional[str]]]):
+        super().__init__()
+        self.events: list[dict[str, Any]] = []
+        self._where = where
+        self._next_addr = 1
+        # id(storage) -> (addr, alloc event, finalizer); the finalizer removes the entry.
+        self._live: dict[int, tuple[int, dict[str, Any], weakref.finalize]] = {}
+        self._host: set[int] = set()
+        self._recording = True
+
+    # -- the dispatch hook -------------------------------------------------------------------
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        try:
+            out = func(*args, **(kwargs or {}))
+        except (DataDependentOutputException, DynamicOutputShapeException) as e:
+            phase, _, module = self._where()
+            raise TraceError(
+                f"{func} in {module or 'the model'} ({phase}) reads tensor data or has a "
+                f"data-dependent shape, which a trace without data cannot know ({type(e).__name__}); "
+                "remove .item(), .tolist(), data-dependent indexing or printing of values from the "
+                "training step, or compute them outside it"
+            ) from None
+        except UnsupportedOperatorException as e:
+            phase, _, module = self._where()
+            raise TraceError(
+                f"{func} in {module or 'the model'} ({phase}) has no fake-tensor implementation "
+                f"({e}); it cannot be traced without a device"
+            ) from None
+        op = str(func.overloadpacket.__name__) if hasattr(func, "overloadpacket") else str(func)
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self.see(t, f"aten::{op}")
+        return out
+
+    # -- storages ----------------------------------------------------------------------------
+
+    def see(self, t: torch.Tensor, op: str, category: str = "temporary") -> Optional[dict]:
+        """Registers `t`'s storage if it is new; returns its alloc event (None for 0 bytes)."""
+        st = t.untyped_storage()
+        entry = self._live.get(id(st))
+        if entry is not None:
+            return entry[1]
+        size = st.nbytes()
+        if size == 0:
+            return None
+        phase, step, module = self._where()
+        addr = self._next_addr
+        self._next_addr += 1
+        event: dict[str, Any] = {
+            "action": "alloc",
+            "addr": addr,
+            "size": size,
+            "category": category,
+            "dtype": _dtype_name(t.dtype),
+            "op": op,
+            "phase": phase,
+            "step": step,
+        }
+        if module:
+            event["module"] = module
+        self.events.append(event)
+        key = id(st)
+        fin = weakref.finalize(st, self._freed, key)
+        fin.atexit = False
+        self._live[key] = (addr, event, fin)
+        return event
+
+    def _freed(self, key: int) -> None:
+        entry = self._live.pop(key, None)
+        if entry is None or not self._recording:
+            return
+        phase, step, _ = self._where()
+        self.events.append({"action": "free", "addr": entry[0], "phase": phase, "step": step})
+
+    def claim(self, t: torch.Tensor, category: str, op: str = "") -> None:
+        """Marks `t`'s storage as `category` unless it already holds a higher-ranked one."""
+        event = self.see(t, op or "external", category)
+        if event is not None and _RANK[category] > _RANK[event["category"]]:
+            event["category"] = category
+
+    def keep_on_host(self, t: torch.Tensor) -> None:
+        """`t`'s storage lives in host memory on a real run (AdamW's non-fused step counts):
+        its events are left out of the trace."""
+        entry = self._live.get(id(t.untyped_storage()))
+        if entry is not None:
+            self._host.add(entry[0])
+
+    def promote_live(self, phase: str, step: int, frm: str, to: str) -> None:
+        """Every live storage allocated in (`phase`, `step`) still in category `frm` becomes
+        `to` (the forward pass's survivors become activations)."""
+        for _, event, _ in self._live.values():
+            if event["phase"] == phase and event["step"] == step and event["category"] == frm:
+                event["category"] = to
+
+    def live_addrs(self) -> set[int]:
+        return {addr for addr, _, _ in self._live.values()}
+
+    def stop(self) -> list[dict[str, Any]]:
+        """Stops recording (later frees are not events) and returns the trace's events."""
+        self._recording = False
+        for _, _, fin in list(self._live.values()):
+            fin.detach()
+        self._live.clear()
+        if not self._host:
+            return self.events
+        return [e for e in self.events if e["addr"] not in self._host]

@@ -1,0 +1,118 @@
+"""The traced training loop: K steps of forward (with the loss), backward, optimizer step and
+zero_grad, run under the fake mode with the recorder active, each phase named for the events
+and the categories settled at the phase boundaries (the forward pass's survivors are
+activations, `p.grad` is a gradient, `optimizer.state` is optimizer state).
+
+Not for: building the model (`model.py`) or recording storages (`recorder.py`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+
+from headroom.trace.errors import TraceError
+from headroom.trace.recorder import StorageRecorder
+
+DTYPES = ("fp32", "bf16", "bf16-autocast")
+OPTIMIZER_IMPLS = ("foreach", "fused", "for-loop")
+
+
+@dataclass
+class Clock:
+    """Where the loop is: the phase and the step the next events belong to."""
+
+    phase: str = "model"
+    step: int = 0
+
+
+def make_optimizer(params: list, impl: str, lr: float = 1e-4) -> torch.optim.Optimizer:
+    if impl not in OPTIMIZER_IMPLS:
+        raise TraceError(f"unknown optimizer implementation {impl!r}; accepted: {', '.join(OPTIMIZER_IMPLS)}")
+    return torch.optim.AdamW(params, lr=lr, foreach=impl == "foreach", fused=True if impl == "fused" else None)
+
+
+def claim_model(recorder: StorageRecorder, model: torch.nn.Module) -> None:
+    """Parameters and buffers, live before the first step."""
+    for name, p in model.named_parameters():
+        recorder.claim(p, "parameter", op="parameter")
+    for name, b in model.named_buffers():
+        recorder.claim(b, "other", op="buffer")
+
+
+def run_steps(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    recorder: StorageRecorder,
+    clock: Clock,
+    *,
+    batch: tuple[int, int],
+    vocab_size: int,
+    steps: int,
+    autocast: bool,
+    loss_fn: Optional[Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]],
+    fused: bool,
+) -> None:
+    micro_batch, seq_len = batch
+    params = [p for p in model.parameters() if p.requires_grad]
+    for step in range(steps):
+        clock.step = step
+        clock.phase = "forward"
+        input_ids = torch.randint(0, vocab_size, (micro_batch, seq_len))
+        recorder.claim(input_ids, "input", op="input")
+        cast = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+        with cast:
+            loss = _loss(model, input_ids, loss_fn)
+        recorder.promote_live("forward", step, "temporary", "activation")
+
+        clock.phase = "backward"
+        loss.backward()
+        del loss
+        for p in params:
+            if p.grad is not None:
+                recorder.claim(p.grad, "gradient", op="grad")
+
+        clock.phase = "optimizer"
+        try:
+            optimizer.step()
+        except TraceError:
+            raise
+        except (RuntimeError, NotImplementedError) as e:
+            raise TraceError(
+                f"the optimizer step cannot be traced under fake tensors ({e}); try another "
+                "--optimizer-impl (foreach, fused, for-loop)"
+            ) from None
+        for state in optimizer.state.values():
+            for key, value in state.items():
+                if not isinstance(value, torch.Tensor):
+                    continue
+                if key == "step" and not fused:
+                    # torch.optim keeps a non-fused, non-capturable step count on the host.
+                    recorder.keep_on_host(value)
+                else:
+                    recorder.claim(value, "optimizer_state", op="optimizer_state")
+
+        clock.phase = "zero_grad"
+        optimizer.zero_grad(set_to_none=True)
+        del input_ids
+
+
+def _loss(model: torch.nn.Module, input_ids: torch.Tensor, loss_fn: Optional[Callable]) -> torch.Tensor:
+    if loss_fn is not None:
+        loss = loss_fn(model, input_ids)
+    else:
+        out: Any = model(input_ids=input_ids, labels=input_ids)
+        loss = getattr(out, "loss", None)
+        if loss is None and isinstance(out, dict):
+            loss = out.get("loss")
+        if loss is None:
+            raise TraceError(
+                f"{type(model).__name__}(input_ids=..., labels=...) returned no loss; give a loss "
+                "function f(model, input_ids) -> scalar tensor (--loss package.module:function)"
+            )
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        raise TraceError("the loss must be a scalar tensor")
+    return loss

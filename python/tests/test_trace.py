@@ -1,0 +1,150 @@
+"""The tracer's bytes per category against counts derived by hand from the configs, the event
+stream's consistency, the levers' effects, and clear errors for what cannot be traced."""
+
+from collections import defaultdict
+
+import pytest
+import torch
+
+import headroom
+from conftest import GPT2, LLAMA
+
+F32, BF16, I64 = 4, 2, 8
+
+
+def gpt2_tensors():
+    """GPT-2's parameter tensors' element counts (the LM head is tied to wte)."""
+    d, ff, v, pos = GPT2["n_embd"], 4 * GPT2["n_embd"], GPT2["vocab_size"], GPT2["n_positions"]
+    block = [d, d, d * 3 * d, 3 * d, d * d, d, d, d, d * ff, ff, ff * d, d]  # ln_1, attn, ln_2, mlp
+    return [v * d, pos * d] + block * GPT2["n_layer"] + [d, d]
+
+
+def llama_tensors():
+    """Llama's parameter tensors' element counts: no biases, grouped K/V, untied LM head."""
+    d, ff, v = LLAMA["hidden_size"], LLAMA["intermediate_size"], LLAMA["vocab_size"]
+    kv = d // LLAMA["num_attention_heads"] * LLAMA["num_key_value_heads"]
+    block = [d * d, d * kv, d * kv, d * d, d * ff, d * ff, ff * d, d, d]
+    return [v * d] + block * LLAMA["num_hidden_layers"] + [d, v * d]
+
+
+def allocated(events, category, step=None):
+    return sum(
+        e["size"]
+        for e in events
+        if e["action"] == "alloc" and e["category"] == category and (step is None or e["step"] == step)
+    )
+
+
+def live_at_end(events):
+    live = {}
+    for i, e in enumerate(events):
+        if e["action"] == "alloc":
+            assert e["addr"] not in live, f"event {i} allocates live id {e['addr']}"
+            live[e["addr"]] = e
+        else:
+            assert e["addr"] in live, f"event {i} frees id {e['addr']}, which is not live"
+            del live[e["addr"]]
+    return list(live.values())
+
+
+def test_gpt2_fp32_foreach_bytes_per_category(gpt2_config):
+    params = sum(gpt2_tensors())
+    assert params == 172_288  # 64000 + 8192 + 2 × 49984 + 128
+    events = headroom.trace(gpt2_config, micro_batch=2, seq_len=16, steps=2)
+    assert allocated(events, "parameter") == params * F32
+    for step in (0, 1):
+        assert allocated(events, "gradient", step) == params * F32
+        assert allocated(events, "input", step) == 2 * 16 * I64
+    # exp_avg and exp_avg_sq, created once; the foreach step counts live on the host.
+    assert allocated(events, "optimizer_state", 0) == 2 * params * F32
+    assert allocated(events, "optimizer_state", 1) == 0
+    live = live_at_end(events)
+    # set_to_none frees the gradients; what stays is the model and the optimizer.
+    by_category = defaultdict(int)
+    for e in live:
+        by_category[e["category"]] += e["size"]
+    assert dict(by_category) == {"parameter": params * F32, "optimizer_state": 2 * params * F32}
+    assert {e["phase"] for e in events} == {"model", "forward", "backward", "optimizer", "zero_grad"}
+    assert allocated(events, "activation") > 0 and allocated(events, "temporary") > 0
+
+
+def test_llama_pure_bf16_halves_the_model_states(llama_config):
+    params = sum(llama_tensors())
+    assert params == 2 * 64_000 + 2 * 46_208 + 64  # embed + LM head, 2 blocks, final norm
+    events = headroom.trace(llama_config, micro_batch=1, seq_len=16, steps=1, dtype="bf16")
+    assert allocated(events, "parameter") == params * BF16
+    assert allocated(events, "gradient") == params * BF16
+    assert allocated(events, "optimizer_state") == 2 * params * BF16
+    assert all(e["dtype"] == "bfloat16" for e in events if e["action"] == "alloc" and e["category"] == "parameter")
+
+
+def test_fused_adamw_keeps_its_step_counts_on_the_device(gpt2_config):
+    tensors = gpt2_tensors()
+    events = headroom.trace(gpt2_config, seq_len=8, steps=1, optimizer_impl="fused")
+    # One fp32 step scalar per parameter tensor besides the two moments.
+    assert allocated(events, "optimizer_state") == 2 * sum(tensors) * F32 + len(tensors) * F32
+
+
+def test_autocast_keeps_fp32_weights_and_computes_in_bf16(llama_config):
+    params = sum(llama_tensors())
+    events = headroom.trace(llama_config, seq_len=16, steps=1, dtype="bf16-autocast")
+    assert allocated(events, "parameter") == params * F32
+    assert allocated(events, "gradient") == params * F32
+    assert any(e["dtype"] == "bfloat16" for e in events if e["action"] == "alloc" and e["phase"] == "forward")
+
+
+def test_checkpointing_keeps_fewer_activations(llama_config):
+    plain = headroom.trace(llama_config, micro_batch=2, seq_len=32, steps=1)
+    ckpt = headroom.trace(llama_config, micro_batch=2, seq_len=32, steps=1, gradient_checkpointing=True)
+    assert allocated(ckpt, "activation") < allocated(plain, "activation")
+    # The recomputation runs in the backward pass, so backward allocates more.
+    backward = lambda ev: sum(e["size"] for e in ev if e["action"] == "alloc" and e["phase"] == "backward")  # noqa: E731
+    assert backward(ckpt) > backward(plain)
+
+
+def test_backward_allocations_name_their_module(gpt2_config):
+    events = headroom.trace(gpt2_config, seq_len=8, steps=1)
+    backward = [e for e in events if e["action"] == "alloc" and e["phase"] == "backward"]
+    modules = {e.get("module") for e in backward}
+    assert "model.lm_head" in modules
+    assert "model.transformer.h.1.mlp.c_fc" in modules
+    forward_ops = {e["op"] for e in events if e["action"] == "alloc" and e["phase"] == "forward"}
+    assert "aten::addmm" in forward_ops  # GPT-2's Conv1D
+
+
+def test_output_file_is_the_events(gpt2_config, tmp_path):
+    import json
+
+    out = tmp_path / "sub" / "trace.json"
+    events = headroom.trace(gpt2_config, seq_len=8, steps=1, output=out)
+    assert json.loads(out.read_text()) == events
+
+
+def test_unknown_model_type_lists_what_transformers_knows(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "not-a-model", "hidden_size": 8}')
+    with pytest.raises(headroom.TraceError) as e:
+        headroom.trace(tmp_path, seq_len=8)
+    message = str(e.value)
+    assert "unknown model_type 'not-a-model'" in message
+    assert "llama" in message and "gpt2" in message
+
+
+class ReadsData(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(100, 8)
+
+    def forward(self, input_ids, labels):
+        h = self.embed(input_ids)
+        if h.mean().item() > 0:  # a value the trace cannot know
+            h = h * 2
+        return {"loss": h.sum()}
+
+
+def test_a_model_that_reads_data_is_a_clear_error():
+    with pytest.raises(headroom.TraceError) as e:
+        headroom.trace(ReadsData, seq_len=8, vocab_size=100)
+    message = str(e.value)
+    assert "aten._local_scalar_dense" in message and "in model " in message
+    assert ".item()" in message
