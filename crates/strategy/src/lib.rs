@@ -1,7 +1,7 @@
 //! The strategy vocabulary of headroom, defined once and used by the planner, the engine and the
 //! CLI alike: `Precision` (with its bytes per category), `Optimizer` (every optimizer either side
 //! knows, each saying whether the engine runs it), `Checkpoint` (every activation-checkpointing
-//! policy), `Attention`, `Loss` (plain or chunked cross-entropy), `Lora` (low-rank adapters on a frozen base), `Placement` (ZeRO stage and the offload tier of each model state), the
+//! policy), `Attention`, `Loss` (plain or chunked cross-entropy), `Lora` (low-rank adapters on a frozen base), `Placement` (ZeRO stage and the offload tier of each model state), the `Mesh` (tp, pp, cp, ep beside dp), the
 //! `Strategy` that combines them, the `Pins` a user fixes, and the `MemoryBreakdown` every
 //! prediction and every report is expressed in.
 //!
@@ -17,6 +17,7 @@ mod error;
 mod framework;
 mod lora;
 mod loss;
+mod mesh;
 mod named;
 mod optimizer;
 mod pins;
@@ -31,6 +32,7 @@ pub use error::{StrategyError, parse_flag};
 pub use framework::Framework;
 pub use lora::{BaseDtype, BaseWeights, Lora, LoraTarget, LoraTargets};
 pub use loss::Loss;
+pub use mesh::{Mesh, MeshShape, PipelineSchedule};
 pub use optimizer::{LossImpl, Optimizer, OptimizerImpl};
 pub use pins::{Pins, changed_levers};
 pub use placement::{Offload, Placement, ZeroStage};

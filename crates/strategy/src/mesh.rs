@@ -1,0 +1,325 @@
+//! The device mesh of a run that outgrows data parallelism: tensor parallelism (with sequence
+//! parallelism on or off), pipeline parallelism (1F1B or interleaved with v virtual stages, m
+//! micro-batches per step), context parallelism and expert parallelism, beside data parallelism.
+//! Every axis defaults to 1, which is the single-replica layout every other plan assumes.
+//!
+//! `Mesh::validate` checks the constraints Megatron-LM imposes (Narayanan et al. 2021,
+//! arXiv:2104.04473; Korthikanti et al. 2022, arXiv:2205.05198): tensor parallelism within a
+//! node, attention and key/value heads divisible by tp, layers by pp·v, experts by ep, the global
+//! batch by dp·m·micro-batch.
+//!
+//! Not for: what a mesh costs (the planner's `mesh` module) or which mesh to pick (the search).
+
+use crate::StrategyError;
+use serde::{Deserialize, Serialize};
+
+/// The order in which pipeline stages run their micro-batches' forwards and backwards.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "schedule")]
+pub enum PipelineSchedule {
+    /// One forward, one backward (PipeDream-Flush; Narayanan et al. 2021, §2.2): stage i runs
+    /// p − i − 1 warm-up forwards before its first backward.
+    #[default]
+    OneFOneB,
+    /// Interleaved 1F1B: each device holds `chunks` (v) non-adjacent model chunks
+    /// (Narayanan et al. 2021, §2.2), cutting the bubble by v.
+    Interleaved { chunks: u64 },
+}
+
+impl PipelineSchedule {
+    /// Model chunks per pipeline rank (v): 1 for 1F1B.
+    pub fn chunks(&self) -> u64 {
+        match self {
+            PipelineSchedule::OneFOneB => 1,
+            PipelineSchedule::Interleaved { chunks } => *chunks,
+        }
+    }
+}
+
+/// The parallel layout of one run: how many ranks along each axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Mesh {
+    /// Data-parallel replicas (the ZeRO stage shards across these).
+    pub dp: u64,
+    /// Tensor-parallel ranks (Megatron's column/row-parallel linears).
+    pub tp: u64,
+    /// Sequence parallelism: the LayerNorm and dropout regions sharded along the sequence across
+    /// the tp ranks (Korthikanti et al. 2022, §4.2.2).
+    pub sequence_parallel: bool,
+    /// Pipeline stages.
+    pub pp: u64,
+    /// The pipeline schedule.
+    pub schedule: PipelineSchedule,
+    /// Micro-batches per optimizer step (m; the accumulation when pp is 1).
+    pub microbatches: u64,
+    /// Context-parallel ranks (each holds s/cp of the sequence).
+    pub cp: u64,
+    /// Expert-parallel ranks (each holds experts/ep of every MoE layer's experts).
+    pub ep: u64,
+}
+
+impl Default for Mesh {
+    fn default() -> Self {
+        Mesh {
+            dp: 1,
+            tp: 1,
+            sequence_parallel: false,
+            pp: 1,
+            schedule: PipelineSchedule::OneFOneB,
+            microbatches: 1,
+            cp: 1,
+            ep: 1,
+        }
+    }
+}
+
+/// What of the model, the batch and the cluster the mesh must divide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MeshShape {
+    pub attention_heads: u64,
+    pub kv_heads: u64,
+    pub layers: u64,
+    /// Routed experts per MoE layer; 0 for a dense model.
+    pub experts: u64,
+    /// Sequences per optimizer step over the whole run.
+    pub global_batch: u64,
+    /// Sequences per micro-batch per data-parallel replica.
+    pub micro_batch: u64,
+    pub gpus_per_node: u64,
+}
+
+impl Mesh {
+    /// Ranks in the whole run: dp · tp · pp · cp (expert parallelism reuses the dp·cp ranks, as
+    /// in Megatron-LM's MoE layers, so it does not multiply the world).
+    pub fn world_size(&self) -> u64 {
+        self.dp * self.tp * self.pp * self.cp
+    }
+
+    /// True for the single-replica layout (every axis 1): the plan is the one without a mesh.
+    pub fn is_single(&self) -> bool {
+        *self == Mesh::default()
+    }
+
+    /// The first constraint the mesh breaks for this model, batch and cluster, naming it and the
+    /// fix.
+    pub fn validate(&self, shape: &MeshShape) -> Result<(), StrategyError> {
+        let bad = |why: String| Err(StrategyError::Incompatible(why));
+        for (name, value) in [
+            ("dp", self.dp),
+            ("tp", self.tp),
+            ("pp", self.pp),
+            ("cp", self.cp),
+            ("ep", self.ep),
+            ("microbatches", self.microbatches),
+            ("pipeline chunks", self.schedule.chunks()),
+        ] {
+            if value == 0 {
+                return bad(format!("mesh {name} must be at least 1"));
+            }
+        }
+        if self.tp > shape.gpus_per_node {
+            return bad(format!(
+                "tensor parallelism must stay within a node: tp {} exceeds the {} GPUs per node; \
+                 use tp ≤ {} and pipeline or data parallelism across nodes",
+                self.tp, shape.gpus_per_node, shape.gpus_per_node
+            ));
+        }
+        if self.sequence_parallel && self.tp == 1 {
+            return bad(
+                "sequence parallelism shards across the tensor-parallel ranks: it needs tp ≥ 2"
+                    .into(),
+            );
+        }
+        for (name, heads) in [
+            ("attention heads", shape.attention_heads),
+            ("key/value heads", shape.kv_heads),
+        ] {
+            if heads % self.tp != 0 {
+                return bad(format!(
+                    "the model's {heads} {name} are not divisible by tp {}: use a tp that divides {heads}",
+                    self.tp
+                ));
+            }
+        }
+        let v = self.schedule.chunks();
+        if let PipelineSchedule::Interleaved { chunks } = self.schedule {
+            if self.pp < 2 || chunks < 2 {
+                return bad(format!(
+                    "the interleaved schedule needs pp ≥ 2 and at least 2 chunks per stage (pp {}, chunks {chunks}): use --pp-schedule 1f1b",
+                    self.pp
+                ));
+            }
+            // Megatron-LM runs the interleaved schedule in groups of pp micro-batches.
+            if self.microbatches % self.pp != 0 {
+                return bad(format!(
+                    "the interleaved schedule runs micro-batches in groups of pp: {} micro-batches are not divisible by pp {}",
+                    self.microbatches, self.pp
+                ));
+            }
+        }
+        if shape.layers % (self.pp * v) != 0 {
+            return bad(format!(
+                "the model's {} layers are not divisible by pp·v = {}·{v}: pick a pp and chunk count whose product divides {}",
+                shape.layers, self.pp, shape.layers
+            ));
+        }
+        if self.ep > 1 {
+            if shape.experts == 0 {
+                return bad(format!(
+                    "expert parallelism ep {} needs a mixture-of-experts model; this one is dense: use ep 1",
+                    self.ep
+                ));
+            }
+            if shape.experts % self.ep != 0 {
+                return bad(format!(
+                    "the model's {} experts are not divisible by ep {}",
+                    shape.experts, self.ep
+                ));
+            }
+            if (self.dp * self.cp) % self.ep != 0 {
+                return bad(format!(
+                    "expert parallelism runs over the data- and context-parallel ranks: ep {} must divide dp·cp = {}",
+                    self.ep,
+                    self.dp * self.cp
+                ));
+            }
+        }
+        let per_step = self.dp * self.microbatches * shape.micro_batch;
+        if shape.global_batch != per_step {
+            return bad(format!(
+                "the global batch of {} sequences must equal dp·m·micro-batch = {}·{}·{} = {per_step}",
+                shape.global_batch, self.dp, self.microbatches, shape.micro_batch
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// GPT-3 175B (Brown et al. 2020: 96 layers, 96 heads) on 8-GPU nodes, batch 1536.
+    fn gpt3() -> MeshShape {
+        MeshShape {
+            attention_heads: 96,
+            kv_heads: 96,
+            layers: 96,
+            experts: 0,
+            global_batch: 1536,
+            micro_batch: 1,
+            gpus_per_node: 8,
+        }
+    }
+
+    fn megatron_175b() -> Mesh {
+        // Narayanan et al. 2021, Table 1: (t, p) = (8, 8); dp 12 on 768 GPUs, m = 1536/12 = 128.
+        Mesh {
+            dp: 12,
+            tp: 8,
+            sequence_parallel: true,
+            pp: 8,
+            schedule: PipelineSchedule::Interleaved { chunks: 2 },
+            microbatches: 128,
+            ..Mesh::default()
+        }
+    }
+
+    fn refused(mesh: Mesh, shape: MeshShape, words: &[&str]) {
+        let e = mesh.validate(&shape).unwrap_err().to_string();
+        for w in words {
+            assert!(e.contains(w), "{e} lacks {w}");
+        }
+    }
+
+    #[test]
+    fn the_default_is_one_everywhere_and_valid_for_any_model() {
+        let m = Mesh::default();
+        assert!(m.is_single());
+        assert_eq!(m.world_size(), 1);
+        let shape = MeshShape {
+            global_batch: 1,
+            ..gpt3()
+        };
+        assert_eq!(m.validate(&shape), Ok(()));
+    }
+
+    #[test]
+    fn a_published_mesh_is_valid() {
+        let m = megatron_175b();
+        assert_eq!(m.validate(&gpt3()), Ok(()));
+        assert_eq!(m.world_size(), 768);
+    }
+
+    #[test]
+    fn each_constraint_is_named() {
+        let ok = megatron_175b();
+        refused(Mesh { tp: 16, ..ok }, gpt3(), &["within a node", "tp 16"]);
+        let llama = MeshShape {
+            attention_heads: 64,
+            kv_heads: 8,
+            layers: 80,
+            ..gpt3()
+        };
+        // 64 heads divide by 16 but 8 KV heads do not (tp 16 on a 16-GPU node).
+        refused(
+            Mesh { tp: 16, ..ok },
+            MeshShape {
+                gpus_per_node: 16,
+                ..llama
+            },
+            &["8 key/value heads", "tp 16"],
+        );
+        refused(
+            Mesh { tp: 5, ..ok },
+            gpt3(),
+            &["96 attention heads", "tp 5"],
+        );
+        // 96 layers = 8·12, not divisible by 8·5 = 40.
+        refused(
+            Mesh {
+                schedule: PipelineSchedule::Interleaved { chunks: 5 },
+                ..ok
+            },
+            gpt3(),
+            &["96 layers", "pp·v = 8·5"],
+        );
+        refused(
+            Mesh {
+                microbatches: 100,
+                ..ok
+            },
+            gpt3(),
+            &["groups of pp"],
+        );
+        refused(
+            Mesh {
+                schedule: PipelineSchedule::OneFOneB,
+                microbatches: 100,
+                ..ok
+            },
+            gpt3(),
+            &["global batch of 1536", "12·100·1 = 1200"],
+        );
+        refused(Mesh { ep: 2, ..ok }, gpt3(), &["dense"]);
+        let moe = MeshShape {
+            experts: 8,
+            ..gpt3()
+        };
+        assert_eq!(Mesh { ep: 4, ..ok }.validate(&moe), Ok(()));
+        refused(Mesh { ep: 3, ..ok }, moe, &["8 experts", "ep 3"]);
+        refused(
+            Mesh {
+                tp: 1,
+                sequence_parallel: true,
+                ..Mesh::default()
+            },
+            MeshShape {
+                global_batch: 1,
+                ..gpt3()
+            },
+            &["tp ≥ 2"],
+        );
+        refused(Mesh { pp: 0, ..ok }, gpt3(), &["pp must be at least 1"]);
+    }
+}
