@@ -134,7 +134,7 @@ impl Mesh {
             ("attention heads", shape.attention_heads),
             ("key/value heads", shape.kv_heads),
         ] {
-            if heads % self.tp != 0 {
+            if !heads.is_multiple_of(self.tp) {
                 return bad(format!(
                     "the model's {heads} {name} are not divisible by tp {}: use a tp that divides {heads}",
                     self.tp
@@ -150,14 +150,14 @@ impl Mesh {
                 ));
             }
             // Megatron-LM runs the interleaved schedule in groups of pp micro-batches.
-            if self.microbatches % self.pp != 0 {
+            if !self.microbatches.is_multiple_of(self.pp) {
                 return bad(format!(
                     "the interleaved schedule runs micro-batches in groups of pp: {} micro-batches are not divisible by pp {}",
                     self.microbatches, self.pp
                 ));
             }
         }
-        if shape.layers % (self.pp * v) != 0 {
+        if !shape.layers.is_multiple_of(self.pp * v) {
             return bad(format!(
                 "the model's {} layers are not divisible by pp·v = {}·{v}: pick a pp and chunk count whose product divides {}",
                 shape.layers, self.pp, shape.layers
@@ -170,13 +170,13 @@ impl Mesh {
                     self.ep
                 ));
             }
-            if shape.experts % self.ep != 0 {
+            if !shape.experts.is_multiple_of(self.ep) {
                 return bad(format!(
                     "the model's {} experts are not divisible by ep {}",
                     shape.experts, self.ep
                 ));
             }
-            if (self.dp * self.cp) % self.ep != 0 {
+            if !(self.dp * self.cp).is_multiple_of(self.ep) {
                 return bad(format!(
                     "expert parallelism runs over the data- and context-parallel ranks: ep {} must divide dp·cp = {}",
                     self.ep,
