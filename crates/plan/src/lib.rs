@@ -6,7 +6,8 @@
 //! (the vocabulary, re-exported from `headroom-strategy`) → `cost` (memory and time per
 //! strategy; the analytical evaluator) → `search` (the one search: enumerate, filter, rank,
 //! shared with the engine's dry-run evaluator) → `advice` (explanations, what to change when
-//! nothing fits) → `export` (DeepSpeed, Accelerate, headroom). `estimators` reproduces
+//! nothing fits) → `export` (DeepSpeed, Accelerate, headroom). `mesh` gives the memory of every
+//! pipeline stage's ranks under tensor and pipeline parallelism. `estimators` reproduces
 //! DeepSpeed's and Accelerate's own estimators for comparison.
 //!
 //! Not for: running anything. The planner depends on the vocabulary and on `headroom-memory`'s
@@ -19,6 +20,7 @@ pub mod error;
 pub mod estimators;
 pub mod export;
 pub mod hardware;
+pub mod mesh;
 pub mod model;
 pub mod search;
 pub use headroom_strategy as strategy;

@@ -1,0 +1,122 @@
+//! Activation bytes one transformer layer keeps for its backward on one tensor-parallel rank:
+//! Korthikanti et al. 2022 (arXiv:2205.05198), §4 and Table 2, with 16-bit activations and
+//! 1-byte dropout masks, generalised from the GPT MLP (4h) to any intermediate width f.
+//!
+//! Per layer (s sequence, b micro-batch, h hidden, a heads, t tensor-parallel ranks):
+//! - replicated on every rank without SP: the two LayerNorm inputs (4sbh), the QKV and MLP
+//!   inputs (2sbh each) and the two dropout masks (sbh each): 10sbh;
+//! - split by t: Q and K (4sbh), V and the attention output projection's input (4sbh), the MLP's
+//!   activation input and second linear's input (2sbf each = 4sbf; 16sbh for f = 4h), and the
+//!   attention core's scores, softmax output and softmax-dropout mask (5as²b);
+//! - with sequence parallelism the replicated 10sbh is split along the sequence too, so the
+//!   whole layer is divided by t;
+//! - selective recompute recomputes the attention core and drops the 5as²b term;
+//! - full recompute keeps only the layer's input, 2sbh (sequence-split under SP: 2sbh/t).
+//!
+//! Not for: which layers a stage holds or for how many micro-batches (`schedule`, `rank`).
+
+use super::MeshModel;
+
+/// Which activations a layer recomputes in its backward instead of keeping.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Recompute {
+    /// Keep every activation.
+    #[default]
+    None,
+    /// Recompute the attention core (Korthikanti et al. §5).
+    Selective,
+    /// Keep only each layer's input and recompute the whole layer.
+    Full,
+}
+
+/// Bytes one layer keeps per micro-batch on one tensor-parallel rank.
+pub fn layer_activation_bytes(
+    model: &MeshModel,
+    tp: u64,
+    sequence_parallel: bool,
+    recompute: Recompute,
+) -> f64 {
+    let (s, b, h, a, f) = (
+        model.seq as f64,
+        model.micro_batch as f64,
+        model.hidden as f64,
+        model.heads as f64,
+        model.ffn as f64,
+    );
+    let t = tp as f64;
+    let sbh = s * b * h;
+    let sp = if sequence_parallel { t } else { 1.0 };
+    if recompute == Recompute::Full {
+        return 2.0 * sbh / sp;
+    }
+    let replicated = 10.0 * sbh / sp;
+    let split = (8.0 * sbh + 4.0 * s * b * f) / t;
+    let core = match recompute {
+        Recompute::None => 5.0 * a * s * s * b / t,
+        _ => 0.0,
+    };
+    replicated + split + core
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GPT-shaped layer (f = 4h) with numbers small enough to check by hand:
+    /// s = 8, b = 2, h = 16, a = 4, so sbh = 256 and as²b = 512.
+    fn gpt() -> MeshModel {
+        MeshModel {
+            seq: 8,
+            micro_batch: 2,
+            hidden: 16,
+            heads: 4,
+            kv_heads: 4,
+            layers: 4,
+            vocab: 64,
+            ffn: 64,
+            gated: false,
+            norm_params: 2,
+            tied_embeddings: true,
+        }
+    }
+
+    #[test]
+    fn table_2_of_korthikanti() {
+        let m = gpt();
+        // No parallelism: sbh(34 + 5as/h) = 256·34 + 5·512 = 8704 + 2560.
+        assert_eq!(
+            layer_activation_bytes(&m, 1, false, Recompute::None),
+            11264.0
+        );
+        // TP 4: sbh(10 + 24/4) + 5as²b/4 = 256·16 + 640.
+        assert_eq!(
+            layer_activation_bytes(&m, 4, false, Recompute::None),
+            4736.0
+        );
+        // TP 4 + SP: everything / 4 = 11264 / 4.
+        assert_eq!(layer_activation_bytes(&m, 4, true, Recompute::None), 2816.0);
+        // TP 4 + selective: sbh(10 + 6) = 4096.
+        assert_eq!(
+            layer_activation_bytes(&m, 4, false, Recompute::Selective),
+            4096.0
+        );
+        // TP 4 + SP + selective: 34sbh/4 = 2176.
+        assert_eq!(
+            layer_activation_bytes(&m, 4, true, Recompute::Selective),
+            2176.0
+        );
+        // Full: the input 2sbh = 512, split by SP to 128.
+        assert_eq!(layer_activation_bytes(&m, 4, false, Recompute::Full), 512.0);
+        assert_eq!(layer_activation_bytes(&m, 4, true, Recompute::Full), 128.0);
+    }
+
+    #[test]
+    fn the_mlp_term_follows_the_intermediate_width() {
+        // f = 2h instead of 4h: 4sbf = 8sbh instead of 16sbh, so sbh(26 + 5as/h) unsplit.
+        let m = MeshModel { ffn: 32, ..gpt() };
+        assert_eq!(
+            layer_activation_bytes(&m, 1, false, Recompute::None),
+            256.0 * 26.0 + 2560.0
+        );
+    }
+}

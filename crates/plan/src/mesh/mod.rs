@@ -1,0 +1,73 @@
+//! Memory per rank and per pipeline stage of a transformer trained on a device mesh: tensor
+//! parallelism with or without sequence parallelism, pipeline parallelism under 1F1B or the
+//! interleaved schedule, and the ZeRO stage across the data-parallel replicas (Megatron-LM's
+//! distributed optimizer is ZeRO-1).
+//!
+//! - `activation`: Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+//!   Transformer Models", arXiv:2205.05198), Table 2, per layer, with and without SP, with
+//!   selective or full recompute.
+//! - `schedule`: how many micro-batches each stage holds at its peak, by replaying the schedule
+//!   Megatron-LM runs (Narayanan et al. 2021, arXiv:2104.04473; NVIDIA/Megatron-LM
+//!   `megatron/core/pipeline_parallel/schedules.py`).
+//! - `rank`: model states and activations of every stage's ranks, and the most loaded one.
+//!
+//! Not for: single-device plans (the `cost` module), choosing a mesh (the search), or time.
+
+mod activation;
+mod rank;
+mod schedule;
+
+pub use activation::{Recompute, layer_activation_bytes};
+pub use rank::{MeshMemory, StageMemory, mesh_memory};
+pub use schedule::peak_in_flight;
+
+/// The dimensions of a decoder-only transformer that the mesh memory model needs, in
+/// Korthikanti et al.'s notation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MeshModel {
+    /// s: tokens per sequence.
+    pub seq: u64,
+    /// b: sequences per micro-batch.
+    pub micro_batch: u64,
+    /// h: hidden width.
+    pub hidden: u64,
+    /// a: attention heads.
+    pub heads: u64,
+    /// Key/value heads (grouped-query attention; `heads` for multi-head attention).
+    pub kv_heads: u64,
+    /// L: transformer layers.
+    pub layers: u64,
+    /// V: vocabulary, padded as the run pads it.
+    pub vocab: u64,
+    /// The MLP's intermediate width (4h for GPT).
+    pub ffn: u64,
+    /// A gated MLP (SwiGLU: three matrices) instead of two.
+    pub gated: bool,
+    /// Parameters per hidden unit of each norm: 2 for LayerNorm (weight and bias), 1 for RMSNorm.
+    pub norm_params: u64,
+    /// The output layer shares the input embedding's weights.
+    pub tied_embeddings: bool,
+}
+
+impl MeshModel {
+    /// Weight-matrix parameters of one layer, all split across the tensor-parallel ranks:
+    /// Q and the output projection h² each, K and V h²·kv/a each, the MLP (2 or 3)·h·ffn.
+    /// Linear biases are left out, as Megatron-LM's Llama and GPT-3 configurations run without
+    /// them (`--disable-bias-linear`) and its estimator counts none.
+    pub fn layer_matrix_parameters(&self) -> u64 {
+        let attention = 2 * self.hidden * self.hidden
+            + 2 * self.hidden * self.hidden * self.kv_heads / self.heads;
+        let mlp = if self.gated { 3 } else { 2 } * self.hidden * self.ffn;
+        attention + mlp
+    }
+
+    /// Parameters of one layer's two norms, replicated on every tensor-parallel rank.
+    pub fn layer_norm_parameters(&self) -> u64 {
+        2 * self.norm_params * self.hidden
+    }
+
+    /// The word embedding (and an untied output layer): V·h.
+    pub fn embedding_parameters(&self) -> u64 {
+        self.vocab * self.hidden
+    }
+}

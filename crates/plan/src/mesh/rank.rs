@@ -1,0 +1,144 @@
+//! Memory of every pipeline stage's ranks on a mesh, and the most loaded one.
+//!
+//! Model states: stage i holds L/p layers (in v chunks); their weight matrices are split across
+//! the tp ranks and their norms replicated. Stage 0 also holds the vocabulary-parallel word
+//! embedding (V·h/t); the last stage the final norm and the output layer (V·h/t; with tied
+//! embeddings and p > 1 Megatron-LM keeps a copy there and all-reduces its gradient). Bytes per
+//! parameter for mixed-precision Adam with fp32 gradients, as Megatron-LM keeps them: 2 (bf16
+//! weight) + 4 (fp32 gradient) + 12 (fp32 master weight, Adam's two moments), with the ZeRO stage
+//! across the dp replicas: 18 at stage 0; 6 + 12/dp at stage 1 (Megatron-LM's distributed
+//! optimizer); 2 + 16/dp at stage 2; 18/dp at stage 3.
+//!
+//! Activations: the in-flight chunk-micro-batches of `schedule` × the layers of a chunk × the
+//! per-layer bytes of `activation`; on stage 0, per in-flight micro-batch of its first chunk, the
+//! token ids (8sb, int64, the same on every tp rank) and the embedding's dropout mask (sbh bytes,
+//! sequence-split under SP); on the last stage, per in-flight micro-batch of its last chunk, the
+//! output layer and loss: 4sbh/t(1 + V/h) (Korthikanti et al. 2022, §4.3: the final norm's and
+//! output layer's inputs, split by t under SP, and the fp32 logits of the vocabulary-parallel
+//! cross-entropy; without SP the 4sbh part is not split).
+//!
+//! Not for: activation offload, communication buffers, CP and EP (not modelled here).
+
+use super::{MeshModel, Recompute, layer_activation_bytes, peak_in_flight};
+use headroom_strategy::{Mesh, ZeroStage};
+
+/// The memory of one rank of one pipeline stage (every tp rank of a stage holds the same).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StageMemory {
+    pub stage: u64,
+    /// Parameters on one rank of this stage.
+    pub parameters: f64,
+    /// Weights, gradients and optimizer states, bytes.
+    pub model_states: f64,
+    /// Activations kept for the backward at the stage's peak, bytes.
+    pub activations: f64,
+}
+
+impl StageMemory {
+    pub fn total(&self) -> f64 {
+        self.model_states + self.activations
+    }
+}
+
+/// Every stage's memory and the most loaded one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MeshMemory {
+    pub stages: Vec<StageMemory>,
+    /// Index into `stages` of the most loaded stage (the first of equals).
+    pub peak_stage: u64,
+    /// The global rank of the first tp rank of the peak stage, in Megatron-LM's rank order
+    /// (tp fastest, then cp, then dp, then pp).
+    pub peak_rank: u64,
+}
+
+impl MeshMemory {
+    pub fn peak(&self) -> &StageMemory {
+        &self.stages[self.peak_stage as usize]
+    }
+
+    /// "pipeline stage 0 (ranks 0–7, the tp group of its first replica)".
+    pub fn describe_peak(&self, mesh: &Mesh) -> String {
+        let last = self.peak_rank + mesh.tp - 1;
+        format!(
+            "pipeline stage {} of {} (ranks {}–{last}, the tp group of its first replica)",
+            self.peak_stage, mesh.pp, self.peak_rank
+        )
+    }
+}
+
+/// Bytes per parameter of weights, gradients and Adam states with the ZeRO stage across dp.
+fn bytes_per_parameter(zero: ZeroStage, dp: u64) -> f64 {
+    let dp = dp as f64;
+    match zero.number() {
+        0 => 18.0,
+        1 => 6.0 + 12.0 / dp,
+        2 => 2.0 + 16.0 / dp,
+        _ => 18.0 / dp,
+    }
+}
+
+/// The memory of every stage of `mesh` for `model` (one micro-batch of `model.micro_batch`
+/// sequences per forward) with the ZeRO stage `zero` across dp.
+pub fn mesh_memory(
+    model: &MeshModel,
+    mesh: &Mesh,
+    zero: ZeroStage,
+    recompute: Recompute,
+) -> MeshMemory {
+    let (p, t, v) = (mesh.pp, mesh.tp, mesh.schedule.chunks());
+    let tf = t as f64;
+    let sp = if mesh.sequence_parallel { tf } else { 1.0 };
+    let (s, b, h) = (
+        model.seq as f64,
+        model.micro_batch as f64,
+        model.hidden as f64,
+    );
+    let chunk_layers = (model.layers / (p * v)) as f64;
+    let per_layer = layer_activation_bytes(model, t, mesh.sequence_parallel, recompute);
+    let embedding = model.embedding_parameters() as f64 / tf;
+    let stages = (0..p)
+        .map(|i| {
+            let layers = (model.layers / p) as f64;
+            let mut parameters = layers
+                * (model.layer_matrix_parameters() as f64 / tf
+                    + model.layer_norm_parameters() as f64);
+            if i == 0 {
+                parameters += embedding;
+            }
+            if i == p - 1 {
+                parameters += (model.norm_params * model.hidden) as f64;
+                if !model.tied_embeddings || p > 1 {
+                    parameters += embedding;
+                }
+            }
+            let held = peak_in_flight(i, p, v, mesh.microbatches);
+            let mut activations = held.iter().sum::<u64>() as f64 * chunk_layers * per_layer;
+            if i == 0 {
+                activations += held[0] as f64 * (8.0 * s * b + s * b * h / sp);
+            }
+            if i == p - 1 {
+                let vocab = model.vocab as f64;
+                activations +=
+                    held[v as usize - 1] as f64 * (4.0 * s * b * h / sp + 4.0 * s * b * vocab / tf);
+            }
+            StageMemory {
+                stage: i,
+                parameters,
+                model_states: parameters * bytes_per_parameter(zero, mesh.dp),
+                activations,
+            }
+        })
+        .collect::<Vec<_>>();
+    let peak_stage = stages.iter().enumerate().fold(0, |best, (i, st)| {
+        if st.total() > stages[best].total() {
+            i
+        } else {
+            best
+        }
+    }) as u64;
+    MeshMemory {
+        peak_rank: peak_stage * mesh.dp * mesh.cp * mesh.tp,
+        peak_stage,
+        stages,
+    }
+}
