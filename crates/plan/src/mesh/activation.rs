@@ -7,7 +7,9 @@
 //!   inputs (2sbh each) and the two dropout masks (sbh each): 10sbh;
 //! - split by t: Q and K (4sbh), V and the attention output projection's input (4sbh), the MLP's
 //!   activation input and second linear's input (2sbf each = 4sbf; 16sbh for f = 4h), and the
-//!   attention core's scores, softmax output and softmax-dropout mask (5as²b);
+//!   attention core's scores, softmax output and softmax-dropout mask (5as²b); a gated (SwiGLU)
+//!   MLP keeps its first linear's output of width 2f and the second linear's input of width f
+//!   (Megatron-LM's fused SwiGLU recomputes the SiLU from the former): 6sbf instead of 4sbf;
 //! - with sequence parallelism the replicated 10sbh is split along the sequence too, so the
 //!   whole layer is divided by t;
 //! - selective recompute recomputes the attention core and drops the 5as²b term;
@@ -50,7 +52,8 @@ pub fn layer_activation_bytes(
         return 2.0 * sbh / sp;
     }
     let replicated = 10.0 * sbh / sp;
-    let split = (8.0 * sbh + 4.0 * s * b * f) / t;
+    let mlp = if model.gated { 6.0 } else { 4.0 } * s * b * f;
+    let split = (8.0 * sbh + mlp) / t;
     let core = match recompute {
         Recompute::None => 5.0 * a * s * s * b / t,
         _ => 0.0,
@@ -117,6 +120,12 @@ mod tests {
         assert_eq!(
             layer_activation_bytes(&m, 1, false, Recompute::None),
             256.0 * 26.0 + 2560.0
+        );
+        // Gated with f = 32: 6sbf = 6·8·2·32 = 3072 in place of 4sbf = 2048.
+        let swiglu = MeshModel { gated: true, ..m };
+        assert_eq!(
+            layer_activation_bytes(&swiglu, 1, false, Recompute::None),
+            256.0 * 26.0 + 2560.0 + 1024.0
         );
     }
 }
