@@ -9,15 +9,18 @@
 //! - `schedule`: how many micro-batches each stage holds at its peak, by replaying the schedule
 //!   Megatron-LM runs (Narayanan et al. 2021, arXiv:2104.04473; NVIDIA/Megatron-LM
 //!   `megatron/core/pipeline_parallel/schedules.py`).
+//! - `from_model`: the inputs taken from a loaded model.
 //! - `rank`: model states and activations of every stage's ranks, and the most loaded one.
 //!
 //! Not for: single-device plans (the `cost` module), choosing a mesh (the search), or time.
 
 mod activation;
+mod from_model;
 mod rank;
 mod schedule;
 
 pub use activation::{Recompute, layer_activation_bytes};
+pub use from_model::mesh_shape;
 pub use rank::{MeshMemory, StageMemory, mesh_memory};
 pub use schedule::peak_in_flight;
 

@@ -1,0 +1,96 @@
+//! The mesh memory model fed from the planner's own models: its per-shard parameters add up to
+//! the planner's independent parameter inventory, the mesh constraints come from the model's
+//! shape, and the models it cannot cost are refused with the reason.
+
+use headroom_plan::mesh::{MeshModel, Recompute, mesh_memory, mesh_shape};
+use headroom_plan::model::{ParamInventory, load_model};
+use headroom_plan::strategy::{Mesh, PipelineSchedule, ZeroStage};
+
+#[test]
+fn the_shards_add_up_to_the_parameter_inventory() {
+    // Llama-2 70B (untied, RMSNorm, no linear biases), Llama-3.2 1B (tied).
+    for name in ["llama-2-70b", "llama-3.2-1b", "llama-2-7b"] {
+        let arch = load_model(name).unwrap();
+        let total = ParamInventory::of(&arch).total() as f64;
+        let model = MeshModel::from_architecture(&arch, 4096, 1).unwrap();
+        let single = mesh_memory(
+            &model,
+            &Mesh::default(),
+            ZeroStage::default(),
+            Recompute::Full,
+        );
+        assert_eq!(single.stages[0].parameters, total, "{name} on one device");
+
+        // On t·p ranks: each stage's rank holds 1/t of its matrices and every norm whole, so
+        // t · Σ stages = total + (t − 1) · (all norms: 2h per layer + the final h); with tied
+        // embeddings the last stage also keeps a copy of V·h/t.
+        let mesh = Mesh {
+            tp: 4,
+            sequence_parallel: true,
+            pp: 2,
+            microbatches: 8,
+            ..Mesh::default()
+        };
+        let split = mesh_memory(&model, &mesh, ZeroStage::default(), Recompute::Full);
+        let sum: f64 = split.stages.iter().map(|s| s.parameters).sum();
+        let h = arch.hidden_size as f64;
+        let norms = (2 * arch.num_layers) as f64 * h + h;
+        let tied_copy = if arch.tie_word_embeddings {
+            (arch.vocab_size * arch.hidden_size) as f64
+        } else {
+            0.0
+        };
+        assert_eq!(
+            4.0 * sum,
+            total + 3.0 * norms + tied_copy,
+            "{name} on tp 4 × pp 2"
+        );
+    }
+}
+
+#[test]
+fn the_models_shape_sets_the_mesh_constraints() {
+    // Llama-2 70B: 64 heads, 8 KV heads, 80 layers; 8 GPUs per node; batch 1024 of 1.
+    let arch = load_model("llama-2-70b").unwrap();
+    let shape = mesh_shape(&arch, 1024, 1, 8);
+    let ok = Mesh {
+        dp: 32,
+        tp: 8,
+        sequence_parallel: true,
+        pp: 4,
+        schedule: PipelineSchedule::Interleaved { chunks: 5 },
+        microbatches: 32,
+        ..Mesh::default()
+    };
+    assert_eq!(ok.validate(&shape), Ok(()));
+    // 80 layers over pp 4 · v 3 = 12.
+    let e = Mesh {
+        schedule: PipelineSchedule::Interleaved { chunks: 3 },
+        ..ok
+    }
+    .validate(&shape)
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("80 layers"), "{e}");
+    // tp 16 leaves the node.
+    let e = Mesh { tp: 16, ..ok }
+        .validate(&shape)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("within a node"), "{e}");
+}
+
+#[test]
+fn models_it_cannot_cost_are_refused_with_the_reason() {
+    for (name, why) in [
+        ("mixtral-8x7b", "expert parallelism"),
+        ("bert-base-cased", "decoder-only"),
+        ("t5-large", "decoder-only"),
+    ] {
+        let arch = load_model(name).unwrap();
+        let e = MeshModel::from_architecture(&arch, 512, 1)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(name) && e.contains(why), "{e}");
+    }
+}
