@@ -12,17 +12,21 @@
 //! - `from_model`: the inputs taken from a loaded model.
 //! - `rank`: model states and activations of every stage's ranks, and the most loaded one.
 //!
-//! Not for: single-device plans (the `cost` module), choosing a mesh (the search), or time.
+//! - `time`: TP collectives, pipeline sends and the bubble.
+//!
+//! Not for: single-device plans (the `cost` module) or choosing a mesh (the search).
 
 mod activation;
 mod from_model;
 mod rank;
 mod schedule;
+mod time;
 
 pub use activation::{Recompute, layer_activation_bytes};
 pub use from_model::mesh_shape;
 pub use rank::{MeshMemory, StageMemory, mesh_memory};
 pub use schedule::peak_in_flight;
+pub use time::{bubble_fraction, pp_bytes_per_microbatch, step_seconds, tp_bytes_per_layer};
 
 /// The dimensions of a decoder-only transformer that the mesh memory model needs, in
 /// Korthikanti et al.'s notation.

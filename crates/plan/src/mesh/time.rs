@@ -1,0 +1,154 @@
+//! The communication and idle time a mesh adds to a training step: tensor parallelism's
+//! collectives per layer, the pipeline's point-to-point sends and its bubble.
+//!
+//! - TP (Megatron-LM; Narayanan et al. 2021, arXiv:2104.04473, §3): each layer runs two
+//!   all-reduces of its s·b·h output in the forward and two in the backward (with sequence
+//!   parallelism a reduce-scatter and an all-gather in place of each, the same volume;
+//!   Korthikanti et al. 2022, §4.2.2). A ring all-reduce sends 2(t − 1)/t of the tensor from each
+//!   rank. Full recompute runs the forward's two again in the backward.
+//! - PP: per micro-batch and stage boundary one activation forward and one gradient backward of
+//!   s·b·h elements (s·b·h/t under SP, where the activations are sequence-split); the
+//!   interleaved schedule crosses v times as many boundaries (Narayanan et al. 2021, §2.2).
+//! - Bubble: a step of m micro-batches on p stages lasts m + (p − 1)/v micro-batch slots instead
+//!   of m, so the bubble is (p − 1)/(v·m) of the ideal time (Narayanan et al. 2021, §2.2).
+//!
+//! No overlap of communication with computation is assumed (Megatron-LM's default without
+//! `--tp-comm-overlap`).
+//!
+//! Not for: the compute time of a layer (the planner's efficiency model) or data parallelism's
+//! gradient reduction (`cost::time`).
+
+use super::{MeshModel, Recompute};
+use headroom_strategy::Mesh;
+
+/// Bytes of one 16-bit activation element.
+const ACTIVATION_BYTES: f64 = 2.0;
+
+/// The fraction of the ideal step the pipeline's bubble adds: (p − 1)/(v·m).
+pub fn bubble_fraction(mesh: &Mesh) -> f64 {
+    (mesh.pp - 1) as f64 / (mesh.schedule.chunks() * mesh.microbatches) as f64
+}
+
+/// Bytes one rank sends for tensor parallelism in one layer's forward and backward of one
+/// micro-batch.
+pub fn tp_bytes_per_layer(model: &MeshModel, mesh: &Mesh, recompute: Recompute) -> f64 {
+    if mesh.tp == 1 {
+        return 0.0;
+    }
+    let t = mesh.tp as f64;
+    let tensor = ACTIVATION_BYTES * (model.seq * model.micro_batch * model.hidden) as f64;
+    let collectives = if recompute == Recompute::Full {
+        6.0
+    } else {
+        4.0
+    };
+    collectives * 2.0 * (t - 1.0) / t * tensor
+}
+
+/// Bytes one rank of an inner stage sends to its neighbours per micro-batch (the activation
+/// forward, the gradient backward, once per model chunk).
+pub fn pp_bytes_per_microbatch(model: &MeshModel, mesh: &Mesh) -> f64 {
+    if mesh.pp == 1 {
+        return 0.0;
+    }
+    let sp = if mesh.sequence_parallel {
+        mesh.tp as f64
+    } else {
+        1.0
+    };
+    let chunks = mesh.schedule.chunks() as f64;
+    chunks * 2.0 * ACTIVATION_BYTES * (model.seq * model.micro_batch * model.hidden) as f64 / sp
+}
+
+/// Seconds of one optimizer step on the mesh, given the seconds one stage's rank computes one
+/// micro-batch's forward and backward, the tensor-parallel link's and the pipeline link's
+/// bandwidth (bytes per second, per direction): every micro-batch slot is the computation plus
+/// the stage's TP collectives plus its sends, and the step is m + (p − 1)/v slots.
+pub fn step_seconds(
+    model: &MeshModel,
+    mesh: &Mesh,
+    recompute: Recompute,
+    compute_per_microbatch: f64,
+    tp_bandwidth: f64,
+    pp_bandwidth: f64,
+) -> f64 {
+    let layers = (model.layers / mesh.pp) as f64;
+    let tp = layers * tp_bytes_per_layer(model, mesh, recompute) / tp_bandwidth;
+    let pp = pp_bytes_per_microbatch(model, mesh) / pp_bandwidth;
+    let slot = compute_per_microbatch + tp + pp;
+    mesh.microbatches as f64 * (1.0 + bubble_fraction(mesh)) * slot
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headroom_strategy::PipelineSchedule;
+
+    /// s = 8, b = 2, h = 16: one s·b·h tensor is 256 elements, 512 bytes; 4 layers.
+    fn tiny() -> MeshModel {
+        MeshModel {
+            seq: 8,
+            micro_batch: 2,
+            hidden: 16,
+            heads: 4,
+            kv_heads: 4,
+            layers: 4,
+            vocab: 64,
+            ffn: 64,
+            gated: false,
+            norm_params: 2,
+            tied_embeddings: true,
+        }
+    }
+
+    fn mesh(schedule: PipelineSchedule) -> Mesh {
+        Mesh {
+            tp: 4,
+            sequence_parallel: true,
+            pp: 2,
+            schedule,
+            microbatches: 4,
+            ..Mesh::default()
+        }
+    }
+
+    #[test]
+    fn the_bubble_is_p_minus_1_over_v_m() {
+        // (2 − 1)/4 for 1F1B, (2 − 1)/(2·4) interleaved.
+        assert_eq!(bubble_fraction(&mesh(PipelineSchedule::OneFOneB)), 0.25);
+        assert_eq!(
+            bubble_fraction(&mesh(PipelineSchedule::Interleaved { chunks: 2 })),
+            0.125
+        );
+        assert_eq!(bubble_fraction(&Mesh::default()), 0.0);
+    }
+
+    #[test]
+    fn collective_volumes_by_hand() {
+        let m = mesh(PipelineSchedule::OneFOneB);
+        // 4 all-reduces × 2·3/4 × 512 B = 3072; full recompute 6 × 768 = 4608.
+        assert_eq!(
+            tp_bytes_per_layer(&tiny(), &m, Recompute::Selective),
+            3072.0
+        );
+        assert_eq!(tp_bytes_per_layer(&tiny(), &m, Recompute::Full), 4608.0);
+        // Forward and backward of 512 B / t = 128 B each.
+        assert_eq!(pp_bytes_per_microbatch(&tiny(), &m), 256.0);
+        // Twice as many boundaries with two chunks per stage.
+        let interleaved = mesh(PipelineSchedule::Interleaved { chunks: 2 });
+        assert_eq!(pp_bytes_per_microbatch(&tiny(), &interleaved), 512.0);
+        assert_eq!(
+            tp_bytes_per_layer(&tiny(), &Mesh::default(), Recompute::None),
+            0.0
+        );
+    }
+
+    #[test]
+    fn the_step_is_m_plus_the_bubble_slots() {
+        // Slot: 1 s compute + 2 layers × 3072 B at 6144 B/s (1 s) + 256 B at 256 B/s (1 s) =
+        // 3 s; m + (p − 1) = 5 slots: 15 s.
+        let m = mesh(PipelineSchedule::OneFOneB);
+        let t = step_seconds(&tiny(), &m, Recompute::Selective, 1.0, 6144.0, 256.0);
+        assert_eq!(t, 15.0);
+    }
+}
