@@ -2,7 +2,7 @@
 //! the planner's independent parameter inventory, the mesh constraints come from the model's
 //! shape, and the models it cannot cost are refused with the reason.
 
-use headroom_plan::mesh::{MeshModel, Recompute, mesh_memory, mesh_shape};
+use headroom_plan::mesh::{MeshModel, Recompute, candidate_meshes, mesh_memory, mesh_shape};
 use headroom_plan::model::{ParamInventory, load_model};
 use headroom_plan::strategy::{Mesh, PipelineSchedule, ZeroStage};
 
@@ -93,4 +93,27 @@ fn models_it_cannot_cost_are_refused_with_the_reason() {
             .to_string();
         assert!(e.contains(name) && e.contains(why), "{e}");
     }
+}
+
+#[test]
+fn the_candidate_space_of_a_70b_model_on_64_gpus() {
+    // Llama-2 70B, batch 512 of 1, 8 nodes of 8: tp divides 8 (and its 8 KV heads), pp divides
+    // 80 with tp·pp dividing 64, so pp ∈ {1, 2, 4, 8, 16}.
+    let arch = load_model("llama-2-70b").unwrap();
+    let shape = mesh_shape(&arch, 512, 1, 8);
+    let all = candidate_meshes(&shape, 64);
+    for m in &all {
+        assert_eq!(m.world_size(), 64, "{m:?}");
+        assert_eq!(m.validate(&shape), Ok(()), "{m:?}");
+        assert!(m.tp <= 8 && [1, 2, 4, 8, 16].contains(&m.pp), "{m:?}");
+    }
+    let has = |tp, pp, chunks| {
+        all.iter()
+            .any(|m| m.tp == tp && m.pp == pp && m.schedule.chunks() == chunks)
+    };
+    // torchtitan's 70B layout (FSDP × TP 8) and Megatron-style TP 8 × PP 4 interleaved by 5
+    // (80 / 4 = 20 layers per stage, 4 per chunk).
+    assert!(has(8, 1, 1) && has(8, 4, 5) && has(8, 4, 1));
+    // 20 layers per stage do not split into 3 chunks; pp 5 leaves 64 / (8·5) fractional.
+    assert!(!has(8, 4, 3) && !has(8, 5, 1) && !has(1, 5, 1));
 }

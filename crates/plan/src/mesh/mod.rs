@@ -9,20 +9,23 @@
 //! - `schedule`: how many micro-batches each stage holds at its peak, by replaying the schedule
 //!   Megatron-LM runs (Narayanan et al. 2021, arXiv:2104.04473; NVIDIA/Megatron-LM
 //!   `megatron/core/pipeline_parallel/schedules.py`).
+//! - `candidates`: every tp × pp × dp mesh a model, batch and cluster admit.
 //! - `from_model`: the inputs taken from a loaded model.
 //! - `rank`: model states and activations of every stage's ranks, and the most loaded one.
 //!
 //! - `time`: TP collectives, pipeline sends and the bubble.
 //!
-//! Not for: single-device plans (the `cost` module) or choosing a mesh (the search).
+//! Not for: single-device plans (the `cost` module) or ranking meshes (the search).
 
 mod activation;
+mod candidates;
 mod from_model;
 mod rank;
 mod schedule;
 mod time;
 
 pub use activation::{Recompute, layer_activation_bytes};
+pub use candidates::candidate_meshes;
 pub use from_model::mesh_shape;
 pub use rank::{MeshMemory, StageMemory, mesh_memory};
 pub use schedule::peak_in_flight;

@@ -1,0 +1,93 @@
+//! Every mesh of tensor, pipeline and data parallelism that a model, a global batch and a
+//! cluster admit: the space a mesh search ranks.
+//!
+//! tp runs over the divisors of the GPUs per node (tensor parallelism stays within a node), pp
+//! over the divisors of the layers, dp takes the remaining ranks, and m the global batch's
+//! remaining factor; sequence parallelism is on whenever tp > 1 (it only lowers activation
+//! memory, at the same communication volume; Korthikanti et al. 2022, §4.2.2). For pp ≥ 2 the
+//! interleaved schedule is listed for every v ≥ 2 that divides the layers per stage, when m is a
+//! multiple of pp. Every candidate passes `Mesh::validate`.
+//!
+//! Not for: costing or ranking the candidates (`rank`, `time`), or cp and ep (kept at 1).
+
+use headroom_strategy::{Mesh, MeshShape, PipelineSchedule};
+
+fn divisors(n: u64) -> impl Iterator<Item = u64> {
+    (1..=n).filter(move |d| n.is_multiple_of(*d))
+}
+
+/// The valid meshes on `world` GPUs for `shape`, in the order tp, pp, schedule (1F1B first).
+pub fn candidate_meshes(shape: &MeshShape, world: u64) -> Vec<Mesh> {
+    let mut out = Vec::new();
+    for tp in divisors(shape.gpus_per_node) {
+        for pp in divisors(shape.layers) {
+            if !world.is_multiple_of(tp * pp) {
+                continue;
+            }
+            let dp = world / (tp * pp);
+            let per_step = dp * shape.micro_batch;
+            if !shape.global_batch.is_multiple_of(per_step) {
+                continue;
+            }
+            let base = Mesh {
+                dp,
+                tp,
+                sequence_parallel: tp > 1,
+                pp,
+                schedule: PipelineSchedule::OneFOneB,
+                microbatches: shape.global_batch / per_step,
+                ..Mesh::default()
+            };
+            let interleaved = (2..=shape.layers / pp)
+                .filter(|v| (shape.layers / pp).is_multiple_of(*v))
+                .map(|chunks| Mesh {
+                    schedule: PipelineSchedule::Interleaved { chunks },
+                    ..base
+                });
+            out.extend(
+                std::iter::once(base)
+                    .chain(interleaved)
+                    .filter(|m| m.validate(shape).is_ok()),
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_small_space_enumerated_by_hand() {
+        // 4 layers, 4 heads, 2 KV heads, 2 GPUs per node, 4 GPUs, batch 4 of 1:
+        // tp 1: pp 1 (dp 4, m 1); pp 2 (dp 2, m 2) 1F1B and interleaved:2; pp 4 (dp 1, m 4)
+        // 1F1B only (one layer per stage). tp 2: pp 1 (dp 2, m 2); pp 2 (dp 1, m 4) 1F1B and
+        // interleaved:2. Seven meshes.
+        let shape = MeshShape {
+            attention_heads: 4,
+            kv_heads: 2,
+            layers: 4,
+            experts: 0,
+            global_batch: 4,
+            micro_batch: 1,
+            gpus_per_node: 2,
+        };
+        let got: Vec<_> = candidate_meshes(&shape, 4)
+            .iter()
+            .map(|m| (m.tp, m.pp, m.dp, m.microbatches, m.schedule.chunks()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, 1, 4, 1, 1),
+                (1, 2, 2, 2, 1),
+                (1, 2, 2, 2, 2),
+                (1, 4, 1, 4, 1),
+                (2, 1, 2, 2, 1),
+                (2, 2, 1, 4, 1),
+                (2, 2, 1, 4, 2),
+            ]
+        );
+    }
+}
