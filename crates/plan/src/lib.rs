@@ -19,6 +19,7 @@ pub mod error;
 pub mod estimators;
 pub mod export;
 pub mod hardware;
+pub mod levers;
 pub mod model;
 pub mod search;
 pub use headroom_strategy as strategy;
