@@ -98,7 +98,7 @@ pub fn apply(
     let change = match lever {
         Lever::MicroBatch => {
             let m = stated.micro_batch;
-            let Some(d) = (2..=m).find(|d| m % d == 0) else {
+            let Some(d) = (2..=m).find(|d| m.is_multiple_of(*d)) else {
                 return Err("the micro-batch is already 1".into());
             };
             s.micro_batch = m / d;
