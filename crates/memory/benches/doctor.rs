@@ -31,22 +31,21 @@ fn trace() -> (Vec<u8>, usize) {
     let mut o = String::from("[");
     let n = std::cell::Cell::new(0usize);
     let mut addr = 0u64;
-    let mut push =
-        |o: &mut String, action: &str, a: u64, size: u64, f: Option<(&str, usize, &str)>| {
-            if n.get() > 0 {
-                o.push(',');
-            }
-            let _ = write!(
-                o,
-                r#"{{"action":"{action}","addr":{a},"size":{size},"frames":"#
-            );
-            match f {
-                Some((file, line, name)) => frames(o, file, line, name),
-                None => o.push_str("[]"),
-            }
-            o.push('}');
-            n.set(n.get() + 1);
-        };
+    let push = |o: &mut String, action: &str, a: u64, size: u64, f: Option<(&str, usize, &str)>| {
+        if n.get() > 0 {
+            o.push(',');
+        }
+        let _ = write!(
+            o,
+            r#"{{"action":"{action}","addr":{a},"size":{size},"frames":"#
+        );
+        match f {
+            Some((file, line, name)) => frames(o, file, line, name),
+            None => o.push_str("[]"),
+        }
+        o.push('}');
+        n.set(n.get() + 1);
+    };
     let params: Vec<u64> = (0..GRADIENTS as u64).map(|i| i + 1).collect();
     for &p in &params {
         push(
