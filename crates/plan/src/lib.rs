@@ -7,7 +7,8 @@
 //! strategy; the analytical evaluator) → `search` (the one search: enumerate, filter, rank,
 //! shared with the engine's dry-run evaluator) → `advice` (explanations, what to change when
 //! nothing fits) → `export` (DeepSpeed, Accelerate, headroom). `mesh` gives the memory of every
-//! pipeline stage's ranks under tensor and pipeline parallelism. `estimators` reproduces
+//! pipeline stage's ranks under tensor and pipeline parallelism; `levers` ranks each lever applied
+//! alone to one run (the memory doctor's advice). `estimators` reproduces
 //! DeepSpeed's and Accelerate's own estimators for comparison.
 //!
 //! Not for: running anything. The planner depends on the vocabulary and on `headroom-memory`'s
@@ -20,6 +21,7 @@ pub mod error;
 pub mod estimators;
 pub mod export;
 pub mod hardware;
+pub mod levers;
 pub mod mesh;
 pub mod model;
 pub mod search;

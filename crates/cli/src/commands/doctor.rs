@@ -4,11 +4,15 @@
 //!
 //! Not for: the analyses themselves (`headroom_memory::doctor`).
 
+use crate::commands::doctor_side::{RunReport, read_side, report};
 use anyhow::{Context, bail};
 use clap::Args;
 use headroom_memory::AllocatorConfig;
-use headroom_memory::doctor::{Diagnosis, DoctorOptions, Finding, Frame, ReplayFigures, diagnose};
+use headroom_memory::doctor::{
+    Diagnosis, DoctorOptions, Finding, FragmentationReport, Frame, Mistake, ReplayFigures, diagnose,
+};
 use headroom_memory::size::{ByteSize, format_bytes};
+use serde::Serialize;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -32,9 +36,25 @@ pub struct DoctorArgs {
     /// reads the lines that made and kept the tensors)
     #[arg(long)]
     pub source_root: Option<PathBuf>,
+    /// The run the trace came from (model, device, sequence length, batch split, strategy;
+    /// docs/doctor.md): the levers are ranked for it, and what does not match the trace is said
+    #[arg(long, value_name = "FILE")]
+    pub side: Option<PathBuf>,
+    /// Also write the diagnosis as one self-contained HTML page (inline CSS and SVG)
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// Print one JSON object instead of the text report
     #[arg(long)]
     pub json: bool,
+}
+
+/// The whole report: the trace's diagnosis and, with a side JSON, the run's levers.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    #[serde(flatten)]
+    pub diagnosis: Diagnosis,
+    /// The side JSON's run (absent without `--side`).
+    pub run: Option<RunReport>,
 }
 
 /// The largest source file read for its lines.
@@ -70,6 +90,14 @@ impl SourceFiles {
 }
 
 pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
+    let side = match &args.side {
+        Some(path) => Some(read_side(path).with_context(|| format!("--side {}", path.display()))?),
+        None => None,
+    };
+    if let Some(html) = &args.html {
+        headroom_memory::output::check_writable(html)
+            .with_context(|| format!("--html {}: cannot write there", html.display()))?;
+    }
     let bytes = std::fs::read(&args.trace)
         .with_context(|| format!("cannot read trace file {}", args.trace.display()))?;
     let events = headroom_memory::doctor::read_trace(&bytes).with_context(|| {
@@ -90,31 +118,50 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
         files: RefCell::new(HashMap::new()),
     };
     let source = |file: &str, line: i64| files.line(file, line);
-    let d = diagnose(
+    // The side JSON's device is the replays' capacity unless --capacity says otherwise.
+    let capacity = args
+        .capacity
+        .map(|c| c.0)
+        .or(side.as_ref().map(|s| s.problem.hardware.gpu.memory_bytes));
+    let diagnosis = diagnose(
         &events,
         &DoctorOptions {
-            capacity: args.capacity.map(|c| c.0),
+            capacity,
             allocator,
             sites: args.sites,
             source: &source,
         },
     );
+    let run = side
+        .as_ref()
+        .map(|s| report(s, &diagnosis, args.capacity.map(|c| c.0)));
+    let r = Report { diagnosis, run };
+    if let Some(html) = &args.html {
+        let page = crate::commands::doctor_html::page(&args.trace, &r);
+        headroom_memory::output::write_output(html, page.as_bytes())
+            .with_context(|| format!("--html {}", html.display()))?;
+    }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&d)?);
+        println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        print!("{}", render(&args.trace, &d));
+        print!("{}", render(&args.trace, &r.diagnosis));
+        if let Some(run) = &r.run {
+            print!("{}", render_run(run));
+        }
     }
     Ok(())
 }
 
-fn frame(f: &Option<Frame>) -> String {
+/// A frame as `file:line (function)`.
+pub fn frame(f: &Option<Frame>) -> String {
     match f {
         Some(f) => format!("{}:{} ({})", f.filename, f.line, f.name),
         None => "no Python frame (autograd's backward thread)".into(),
     }
 }
 
-fn share(part: u64, whole: u64) -> String {
+/// `part` as a percentage of `whole`.
+pub fn share(part: u64, whole: u64) -> String {
     match whole {
         0 => "0 %".into(),
         _ => format!("{:.0} %", 100.0 * part as f64 / whole as f64),
@@ -216,64 +263,8 @@ pub fn render(path: &Path, d: &Diagnosis) -> String {
         let _ = write!(o, "{}", finding(i + 1, f));
     }
     let _ = writeln!(o);
-    let fr = &d.fragmentation;
-    let capacity = fr.capacity_bytes.map_or("no capacity given".into(), |c| {
-        format!("capacity {}", format_bytes(c))
-    });
-    let _ = writeln!(
-        o,
-        "Fragmentation (replayed through the caching allocator, {capacity}):"
-    );
-    let c = &fr.caching;
-    let _ = writeln!(
-        o,
-        "  peak reserved {} for {} allocated ({:.2}×); at the peak {} cached and unused, {} of it not releasable by empty_cache",
-        format_bytes(c.peak_reserved_bytes),
-        format_bytes(c.peak_allocated_bytes),
-        c.fragmentation.peak_reserved_over_allocated,
-        format_bytes(c.fragmentation.cached_unallocated_bytes),
-        format_bytes(c.fragmentation.non_releasable_bytes)
-    );
-    match &c.first_oom {
-        None if fr.capacity_bytes.is_some() => {
-            let _ = writeln!(o, "  no out-of-memory at this capacity");
-        }
-        None => {}
-        Some(oom) => {
-            let phase = oom
-                .phase
-                .map_or("phase unknown".into(), |p| p.name().to_string());
-            let _ = writeln!(
-                o,
-                "  out of memory at event {} ({phase}): {} requested with {} allocated and {} reserved; the largest free block was {}",
-                oom.event_index,
-                format_bytes(oom.requested_bytes),
-                format_bytes(oom.allocated_bytes),
-                format_bytes(oom.reserved_bytes),
-                format_bytes(oom.largest_free_block_bytes)
-            );
-            let _ = writeln!(
-                o,
-                "  {}",
-                if oom.fragmentation_bound {
-                    "the bytes existed, not in one piece: fragmentation"
-                } else {
-                    "the bytes themselves were missing: fragmentation is not the cause"
-                }
-            );
-            let _ = writeln!(
-                o,
-                "  with expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): {}",
-                outcome(&fr.expandable)
-            );
-            if let Some(e) = &fr.emptied_before_failing_phase {
-                let _ = writeln!(
-                    o,
-                    "  with torch.cuda.empty_cache() when that phase began: {}",
-                    outcome(e)
-                );
-            }
-        }
+    for line in fragmentation_lines(&d.fragmentation) {
+        let _ = writeln!(o, "{line}");
     }
     if !d.limits.is_empty() {
         let _ = writeln!(o);
@@ -285,7 +276,65 @@ pub fn render(path: &Path, d: &Diagnosis) -> String {
     o
 }
 
-fn outcome(r: &ReplayFigures) -> String {
+/// The fragmentation verdict, one sentence a line (the first is the heading).
+pub fn fragmentation_lines(fr: &FragmentationReport) -> Vec<String> {
+    let mut lines = Vec::new();
+    let capacity = fr.capacity_bytes.map_or("no capacity given".into(), |c| {
+        format!("capacity {}", format_bytes(c))
+    });
+    lines.push(format!(
+        "Fragmentation (replayed through the caching allocator, {capacity}):"
+    ));
+    let c = &fr.caching;
+    lines.push(format!(
+        "  peak reserved {} for {} allocated ({:.2}×); at the peak {} cached and unused, {} of it not releasable by empty_cache",
+        format_bytes(c.peak_reserved_bytes),
+        format_bytes(c.peak_allocated_bytes),
+        c.fragmentation.peak_reserved_over_allocated,
+        format_bytes(c.fragmentation.cached_unallocated_bytes),
+        format_bytes(c.fragmentation.non_releasable_bytes)
+    ));
+    match &c.first_oom {
+        None if fr.capacity_bytes.is_some() => {
+            lines.push("  no out-of-memory at this capacity".into());
+        }
+        None => {}
+        Some(oom) => {
+            let phase = oom
+                .phase
+                .map_or("phase unknown".into(), |p| p.name().to_string());
+            lines.push(format!("  out of memory at event {} ({phase}): {} requested with {} allocated and {} reserved; the largest free block was {}",
+                oom.event_index,
+                format_bytes(oom.requested_bytes),
+                format_bytes(oom.allocated_bytes),
+                format_bytes(oom.reserved_bytes),
+                format_bytes(oom.largest_free_block_bytes)
+            ));
+            lines.push(format!(
+                "  {}",
+                if oom.fragmentation_bound {
+                    "the bytes existed, not in one piece: fragmentation"
+                } else {
+                    "the bytes themselves were missing: fragmentation is not the cause"
+                }
+            ));
+            lines.push(format!(
+                "  with expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): {}",
+                outcome(&fr.expandable)
+            ));
+            if let Some(e) = &fr.emptied_before_failing_phase {
+                lines.push(format!(
+                    "  with torch.cuda.empty_cache() when that phase began: {}",
+                    outcome(e)
+                ));
+            }
+        }
+    }
+    lines
+}
+
+/// A replay's outcome in words.
+pub fn outcome(r: &ReplayFigures) -> String {
     match &r.first_oom {
         None => format!(
             "no out-of-memory (peak reserved {})",
@@ -299,20 +348,31 @@ fn outcome(r: &ReplayFigures) -> String {
     }
 }
 
-fn finding(n: usize, f: &Finding) -> String {
+/// The mistake a finding looks like, in words.
+pub fn mistake_name(m: Mistake) -> &'static str {
     use headroom_memory::doctor::Mistake::*;
-    let what = match f.mistake {
+    match m {
         LossKeptWithGraph => "a loss (or metric) kept as a tensor with its graph",
         OutputsKeptInList => "outputs kept in a list with their graph",
         RetainedAcrossSteps => "tensors kept past their step",
         EvaluationBuildsGraph => "evaluation records an autograd graph",
         GradientsNeverCleared => "gradients never cleared",
-    };
-    let amount = match f.mistake {
+    }
+}
+
+/// How much a finding holds, in words.
+pub fn finding_amount(f: &Finding) -> String {
+    use headroom_memory::doctor::Mistake::*;
+    match f.mistake {
         EvaluationBuildsGraph => format!("{} saved for backward", format_bytes(f.bytes)),
         GradientsNeverCleared => format!("{} of gradients", format_bytes(f.bytes)),
         _ => format!("{} per step in {} steps", format_bytes(f.bytes), f.steps),
-    };
+    }
+}
+
+fn finding(n: usize, f: &Finding) -> String {
+    let what = mistake_name(f.mistake);
+    let amount = finding_amount(f);
     let mut s = format!("  {n}. {what}: {amount}\n     made at {}", frame(&f.frame));
     if let Some(code) = &f.code {
         s += &format!("  `{code}`");
@@ -323,4 +383,80 @@ fn finding(n: usize, f: &Finding) -> String {
     }
     s += &format!("     fix: {}\n", f.fix);
     s
+}
+
+/// The text of the side JSON's run: the levers, and what does not match the trace.
+pub fn render_run(run: &RunReport) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let l = &run.levers;
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "Levers for {} on {} ({} usable): the stated strategy needs {}{}",
+        run.model,
+        run.device,
+        format_bytes(l.usable_bytes),
+        format_bytes(l.stated_peak_bytes),
+        if l.stated_fits {
+            ", and fits"
+        } else {
+            ", and does not fit"
+        }
+    );
+    let _ = writeln!(
+        o,
+        "  each alone, cheapest first (Hugging Face's single-GPU guide's order):"
+    );
+    for (i, lever) in l.levers.iter().enumerate() {
+        let first = if l.first_fit == Some(i) {
+            "  <- first that fits"
+        } else {
+            ""
+        };
+        match (lever.peak_bytes, lever.saving_bytes) {
+            (Some(peak), Some(saving)) => {
+                let _ = writeln!(
+                    o,
+                    "  {}. {:<38} {:>10} peak, saves {:>10}  {}  {}{first}",
+                    i + 1,
+                    lever.lever.name(),
+                    format_bytes(peak),
+                    signed_bytes(saving),
+                    if lever.fits { "fits" } else { "does not fit" },
+                    lever.change
+                );
+            }
+            _ => {
+                let _ = writeln!(
+                    o,
+                    "  {}. {:<38} does not apply: {}",
+                    i + 1,
+                    lever.lever.name(),
+                    lever.change
+                );
+            }
+        }
+    }
+    if l.first_fit.is_none() {
+        let _ = writeln!(
+            o,
+            "  no lever fits alone: combine them (headroom plan searches the combinations)"
+        );
+    }
+    if !run.mismatches.is_empty() {
+        let _ = writeln!(o, "  side JSON against the trace:");
+        for m in &run.mismatches {
+            let _ = writeln!(o, "  - {m}");
+        }
+    }
+    o
+}
+
+/// Bytes saved, negative when a lever needs more.
+pub fn signed_bytes(b: i64) -> String {
+    match b < 0 {
+        true => format!("-{}", format_bytes(b.unsigned_abs())),
+        false => format_bytes(b as u64),
+    }
 }

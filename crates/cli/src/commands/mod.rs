@@ -3,6 +3,8 @@
 pub mod bench;
 pub mod data;
 pub mod doctor;
+pub mod doctor_html;
+pub mod doctor_side;
 pub mod estimate;
 pub mod memory;
 pub mod params;

@@ -6,6 +6,7 @@
 //! Not for: ranking the planner's levers for the run (the binary does that with the plan crate,
 //! from the run's side JSON) or drawing (see `crate::timeline`).
 
+pub mod curve;
 pub mod events;
 pub mod fragmentation;
 pub mod leaks;
@@ -14,6 +15,7 @@ pub mod peak;
 pub mod phases;
 pub mod read;
 
+pub use curve::Sample;
 pub use events::{Action, Event, Events, Frame, Phase};
 pub use fragmentation::{FragmentationReport, Oom, ReplayFigures};
 pub use leaks::{Finding, Leaks, Mistake, SourceLines};
@@ -49,7 +51,12 @@ pub struct Diagnosis {
     pub fragmentation: FragmentationReport,
     /// What could not be attributed, in words.
     pub limits: Vec<String>,
+    /// Live bytes by category over the trace, at most `TIMELINE_POINTS` samples.
+    pub timeline: Vec<Sample>,
 }
+
+/// The most samples the diagnosis keeps of the live bytes over time.
+pub const TIMELINE_POINTS: usize = 600;
 
 impl std::fmt::Debug for DoctorOptions<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -96,5 +103,6 @@ pub fn diagnose(events: &Events, options: &DoctorOptions<'_>) -> Diagnosis {
         leaks,
         fragmentation,
         limits,
+        timeline: curve::sample(&lifetimes, &curve, TIMELINE_POINTS),
     }
 }
