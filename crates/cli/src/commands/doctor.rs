@@ -100,7 +100,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
         },
     );
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&d)?);
+        crate::json_out::print_json(&serde_json::to_value(&d)?)?;
     } else {
         print!("{}", render(&args.trace, &d));
     }
