@@ -75,6 +75,16 @@ class Tracing:
             elif self._pending:
                 # The first allocation after an optimizer step begins the next step.
                 self._set_phase("forward")
+            elif (
+                self._phase == "evaluation"
+                and not self._modules
+                and torch.is_grad_enabled()
+                and self._last_root is not None
+                and self._last_root.training
+            ):
+                # Gradients on and the model back in train(): the evaluation is over (the next
+                # batch is being made).
+                self._set_phase("forward")
         module = self._modules[-1] if self._modules else None
         return self._phase, self._step, module
 
@@ -95,6 +105,7 @@ class Tracing:
                 names = {id(m): f"{root}.{n}" if n else root for n, m in module.named_modules()}
                 self._names[id(module)] = names
             self._root_names = names
+            self._last_root = module
             if self._override is not None:
                 self._set_phase(self._override)
             elif not torch.is_grad_enabled() or not module.training:
@@ -197,6 +208,7 @@ class Tracing:
         self._modules: list[str] = []
         self._names: dict[int, dict[int, str]] = {}
         self._root_names: dict[int, str] = {}
+        self._last_root: Any = None
         self.optimizer_steps = 0
         self._recorder = StorageRecorder(
             self._where, stack=user_frames, zero_scalar_reads=True, where_free=self._where_free
@@ -225,6 +237,7 @@ class Tracing:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         self._active = False
+        self._last_root = None
         try:
             self.events = self._recorder.stop()
         finally:

@@ -307,6 +307,7 @@ fn finding(n: usize, f: &Finding) -> String {
         RetainedAcrossSteps => "tensors kept past their step",
         EvaluationBuildsGraph => "evaluation records an autograd graph",
         GradientsNeverCleared => "gradients never cleared",
+        StateCarriedWithGraph => "a state carried across steps with its graph",
     };
     let amount = match f.mistake {
         EvaluationBuildsGraph => format!("{} saved for backward", format_bytes(f.bytes)),
