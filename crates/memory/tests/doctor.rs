@@ -538,3 +538,17 @@ fn a_state_fed_back_into_its_own_computation_is_named() {
     assert_eq!(f[0].bytes, 3 * MIB);
     assert!(f[0].fix.contains("detach()"));
 }
+
+#[test]
+fn the_replay_reads_a_trace_with_phase_marks_and_frames() {
+    // What `headroom.tracing` writes: frames on allocations and a zero_grad mark with no
+    // address. The replay keeps the two allocations and the free; the mark changes no bytes.
+    let text = r#"[
+        {"action":"alloc","addr":1,"size":1024,"phase":"forward","step":0,"frames":[{"filename":"train.py","line":20,"name":"main"}]},
+        {"action":"alloc","addr":2,"size":512,"phase":"backward","step":0},
+        {"action":"mark","phase":"zero_grad","step":0},
+        {"action":"free","addr":2,"phase":"zero_grad","step":0}
+    ]"#;
+    let trace = headroom_memory::replay::parse_trace(text.as_bytes()).unwrap();
+    assert_eq!(trace.events.len(), 3);
+}
