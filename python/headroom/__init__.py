@@ -5,14 +5,20 @@
 - `trace(...)`: a PyTorch training step run under fake tensors (no weights, no GPU), every
   tensor allocation and free recorded with its category, phase, module and op. Needs torch
   (imported only when called).
+- `tracing(output, steps=None)`: a context manager; the user's own program inside it (model,
+  loop, evaluation) runs under fake tensors and every allocation is recorded with its Python
+  stack, phase and step. Needs torch.
+- `doctor(trace, **options)`: a trace explained (the JSON of `headroom memory doctor --json`, as
+  a dict): the peak attributed, leaks with the mistake and its fix, fragmentation by replay.
+  Needs no torch.
 - `replay(trace, allocator=..., capacity=...)`: a trace through the CUDA caching allocator's
   rules (the JSON of `headroom memory replay --json`, as a dict). Needs no torch.
 
 The `headroom` command line comes with the package.
 """
 
-from headroom._commands import HeadroomError, plan, replay
+from headroom._commands import HeadroomError, doctor, plan, replay
 from headroom._headroom import __version__
-from headroom.trace import TraceError, trace
+from headroom.trace import TraceError, trace, tracing
 
-__all__ = ["HeadroomError", "TraceError", "plan", "replay", "trace", "__version__"]
+__all__ = ["HeadroomError", "TraceError", "doctor", "plan", "replay", "trace", "tracing", "__version__"]

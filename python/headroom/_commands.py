@@ -1,5 +1,6 @@
-"""`plan` and `replay`: headroom's commands called in process, their `--json` reports returned
-as dicts (the same JSON as `headroom plan --json` and `headroom memory replay --json`).
+"""`plan`, `replay` and `doctor`: headroom's commands called in process, their `--json` reports
+returned as dicts (the same JSON as `headroom plan --json`, `headroom memory replay --json` and
+`headroom memory doctor --json`).
 
 Keyword arguments become the command's flags: `micro_batch=4` is `--micro-batch 4`, `True` is a
 bare flag, `False` and `None` are left out, a list repeats the flag. Not for: tracing (that is
@@ -64,6 +65,19 @@ def plan(model: str, gpu: Optional[str] = None, **levers: Any) -> dict:
 TraceInput = Union[str, os.PathLike, Iterable[dict]]
 
 
+def _on_trace(trace: TraceInput, argv: list[str]) -> dict:
+    """Runs `headroom <argv[0..]> TRACE <argv[..]>` on a trace file or on events in memory
+    (written to a temporary file first)."""
+    command, flags = argv[:2], argv[2:]
+    if isinstance(trace, (str, os.PathLike)):
+        return _run_json([*command, os.fspath(trace), *flags])
+    with tempfile.TemporaryDirectory(prefix="headroom-") as tmp:
+        path = os.path.join(tmp, "trace.json")
+        with open(path, "w") as f:
+            json.dump(list(trace), f)
+        return _run_json([*command, path, *flags])
+
+
 def replay(trace: TraceInput, allocator: str = "caching", capacity: Optional[str] = None, **options: Any) -> dict:
     """The report of `headroom memory replay --json`, as a dict.
 
@@ -73,11 +87,18 @@ def replay(trace: TraceInput, allocator: str = "caching", capacity: Optional[str
     (`alloc_conf="max_split_size_mb:128"`, `snapshot="out.pickle"`, `timeline="t.svg"`).
     """
     flags = _flags({"allocator": allocator, "capacity": capacity, **options})
-    if isinstance(trace, (str, os.PathLike)):
-        return _run_json(["memory", "replay", os.fspath(trace), *flags])
-    with tempfile.TemporaryDirectory(prefix="headroom-") as tmp:
-        path = os.path.join(tmp, "trace.json")
-        with open(path, "w") as f:
-            json.dump(list(trace), f)
-        report = _run_json(["memory", "replay", path, *flags])
-    return report
+    return _on_trace(trace, ["memory", "replay", *flags])
+
+
+def doctor(trace: TraceInput, capacity: Optional[str] = None, **options: Any) -> dict:
+    """The diagnosis `headroom memory doctor --json` prints, as a dict: the peak attributed
+    (`peak`), what is kept across steps with the mistake it looks like and its fix (`leaks`),
+    fragmentation by replay (`fragmentation`), and what could not be attributed (`limits`).
+
+    `trace` is a trace file (a PyTorch snapshot pickle or headroom JSON, such as
+    `headroom.tracing` writes) or the events themselves; `capacity` a device size such as
+    "24GiB" for the out-of-memory replays; `options` other doctor flags
+    (`alloc_conf="max_split_size_mb:128"`, `sites=8`, `source_root="src/"`).
+    """
+    flags = _flags({"capacity": capacity, **options})
+    return _on_trace(trace, ["memory", "doctor", *flags])

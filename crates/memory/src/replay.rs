@@ -134,6 +134,10 @@ impl EventReader {
             .get("action")
             .and_then(|a| a.as_str())
             .ok_or_else(|| err("missing \"action\" (alloc or free)".into()))?;
+        // A phase mark (the doctor's `{"action": "mark", "phase": ...}`) changes no bytes.
+        if action == "mark" {
+            return Ok(());
+        }
         let id = match obj.get("addr") {
             Some(v) => v.as_u64().ok_or_else(|| {
                 err(format!(

@@ -27,12 +27,33 @@ enum Loop {
     LossSummed,
     OutputsInList,
     NoZeroGrad,
+    /// `losses.append(loss)`: a scalar kept in a list.
+    LossInList,
+    /// `outputs.append(logits)` where the logits come from the user's own `forward`
+    /// (model.py:5), so the innermost user frame is the model's, not the loop's.
+    OutputsInListUserModel,
+    /// `h = cell(x, h)` at line 20: the output fed back in, kept by the next step's graph.
+    StateCarried,
+}
+
+impl Loop {
+    fn keeps_logits(self) -> bool {
+        matches!(
+            self,
+            Loop::OutputsInList | Loop::OutputsInListUserModel | Loop::StateCarried
+        )
+    }
+
+    fn keeps_loss(self) -> bool {
+        matches!(self, Loop::LossSummed | Loop::LossInList)
+    }
 }
 
 fn line(mistake: Loop) -> &'static str {
     match mistake {
         Loop::LossSummed => "    total_loss += loss",
-        Loop::OutputsInList => "    outputs.append(logits)",
+        Loop::OutputsInList | Loop::OutputsInListUserModel => "    outputs.append(logits)",
+        Loop::LossInList => "    losses.append(loss)",
         _ => "    # nothing kept",
     }
 }
@@ -42,7 +63,9 @@ fn source(mistake: Loop) -> impl Fn(&str, i64) -> Option<String> {
     move |file, n| {
         let text = match (file, n) {
             ("train.py", 10) => "model = Model().cuda()",
+            ("train.py", 20) if mistake == Loop::StateCarried => "    h = cell(x, h)  # state",
             ("train.py", 20) => "    logits = model(x)",
+            ("model.py", 5) => "        return self.head(x)",
             ("train.py", 21) => "    loss = F.cross_entropy(logits, y)",
             ("train.py", 22) => line(mistake),
             ("train.py", 23) => "    loss.backward()",
@@ -98,7 +121,14 @@ fn trace(mistake: Loop, steps: usize, stated: bool) -> Vec<u8> {
         stated,
     };
     let setup = || vec![lib("nn/modules/module.py", "cuda"), user(10)];
-    let fwd = || vec![lib("nn/modules/linear.py", "forward"), user(20)];
+    let fwd = || {
+        let mut frames = vec![lib("nn/modules/linear.py", "forward")];
+        if mistake == Loop::OutputsInListUserModel {
+            frames.push(json!({"filename": "model.py", "line": 5, "name": "forward"}));
+        }
+        frames.push(user(20));
+        frames
+    };
     let loss_frames = || vec![lib("nn/functional.py", "cross_entropy"), user(21)];
     let opt = || vec![lib("optim/adamw.py", "_multi_tensor_adamw"), user(24)];
     let zero = || vec![lib("optim/optimizer.py", "zero_grad"), user(25)];
@@ -113,13 +143,13 @@ fn trace(mistake: Loop, steps: usize, stated: bool) -> Vec<u8> {
         w.free(tmp, fwd());
         let new_logits = w.alloc(3 * MIB, fwd(), Activation, "forward");
         if let Some(old) = logits.replace(new_logits)
-            && mistake != Loop::OutputsInList
+            && !mistake.keeps_logits()
         {
             w.free(old, vec![user(20)]);
         }
         let new_loss = w.alloc(512, loss_frames(), Temporary, "forward");
         if let Some(old) = loss.replace(new_loss)
-            && mistake != Loop::LossSummed
+            && !mistake.keeps_loss()
         {
             w.free(old, vec![user(21)]);
         }
@@ -461,4 +491,64 @@ fn a_pytorch_snapshot_pickle_is_read_with_its_frames() {
     assert_eq!(peak.allocated_bytes, 1024 + 512);
     assert_eq!(peak.sites[0].frame.as_ref().unwrap().line, 20);
     assert_eq!(peak.sites[0].count, 2);
+}
+
+#[test]
+fn a_loss_kept_in_a_list_is_a_kept_loss_not_a_list_of_outputs() {
+    // The 512-byte loss of each step stays alive in the list: one scalar block per step.
+    let d = diagnosis(Loop::LossInList, 5, false, None);
+    let f = &d.leaks.findings;
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0].mistake, Mistake::LossKeptWithGraph);
+    assert_eq!(f[0].frame.as_ref().unwrap().line, 21);
+    assert_eq!(f[0].kept_at, Some((22, "losses.append(loss)".to_string())));
+    assert!(f[0].fix.contains("loss.item()"));
+}
+
+#[test]
+fn the_retainer_is_found_in_the_loop_that_called_the_users_model() {
+    // The logits' innermost user frame is model.py:5 (`return self.head(x)`), which keeps
+    // nothing; the loop's frame (train.py:20) assigns them and line 22 appends them.
+    let d = diagnosis(Loop::OutputsInListUserModel, 5, false, None);
+    let f: Vec<_> = d
+        .leaks
+        .findings
+        .iter()
+        .filter(|f| f.bytes == 3 * MIB)
+        .collect();
+    assert_eq!(f.len(), 1, "{:?}", d.leaks.findings);
+    assert_eq!(f[0].mistake, Mistake::OutputsKeptInList);
+    let frame = f[0].frame.as_ref().unwrap();
+    assert_eq!((frame.filename.as_str(), frame.line), ("train.py", 20));
+    assert_eq!(
+        f[0].kept_at,
+        Some((22, "outputs.append(logits)".to_string()))
+    );
+}
+
+#[test]
+fn a_state_fed_back_into_its_own_computation_is_named() {
+    // `h = cell(x, h)`: the 3 MiB output of every step stays alive (the next step's graph holds
+    // it); no line below appends or sums it.
+    let d = diagnosis(Loop::StateCarried, 5, false, None);
+    let f = &d.leaks.findings;
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0].mistake, Mistake::StateCarriedWithGraph);
+    assert_eq!(f[0].frame.as_ref().unwrap().line, 20);
+    assert_eq!(f[0].bytes, 3 * MIB);
+    assert!(f[0].fix.contains("detach()"));
+}
+
+#[test]
+fn the_replay_reads_a_trace_with_phase_marks_and_frames() {
+    // What `headroom.tracing` writes: frames on allocations and a zero_grad mark with no
+    // address. The replay keeps the two allocations and the free; the mark changes no bytes.
+    let text = r#"[
+        {"action":"alloc","addr":1,"size":1024,"phase":"forward","step":0,"frames":[{"filename":"train.py","line":20,"name":"main"}]},
+        {"action":"alloc","addr":2,"size":512,"phase":"backward","step":0},
+        {"action":"mark","phase":"zero_grad","step":0},
+        {"action":"free","addr":2,"phase":"zero_grad","step":0}
+    ]"#;
+    let trace = headroom_memory::replay::parse_trace(text.as_bytes()).unwrap();
+    assert_eq!(trace.events.len(), 3);
 }

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from headroom.trace.errors import TraceError
+from headroom.trace.session import StopTracing, Tracing, tracing
 
-__all__ = ["TraceError", "trace", "write_trace"]
+__all__ = ["StopTracing", "TraceError", "Tracing", "trace", "tracing", "write_trace"]
 
 
 def trace(
@@ -98,7 +99,6 @@ def trace(
                     steps=steps,
                     autocast=dtype == "bf16-autocast",
                     loss_fn=loss,
-                    fused=optimizer_impl == "fused",
                 )
         finally:
             events = recorder.stop()

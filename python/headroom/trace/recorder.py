@@ -9,7 +9,12 @@ model and the optimizer hold; inputs are the batch; a storage allocated in the f
 and still alive when the forward pass ends is an activation (kept for backward: saved tensors,
 checkpoint inputs, the loss); anything else is a temporary.
 
-Not for: driving the training step (`step.py`) or naming modules (`modules.py`).
+Optionally each `alloc` event carries the Python stack that made it (`frames`, innermost first,
+as PyTorch's snapshots record them; see `frames.py`), and reads of tensor values (`.item()`,
+`float(t)`, `if t > 0:`) can be answered with ones instead of an error, for tracing a user's
+own loop that logs its loss.
+
+Not for: driving the training step (`step.py`, `session.py`) or naming modules (`modules.py`).
 """
 
 from __future__ import annotations
@@ -48,10 +53,24 @@ def _dtype_name(dtype: torch.dtype) -> str:
 class StorageRecorder(TorchDispatchMode):
     """Records allocation events while active; `where` gives (phase, step, module) for an op."""
 
-    def __init__(self, where: Callable[[], tuple[str, int, Optional[str]]]):
+    def __init__(
+        self,
+        where: Callable[[], tuple[str, int, Optional[str]]],
+        *,
+        stack: Optional[Callable[[], list[dict[str, Any]]]] = None,
+        zero_scalar_reads: bool = False,
+        where_free: Optional[Callable[[], tuple[str, int, Optional[str]]]] = None,
+    ):
+        """`stack` gives the Python frames an allocation records; `zero_scalar_reads` answers
+        `.item()` and the like with 1 (fake tensors hold no values; 1 keeps divisions such as
+        AdamW's bias correction finite) instead of failing;
+        `where_free` gives the (phase, step) of a free when it differs from `where`."""
         super().__init__()
         self.events: list[dict[str, Any]] = []
         self._where = where
+        self._where_free = where_free or where
+        self._stack = stack
+        self._zero_scalar_reads = zero_scalar_reads
         self._next_addr = 1
         # id(storage) -> (addr, alloc event, finalizer); the finalizer removes the entry.
         self._live: dict[int, tuple[int, dict[str, Any], weakref.finalize]] = {}
@@ -61,6 +80,9 @@ class StorageRecorder(TorchDispatchMode):
     # -- the dispatch hook -------------------------------------------------------------------
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self._zero_scalar_reads and func is torch.ops.aten._local_scalar_dense.default:
+            dtype = args[0].dtype
+            return True if dtype == torch.bool else 1.0 if dtype.is_floating_point else 1
         try:
             out = func(*args, **(kwargs or {}))
         except (DataDependentOutputException, DynamicOutputShapeException) as e:
@@ -109,6 +131,10 @@ class StorageRecorder(TorchDispatchMode):
         }
         if module:
             event["module"] = module
+        if self._stack is not None:
+            frames = self._stack()
+            if frames:
+                event["frames"] = frames
         self.events.append(event)
         key = id(st)
         fin = weakref.finalize(st, self._freed, key)
@@ -120,7 +146,7 @@ class StorageRecorder(TorchDispatchMode):
         entry = self._live.pop(key, None)
         if entry is None or not self._recording:
             return
-        phase, step, _ = self._where()
+        phase, step, _ = self._where_free()
         self.events.append({"action": "free", "addr": entry[0], "phase": phase, "step": step})
 
     def claim(self, t: torch.Tensor, category: str, op: str = "") -> None:
@@ -143,6 +169,11 @@ class StorageRecorder(TorchDispatchMode):
             if event["phase"] == phase and event["step"] == step and event["category"] == frm:
                 event["category"] = to
 
+    def mark(self, phase: str, step: int) -> None:
+        """A phase that may allocate nothing (a `zero_grad` that zeroes in place) as an event."""
+        if self._recording:
+            self.events.append({"action": "mark", "phase": phase, "step": step})
+
     def live_addrs(self) -> set[int]:
         return {addr for addr, _, _ in self._live.values()}
 
@@ -154,4 +185,4 @@ class StorageRecorder(TorchDispatchMode):
         self._live.clear()
         if not self._host:
             return self.events
-        return [e for e in self.events if e["addr"] not in self._host]
+        return [e for e in self.events if e.get("addr") not in self._host]

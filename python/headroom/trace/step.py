@@ -43,6 +43,21 @@ def claim_model(recorder: StorageRecorder, model: torch.nn.Module) -> None:
         recorder.claim(b, "other", op="buffer")
 
 
+def claim_optimizer_state(recorder: StorageRecorder, optimizer: torch.optim.Optimizer) -> None:
+    """The optimizer's state tensors are optimizer state, except the step counts torch.optim
+    keeps on the host (those of a non-fused, non-capturable optimizer), which leave the trace."""
+    for group in optimizer.param_groups:
+        on_device_step = bool(group.get("fused") or group.get("capturable"))
+        for p in group["params"]:
+            for key, value in optimizer.state.get(p, {}).items():
+                if not isinstance(value, torch.Tensor):
+                    continue
+                if key == "step" and not on_device_step:
+                    recorder.keep_on_host(value)
+                else:
+                    recorder.claim(value, "optimizer_state", op="optimizer_state")
+
+
 def run_steps(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -54,7 +69,6 @@ def run_steps(
     steps: int,
     autocast: bool,
     loss_fn: Optional[Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]],
-    fused: bool,
 ) -> None:
     micro_batch, seq_len = batch
     params = [p for p in model.parameters() if p.requires_grad]
@@ -85,15 +99,7 @@ def run_steps(
                 f"the optimizer step cannot be traced under fake tensors ({e}); try another "
                 "--optimizer-impl (foreach, fused, for-loop)"
             ) from None
-        for state in optimizer.state.values():
-            for key, value in state.items():
-                if not isinstance(value, torch.Tensor):
-                    continue
-                if key == "step" and not fused:
-                    # torch.optim keeps a non-fused, non-capturable step count on the host.
-                    recorder.keep_on_host(value)
-                else:
-                    recorder.claim(value, "optimizer_state", op="optimizer_state")
+        claim_optimizer_state(recorder, optimizer)
 
         clock.phase = "zero_grad"
         optimizer.zero_grad(set_to_none=True)

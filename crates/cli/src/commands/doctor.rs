@@ -142,7 +142,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
             .with_context(|| format!("--html {}", html.display()))?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        crate::json_out::print_json(&serde_json::to_value(&r)?)?;
     } else {
         print!("{}", render(&args.trace, &r.diagnosis));
         if let Some(run) = &r.run {
@@ -357,6 +357,7 @@ pub fn mistake_name(m: Mistake) -> &'static str {
         RetainedAcrossSteps => "tensors kept past their step",
         EvaluationBuildsGraph => "evaluation records an autograd graph",
         GradientsNeverCleared => "gradients never cleared",
+        StateCarriedWithGraph => "a state carried across steps with its graph",
     }
 }
 

@@ -9,7 +9,7 @@
 
 use super::events::{Events, Frame, Phase};
 use super::lifetimes::Lifetime;
-use super::peak::call_site;
+use super::peak::{call_site, is_library_frame};
 use super::phases::Timeline;
 use crate::category::Category;
 use serde::Serialize;
@@ -30,13 +30,16 @@ pub enum Mistake {
     EvaluationBuildsGraph,
     /// Gradients persist and are never cleared.
     GradientsNeverCleared,
+    /// A state carried from step to step without `detach()` (`h = cell(x, h)`): every step's
+    /// graph stays reachable from it, its saved tensors with it.
+    StateCarriedWithGraph,
 }
 
 impl Mistake {
     pub fn fix(self) -> &'static str {
         match self {
             Mistake::LossKeptWithGraph => {
-                "sum `loss.item()` (or `loss.detach()`), not the loss tensor: the sum keeps every step's graph alive"
+                "keep `loss.item()` (or `loss.detach()`), not the loss tensor: a running sum or a list of them keeps every step's graph alive"
             }
             Mistake::OutputsKeptInList => {
                 "append `output.detach()` (or `.cpu()`, `.item()`) instead of the output itself: the list keeps each step's graph alive"
@@ -46,6 +49,9 @@ impl Mistake {
             }
             Mistake::EvaluationBuildsGraph => {
                 "wrap evaluation in `with torch.no_grad():` (or `torch.inference_mode()`) and call `model.eval()`: without it every forward saves tensors for a backward that never runs"
+            }
+            Mistake::StateCarriedWithGraph => {
+                "detach the state before the next step (`h = cell(x, h.detach())`, truncated backpropagation through time) and drop `retain_graph=True`: otherwise each step's graph stays reachable from it"
             }
             Mistake::GradientsNeverCleared => {
                 "call `optimizer.zero_grad()` every step (set_to_none=True, the default, also frees them between steps): without it gradients add up across steps"
@@ -90,6 +96,8 @@ struct Retained {
     steps: BTreeSet<u32>,
     phase: Option<Phase>,
     largest: u64,
+    /// The stack of the largest allocation.
+    stack: u32,
 }
 
 /// Reads a source line (file, 1-based line) where the file is at hand.
@@ -117,11 +125,41 @@ fn assigned_variable(code: &str) -> Option<&str> {
     (!name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_')).then_some(name)
 }
 
-/// The line below `frame` that keeps what it assigns: appended to a list or summed.
+/// Whether `code` names `var` as a whole identifier not followed by a `.` (`h` in
+/// `cell(x, h)`, not in `h.detach()` or `hh`).
+fn uses_bare(code: &str, var: &str) -> bool {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    code.match_indices(var).any(|(i, _)| {
+        let before = code[..i].chars().next_back();
+        let after = code[i + var.len()..].chars().next();
+        !before.is_some_and(ident) && !after.is_some_and(|c| ident(c) || c == '.')
+    })
+}
+
+/// Whether a line feeds a variable it assigns back into what computes it (`h = cell(x, h)`,
+/// `out, h = rnn(x, h)`): a state carried from step to step with its graph.
+fn carries_state(code: &str) -> bool {
+    let Some((lhs, rhs)) = code.split_once('=') else {
+        return false;
+    };
+    if rhs.starts_with('=') || lhs.ends_with(['!', '<', '>', '+', '-', '*', '/']) {
+        return false;
+    }
+    let rhs = rhs.split('#').next().unwrap_or("");
+    lhs.split(',').map(str::trim).any(|name| {
+        !name.is_empty()
+            && name.chars().all(|c| c.is_alphanumeric() || c == '_')
+            && uses_bare(rhs, name)
+    })
+}
+
+/// The line below `frame` that keeps what it assigns: appended to a list or summed. A scalar
+/// (at most `largest` bytes ≤ one smallest block) kept in a list is a loss or metric.
 fn find_retainer(
     source: SourceLines<'_>,
     frame: &Frame,
     code: &str,
+    largest: u64,
 ) -> Option<(i64, String, Mistake)> {
     let var = assigned_variable(code)?;
     for line in frame.line + 1..=frame.line + RETAINER_WINDOW {
@@ -135,7 +173,12 @@ fn find_retainer(
         let summed =
             compact.contains(&format!("+={var}")) && !compact.contains(&format!("+={var}."));
         if kept_in_list {
-            return Some((line, text.trim().to_string(), Mistake::OutputsKeptInList));
+            let mistake = if largest <= SCALAR_BLOCK {
+                Mistake::LossKeptWithGraph
+            } else {
+                Mistake::OutputsKeptInList
+            };
+            return Some((line, text.trim().to_string(), mistake));
         }
         if summed {
             return Some((line, text.trim().to_string(), Mistake::LossKeptWithGraph));
@@ -254,10 +297,14 @@ pub fn leaks(
                     steps: BTreeSet::new(),
                     phase: timeline.phases[l.alloc],
                     largest: 0,
+                    stack: l.stack,
                 });
             e.bytes += l.size;
             e.steps.insert(step as u32);
-            e.largest = e.largest.max(l.size);
+            if l.size > e.largest {
+                e.largest = l.size;
+                e.stack = l.stack;
+            }
         }
     }
     let mut sites: Vec<_> = retained
@@ -271,14 +318,33 @@ pub fn leaks(
             steps,
             phase,
             largest,
+            stack,
         } = r;
-        let (frame, code) = frame_code(frame);
-        let kept = frame
-            .as_ref()
-            .zip(code.as_deref())
-            .and_then(|(f, c)| find_retainer(source, f, c));
+        let (mut frame, mut code) = frame_code(frame);
+        // The user's frames from the innermost out: a model's own `forward` made the tensor,
+        // the loop that called it keeps it; the first frame whose lines show the keeping wins.
+        let mut kept = None;
+        let mut carried = false;
+        for &id in &events.stacks[stack as usize] {
+            if is_library_frame(&events.frames[id as usize]) {
+                continue;
+            }
+            let (f, c) = frame_code(Some(id));
+            let (Some(f), Some(c)) = (f, c) else {
+                continue;
+            };
+            if let Some(k) = find_retainer(source, &f, &c, largest) {
+                (frame, code, kept) = (Some(f), Some(c), Some(k));
+                break;
+            }
+            if carries_state(&c) {
+                (frame, code, carried) = (Some(f), Some(c), true);
+                break;
+            }
+        }
         let mistake = match &kept {
             Some((_, _, m)) => *m,
+            None if carried => Mistake::StateCarriedWithGraph,
             None => classify(code.as_deref(), phase, largest),
         };
         if mistake == Mistake::EvaluationBuildsGraph

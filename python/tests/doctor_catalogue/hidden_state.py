@@ -1,0 +1,19 @@
+"""A recurrent state carried from step to step without detach (and retain_graph=True to silence
+the error that follows): every step's graph stays reachable from the state and grows."""
+
+import torch
+from torch import nn
+
+
+def train(steps: int = 5) -> None:
+    cell = nn.RNNCell(32, 64)
+    head = nn.Linear(64, 1)
+    opt = torch.optim.SGD([*cell.parameters(), *head.parameters()], lr=0.01)
+    h = torch.zeros(8, 64)
+    for _ in range(steps):
+        x, y = torch.randn(8, 32), torch.randn(8, 1)
+        h = cell(x, h)  # MISTAKE: h carries the graph of every step before
+        loss = (head(h) - y).pow(2).mean()
+        loss.backward(retain_graph=True)
+        opt.step()
+        opt.zero_grad()
