@@ -54,7 +54,7 @@ fn shape_only_steps_allocate_what_real_steps_do() {
             ..Recompute::none()
         },
         Recompute {
-            segments: vec![0..2],
+            segments: vec![0..1, 1..2],
             loss_chunks: 4,
             ..Recompute::none()
         },
