@@ -193,6 +193,7 @@ fn attention(w: &Weights, fused: bool, shape: AttentionShape, kind: AttentionKin
         dropout: 0.0,
         selective: false,
         rotary: None,
+        window: None,
     }
 }
 
@@ -417,6 +418,7 @@ fn grouped_query_attention_with_rotary_positions_is_the_definition() {
                 dropout: 0.0,
                 selective: false,
                 rotary: Some(rotary.tables(&d, t).unwrap()),
+                window: None,
             };
             let got = a
                 .forward(&tensor(&d, &[1, t, c], &xv))

@@ -132,6 +132,7 @@ pub(crate) enum Op {
     CausalSoftmax {
         y: Tensor,
         scale: f32,
+        window: Option<usize>,
     },
     /// Layer norm: saves x, the weight and the f32 row statistics mean and rstd.
     LayerNorm {
@@ -321,7 +322,9 @@ pub(crate) fn backward(
             vec![Some(nn::scatter_last(&idx, dy, &in_shape)?), None]
         }
         Op::Softmax { y, log } => vec![Some(nn::softmax_backward(&y, dy, log)?)],
-        Op::CausalSoftmax { y, scale } => vec![Some(nn::causal_softmax_backward(&y, dy, scale)?)],
+        Op::CausalSoftmax { y, scale, window } => {
+            vec![Some(nn::causal_softmax_backward(&y, dy, scale, window)?)]
+        }
         Op::LayerNorm { x, w, mean, rstd } => {
             let (dx, dw, db) = nn::layer_norm_backward(&x, &w, &mean, &rstd, dy)?;
             vec![Some(dx), Some(dw), Some(db)]

@@ -1,4 +1,4 @@
-//! LoRA adapters on the GPT (Hu et al. 2021): one trainable block per layer holding an `A`
+//! LoRA adapters on a transformer (Hu et al. 2021): one trainable block per layer holding an `A`
 //! (in × r) and a `B` (r × out) for each targeted projection, added as `(α/r)·(x·A)·B` to the
 //! frozen projection's output. `A` starts uniform in ±1/√in (PEFT's Kaiming-uniform with
 //! a = √5), `B` at zero, so the adapted model starts as the base model; the adapters draw from
@@ -76,14 +76,14 @@ pub fn block_adapter_params(config: &GptConfig, lora: &Lora) -> Result<usize> {
         .sum())
 }
 
-fn names(target: LoraTarget) -> (String, String) {
+pub(crate) fn names(target: LoraTarget) -> (String, String) {
     (
         format!("{}.lora_a", target.name()),
         format!("{}.lora_b", target.name()),
     )
 }
 
-/// Allocates and initialises the adapter blocks (`lora.i`, one per layer).
+/// Allocates and initialises the GPT's adapter blocks (`lora.i`, one per layer).
 pub fn build_adapters(
     config: &GptConfig,
     lora: &Lora,
@@ -92,8 +92,21 @@ pub fn build_adapters(
     seed: u64,
 ) -> Result<Vec<ParamBlock>> {
     let shapes = adapter_shapes(config, lora)?;
-    let mut blocks = Vec::with_capacity(config.layers);
-    for i in 0..config.layers {
+    build_adapter_blocks(&shapes, config.layers, lora, device, dtype, seed)
+}
+
+/// Allocates and initialises `layers` adapter blocks (`lora.i`) of `shapes` each, whatever
+/// the model.
+pub fn build_adapter_blocks(
+    shapes: &[AdapterShape],
+    layers: usize,
+    lora: &Lora,
+    device: &Device,
+    dtype: DType,
+    seed: u64,
+) -> Result<Vec<ParamBlock>> {
+    let mut blocks = Vec::with_capacity(layers);
+    for i in 0..layers {
         let dims: Vec<([usize; 2], [usize; 2])> = shapes
             .iter()
             .map(|s| ([s.input, lora.rank], [lora.rank, s.output]))
@@ -133,9 +146,17 @@ pub struct BlockAdapters {
 impl BlockAdapters {
     /// The tracked views of `block`'s adapters.
     pub fn of(block: &ParamBlock, lora: &Lora) -> Result<BlockAdapters> {
-        let adapters = lora
-            .targets
-            .as_slice()
+        BlockAdapters::of_targets(block, lora.targets.as_slice(), lora)
+    }
+
+    /// The tracked views of `block`'s adapters on `targets` (a model's own list where one
+    /// target name stands for several projections).
+    pub fn of_targets(
+        block: &ParamBlock,
+        targets: &[LoraTarget],
+        lora: &Lora,
+    ) -> Result<BlockAdapters> {
+        let adapters = targets
             .iter()
             .map(|&t| {
                 let (a, b) = names(t);

@@ -3,11 +3,13 @@
 
 pub mod gpt;
 mod limits;
+pub mod llama;
 pub mod lora;
 pub mod presets;
 pub mod qlora;
 pub mod resmlp;
 
 pub use gpt::{Gpt, GptConfig};
+pub use llama::{Llama, LlamaConfig};
 pub use presets::{ModelSpec, ModelSpecError, build_model, preset};
 pub use resmlp::{ResMlp, ResMlpConfig};

@@ -32,9 +32,26 @@ pub fn layout(weights: &[(&str, &[usize])]) -> Vec<ParamSpec> {
         .collect()
 }
 
-/// A frozen layer with its projections in NF4: the flat block of the other weights and the NF4
-/// weights in [`QUANTIZED`] order, holding the values the plain model's block `bi` starts with.
+/// A frozen GPT layer with its projections in NF4: the flat block of the other weights and
+/// the NF4 weights in [`QUANTIZED`] order, holding the values the plain model's block `bi`
+/// starts with.
 pub fn build(
+    device: &Device,
+    name: &str,
+    bi: usize,
+    weights: &[(&str, &[usize])],
+    dtype: DType,
+    seed: u64,
+    rule: &impl Fn(&str) -> Init,
+) -> Result<(ParamBlock, Vec<Arc<Nf4Weight>>)> {
+    build_with(&QUANTIZED, device, name, bi, weights, dtype, seed, rule)
+}
+
+/// [`build`] with the weights named in `quantized` stored in NF4, in that order (a model's
+/// own projections).
+#[allow(clippy::too_many_arguments)]
+pub fn build_with(
+    quantized: &[&str],
     device: &Device,
     name: &str,
     bi: usize,
@@ -47,7 +64,7 @@ pub fn build(
     let kept: Vec<(&str, &[usize])> = weights
         .iter()
         .copied()
-        .filter(|(w, _)| !QUANTIZED.contains(w))
+        .filter(|(w, _)| !quantized.contains(w))
         .collect();
     let block = ParamBlock::frozen(device, name, &kept, dtype)?;
     let values = device
@@ -62,12 +79,12 @@ pub fn build(
     if values.is_some() {
         let plain: Vec<f32> = full
             .iter()
-            .filter(|s| !QUANTIZED.contains(&s.name.as_str()))
+            .filter(|s| !quantized.contains(&s.name.as_str()))
             .flat_map(|s| slice(s).unwrap_or_default().iter().copied())
             .collect();
         block.set_values(&plain)?;
     }
-    let nf4 = QUANTIZED
+    let nf4 = quantized
         .iter()
         .map(|q| {
             let spec = full.iter().find(|s| s.name == *q).ok_or_else(|| {
@@ -87,11 +104,21 @@ pub fn full_values(
     nf4: &[Arc<Nf4Weight>],
     weights: &[(&str, &[usize])],
 ) -> Result<Vec<f32>> {
+    full_values_with(&QUANTIZED, block, nf4, weights)
+}
+
+/// [`full_values`] of a layer whose NF4 weights are those named in `quantized`.
+pub fn full_values_with(
+    quantized: &[&str],
+    block: &ParamBlock,
+    nf4: &[Arc<Nf4Weight>],
+    weights: &[(&str, &[usize])],
+) -> Result<Vec<f32>> {
     let kept = block.flat().to_vec_f32()?;
     let mut out = Vec::new();
     for (name, shape) in weights {
         let n: usize = shape.iter().product();
-        match QUANTIZED.iter().position(|q| q == name) {
+        match quantized.iter().position(|q| q == name) {
             Some(i) => {
                 let bytes = nf4[i].bytes().ok_or_else(|| {
                     TensorError::invalid("QLoRA", "a dry run's weights hold no values")

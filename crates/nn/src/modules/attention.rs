@@ -1,7 +1,8 @@
 //! Causal multi-head self-attention (Vaswani et al. 2017): project to queries, keys and values
 //! (one fused projection, GPT-2's, or three, the Llama family's), split into heads, rotate
 //! queries and keys by position where the model has a rotary embedding, share each key/value
-//! head among a group of query heads (grouped-query attention, Ainslie et al. 2023), attend,
+//! head among a group of query heads (grouped-query attention, Ainslie et al. 2023), attend
+//! (causally, or within a sliding window of the last `w` keys, Mistral's, Jiang et al. 2023),
 //! merge the heads and project out. The attention core is naive (scores materialised; under
 //! selective recomputation recomputed in backward, Korthikanti et al. 2022) or memory-efficient
 //! (the fused kernel, `Tensor::attention`).
@@ -99,16 +100,24 @@ pub struct Attention {
     pub selective: bool,
     /// The rotary embedding's tables for this sequence length, if the model has one.
     pub rotary: Option<RotaryTables>,
+    /// A sliding window: each query attends to the last `w` keys (itself included) only.
+    pub window: Option<usize>,
 }
 
 /// Scores, causal mask, softmax, dropout and the weighted sum of values: (B, H, T, D) each.
 /// The memory-heavy part of attention (its saved tensors are T² per head).
-fn core_attention(q: &Tensor, k: &Tensor, v: &Tensor, dropout: f32) -> Result<Tensor> {
+fn core_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    dropout: f32,
+    window: Option<usize>,
+) -> Result<Tensor> {
     let hd = q.shape()[3];
     let scores = q.matmul(&k.transpose(-2, -1)?)?; // (B, H, T, T)
     // Scale, causal mask and softmax in one op (the bits of the three, half the work).
     let att = scores
-        .causal_softmax(1.0 / (hd as f32).sqrt())?
+        .causal_softmax_window(1.0 / (hd as f32).sqrt(), window)?
         .dropout(dropout)?;
     att.matmul(v) // (B, H, T, D)
 }
@@ -167,14 +176,14 @@ impl Attention {
             // Fused: saves q, k, v, y and a (B, H, T) statistic only, so there is nothing
             // T×T for selective recomputation to drop.
             let scale = 1.0 / (self.shape.head_dim() as f32).sqrt();
-            Tensor::attention(&q, &k, &v, true, scale, self.dropout)? // (B, H, T, D)
+            Tensor::attention_masked(&q, &k, &v, Some(self.window), scale, self.dropout)? // (B, H, T, D)
         } else if self.selective {
-            let p = self.dropout;
+            let (p, w) = (self.dropout, self.window);
             checkpoint(&[&q, &k, &v], move |t| {
-                core_attention(&t[0], &t[1], &t[2], p)
+                core_attention(&t[0], &t[1], &t[2], p, w)
             })?
         } else {
-            core_attention(&q, &k, &v, self.dropout)?
+            core_attention(&q, &k, &v, self.dropout, self.window)?
         };
         let y = y.permute(&[0, 2, 1, 3])?.reshape(&[b, t, c])?; // (B, T, C)
         self.out.forward(&y)

@@ -1,6 +1,8 @@
 //! A linear layer `x·W + b` (W stored in × out, the bias optional) over a plain weight or a
 //! frozen NF4 one (QLoRA's base, Dettmers et al. 2023), with an optional LoRA adapter on top.
-//! Its slots are `{name}.w` and, with a bias, `{name}.b`.
+//! Its slots are `{name}.w` and, with a bias, `{name}.b` (`{name}.weight` and `{name}.bias`
+//! under Hugging Face's naming; the weight is stored in × out either way, the transpose of a
+//! PyTorch `nn.Linear`'s).
 //!
 //! [`Linear::forward_gelu`] is the layer applied to GELU of its input with that GELU output
 //! recomputed in backward rather than saved (`Tensor::gelu_linear`), where nothing else keeps it.
@@ -8,7 +10,7 @@
 //! Not for: the adapter's arithmetic (`lora_adapter.rs`) or the NF4 format (the tensor crate).
 
 use super::lora_adapter::adapted;
-use super::{LoraAdapter, Slot, Weights, join};
+use super::{LoraAdapter, Naming, Slot, Weights, join};
 use headroom_tensor::{Nf4Weight, Result, Tensor};
 use std::sync::Arc;
 
@@ -32,9 +34,20 @@ pub struct Linear {
 impl Linear {
     /// The slots of a layer named `name` from `input` to `output` features.
     pub fn slots(name: &str, input: usize, output: usize, bias: bool) -> Vec<Slot> {
-        let mut slots = vec![Slot::new(join(name, "w"), &[input, output])];
+        Linear::slots_as(Naming::Short, name, input, output, bias)
+    }
+
+    /// [`Linear::slots`] under `naming`.
+    pub fn slots_as(
+        naming: Naming,
+        name: &str,
+        input: usize,
+        output: usize,
+        bias: bool,
+    ) -> Vec<Slot> {
+        let mut slots = vec![Slot::new(join(name, naming.weight()), &[input, output])];
         if bias {
-            slots.push(Slot::new(join(name, "b"), &[output]));
+            slots.push(Slot::new(join(name, naming.bias()), &[output]));
         }
         slots
     }
@@ -46,14 +59,29 @@ impl Linear {
         bias: bool,
         adapter: Option<LoraAdapter>,
     ) -> Result<Linear> {
+        Linear::load_as(Naming::Short, w, name, bias, adapter)
+    }
+
+    /// [`Linear::load`] under `naming`.
+    pub fn load_as(
+        naming: Naming,
+        w: &Weights,
+        name: &str,
+        bias: bool,
+        adapter: Option<LoraAdapter>,
+    ) -> Result<Linear> {
         let w = w.pp(name);
-        let weight = match w.nf4("w") {
+        let weight = match w.nf4(naming.weight()) {
             Some(q) => LinearWeight::Nf4(q),
-            None => LinearWeight::Dense(w.get("w")?),
+            None => LinearWeight::Dense(w.get(naming.weight())?),
         };
         Ok(Linear {
             weight,
-            bias: if bias { Some(w.get("b")?) } else { None },
+            bias: if bias {
+                Some(w.get(naming.bias())?)
+            } else {
+                None
+            },
             adapter,
         })
     }

@@ -12,6 +12,9 @@
 //! - [`DecoderBlock`]: norm + attention + norm + feed-forward with residual connections;
 //! - [`LmHead`]: the output projection and its cross-entropy, whole or in chunks.
 //!
+//! Slots are named `w`/`b` ([`Naming::Short`]) or as Hugging Face checkpoints name them
+//! ([`Naming::HuggingFace`]: `weight`/`bias`).
+//!
 //! Not for: which slots a model has or how they start (each model says so), parameter storage
 //! (`headroom_tensor::ParamBlock`) or the kernels (the tensor crate).
 
@@ -61,6 +64,32 @@ impl Slot {
     /// Elements of the parameter.
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
+    }
+}
+
+/// How a module names its weight and bias slots: headroom's short `w` and `b` (the GPT's), or
+/// Hugging Face's `weight` and `bias` (the Llama family's, so that slot names are the
+/// checkpoint's tensor names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Naming {
+    #[default]
+    Short,
+    HuggingFace,
+}
+
+impl Naming {
+    pub fn weight(self) -> &'static str {
+        match self {
+            Naming::Short => "w",
+            Naming::HuggingFace => "weight",
+        }
+    }
+
+    pub fn bias(self) -> &'static str {
+        match self {
+            Naming::Short => "b",
+            Naming::HuggingFace => "bias",
+        }
     }
 }
 

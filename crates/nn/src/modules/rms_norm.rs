@@ -3,7 +3,7 @@
 //!
 //! Not for: layer norm (`layer_norm.rs`).
 
-use super::{Slot, Weights, join};
+use super::{Naming, Slot, Weights, join};
 use headroom_tensor::{Result, Tensor};
 
 /// A bound RMS norm.
@@ -15,12 +15,22 @@ pub struct RmsNorm {
 
 impl RmsNorm {
     pub fn slots(name: &str, width: usize) -> Vec<Slot> {
-        vec![Slot::new(join(name, "w"), &[width])]
+        RmsNorm::slots_as(Naming::Short, name, width)
+    }
+
+    /// [`RmsNorm::slots`] under `naming` (`{name}.weight` for Hugging Face's).
+    pub fn slots_as(naming: Naming, name: &str, width: usize) -> Vec<Slot> {
+        vec![Slot::new(join(name, naming.weight()), &[width])]
     }
 
     pub fn load(w: &Weights, name: &str, eps: f32) -> Result<RmsNorm> {
+        RmsNorm::load_as(Naming::Short, w, name, eps)
+    }
+
+    /// [`RmsNorm::load`] under `naming`.
+    pub fn load_as(naming: Naming, w: &Weights, name: &str, eps: f32) -> Result<RmsNorm> {
         Ok(RmsNorm {
-            w: w.pp(name).get("w")?,
+            w: w.pp(name).get(naming.weight())?,
             eps,
         })
     }

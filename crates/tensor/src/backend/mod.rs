@@ -125,10 +125,24 @@ pub trait Backend: std::fmt::Debug + Send + Sync {
     /// Gradient of softmax (`log == false`) or log-softmax from its output `y` and `dy`.
     fn softmax_backward(&self, y: &Src, dy: &Src, log: bool, dst: &mut Dst) -> Result<()>;
     /// `softmax(mask(x · scale))` over the last axis of `(…, Tq, Tk)` scores, row `i` keeping
-    /// columns `0..=i` (the masked outputs are 0): the bits of scale, causal mask and softmax.
-    fn causal_softmax(&self, x: &Src, scale: f32, dst: &mut Dst) -> Result<()>;
+    /// columns `0..=i`, or with a sliding `window` of w the last w of them (the masked outputs
+    /// are 0): the bits of scale, mask and softmax.
+    fn causal_softmax(
+        &self,
+        x: &Src,
+        scale: f32,
+        window: Option<usize>,
+        dst: &mut Dst,
+    ) -> Result<()>;
     /// Its gradient from the output `y` and `dy`: `scale · mask(softmax'(y, dy))`.
-    fn causal_softmax_backward(&self, y: &Src, dy: &Src, scale: f32, dst: &mut Dst) -> Result<()>;
+    fn causal_softmax_backward(
+        &self,
+        y: &Src,
+        dy: &Src,
+        scale: f32,
+        window: Option<usize>,
+        dst: &mut Dst,
+    ) -> Result<()>;
     /// Layer norm over the last axis; writes `y` and the f32 row statistics `mean`, `rstd`.
     #[allow(clippy::too_many_arguments)]
     fn layer_norm(
@@ -215,6 +229,9 @@ pub trait Backend: std::fmt::Debug + Send + Sync {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttentionSpec {
     pub causal: bool,
+    /// With `causal`, a sliding window (Mistral's): query `i` attends to keys
+    /// `i + 1 − w ..= i` only.
+    pub window: Option<usize>,
     pub scale: f32,
     /// `(p, seed, offset)` when dropout is on (`0 < p < 1`).
     pub dropout: Option<(f32, u64, u64)>,

@@ -177,11 +177,18 @@ impl Backend for ShapeOnlyBackend {
         elementwise(&[x], &[grad, grad, y]);
         Ok(())
     }
-    fn causal_softmax(&self, x: &Src, _: f32, dst: &mut Dst) -> Result<()> {
+    fn causal_softmax(&self, x: &Src, _: f32, _: Option<usize>, dst: &mut Dst) -> Result<()> {
         elementwise(&[x], &[dst]);
         Ok(())
     }
-    fn causal_softmax_backward(&self, y: &Src, dy: &Src, _: f32, dst: &mut Dst) -> Result<()> {
+    fn causal_softmax_backward(
+        &self,
+        y: &Src,
+        dy: &Src,
+        _: f32,
+        _: Option<usize>,
+        dst: &mut Dst,
+    ) -> Result<()> {
         elementwise(&[y, dy], &[dst]);
         Ok(())
     }

@@ -4,7 +4,8 @@
 //! log-sum-exp `(B, H, T)`, where the composition `matmul → causal_mask → softmax → matmul`
 //! keeps the `(B, H, T, T)` probabilities alive and allocates several more of that size.
 //!
-//! Not for: the kernel (see `backend::cpu::attention`) or masks other than causal.
+//! Not for: the kernel (see `backend::cpu::attention`) or masks other than causal (with an
+//! optional sliding window).
 
 use crate::autocast::autocast_dtype;
 use crate::backend::AttentionSpec;
@@ -34,19 +35,40 @@ impl Tensor {
         scale: f32,
         dropout_p: f32,
     ) -> Result<Tensor> {
+        let mask = causal.then_some(None);
+        Tensor::attention_masked(q, k, v, mask, scale, dropout_p)
+    }
+
+    /// [`Tensor::attention`] with its mask given as `None` (full), `Some(None)` (causal) or
+    /// `Some(Some(w))`: causal with a sliding window of `w` keys (Mistral's), query `i` seeing
+    /// keys `i + 1 − w ..= i`.
+    pub fn attention_masked(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Option<Option<usize>>,
+        scale: f32,
+        dropout_p: f32,
+    ) -> Result<Tensor> {
         if let Some(low) = autocast_dtype()
             && [q, k, v]
                 .iter()
                 .any(|t| t.dtype().is_float() && t.dtype() != low)
         {
-            return Tensor::attention(
+            return Tensor::attention_masked(
                 &q.cast(low)?,
                 &k.cast(low)?,
                 &v.cast(low)?,
-                causal,
+                mask,
                 scale,
                 dropout_p,
             );
+        }
+        if mask == Some(Some(0)) {
+            return Err(TensorError::invalid(
+                "attention",
+                "a sliding window must keep at least one key (got 0)",
+            ));
         }
         float_only("attention", q)?;
         same_dtype("attention", q, k)?;
@@ -85,7 +107,8 @@ impl Tensor {
             (dropout_p, at.seed, at.offset)
         });
         let spec = AttentionSpec {
-            causal,
+            causal: mask.is_some(),
+            window: mask.flatten(),
             scale,
             dropout,
         };

@@ -172,9 +172,29 @@ impl Tensor {
     /// allocate the scaled and the masked scores. Under autocast with 16-bit scores it is the
     /// composition (softmax then runs in f32).
     pub fn causal_softmax(&self, scale: f32) -> Result<Tensor> {
+        self.causal_softmax_window(scale, None)
+    }
+
+    /// [`Tensor::causal_softmax`] with a sliding window (Mistral's attention): row `i` of each
+    /// `(Tq, Tk)` matrix keeps columns `i + 1 − w ..= i` only. `None` is the plain causal mask.
+    /// Under autocast with 16-bit scores the scaled scores are rounded to their dtype, as the
+    /// composition stores them, and the windowed softmax runs in f32.
+    pub fn causal_softmax_window(&self, scale: f32, window: Option<usize>) -> Result<Tensor> {
+        if window == Some(0) {
+            return Err(TensorError::invalid(
+                "causal_softmax",
+                "a sliding window must keep at least one key (got 0)",
+            ));
+        }
         if autocast::autocast_dtype().is_some() && matches!(self.dtype(), DType::BF16 | DType::F16)
         {
-            return self.scale(scale)?.causal_mask()?.softmax();
+            return match window {
+                None => self.scale(scale)?.causal_mask()?.softmax(),
+                Some(_) => self
+                    .scale(scale)?
+                    .cast(DType::F32)?
+                    .causal_softmax_window(1.0, window),
+            };
         }
         if self.rank() < 2 {
             return Err(TensorError::invalid(
@@ -185,9 +205,14 @@ impl Tensor {
         float_only("causal_softmax", self)?;
         let x = self.contiguous()?;
         let y = out_like(&x, "softmax")?;
-        x.backend().causal_softmax(&x.src(), scale, &mut y.dst())?;
+        x.backend()
+            .causal_softmax(&x.src(), scale, window, &mut y.dst())?;
         let saved = y.detach();
-        Ok(record(y, &[&x], || Op::CausalSoftmax { y: saved, scale }))
+        Ok(record(y, &[&x], || Op::CausalSoftmax {
+            y: saved,
+            scale,
+            window,
+        }))
     }
 
     /// Mean cross-entropy of `(…, V)` logits against integer targets of shape `(…)`:
@@ -259,11 +284,16 @@ pub(crate) fn softmax_backward(y: &Tensor, dy: &Tensor, log: bool) -> Result<Ten
     Ok(dx)
 }
 
-pub(crate) fn causal_softmax_backward(y: &Tensor, dy: &Tensor, scale: f32) -> Result<Tensor> {
+pub(crate) fn causal_softmax_backward(
+    y: &Tensor,
+    dy: &Tensor,
+    scale: f32,
+    window: Option<usize>,
+) -> Result<Tensor> {
     let dy = dy.contiguous()?;
     let dx = out_like(y, "softmax.grad")?;
     y.backend()
-        .causal_softmax_backward(&y.src(), &dy.src(), scale, &mut dx.dst())?;
+        .causal_softmax_backward(&y.src(), &dy.src(), scale, window, &mut dx.dst())?;
     Ok(dx)
 }
 

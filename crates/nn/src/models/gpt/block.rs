@@ -54,10 +54,10 @@ pub(super) fn layer_slots(config: &GptConfig) -> Vec<Slot> {
 /// A decoder block in the parameter scope of its trainable block (gathered there under
 /// ZeRO-3), cheap to clone into a checkpoint scope.
 #[derive(Clone)]
-pub(super) struct Layer {
+pub(crate) struct Layer {
     /// The trainable block's index in the model's block list.
-    pub(super) index: usize,
-    pub(super) block: DecoderBlock,
+    pub(crate) index: usize,
+    pub(crate) block: DecoderBlock,
 }
 
 impl Layer {
@@ -87,6 +87,7 @@ impl Layer {
             dropout: config.dropout,
             selective,
             rotary: None,
+            window: None,
         };
         let mlp = w.pp("mlp");
         let ffn = Mlp {
@@ -106,7 +107,7 @@ impl Layer {
     }
 
     /// The block inside its parameter scope.
-    pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         param_scope(&[self.index], x, |x| self.block.forward(x))
     }
 }

@@ -19,7 +19,7 @@
 //! Not for: training.
 
 mod base;
-mod block;
+pub(crate) mod block;
 
 use super::limits::{MAX_BLOCKS, MAX_DIM, check_sizes};
 use super::lora::{BlockAdapters, block_adapter_params, build_adapters};
@@ -304,7 +304,7 @@ impl Gpt {
 }
 
 /// `f(x)` inside a parameter scope of `blocks`, or plainly when they are `frozen`.
-fn scoped(
+pub(crate) fn scoped(
     frozen: bool,
     blocks: &[usize],
     x: &Tensor,

@@ -157,14 +157,19 @@ fn keep(spec: &AttentionSpec, t: usize, g: usize, i: usize, j: usize) -> f32 {
         }
     }
 }
-/// Keys of block `j0..j0 + cols` that row `i` attends to: a prefix of `n` of them.
+/// Keys of block `j0..j0 + cols` that row `i` attends to, `lo..n` of the block: a prefix
+/// under the causal mask, the part inside the window under a sliding window (empty when
+/// `lo >= n`).
 #[inline(always)]
-fn visible(causal: bool, i: usize, j0: usize, cols: usize) -> usize {
-    if causal {
-        cols.min((i + 1).saturating_sub(j0))
-    } else {
-        cols
+fn visible(spec: &AttentionSpec, i: usize, j0: usize, cols: usize) -> (usize, usize) {
+    if !spec.causal {
+        return (0, cols);
     }
+    let n = cols.min((i + 1).saturating_sub(j0));
+    let lo = spec.window.map_or(0, |w| {
+        (i + 1).saturating_sub(w).saturating_sub(j0).min(cols)
+    });
+    (lo, n)
 }
 
 /// The `temporary` tile scratch of `n_tasks` tasks: `per_lane` floats for each of their lanes.
@@ -331,24 +336,26 @@ fn forward_typed<T: Elem>(
                 product(s, TILE, false, (qm, false), ktm, spec.scale);
                 for r in 0..rows {
                     let i = i0 + r;
-                    let n = visible(spec.causal, i, j0, cols);
+                    let (lo, n) = visible(spec, i, j0, cols);
+                    let n = n.max(lo);
                     let sr = &mut s[r * TILE..r * TILE + cols];
-                    if n > 0 {
+                    if n > lo {
                         // Online softmax: rescale what was accumulated under the old max.
-                        let m_new = sr[..n].iter().fold(m[r], |a, &b| a.max(b));
+                        let m_new = sr[lo..n].iter().fold(m[r], |a, &b| a.max(b));
                         let correction = fast_exp(m[r] - m_new);
                         acc[r * d..(r + 1) * d]
                             .iter_mut()
                             .for_each(|x| *x *= correction);
-                        sr[..n].iter_mut().for_each(|x| *x = fast_exp(*x - m_new));
-                        l[r] = l[r] * correction + sr[..n].iter().sum::<f32>();
+                        sr[lo..n].iter_mut().for_each(|x| *x = fast_exp(*x - m_new));
+                        l[r] = l[r] * correction + sr[lo..n].iter().sum::<f32>();
                         if spec.dropout.is_some() {
-                            for (c, x) in sr[..n].iter_mut().enumerate() {
-                                *x *= keep(spec, t, g, i, j0 + c);
+                            for (c, x) in sr[lo..n].iter_mut().enumerate() {
+                                *x *= keep(spec, t, g, i, j0 + lo + c);
                             }
                         }
                         m[r] = m_new;
                     }
+                    sr[..lo].fill(0.0);
                     sr[n..].fill(0.0);
                 }
                 // acc += P V (rows, D)

@@ -362,19 +362,34 @@ impl Backend for CpuBackend {
         }, _ => Err(unsupported("softmax_backward", y.dtype)))
     }
 
-    fn causal_softmax(&self, x: &Src, scale: f32, dst: &mut Dst) -> Result<()> {
+    fn causal_softmax(
+        &self,
+        x: &Src,
+        scale: f32,
+        window: Option<usize>,
+        dst: &mut Dst,
+    ) -> Result<()> {
         let (tq, tk) = last_two(x);
+        let mask = causal_softmax::Mask { tq, tk, window };
         with_float_type!(x.dtype, T => {
-            causal_softmax::causal_softmax(rows_of::<T>(x)?, tq, tk, scale, slice_mut::<T>(dst)?);
+            causal_softmax::causal_softmax(rows_of::<T>(x)?, mask, scale, slice_mut::<T>(dst)?);
             Ok(())
         }, _ => Err(unsupported("causal_softmax", x.dtype)))
     }
 
-    fn causal_softmax_backward(&self, y: &Src, dy: &Src, scale: f32, dst: &mut Dst) -> Result<()> {
+    fn causal_softmax_backward(
+        &self,
+        y: &Src,
+        dy: &Src,
+        scale: f32,
+        window: Option<usize>,
+        dst: &mut Dst,
+    ) -> Result<()> {
         let (tq, tk) = last_two(y);
+        let mask = causal_softmax::Mask { tq, tk, window };
         with_float_type!(y.dtype, T => {
             causal_softmax::causal_softmax_backward(
-                rows_of::<T>(y)?, rows_of::<T>(dy)?, tq, tk, scale, slice_mut::<T>(dst)?,
+                rows_of::<T>(y)?, rows_of::<T>(dy)?, mask, scale, slice_mut::<T>(dst)?,
             );
             Ok(())
         }, _ => Err(unsupported("causal_softmax_backward", y.dtype)))

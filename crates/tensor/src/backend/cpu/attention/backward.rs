@@ -33,24 +33,27 @@ fn probs_rows(
 ) {
     for r in 0..rows {
         let i = i0 + r;
-        let n = visible(spec.causal, i, j0, cols);
+        let (lo, n) = visible(spec, i, j0, cols);
+        let n = n.max(lo);
         let (li, di) = (lse[g * t + i], delta[g * t + i]);
         let (sr, dr) = (
             &mut s[r * TILE..r * TILE + cols],
             &mut dp[r * TILE..r * TILE + cols],
         );
-        sr[..n].iter_mut().for_each(|x| *x = fast_exp(*x - li));
+        sr[lo..n].iter_mut().for_each(|x| *x = fast_exp(*x - li));
         if spec.dropout.is_some() {
-            for c in 0..n {
+            for c in lo..n {
                 let z = keep(spec, t, g, i, j0 + c);
                 dr[c] = sr[c] * (z * dr[c] - di) * spec.scale;
                 sr[c] *= z;
             }
         } else {
-            for (x, p) in dr[..n].iter_mut().zip(&sr[..n]) {
+            for (x, p) in dr[lo..n].iter_mut().zip(&sr[lo..n]) {
                 *x = p * (*x - di) * spec.scale;
             }
         }
+        sr[..lo].fill(0.0);
+        dr[..lo].fill(0.0);
         sr[n..].fill(0.0);
         dr[n..].fill(0.0);
     }
