@@ -75,14 +75,15 @@ pub(super) fn norm_upcast(spec: &Architecture, w: Width) -> f64 {
 
 /// Bytes per element of the attention probabilities naive attention saves. The softmax runs in
 /// fp32 where the model asks for it (`softmax(…, dtype=torch.float32).to(query.dtype)` in the
-/// Llama-like models' `eager_attention_forward`) or autocast does (`w.softmax`), and the
+/// Llama-like models' and GPT-NeoX's `eager_attention_forward`; GPT-2's, BERT's and T5's keep
+/// the scores' dtype) or autocast does (`w.softmax`), and the
 /// cast back to the compute dtype, which the second matmul saves, is a second tensor (a
 /// model with attention dropout saves the dropout's output instead, counted with the dropout).
 pub(super) fn saved_probabilities(spec: &Architecture, w: Width) -> f64 {
     let fp32_softmax = spec.transformers_modules
         && !matches!(
             spec.family,
-            Family::Gpt2 | Family::GptNeox | Family::Bert | Family::T5 | Family::ResMlp
+            Family::Gpt2 | Family::Bert | Family::T5 | Family::ResMlp
         );
     let softmax = if fp32_softmax { 4.0 } else { w.softmax };
     // With dropout the second matmul saves the dropout's output instead, which the dropout
@@ -511,6 +512,33 @@ mod tests {
         assert!((blk.linear_part - 34.0 * s * b * h).abs() < 1e-6);
         // Full recompute keeps sbh·2 (Table 2, last row).
         assert_eq!(blk.input, 2.0 * s * b * h);
+    }
+
+    #[test]
+    fn gpt_neox_eager_attention_saves_fp32_probabilities_and_their_cast() {
+        // transformers' GPT-NeoX `eager_attention_forward` runs
+        // `softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)`: the softmax saves its
+        // fp32 output (4 bytes per score) and the second matmul the fp16 cast (2 bytes), so
+        // pure fp16 keeps 6·a·s²·b per block in the core-attention term; GPT-2's softmax stays
+        // in the scores' dtype (2 bytes).
+        let (s, b) = (1024.0, 2.0);
+        let neox = crate::model::Family::GptNeox;
+        let m = Architecture {
+            num_heads: 16,
+            num_kv_heads: 16,
+            head_dim: 64,
+            ..Architecture::dense("pythia-410m", neox, 50304, 1024, 24, 4096)
+        };
+        let a = 16.0;
+        let blk = block(&m, s, b, 2.0, Attention::Naive);
+        assert_eq!(blk.core_attention, 6.0 * a * s * s * b);
+        let gpt2 = Architecture {
+            dropout: false,
+            ..load_model("gpt2").unwrap()
+        };
+        let a2 = gpt2.num_heads as f64;
+        let blk2 = block(&gpt2, s, b, 2.0, Attention::Naive);
+        assert_eq!(blk2.core_attention, 2.0 * a2 * s * s * b);
     }
 
     #[test]

@@ -39,6 +39,16 @@ pub struct Run {
     pub fitted: bool,
     /// The speed-model constant fitted to this row (`half_efficiency_intensity`).
     pub fitted_constant: Option<String>,
+    /// Why the row's measured peak and throughput are kept out of the errors (its setting cannot
+    /// be pinned down from its source); shown in the printed table.
+    pub excluded: Option<String>,
+    /// Why only the row's throughput is kept out of the errors (e.g. a GPU whose clocks the
+    /// source leaves open); shown in the printed table.
+    pub speed_excluded: Option<String>,
+    /// The model is transformers' own modules although the loss is computed outside it
+    /// (`loss_impl` other than `hugging-face`, e.g. `logits.sum()` in a benchmark loop).
+    #[serde(default)]
+    pub transformers_model: bool,
     /// The run used `torch.compile`.
     #[serde(default)]
     pub compile: bool,
@@ -76,6 +86,18 @@ impl Row {
     /// Whether the row's throughput is held to the model (no constant of it fitted to the row).
     pub fn held(&self) -> bool {
         !self.run.fitted && self.run.fitted_constant.is_none()
+    }
+
+    /// The row's measured peak and prediction where they count in the errors.
+    pub fn counted_memory(&self) -> Option<(f64, f64)> {
+        self.memory.filter(|_| self.run.excluded.is_none())
+    }
+
+    /// The row's measured throughput and prediction where they count in the errors.
+    pub fn counted_speed(&self) -> Option<(f64, f64)> {
+        self.speed
+            .filter(|_| self.held() && self.run.excluded.is_none())
+            .filter(|_| self.run.speed_excluded.is_none())
     }
 }
 
@@ -135,11 +157,13 @@ pub fn problem_of(run: &Run) -> Problem {
             .unwrap_or(CostModel::default().bucket_elements),
         ..CostModel::default()
     };
-    Problem::new(spec, hw, workload, cost)
+    let mut problem = Problem::new(spec, hw, workload, cost)
         .with_framework(run.framework)
         .with_optimizer_impl(run.optimizer_impl)
         .with_loss_impl(run.loss_impl)
-        .with_compile(run.compile)
+        .with_compile(run.compile);
+    problem.spec.transformers_modules |= run.transformers_model;
+    problem
 }
 
 /// Every row of the table `file` (in [`DATA`]) planned with its own strategy.
@@ -227,15 +251,19 @@ pub fn print_table(rows: &[Row]) {
                 }
             ),
         };
-        let mem_err = r
-            .memory
-            .map_or("—".into(), |m| format!("{:+.1} %", 100.0 * error(m)));
+        let mem_err = match (r.memory, &r.run.excluded) {
+            (None, _) => "—".into(),
+            (Some(m), None) => format!("{:+.1} %", 100.0 * error(m)),
+            (Some(m), Some(why)) => format!("{:+.1} % (not counted: {why})", 100.0 * error(m)),
+        };
         let speed = r
             .speed
             .map_or("—".into(), |s| format!("{:.0} → {:.0}", s.0, s.1));
-        let speed_err = r.speed.map_or("—".into(), |s| match r.held() {
-            false => "fitted".into(),
-            true => format!("{:+.1} %", 100.0 * error(s)),
+        let why = r.run.excluded.as_ref().or(r.run.speed_excluded.as_ref());
+        let speed_err = r.speed.map_or("—".into(), |s| match (r.held(), why) {
+            (false, _) => "fitted".into(),
+            (true, None) => format!("{:+.1} %", 100.0 * error(s)),
+            (true, Some(why)) => format!("{:+.1} % (not counted: {why})", 100.0 * error(s)),
         });
         println!(
             "| `{}` | [{}]({}) | {mem} | {mem_err} | {speed} | {speed_err} |",
