@@ -83,6 +83,9 @@ def test_a_fragmentation_bound_oom_is_avoided_by_expandable_segments(tmp_path):
 
     events = json.loads(trace.read_text())
     assert events[oom["event_index"]]["frames"][0]["line"] == marked_line("fragmentation_oom")
+    # ...and the doctor names it: the file and the line of the failed request.
+    assert oom["frame"]["filename"].endswith("fragmentation_oom.py")
+    assert oom["frame"]["line"] == marked_line("fragmentation_oom")
     # The doctor's replay with expandable segments goes through...
     assert d["fragmentation"]["expandable"]["first_oom"] is None
     # ...and `headroom memory replay` confirms it, as it confirms the caching allocator's OOM.

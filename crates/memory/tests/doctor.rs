@@ -328,12 +328,14 @@ fn a_fragmentation_bound_oom_is_avoided_by_expandable_segments_by_replay() {
     // hole (12..24 MiB) inside the two pages already mapped, and the request fits there.
     let mut events = Vec::new();
     for id in 1..=6u64 {
-        events.push(json!({"action": "alloc", "addr": id, "size": 6 * MIB}));
+        events.push(json!({"action": "alloc", "addr": id, "size": 6 * MIB, "frames": [user(7)]}));
     }
     for id in [1u64, 3, 4, 6] {
         events.push(json!({"action": "free", "addr": id}));
     }
-    events.push(json!({"action": "alloc", "addr": 7, "size": 9 * MIB}));
+    // The failed request, made by a library op called from line 42: the OOM names line 42.
+    events.push(json!({"action": "alloc", "addr": 7, "size": 9 * MIB,
+        "frames": [lib("nn/functional.py", "linear"), user(42)]}));
     let events = read_trace(&serde_json::to_vec(&events).unwrap()).unwrap();
     let none = |_: &str, _: i64| None;
     let d = diagnose(
@@ -352,6 +354,8 @@ fn a_fragmentation_bound_oom_is_avoided_by_expandable_segments_by_replay() {
     assert_eq!(oom.reserved_bytes, 40 * MIB);
     assert_eq!(oom.largest_free_block_bytes, 8 * MIB);
     assert!(oom.fragmentation_bound);
+    let at = oom.frame.expect("the failed request's call site");
+    assert_eq!((at.filename.as_str(), at.line), ("train.py", 42));
     assert_eq!(d.fragmentation.expandable.first_oom, None);
     // Emptying the cache releases whole free segments only: both are split, so it fails too.
     let emptied = d.fragmentation.emptied_before_failing_phase.unwrap();

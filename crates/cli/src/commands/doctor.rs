@@ -310,6 +310,9 @@ pub fn fragmentation_lines(fr: &FragmentationReport) -> Vec<String> {
                 format_bytes(oom.reserved_bytes),
                 format_bytes(oom.largest_free_block_bytes)
             ));
+            if oom.frame.is_some() {
+                lines.push(format!("  requested at {}", frame(&oom.frame)));
+            }
             lines.push(format!(
                 "  {}",
                 if oom.fragmentation_bound {

@@ -6,7 +6,8 @@
 //!
 //! Not for: the allocator itself (see `crate::allocator`).
 
-use super::events::{Action, Events, Phase};
+use super::events::{Action, Events, Frame, Phase};
+use super::peak::call_site;
 use super::phases::Timeline;
 use crate::allocator::CachingAllocator;
 use crate::config::AllocatorConfig;
@@ -27,6 +28,8 @@ pub struct Oom {
     /// Allocated + request ≤ capacity: the bytes existed, not in one piece.
     pub fragmentation_bound: bool,
     pub phase: Option<Phase>,
+    /// Where the failed request was made: its innermost user frame (`None` without frames).
+    pub frame: Option<Frame>,
 }
 
 /// One replay's figures.
@@ -101,6 +104,8 @@ pub fn replay(
                             largest_free_block_bytes: f.largest_free_block_bytes,
                             fragmentation_bound: oom.allocated + e.size <= cap,
                             phase: timeline.phases[i],
+                            frame: call_site(events, e.stack)
+                                .map(|f| events.frames[f as usize].clone()),
                         });
                     }
                 }
