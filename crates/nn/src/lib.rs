@@ -1,6 +1,7 @@
 //! headroom's neural-network room: optimizers over flat parameter buffers, gradient clipping
 //! and overflow checks, and (on the tensor engine) modules and models.
 
+pub mod checkpoint;
 pub mod grad;
 pub mod init;
 pub mod model;
@@ -8,4 +9,4 @@ pub mod models;
 pub mod modules;
 pub mod optim;
 
-pub use model::{Model, Recompute};
+pub use model::{HuggingFace, Model, Recompute};

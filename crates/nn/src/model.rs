@@ -4,6 +4,7 @@
 //!
 //! Not for: training (see the train crate) or choosing plans (the train crate's `recompute`).
 
+use crate::checkpoint::{CheckpointError, HfCheckpoint, NamedTensor};
 use headroom_tensor::{ParamBlock, Result, Tensor, checkpoint_block};
 use std::ops::Range;
 
@@ -97,6 +98,11 @@ pub trait Model {
         self.blocks().iter().map(|b| b.numel()).sum()
     }
 
+    /// The model's Hugging Face side (checkpoint names, loading, export), when it has one.
+    fn hugging_face(&self) -> Option<&dyn HuggingFace> {
+        None
+    }
+
     /// Frozen parameters (the base of a LoRA fine-tune, its NF4 weights included).
     fn num_frozen_params(&self) -> usize {
         let quantized: usize = self
@@ -110,6 +116,26 @@ pub trait Model {
             .sum::<usize>()
             + quantized
     }
+}
+
+/// A model that a Hugging Face checkpoint describes: its weights load from one and write back
+/// to one, and its LoRA adapters write as PEFT's.
+pub trait HuggingFace {
+    /// The `config.json` describing the model.
+    fn config_json(&self) -> String;
+    /// Sets every base weight from the checkpoint; an error names the file and the tensor.
+    fn load(&self, checkpoint: &HfCheckpoint) -> std::result::Result<(), CheckpointError>;
+    /// The checkpoint's tensors, given each base block's values in the plain layout (the
+    /// frozen blocks under LoRA, merged or not).
+    fn state(&self, blocks: &[Vec<f32>]) -> Result<Vec<NamedTensor>>;
+    /// PEFT's `adapter_config.json` (naming `base` as the base model) and
+    /// `adapter_model.safetensors` tensors, given each adapter block's values; `None`
+    /// without LoRA.
+    fn adapters(
+        &self,
+        base: &str,
+        adapters: &[Vec<f32>],
+    ) -> Result<Option<(String, Vec<NamedTensor>)>>;
 }
 
 /// Runs `x` through `blocks` in order; the blocks of each segment run inside one checkpoint scope.

@@ -79,8 +79,7 @@ pub struct LoraTargets(Vec<LoraTarget>);
 
 impl LoraTargets {
     /// The accepted spellings.
-    pub const ACCEPTED: &'static str =
-        "a comma-separated list of q, k, v, qkv, o, gate, up, down, or all-linear (e.g. q,v)";
+    pub const ACCEPTED: &'static str = "a comma-separated list of q, k, v, qkv, o, gate, up, down (or PEFT's q_proj, …, down_proj), or all-linear (e.g. q,v)";
 
     /// The targets in a fixed order, without repeats; at least one.
     pub fn new(targets: &[LoraTarget]) -> Result<LoraTargets, StrategyError> {
@@ -145,7 +144,10 @@ impl FromStr for LoraTargets {
         let parsed = s
             .split(',')
             .map(|t| {
-                t.trim()
+                // PEFT's module names (`q_proj`, …, `down_proj`) name the same projections.
+                let t = t.trim();
+                t.strip_suffix("_proj")
+                    .unwrap_or(t)
                     .parse::<LoraTarget>()
                     .map_err(|_| StrategyError::Value {
                         flag: LoraTarget::FLAG,

@@ -20,6 +20,7 @@ pub mod data;
 pub mod launch;
 pub mod models;
 pub mod predict;
+pub mod pretrained;
 pub mod recompute;
 pub mod report;
 pub mod save;

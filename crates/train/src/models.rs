@@ -10,6 +10,7 @@
 use crate::config::RunConfig;
 use crate::predict::analytical::planner_spec;
 use crate::trainer::{TrainError, model_spec};
+use headroom_nn::models::llama::Family as LlamaFamily;
 use headroom_nn::models::presets::PRESETS;
 use headroom_nn::models::{ModelSpec as OwnSpec, ModelSpecError, preset};
 use headroom_plan::PlanError;
@@ -47,14 +48,15 @@ impl OwnModel {
     /// The model `config` trains (its preset or file with the overrides applied).
     pub fn of(config: &RunConfig) -> Result<OwnModel, TrainError> {
         let spec = model_spec(config)?;
-        let (hidden_size, vocab_size, trainable_params) = match &spec {
-            OwnSpec::Gpt(c) => (
-                c.width,
-                c.vocab,
-                c.trainable_params().map_err(TrainError::Engine)?,
-            ),
-            OwnSpec::Resmlp(c) => (c.width, c.vocab, spec.num_params()),
+        let hidden_size = match &spec {
+            OwnSpec::Gpt(c) => c.width,
+            OwnSpec::Resmlp(c) => c.width,
+            OwnSpec::Llama(c) => c.width,
         };
+        let (vocab_size, trainable_params) = (
+            spec.vocab(),
+            spec.trainable_params().map_err(TrainError::Engine)?,
+        );
         Ok(OwnModel {
             model_type: own_model_type(&spec),
             params: spec.num_params(),
@@ -70,6 +72,11 @@ fn own_model_type(spec: &OwnSpec) -> &'static str {
     match spec {
         OwnSpec::Gpt(_) => "headroom-gpt",
         OwnSpec::Resmlp(_) => "headroom-resmlp",
+        OwnSpec::Llama(c) => match c.family {
+            LlamaFamily::Llama => "llama",
+            LlamaFamily::Mistral => "mistral",
+            LlamaFamily::Qwen2 => "qwen2",
+        },
     }
 }
 

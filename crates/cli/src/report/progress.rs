@@ -79,6 +79,9 @@ impl Progress {
             TrainEvent::Saved { step, path } => {
                 self.line(format!("step {step}: saved to {path}"))
             }
+            TrainEvent::Exported { path } => {
+                self.line(format!("wrote the Hugging Face model to {path}"))
+            }
         }
     }
 

@@ -101,8 +101,14 @@ pub fn print_report(report: &TrainReport, device: &Device, timeline: Option<&Pat
             report.tokens_per_s
         );
     }
-    if let Some(v) = report.val_losses.last() {
-        println!("Validation loss {:.4} at step {}.", v.loss, v.step);
+    match (report.val_losses.first(), report.val_losses.last()) {
+        // A run from pretrained weights is validated before its first step.
+        (Some(a), Some(b)) if a.step == 0 && b.step > 0 => println!(
+            "Validation loss {:.4} at step 0 → {:.4} at step {}.",
+            a.loss, b.loss, b.step
+        ),
+        (_, Some(v)) => println!("Validation loss {:.4} at step {}.", v.loss, v.step),
+        _ => {}
     }
     if report.skipped_steps > 0 {
         println!(

@@ -1,10 +1,13 @@
-//! Named model presets and model TOML files: what `--model` accepts, with `--layers`,
-//! `--width`, `--heads` and `--seq-len` overriding a preset's shape.
+//! Named model presets, model TOML files and Hugging Face model directories: what `--model`
+//! accepts for a run of headroom's engine, with `--layers`, `--width`, `--heads` and
+//! `--seq-len` overriding a preset's shape.
 //!
 //! Not for: building strategies (the planner) or training.
 
 use super::gpt::{Attention, Gpt, GptConfig};
+use super::llama::{Llama, LlamaConfig, SUPPORTED};
 use super::resmlp::{ResMlp, ResMlpConfig};
+use crate::checkpoint::is_hf_dir;
 use crate::model::Model;
 use headroom_memory::Device;
 use headroom_tensor::{DType, Result};
@@ -17,7 +20,13 @@ use std::path::Path;
 pub enum ModelSpec {
     Gpt(GptConfig),
     Resmlp(ResMlpConfig),
+    /// The Llama family (Llama, Mistral, Qwen2), from a Hugging Face `config.json`.
+    Llama(LlamaConfig),
 }
+
+/// The longest default sequence of a Llama-family run: its context is thousands of tokens,
+/// more than a first run on a CPU wants.
+pub const LLAMA_DEFAULT_SEQ_LEN: usize = 256;
 
 /// Preset names, for messages.
 pub const PRESETS: [&str; 4] = ["gpt-small", "gpt-tiny", "gpt-medium", "resmlp"];
@@ -57,19 +66,29 @@ pub fn preset(name: &str) -> Option<ModelSpec> {
 /// A model that cannot be resolved; names the input and the accepted values.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelSpecError {
-    #[error("unknown model '{0}': not a preset ({presets}) and no such file; give a preset name or a model TOML with kind = \"gpt\" or \"resmlp\"", presets = PRESETS.join(", "))]
+    #[error("unknown model '{0}': not a preset ({presets}) and no such file; give a preset name, a model TOML with kind = \"gpt\", \"resmlp\" or \"llama\", or a Hugging Face model directory ({families}: config.json and model.safetensors)", presets = PRESETS.join(", "), families = SUPPORTED.join(", "))]
     Unknown(String),
     #[error("model file {path}: {message}")]
     File { path: String, message: String },
 }
 
 impl ModelSpec {
-    /// A preset name, or a path to a model TOML.
+    /// A preset name, a path to a model TOML, or a Hugging Face model directory.
     pub fn resolve(name: &str) -> std::result::Result<ModelSpec, ModelSpecError> {
         if let Some(spec) = preset(name) {
             return Ok(spec);
         }
         let path = Path::new(name);
+        if is_hf_dir(path) {
+            let config = path.join("config.json");
+            let file = |message: String| ModelSpecError::File {
+                path: config.display().to_string(),
+                message,
+            };
+            let text = std::fs::read_to_string(&config).map_err(|e| file(e.to_string()))?;
+            let llama = LlamaConfig::from_hf_json(&text).map_err(|e| file(e.to_string()))?;
+            return Ok(ModelSpec::Llama(llama));
+        }
         if !path.is_file() {
             return Err(ModelSpecError::Unknown(name.to_string()));
         }
@@ -116,15 +135,32 @@ impl ModelSpec {
                     c.hidden = 4 * w;
                 }
             }
+            // A checkpoint's shape is its config.json's: these resize a model started afresh
+            // (loading weights into a resized model fails naming the first tensor that differs).
+            // The context stays max_position_embeddings.
+            ModelSpec::Llama(c) => {
+                if let Some(l) = layers {
+                    c.layers = l;
+                }
+                if let Some(w) = width {
+                    c.width = w;
+                }
+                if let Some(h) = heads {
+                    c.heads = h;
+                    c.kv_heads = c.kv_heads.min(h);
+                }
+            }
         }
         self
     }
 
-    /// Sequence length a run uses by default: the GPT's context, 64 for the MLP.
+    /// Sequence length a run uses by default: the GPT's context, 64 for the MLP, a Llama's
+    /// context up to [`LLAMA_DEFAULT_SEQ_LEN`].
     pub fn default_seq_len(&self) -> usize {
         match self {
             ModelSpec::Gpt(c) => c.context,
             ModelSpec::Resmlp(_) => 64,
+            ModelSpec::Llama(c) => c.context.min(LLAMA_DEFAULT_SEQ_LEN),
         }
     }
 
@@ -133,6 +169,7 @@ impl ModelSpec {
         match self {
             ModelSpec::Gpt(c) => c.layers,
             ModelSpec::Resmlp(c) => c.depth,
+            ModelSpec::Llama(c) => c.layers,
         }
     }
 
@@ -140,6 +177,25 @@ impl ModelSpec {
         match self {
             ModelSpec::Gpt(c) => c.num_params(),
             ModelSpec::Resmlp(c) => c.num_params(),
+            ModelSpec::Llama(c) => c.num_params(),
+        }
+    }
+
+    /// Parameters training updates (the adapters' under LoRA).
+    pub fn trainable_params(&self) -> Result<usize> {
+        match self {
+            ModelSpec::Gpt(c) => c.trainable_params(),
+            ModelSpec::Resmlp(c) => Ok(c.num_params()),
+            ModelSpec::Llama(c) => c.trainable_params(),
+        }
+    }
+
+    /// Tokens the embedding holds.
+    pub fn vocab(&self) -> usize {
+        match self {
+            ModelSpec::Gpt(c) => c.vocab,
+            ModelSpec::Resmlp(c) => c.vocab,
+            ModelSpec::Llama(c) => c.vocab,
         }
     }
 }
@@ -150,6 +206,7 @@ impl ModelSpec {
         match self {
             ModelSpec::Gpt(c) => c.validate(),
             ModelSpec::Resmlp(c) => c.validate(),
+            ModelSpec::Llama(c) => c.validate(),
         }
     }
 }
@@ -165,5 +222,6 @@ pub fn build_model(
     Ok(match spec {
         ModelSpec::Gpt(c) => Box::new(Gpt::new(name, c.clone(), device, dtype, seed)?),
         ModelSpec::Resmlp(c) => Box::new(ResMlp::new(name, c.clone(), device, dtype, seed)?),
+        ModelSpec::Llama(c) => Box::new(Llama::new(name, c.clone(), device, dtype, seed)?),
     })
 }

@@ -72,7 +72,7 @@ pub fn measure(
     let seq_len = base.seq_len_of(&spec);
     let speed = SpeedModel::measure(calibration_shapes(&spec, seq_len, batch))?;
     let attentions: &[Attention] = match spec {
-        ModelSpec::Gpt(_) => &[Attention::Naive, Attention::MemoryEfficient],
+        ModelSpec::Gpt(_) | ModelSpec::Llama(_) => &[Attention::Naive, Attention::MemoryEfficient],
         ModelSpec::Resmlp(_) => &[Attention::Naive],
     };
     let mut candidates = Vec::new();

@@ -33,7 +33,10 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, clap::Args)]
 #[serde(deny_unknown_fields)]
 pub struct TrainConfig {
-    /// Model preset (gpt-small, gpt-tiny, gpt-medium, resmlp) or a model TOML.
+    /// Model preset (gpt-small, gpt-tiny, gpt-medium, resmlp), a model TOML, or a Hugging Face
+    /// model directory of the Llama family (llama, mistral, qwen2: config.json, the weights in
+    /// model.safetensors or shards, tokenizer.json): its weights are the starting point and its
+    /// tokenizer reads the text.
     #[arg(long)]
     pub model: Option<String>,
     /// Override the preset's number of layers (blocks).
@@ -157,6 +160,21 @@ pub struct TrainConfig {
     #[arg(long, value_name = "DIR", visible_alias = "checkpoint-dir")]
     #[serde(alias = "checkpoint_dir")]
     pub save_dir: Option<PathBuf>,
+    /// At the end, write the model as a Hugging Face directory here: with --lora-rank its
+    /// adapters as PEFT's adapter_model.safetensors and adapter_config.json (PeftModel loads
+    /// them over the base), else config.json and model.safetensors (from_pretrained loads
+    /// them); tokenizer.json is copied beside. Llama-family models only.
+    #[arg(long, value_name = "DIR")]
+    pub hf_out: Option<PathBuf>,
+    /// With --hf-out and --lora-rank: write the merged model (the adapters folded into the
+    /// base, W + (α/r)·A·B) instead of the adapters.
+    #[arg(
+        long,
+        num_args = 0,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub hf_merge: Option<bool>,
     /// Save every N steps (and at the end) when --save-dir is set.
     #[arg(long, value_name = "N", visible_alias = "checkpoint-every")]
     #[serde(alias = "checkpoint_every")]
@@ -304,6 +322,8 @@ impl TrainConfig {
             lora_base,
             init_from,
             save_dir,
+            hf_out,
+            hf_merge,
             save_every,
             oom_recovery,
             deterministic,
@@ -444,6 +464,8 @@ impl TrainConfig {
             allocator: self.allocator.unwrap_or_default(),
             data: self.data,
             save_dir: self.save_dir,
+            hf_out: self.hf_out,
+            hf_merge: self.hf_merge.unwrap_or(false),
             save_every: self.save_every.unwrap_or(0),
             // Recovering from out of memory would need every rank to agree: off for DDP.
             oom_recovery: self.oom_recovery.unwrap_or(data_parallel == 1),

@@ -122,6 +122,8 @@ impl RunConfig {
             lora_base: self.lora.as_ref().map(|l| l.base),
             init_from: self.init_from.clone(),
             save_dir: self.save_dir.clone(),
+            hf_out: self.hf_out.clone(),
+            hf_merge: Some(self.hf_merge),
             save_every: Some(self.save_every),
             oom_recovery: Some(self.oom_recovery),
             deterministic: Some(self.deterministic),

@@ -44,6 +44,12 @@ pub struct RunConfig {
     pub save_dir: Option<PathBuf>,
     #[serde(alias = "checkpoint_every")]
     pub save_every: u64,
+    /// Where the run's end writes the model as a Hugging Face directory (PEFT's adapters
+    /// under LoRA unless `hf_merge`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hf_out: Option<PathBuf>,
+    #[serde(default)]
+    pub hf_merge: bool,
     pub oom_recovery: bool,
     /// fp32 too sums each micro-batch's gradient whole into an f32 buffer, in order (16-bit
     /// gradients always do).

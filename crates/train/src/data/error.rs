@@ -13,6 +13,11 @@ pub enum DataError {
     Corpus(#[from] CorpusError),
     #[error(transparent)]
     TokenFile(#[from] TokenFileError),
+    #[error("{path}: {source}")]
+    Tokenizer {
+        path: PathBuf,
+        source: super::tokenizer::TokenizerError,
+    },
     #[error("data-loader worker {worker} failed: {source}")]
     Worker {
         worker: usize,

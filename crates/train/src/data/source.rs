@@ -12,6 +12,7 @@ use super::loader::{Loader, LoaderConfig};
 use super::order::DistributedSampler;
 use super::sampler::TokenSampler;
 use super::token_file::{TokenFile, Verify, is_token_file};
+use super::tokenizer::Tokenizer;
 use crate::config::RunConfig;
 use headroom_nn::models::ModelSpec;
 
@@ -57,7 +58,7 @@ pub fn run_sampler(
             })
         }
         None => {
-            let tokens = Tokens::Owned(super::ByteTokenizer.encode(&corpus.bytes));
+            let tokens = Tokens::Owned(corpus_tokens(config, corpus)?);
             TokenSampler::over(tokens, seq_len, VALIDATION_FRACTION, seed, kind).map_err(|needed| {
                 CorpusError::TooSmall {
                     name: corpus.name.clone(),
@@ -68,6 +69,20 @@ pub fn run_sampler(
             })
         }
     }
+}
+
+/// The corpus's tokens: by the `tokenizer.json` of the model directory `--model` names, else
+/// byte by byte.
+fn corpus_tokens(config: &RunConfig, corpus: &Corpus) -> Result<Vec<u32>, DataError> {
+    let Some(path) = crate::pretrained::tokenizer(&config.model) else {
+        return Ok(super::ByteTokenizer.encode(&corpus.bytes));
+    };
+    let failed = |source| DataError::Tokenizer {
+        path: path.clone(),
+        source,
+    };
+    let tokenizer = Tokenizer::load(&path.to_string_lossy()).map_err(failed)?;
+    tokenizer.encode(&corpus.bytes).map_err(failed)
 }
 
 /// The loader of rank `rank` of `world`: workers and staging as configured for a real run; a
@@ -102,8 +117,5 @@ pub fn run_loader(
 
 /// Tokens the model's embedding holds.
 pub fn model_vocab(spec: &ModelSpec) -> usize {
-    match spec {
-        ModelSpec::Gpt(c) => c.vocab,
-        ModelSpec::Resmlp(c) => c.vocab,
-    }
+    spec.vocab()
 }

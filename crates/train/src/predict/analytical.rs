@@ -10,9 +10,10 @@ use crate::config::RunConfig;
 use crate::trainer::{TrainError, model_spec};
 use headroom_memory::ByteSize;
 use headroom_nn::models::ModelSpec as NnSpec;
+use headroom_nn::models::llama::Family as LlamaFamily;
 use headroom_plan::cost::{CostModel, MemoryPrediction, Problem, activation, memory};
 use headroom_plan::hardware::{self, HardwareOverrides};
-use headroom_plan::model::{Architecture, Family};
+use headroom_plan::model::{Architecture, Family, MlpKind};
 use headroom_plan::workload::{BatchSpec, Workload};
 
 /// The planner's description of a headroom model.
@@ -44,6 +45,30 @@ pub fn planner_spec(name: &str, spec: &NnSpec) -> Architecture {
             dropout: c.dropout > 0.0,
             recomputed_mlp_activation: true,
             ..base(Family::ResMlp, c.vocab, c.width, c.depth, c.hidden)
+        },
+        NnSpec::Llama(c) => Architecture {
+            num_heads: c.heads as u64,
+            num_kv_heads: c.kv_heads as u64,
+            head_dim: c.head_dim() as u64,
+            mlp: MlpKind::Gated,
+            trained_context: Some(c.context as u64),
+            tie_word_embeddings: c.tied,
+            dropout: c.dropout > 0.0,
+            bias: false,
+            recomputed_mlp_activation: true,
+            upcasting_loss: false,
+            transformers_modules: false,
+            ..base(
+                match c.family {
+                    LlamaFamily::Llama => Family::Llama,
+                    LlamaFamily::Mistral => Family::Mistral,
+                    LlamaFamily::Qwen2 => Family::Qwen2,
+                },
+                c.vocab,
+                c.width,
+                c.layers,
+                c.ffn,
+            )
         },
     }
 }

@@ -13,7 +13,6 @@ use crate::config::RunConfig;
 use crate::predict::Prediction;
 use crate::trainer::{TrainError, model_spec};
 use headroom_memory::size::format_bytes;
-use headroom_nn::models::ModelSpec;
 use headroom_nn::optim::OptimizerConfig;
 use std::path::{Path, PathBuf};
 
@@ -120,10 +119,7 @@ pub fn check_room(
 pub fn save_bytes(config: &RunConfig) -> Result<u64, TrainError> {
     let spec = model_spec(config)?;
     let total = spec.num_params() as u64;
-    let trained = match &spec {
-        ModelSpec::Gpt(c) => c.trainable_params()? as u64,
-        ModelSpec::Resmlp(_) => total,
-    };
+    let trained = spec.trainable_params()? as u64;
     let precision = config.strategy.precision;
     let optimizer = OptimizerConfig::for_strategy(config.strategy.optimizer, precision);
     let states = optimizer.kind.states_per_param(optimizer.momentum) as u64

@@ -59,6 +59,12 @@ fn unchecked_model_spec(config: &RunConfig) -> Result<ModelSpec, TrainError> {
             c.dropout = config.dropout.unwrap_or(c.dropout);
             ModelSpec::Resmlp(c)
         }
+        ModelSpec::Llama(mut c) => {
+            c.dropout = config.dropout.unwrap_or(c.dropout);
+            c.attention = config.strategy.attention;
+            c.lora = config.lora.clone();
+            ModelSpec::Llama(c)
+        }
     })
 }
 
@@ -201,6 +207,18 @@ impl Trainer {
                 config.seed,
             )
         })?;
+        super::hf_export::check_hf_out(&config, model.as_ref())?;
+        let checkpoint = match model.hugging_face() {
+            Some(_) => crate::pretrained::checkpoint(&config.model)?,
+            None => None,
+        };
+        let pretrained = checkpoint.is_some();
+        if let (Some(hf), Some(checkpoint)) = (model.hugging_face(), &checkpoint)
+            && device.is_backed()
+        {
+            // A model directory's weights (a dry run reads none: its model holds no values).
+            hf.load(checkpoint)?;
+        }
         if let Some(path) = &config.init_from {
             // Before master weights and offload stores copy the parameters.
             super::init_from::init_from(model.as_mut(), &spec, path, !device.is_backed())?;
@@ -283,6 +301,7 @@ impl Trainer {
             activation_pool,
             report,
             weights_touched: false,
+            pretrained,
             kept: Vec::new(),
             leak_guard: LeakGuard::default(),
             dry,

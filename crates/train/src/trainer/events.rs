@@ -37,6 +37,8 @@ pub enum TrainError {
     #[error(transparent)]
     Save(#[from] SaveError),
     #[error(transparent)]
+    Checkpoint(#[from] headroom_nn::checkpoint::CheckpointError),
+    #[error(transparent)]
     Offload(#[from] headroom_offload::OffloadError),
     #[error(transparent)]
     Policy(#[from] crate::recompute::policy::PolicyError),
@@ -115,6 +117,10 @@ pub enum TrainEvent {
     /// The run was saved (`--save-dir`).
     Saved {
         step: u64,
+        path: String,
+    },
+    /// The model was written as a Hugging Face directory (`--hf-out`).
+    Exported {
         path: String,
     },
     /// A step ran out of memory and is retried with half the micro-batch.

@@ -46,10 +46,17 @@ fn shape_mismatch(saved: &ModelSpec, now: &ModelSpec) -> Option<(&'static str, S
         (ModelSpec::Resmlp(a), ModelSpec::Resmlp(b)) => {
             differ("--layers", a.depth, b.depth).or_else(|| differ("--width", a.width, b.width))
         }
+        (ModelSpec::Llama(a), ModelSpec::Llama(b)) => differ("--layers", a.layers, b.layers)
+            .or_else(|| differ("--heads", a.heads, b.heads))
+            .or_else(|| differ("the key/value heads", a.kv_heads, b.kv_heads))
+            .or_else(|| differ("--width", a.width, b.width))
+            .or_else(|| differ("the MLP width", a.ffn, b.ffn))
+            .or_else(|| differ("the vocabulary", a.vocab, b.vocab)),
         (a, b) => {
             let kind = |s: &ModelSpec| match s {
                 ModelSpec::Gpt(_) => "a GPT".to_string(),
                 ModelSpec::Resmlp(_) => "a residual MLP".to_string(),
+                ModelSpec::Llama(_) => "a Llama-family model".to_string(),
             };
             Some(("--model", kind(a), kind(b)))
         }

@@ -20,6 +20,7 @@ mod fault;
 mod fused_step;
 mod group;
 mod guard;
+mod hf_export;
 mod host_grads;
 mod init_from;
 mod lora;
@@ -96,6 +97,9 @@ pub struct Trainer {
     report: TrainReport,
     /// Whether the current step has started changing weights (then an OOM is not recoverable).
     weights_touched: bool,
+    /// The run starts from a checkpoint's weights: it is validated before the first step, so
+    /// the report holds the pretrained model's loss.
+    pretrained: bool,
     /// Tensors kept by the `keep_losses` hook.
     kept: Vec<Tensor>,
     leak_guard: LeakGuard,
@@ -326,6 +330,10 @@ impl Trainer {
         let started = Instant::now();
         let mut tokens = 0u64;
         let counted_from = (self.collective_counts().unwrap_or_default(), self.step);
+        if self.pretrained && self.step == 0 && self.config.steps > 0 {
+            let loss = self.validate()?;
+            on_event(TrainEvent::Validation { step: 0, loss });
+        }
         while self.step < self.config.steps {
             let t0 = Instant::now();
             let position = self.sampler.position();
@@ -422,6 +430,14 @@ impl Trainer {
                     step: self.step,
                     reserved_before: before,
                     reserved_after: after,
+                });
+            }
+        }
+        if let Some(dir) = self.config.hf_out.clone().filter(|_| last) {
+            self.export_hf(&dir)?;
+            if self.rank().0 == 0 && !self.dry {
+                on_event(TrainEvent::Exported {
+                    path: dir.display().to_string(),
                 });
             }
         }

@@ -179,7 +179,7 @@ impl Trainer {
 
     /// The model's parameters by block, on rank 0 (`None` on the others): each block's full
     /// buffer, or under ZeRO-3 every rank's shard gathered (every rank joins).
-    fn whole_parameters(&mut self) -> Result<Option<Tensors>, TrainError> {
+    pub(super) fn whole_parameters(&mut self) -> Result<Option<Tensors>, TrainError> {
         let lead = self.rank().0 == 0;
         let mut model = BTreeMap::new();
         let blocks = self.model.blocks().to_vec();

@@ -154,6 +154,18 @@ pub fn calibration_shapes(
                 collectives: None,
             }
         }
+        ModelSpec::Llama(c) => {
+            let d = c.head_dim();
+            let per_head = 7.0 * (seq_len * seq_len * d) as f64;
+            let heads =
+                ((CALIBRATION_FLOPS / per_head) as usize).clamp(1, micro_batch.min(4) * c.heads);
+            CalibrationShapes {
+                matmul: (rows_for(c.width, c.ffn), c.width, c.ffn),
+                activation_elements: activation(c.width),
+                attention: Some((heads, seq_len, d)),
+                collectives: None,
+            }
+        }
         ModelSpec::Resmlp(c) => CalibrationShapes {
             matmul: (rows_for(c.width, c.hidden), c.width, c.hidden),
             activation_elements: activation(c.width),

@@ -1,0 +1,16 @@
+//! Pretrained weights from the formats people download them in: a Hugging Face model
+//! directory (`config.json` and safetensors, one file or shards listed by
+//! `model.safetensors.index.json`), and the same directory written back, with the LoRA adapters
+//! as PEFT's `adapter_model.safetensors` and `adapter_config.json`.
+//!
+//! Not for: headroom's own saves of a run (the train crate's `save` module), or building the
+//! model (`models`).
+
+mod error;
+mod hf_dir;
+mod hf_write;
+mod safetensors_io;
+
+pub use error::CheckpointError;
+pub use hf_dir::{HfCheckpoint, is_hf_dir};
+pub use hf_write::{NamedTensor, write_hf_dir, write_peft_adapter};

@@ -1,0 +1,98 @@
+//! Runs of a Hugging Face model directory (`--model DIR`): the parity fixtures' tiny Llama,
+//! Mistral and Qwen2 (transformers' `save_pretrained`, `scripts/llama-fixtures.py`) train from
+//! their checkpoint's weights, the dry run predicts each run's peaks exactly, with and without
+//! LoRA, and `--hf-out` is refused for a model without a Hugging Face layout.
+
+use headroom_memory::Category;
+use headroom_train::Trainer;
+use headroom_train::config::TrainConfig;
+use headroom_train::data::Corpus;
+use headroom_train::predict::error::evaluate;
+use std::path::PathBuf;
+
+fn fixture(family: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../nn/tests/data/llama/{family}"))
+        .display()
+        .to_string()
+}
+
+fn run(family: &str, lora: bool, precision: &str) -> TrainConfig {
+    TrainConfig {
+        model: Some(fixture(family)),
+        precision: Some(precision.parse().unwrap()),
+        micro_batch: Some(2),
+        accumulation: Some(2),
+        seq_len: Some(16),
+        steps: Some(2),
+        eval_every: Some(0),
+        eval_batches: Some(1),
+        lora_rank: lora.then_some(4),
+        lora_targets: lora.then(|| "q_proj,v_proj,down_proj".parse().unwrap()),
+        device_memory: Some("256MiB".parse().unwrap()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn dry_runs_of_model_directories_equal_their_runs() {
+    let corpus = Corpus::bundled();
+    for family in ["llama", "mistral", "qwen2"] {
+        for (lora, precision) in [(false, "fp32"), (true, "bf16-mixed")] {
+            let row = evaluate(run(family, lora, precision), &corpus).unwrap();
+            let (p, m) = (&row.dry_run, &row.measured);
+            let label = format!("{family} lora={lora} {precision}");
+            assert_eq!(p.peak_allocated_bytes, m.peak_allocated_bytes, "{label}");
+            for cat in Category::ALL {
+                assert_eq!(
+                    p.peak_bytes_by_category[cat], m.peak_bytes_by_category[cat],
+                    "{label}: {cat}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_run_starts_from_the_checkpoints_weights_and_is_validated_first() {
+    // The same seed, one run from the directory with weights and one from its config alone
+    // (initialised afresh): the first validation differs, and only the pretrained start is
+    // validated before step 1.
+    let corpus = Corpus::bundled();
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        PathBuf::from(fixture("llama")).join("config.json"),
+        tmp.path().join("config.json"),
+    )
+    .unwrap();
+    let report = |model: String| {
+        let c = TrainConfig {
+            model: Some(model),
+            ..run("llama", false, "fp32")
+        }
+        .resolve()
+        .unwrap();
+        let mut t = Trainer::new(c, &corpus).unwrap();
+        t.train(&mut |_| {}).unwrap().clone()
+    };
+    let pretrained = report(fixture("llama"));
+    let fresh = report(tmp.path().display().to_string());
+    let steps: Vec<u64> = pretrained.val_losses.iter().map(|v| v.step).collect();
+    assert_eq!(steps, [0, 2]);
+    let steps: Vec<u64> = fresh.val_losses.iter().map(|v| v.step).collect();
+    assert_eq!(steps, [2]);
+    assert_ne!(pretrained.losses[0], fresh.losses[0]);
+}
+
+#[test]
+fn hf_out_is_refused_for_headroom_s_own_models() {
+    let c = TrainConfig {
+        model: Some("gpt-tiny".into()),
+        hf_out: Some("out".into()),
+        ..run("llama", false, "fp32")
+    }
+    .resolve()
+    .unwrap();
+    let e = Trainer::new(c, &Corpus::bundled()).unwrap_err().to_string();
+    assert!(e.contains("--save-dir") && e.contains("gpt-tiny"), "{e}");
+}
