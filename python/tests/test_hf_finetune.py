@@ -123,7 +123,7 @@ def test_peft_loads_the_adapters_and_reproduces_the_validation_loss(checkpoint, 
     assert abs(before - val[0]["loss"]) < 1e-3, (before, val[0]["loss"])
     # A random model's loss is near ln(vocab); the run trained the adapters below it.
     assert abs(before - math.log(tok.get_vocab_size())) < 0.5
-    assert val[1]["loss"] < val[0]["loss"] - 0.05
+    assert val[1]["loss"] < val[0]["loss"] - 0.02
 
     config = json.loads((out / "adapter_config.json").read_text())
     assert config["r"] == 8 and config["lora_alpha"] == 16
