@@ -103,6 +103,11 @@ pub trait Model {
         None
     }
 
+    /// The same, to load weights into.
+    fn hugging_face_mut(&mut self) -> Option<&mut dyn HuggingFace> {
+        None
+    }
+
     /// Frozen parameters (the base of a LoRA fine-tune, its NF4 weights included).
     fn num_frozen_params(&self) -> usize {
         let quantized: usize = self
@@ -124,7 +129,7 @@ pub trait HuggingFace {
     /// The `config.json` describing the model.
     fn config_json(&self) -> String;
     /// Sets every base weight from the checkpoint; an error names the file and the tensor.
-    fn load(&self, checkpoint: &HfCheckpoint) -> std::result::Result<(), CheckpointError>;
+    fn load(&mut self, checkpoint: &HfCheckpoint) -> std::result::Result<(), CheckpointError>;
     /// The checkpoint's tensors, given each base block's values in the plain layout (the
     /// frozen blocks under LoRA, merged or not).
     fn state(&self, blocks: &[Vec<f32>]) -> Result<Vec<NamedTensor>>;

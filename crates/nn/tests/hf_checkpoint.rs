@@ -51,7 +51,7 @@ fn tensors_of(path: &Path) -> Vec<NamedTensor> {
 }
 
 fn loaded(dir: &Path, lora: Option<Lora>, device: &Device) -> Llama {
-    let model = Llama::new("m", config(dir, lora), device, DType::F32, 7).unwrap();
+    let mut model = Llama::new("m", config(dir, lora), device, DType::F32, 7).unwrap();
     model.load(&HfCheckpoint::open(dir).unwrap()).unwrap();
     model
 }
@@ -157,7 +157,7 @@ fn broken_directories_are_named_with_the_fix() {
     let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
     v["intermediate_size"] = 96.into();
     std::fs::write(tmp.path().join("config.json"), v.to_string()).unwrap();
-    let model = Llama::new("m", config(tmp.path(), None), &device(), DType::F32, 0).unwrap();
+    let mut model = Llama::new("m", config(tmp.path(), None), &device(), DType::F32, 0).unwrap();
     let e = model
         .load(&HfCheckpoint::open(tmp.path()).unwrap())
         .unwrap_err()
@@ -282,4 +282,59 @@ fn the_merged_model_computes_the_adapted_models_loss() {
         (with_adapters - folded).abs() <= 1e-5 * with_adapters.abs(),
         "{with_adapters} vs {folded}"
     );
+}
+
+#[test]
+fn qlora_quantises_the_checkpoints_projections_and_computes_their_loss() {
+    let device = device();
+    let dir = fixture("qwen2");
+    let qlora = Lora::new(4, 8.0, "all-linear".parse().unwrap(), BaseWeights::Nf4).unwrap();
+    let model = loaded(&dir, Some(qlora), &device);
+    // Seven NF4 projections per layer, two layers.
+    assert_eq!(model.quantized().len(), 14);
+    let zero: Vec<Vec<f32>> = model
+        .blocks()
+        .iter()
+        .map(|b| vec![0.0; b.numel()])
+        .collect();
+    let base = model.merged_blocks(&zero).unwrap().unwrap();
+    let values: Vec<Vec<f32>> = base.iter().map(|(_, v)| v.clone()).collect();
+    let written = model.state(&values).unwrap();
+    let original = tensors_of(&dir.join("model.safetensors"));
+    for t in &written {
+        let o = original.iter().find(|o| o.name == t.name).unwrap();
+        if t.name.ends_with("_proj.weight") {
+            // Quantised in the engine's in × out layout, 64 values to a block (the reference:
+            // the tensor crate's NF4 codec, tested against bitsandbytes' code book).
+            let (out, inp) = (o.shape[0], o.shape[1]);
+            let engine: Vec<f32> = (0..inp * out)
+                .map(|k| o.values[(k % out) * inp + k / out])
+                .collect();
+            let bytes = headroom_tensor::nf4::quantize_nf4(&engine);
+            let mut round = vec![0f32; engine.len()];
+            headroom_tensor::nf4::dequantize_nf4(&bytes, engine.len(), |j, v| round[j] = v);
+            let want: Vec<f32> = (0..out * inp)
+                .map(|k| round[(k % inp) * out + k / inp])
+                .collect();
+            assert_eq!(t.values, want, "{}", t.name);
+            assert_ne!(t.values, o.values, "{}: NF4 is lossy", t.name);
+        } else {
+            assert_eq!(t.values, o.values, "{}: kept as it was", t.name);
+        }
+    }
+    // The QLoRA model computes the loss of a plain LoRA model on the dequantised base.
+    let adapters = adapter_values(&model);
+    for (block, v) in model.blocks().iter().zip(&adapters) {
+        block.set_values(v).unwrap();
+    }
+    let plain = Lora::new(4, 8.0, "all-linear".parse().unwrap(), BaseWeights::Plain).unwrap();
+    let reference = Llama::new("m", config(&dir, Some(plain)), &device, DType::F32, 7).unwrap();
+    for (block, v) in reference.base_blocks().iter().zip(&values) {
+        block.set_values(v).unwrap();
+    }
+    for (block, v) in reference.blocks().iter().zip(&adapters) {
+        block.set_values(v).unwrap();
+    }
+    let (q, r) = (loss(&model, &device), loss(&reference, &device));
+    assert!((q - r).abs() <= 1e-5 * r.abs(), "{q} vs {r}");
 }

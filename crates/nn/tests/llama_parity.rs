@@ -65,7 +65,7 @@ fn check(family: &str, attention: Attention) -> (f64, f64, String) {
     let expected = SafeTensors::deserialize(&expected).unwrap();
 
     let device = Device::cpu(64 << 20, AllocatorConfig::default());
-    let model = Llama::new(family, config, &device, DType::F32, 0).unwrap();
+    let mut model = Llama::new(family, config, &device, DType::F32, 0).unwrap();
     model
         .load_hf(|t: &HfTensor| {
             let view = weights.tensor(&t.name).map_err(|_| {

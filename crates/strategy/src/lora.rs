@@ -255,7 +255,12 @@ mod tests {
             LoraTargets::all_linear()
         );
         assert_eq!(LoraTargets::default().to_string(), "q,v");
-        for bad in ["", "q,,v", "q_proj", "all"] {
+        // PEFT's module names spell the same targets.
+        let peft: LoraTargets = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+            .parse()
+            .unwrap();
+        assert_eq!(peft.to_string(), "q,k,v,o,gate,up,down");
+        for bad in ["", "q,,v", "c_attn", "all", "_proj"] {
             let e = bad.parse::<LoraTargets>().unwrap_err().to_string();
             assert!(
                 e.contains("--lora-targets") && e.contains("all-linear"),

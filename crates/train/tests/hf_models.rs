@@ -1,9 +1,10 @@
 //! Runs of a Hugging Face model directory (`--model DIR`): the parity fixtures' tiny Llama,
 //! Mistral and Qwen2 (transformers' `save_pretrained`, `scripts/llama-fixtures.py`) train from
-//! their checkpoint's weights, the dry run predicts each run's peaks exactly, with and without
-//! LoRA, and `--hf-out` is refused for a model without a Hugging Face layout.
+//! their checkpoint's weights, the dry run predicts each run's peaks exactly, without LoRA, with
+//! LoRA and with QLoRA, and `--hf-out` is refused for a model without a Hugging Face layout.
 
 use headroom_memory::Category;
+use headroom_strategy::BaseWeights;
 use headroom_train::Trainer;
 use headroom_train::config::TrainConfig;
 use headroom_train::data::Corpus;
@@ -17,7 +18,7 @@ fn fixture(family: &str) -> String {
         .to_string()
 }
 
-fn run(family: &str, lora: bool, precision: &str) -> TrainConfig {
+fn run(family: &str, lora: Option<BaseWeights>, precision: &str) -> TrainConfig {
     TrainConfig {
         model: Some(fixture(family)),
         precision: Some(precision.parse().unwrap()),
@@ -27,8 +28,9 @@ fn run(family: &str, lora: bool, precision: &str) -> TrainConfig {
         steps: Some(2),
         eval_every: Some(0),
         eval_batches: Some(1),
-        lora_rank: lora.then_some(4),
-        lora_targets: lora.then(|| "q_proj,v_proj,down_proj".parse().unwrap()),
+        lora_rank: lora.map(|_| 4),
+        lora_targets: lora.map(|_| "q_proj,v_proj,down_proj".parse().unwrap()),
+        lora_base: lora,
         device_memory: Some("256MiB".parse().unwrap()),
         ..Default::default()
     }
@@ -38,10 +40,14 @@ fn run(family: &str, lora: bool, precision: &str) -> TrainConfig {
 fn dry_runs_of_model_directories_equal_their_runs() {
     let corpus = Corpus::bundled();
     for family in ["llama", "mistral", "qwen2"] {
-        for (lora, precision) in [(false, "fp32"), (true, "bf16-mixed")] {
+        for (lora, precision) in [
+            (None, "fp32"),
+            (Some(BaseWeights::Plain), "bf16-mixed"),
+            (Some(BaseWeights::Nf4), "bf16-mixed"),
+        ] {
             let row = evaluate(run(family, lora, precision), &corpus).unwrap();
             let (p, m) = (&row.dry_run, &row.measured);
-            let label = format!("{family} lora={lora} {precision}");
+            let label = format!("{family} lora={lora:?} {precision}");
             assert_eq!(p.peak_allocated_bytes, m.peak_allocated_bytes, "{label}");
             for cat in Category::ALL {
                 assert_eq!(
@@ -68,7 +74,7 @@ fn a_run_starts_from_the_checkpoints_weights_and_is_validated_first() {
     let report = |model: String| {
         let c = TrainConfig {
             model: Some(model),
-            ..run("llama", false, "fp32")
+            ..run("llama", None, "fp32")
         }
         .resolve()
         .unwrap();
@@ -89,7 +95,7 @@ fn hf_out_is_refused_for_headroom_s_own_models() {
     let c = TrainConfig {
         model: Some("gpt-tiny".into()),
         hf_out: Some("out".into()),
-        ..run("llama", false, "fp32")
+        ..run("llama", None, "fp32")
     }
     .resolve()
     .unwrap();

@@ -213,7 +213,7 @@ impl Trainer {
             None => None,
         };
         let pretrained = checkpoint.is_some();
-        if let (Some(hf), Some(checkpoint)) = (model.hugging_face(), &checkpoint)
+        if let (Some(hf), Some(checkpoint)) = (model.hugging_face_mut(), &checkpoint)
             && device.is_backed()
         {
             // A model directory's weights (a dry run reads none: its model holds no values).

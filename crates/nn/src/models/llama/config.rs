@@ -9,7 +9,7 @@ use super::HF;
 use crate::models::limits::{MAX_BLOCKS, MAX_DIM, check_sizes};
 use crate::models::lora::AdapterShape;
 use crate::modules::{AttentionShape, Linear, RmsNorm, Slot};
-use headroom_strategy::{Attention as AttentionKind, BaseWeights, Lora, LoraTarget};
+use headroom_strategy::{Attention as AttentionKind, Lora, LoraTarget};
 use headroom_tensor::{Result, TensorError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -246,11 +246,6 @@ impl LlamaConfig {
             return fail(format!("dropout {} is not in [0, 1)", self.dropout));
         }
         if let Some(lora) = &self.lora {
-            if lora.base == BaseWeights::Nf4 {
-                return fail(
-                    "QLoRA's NF4 base (--lora-base nf4) is built for the GPT only; use --lora-base plain on the Llama family".to_string(),
-                );
-            }
             self.adapter_shapes(lora)?;
         }
         Ok(())

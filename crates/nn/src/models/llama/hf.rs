@@ -6,7 +6,7 @@
 
 use super::Llama;
 use crate::checkpoint::{CheckpointError, HfCheckpoint, NamedTensor};
-use crate::model::{HuggingFace, NamedValues};
+use crate::model::{HuggingFace, Model, NamedValues};
 use crate::models::lora::merge_into;
 use crate::modules::join;
 use headroom_strategy::LoraTarget;
@@ -20,6 +20,8 @@ pub struct HfTensor {
     /// The block holding it and its slot there.
     pub block: usize,
     pub slot: String,
+    /// Where it starts in its block's values, in the plain layout.
+    pub offset: usize,
     /// Its shape in the checkpoint.
     pub shape: Vec<usize>,
     /// Whether the model stores it transposed (linear weights: in × out).
@@ -27,26 +29,27 @@ pub struct HfTensor {
 }
 
 impl Llama {
-    /// Every tensor of the checkpoint, in the blocks' order.
+    /// Every tensor of the checkpoint, in the blocks' order (a QLoRA layer's NF4 projections
+    /// included, at their places in the plain layout).
     pub fn hf_tensors(&self) -> Vec<HfTensor> {
-        self.blocks
-            .iter()
-            .enumerate()
-            .flat_map(|(bi, block)| {
-                let prefix = match block.name().starts_with("model.layers.") {
-                    true => block.name(),
-                    false => "",
+        (0..self.blocks.len())
+            .flat_map(|bi| {
+                let name = self.blocks[bi].name();
+                let prefix = match name.starts_with("model.layers.") {
+                    true => name.to_string(),
+                    false => String::new(),
                 };
-                block.specs().iter().map(move |s| {
+                self.plain_specs(bi).into_iter().map(move |s| {
                     let transposed = s.shape.len() == 2 && s.name != "model.embed_tokens.weight";
                     let mut shape = s.shape.clone();
                     if transposed {
                         shape.reverse();
                     }
                     HfTensor {
-                        name: join(prefix, &s.name),
+                        name: join(&prefix, &s.name),
                         block: bi,
                         slot: s.name.clone(),
+                        offset: s.offset,
                         shape,
                         transposed,
                     }
@@ -57,16 +60,17 @@ impl Llama {
 
     /// Sets every base weight from `get(tensor)`, which returns the checkpoint's values of
     /// `tensor` (row-major in its checkpoint shape) or an error naming what is wrong with it.
-    pub fn load_hf(&self, mut get: impl FnMut(&HfTensor) -> Result<Vec<f32>>) -> Result<()> {
+    /// QLoRA's projections are quantised to NF4 as they load.
+    pub fn load_hf(&mut self, mut get: impl FnMut(&HfTensor) -> Result<Vec<f32>>) -> Result<()> {
         let tensors = self.hf_tensors();
-        for (bi, block) in self.blocks.iter().enumerate() {
-            let mut values = vec![0f32; block.numel()];
+        for bi in 0..self.blocks.len() {
+            let numel: usize = self
+                .plain_specs(bi)
+                .iter()
+                .map(|s| s.shape.iter().product::<usize>())
+                .sum();
+            let mut values = vec![0f32; numel];
             for t in tensors.iter().filter(|t| t.block == bi) {
-                let spec = block
-                    .specs()
-                    .iter()
-                    .find(|s| s.name == t.slot)
-                    .ok_or_else(|| TensorError::invalid("load", format!("no slot {}", t.slot)))?;
                 let got = get(t)?;
                 let n: usize = t.shape.iter().product();
                 if got.len() != n {
@@ -80,13 +84,13 @@ impl Llama {
                         ),
                     ));
                 }
-                let out = &mut values[spec.offset..spec.offset + n];
+                let out = &mut values[t.offset..t.offset + n];
                 match t.transposed {
                     true => transpose_into(&got, t.shape[0], t.shape[1], out),
                     false => out.copy_from_slice(&got),
                 }
             }
-            block.set_values(&values)?;
+            self.set_plain_values(bi, &values)?;
         }
         Ok(())
     }
@@ -137,22 +141,14 @@ impl Llama {
     /// The checkpoint's tensors from each base block's values in the plain layout (the inverse
     /// of [`Llama::load_hf`]).
     pub fn hf_state(&self, blocks: &[Vec<f32>]) -> Result<Vec<NamedTensor>> {
-        let specs: Vec<_> = self
-            .blocks
-            .iter()
-            .map(|b| (b.name().to_string(), b.numel(), b.specs().to_vec()))
-            .collect();
+        let sizes: Vec<(String, usize)> = self.plain_blocks();
         self.hf_tensors()
             .into_iter()
             .map(|t| {
-                let (name, numel, slots) = &specs[t.block];
+                let (name, numel) = &sizes[t.block];
                 let values = block_values(blocks, t.block, *numel, name)?;
-                let spec = slots
-                    .iter()
-                    .find(|s| s.name == t.slot)
-                    .ok_or_else(|| TensorError::invalid("export", format!("no slot {}", t.slot)))?;
                 let n: usize = t.shape.iter().product();
-                let stored = &values[spec.offset..spec.offset + n];
+                let stored = &values[t.offset..t.offset + n];
                 let values = match t.transposed {
                     // Stored in × out (the checkpoint's shape reversed); written out × in.
                     true => {
@@ -253,7 +249,8 @@ impl Llama {
         let shapes = self.config.adapter_shapes(lora)?;
         let mut out = Vec::with_capacity(self.blocks.len());
         for (bi, block) in self.blocks.iter().enumerate() {
-            let mut values = block.flat().to_vec_f32()?;
+            let mut values = self.plain_values(bi)?;
+            let specs = self.plain_specs(bi);
             if let Some(l) = bi.checked_sub(1).filter(|&l| l < self.config.layers) {
                 let a = block_values(
                     adapters,
@@ -264,13 +261,9 @@ impl Llama {
                 let mut at = 0;
                 for s in &shapes {
                     let slot = format!("{}.weight", peft_module(s.target));
-                    let spec = block
-                        .specs()
-                        .iter()
-                        .find(|p| p.name == slot)
-                        .ok_or_else(|| {
-                            TensorError::invalid("merge", format!("no weight {slot}"))
-                        })?;
+                    let spec = specs.iter().find(|p| p.name == slot).ok_or_else(|| {
+                        TensorError::invalid("merge", format!("no weight {slot}"))
+                    })?;
                     let (na, nb) = (s.input * lora.rank, lora.rank * s.output);
                     let w = &mut values[spec.offset..spec.offset + s.input * s.output];
                     merge_into(
@@ -296,7 +289,7 @@ impl HuggingFace for Llama {
         self.config.to_hf_json()
     }
 
-    fn load(&self, checkpoint: &HfCheckpoint) -> std::result::Result<(), CheckpointError> {
+    fn load(&mut self, checkpoint: &HfCheckpoint) -> std::result::Result<(), CheckpointError> {
         // The checkpoint's own error (file, tensor, fix) is kept whole for the caller.
         let mut failure = None;
         let loaded = self.load_hf(|t| {

@@ -18,8 +18,11 @@
 //! transposed. LoRA targets are PEFT's projections (`q,k,v,o,gate,up,down`; `qkv` means q, k
 //! and v).
 //!
-//! Not for: reading checkpoint files (the caller supplies tensors) or QLoRA's NF4 base (refused
-//! with a clear error).
+//! QLoRA (`--lora-base nf4`) stores each layer's seven projections as frozen NF4 weights, as
+//! bitsandbytes' `Linear4bit` replaces every `nn.Linear` of the layers under PEFT's QLoRA
+//! recipe; norms, embeddings and the head stay in the parameter dtype.
+//!
+//! Not for: reading checkpoint files (`crate::checkpoint`; the caller supplies tensors).
 
 mod config;
 mod hf;
@@ -30,6 +33,7 @@ pub use hf::HfTensor;
 use super::gpt::block::Layer;
 use super::gpt::scoped;
 use super::lora::{BlockAdapters, build_adapter_blocks};
+use super::qlora;
 use crate::init::{Init, initialise_at};
 use crate::model::{HuggingFace, Model, NamedValues, Recompute, run_blocks};
 use crate::modules::{
@@ -37,8 +41,20 @@ use crate::modules::{
     RmsNorm, RotaryEmbedding, RotaryTables, Slot, SwiGlu, Weights, slot_pairs,
 };
 use headroom_memory::Device;
-use headroom_strategy::{Attention as AttentionKind, LoraTarget};
-use headroom_tensor::{DType, ParamBlock, Result, Tensor, TensorError};
+use headroom_strategy::{Attention as AttentionKind, BaseWeights, LoraTarget};
+use headroom_tensor::{DType, Nf4Weight, ParamBlock, ParamSpec, Result, Tensor, TensorError};
+use std::sync::Arc;
+
+/// The weights of a layer that QLoRA stores in NF4, in this order.
+pub const QUANTIZED: [&str; 7] = [
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+];
 
 const HF: Naming = Naming::HuggingFace;
 
@@ -67,6 +83,8 @@ pub struct Llama {
     adapters: Vec<ParamBlock>,
     /// The adapters' targets, in their blocks' order.
     targets: Vec<LoraTarget>,
+    /// QLoRA: each layer's projections in NF4, in [`QUANTIZED`] order (empty otherwise).
+    quantized: Vec<Vec<Arc<Nf4Weight>>>,
     device: Device,
 }
 
@@ -90,13 +108,39 @@ impl Llama {
         let embed = Embedding::slots("model.embed_tokens.weight", config.vocab, config.width);
         blocks.push(new_block("embed", &embed)?);
         let layer = config.layer_slots();
+        let nf4 = config
+            .lora
+            .as_ref()
+            .is_some_and(|l| l.base == BaseWeights::Nf4);
+        let rule = init_rule(config.init_std);
+        let mut quantized = Vec::new();
         for i in 0..config.layers {
-            blocks.push(new_block(&format!("model.layers.{i}"), &layer)?);
+            let name = format!("model.layers.{i}");
+            if nf4 {
+                // Filled as they are quantised, with the plain model's values for the seed.
+                let weights = slot_pairs(&layer);
+                let (block, q) = qlora::build_with(
+                    &QUANTIZED,
+                    device,
+                    &name,
+                    1 + i,
+                    &weights,
+                    dtype,
+                    seed,
+                    &rule,
+                )?;
+                blocks.push(block);
+                quantized.push(q);
+            } else {
+                blocks.push(new_block(&name, &layer)?);
+            }
         }
         blocks.push(new_block("head", &config.head_slots())?);
-        let rule = init_rule(config.init_std);
         for (bi, block) in blocks.iter().enumerate() {
-            initialise_at(block, bi, seed, &rule)?;
+            let layer = bi.checked_sub(1).filter(|&l| l < config.layers);
+            if layer.is_none_or(|l| quantized.get(l).is_none()) {
+                initialise_at(block, bi, seed, &rule)?;
+            }
         }
         let (adapters, targets) = match &config.lora {
             Some(lora) => {
@@ -113,8 +157,62 @@ impl Llama {
             blocks,
             adapters,
             targets,
+            quantized,
             device: device.clone(),
         })
+    }
+
+    /// The layer of block `bi` whose projections are in NF4, if it is one.
+    fn quantized_layer(&self, bi: usize) -> Option<&[Arc<Nf4Weight>]> {
+        let layer = bi.checked_sub(1).filter(|&l| l < self.config.layers)?;
+        self.quantized.get(layer).map(Vec::as_slice)
+    }
+
+    /// Block `bi`'s weights in the plain model's layout: its own, or a QLoRA layer's full
+    /// layout with the NF4 projections in place.
+    fn plain_specs(&self, bi: usize) -> Vec<ParamSpec> {
+        match self.quantized_layer(bi) {
+            Some(_) => qlora::layout(&slot_pairs(&self.config.layer_slots())),
+            None => self.blocks[bi].specs().to_vec(),
+        }
+    }
+
+    /// Block `bi`'s values in the plain layout (NF4 projections dequantised).
+    fn plain_values(&self, bi: usize) -> Result<Vec<f32>> {
+        match self.quantized_layer(bi) {
+            Some(q) => qlora::full_values_with(
+                &QUANTIZED,
+                &self.blocks[bi],
+                q,
+                &slot_pairs(&self.config.layer_slots()),
+            ),
+            None => self.blocks[bi].flat().to_vec_f32(),
+        }
+    }
+
+    /// Sets block `bi` from its plain layout's values: a QLoRA layer's projections
+    /// re-quantised into their NF4 weights, the rest into the frozen block.
+    fn set_plain_values(&mut self, bi: usize, values: &[f32]) -> Result<()> {
+        let specs = self.plain_specs(bi);
+        let Some(layer) = bi
+            .checked_sub(1)
+            .filter(|_| self.quantized_layer(bi).is_some())
+        else {
+            return self.blocks[bi].set_values(values);
+        };
+        let mut kept = Vec::new();
+        for spec in &specs {
+            let n: usize = spec.shape.iter().product();
+            let part = &values[spec.offset..spec.offset + n];
+            match QUANTIZED.iter().position(|q| *q == spec.name) {
+                Some(i) => {
+                    let bytes = headroom_tensor::nf4::quantize_nf4(part);
+                    Nf4Weight::set_bytes(&mut self.quantized[layer][i], &bytes)?;
+                }
+                None => kept.extend_from_slice(part),
+            }
+        }
+        self.blocks[bi].set_values(&kept)
     }
 
     pub fn config(&self) -> &LlamaConfig {
@@ -143,8 +241,11 @@ impl Llama {
             None => None,
         };
         let adapter = |t: LoraTarget| adapters.as_ref().and_then(|a| a.get(t));
-        let no_nf4 = [];
-        let w = Weights::new(&self.blocks[1 + i], &no_nf4);
+        let nf4: Vec<(&'static str, Arc<Nf4Weight>)> = match self.quantized.get(i) {
+            Some(q) => QUANTIZED.iter().copied().zip(q.iter().cloned()).collect(),
+            None => Vec::new(),
+        };
+        let w = Weights::new(&self.blocks[1 + i], &nf4);
         let lin = |name: &str, bias, t| Linear::load_as(HF, &w, name, bias, adapter(t));
         let attention = Attention {
             shape: c.attention_shape(),
@@ -261,6 +362,36 @@ impl Model for Llama {
         self.forward_loss(inputs, targets, recompute)
     }
 
+    fn quantized(&self) -> Vec<Arc<Nf4Weight>> {
+        self.quantized.iter().flatten().cloned().collect()
+    }
+
+    fn quantized_mut(&mut self) -> Vec<&mut Arc<Nf4Weight>> {
+        self.quantized.iter_mut().flatten().collect()
+    }
+
+    fn plain_blocks(&self) -> Vec<(String, usize)> {
+        (0..self.blocks.len())
+            .map(|bi| {
+                let n = self
+                    .plain_specs(bi)
+                    .iter()
+                    .map(|s| s.shape.iter().product::<usize>())
+                    .sum();
+                (self.blocks[bi].name().to_string(), n)
+            })
+            .collect()
+    }
+
+    fn load_plain_block(&mut self, name: &str, values: &[f32]) -> Result<()> {
+        let bi = self
+            .blocks
+            .iter()
+            .position(|b| b.name() == name)
+            .ok_or_else(|| TensorError::invalid("load", format!("no block {name}")))?;
+        self.set_plain_values(bi, values)
+    }
+
     fn merged_blocks(&self, adapters: &[Vec<f32>]) -> Result<Option<NamedValues>> {
         match self.config.lora {
             Some(_) => self.merged(adapters).map(Some),
@@ -269,6 +400,10 @@ impl Model for Llama {
     }
 
     fn hugging_face(&self) -> Option<&dyn HuggingFace> {
+        Some(self)
+    }
+
+    fn hugging_face_mut(&mut self) -> Option<&mut dyn HuggingFace> {
         Some(self)
     }
 }
