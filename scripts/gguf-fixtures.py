@@ -23,6 +23,8 @@ block formats. Nothing here is computed by headroom.
                        give back: the original weights for F32 tensors, and for quantised ones
                        gguf-py's dequantize(quantize(W)) of the unpermuted weights.
   tiny-llama.config.json  the Hugging Face config.json of the tiny model.
+  tokenizer-default.gguf  the same tokenizer with one more merge ("1 2") and llama.cpp's
+                       fallback pre-tokenizer (`default`), no tensors.
 
 Run: python3 -m venv /tmp/gguf-venv && /tmp/gguf-venv/bin/pip install gguf numpy safetensors
      /tmp/gguf-venv/bin/python scripts/gguf-fixtures.py
@@ -115,14 +117,40 @@ def bytes_to_unicode():
     return dict(zip(bs, [chr(c) for c in cs]))
 
 
-def tiny_llama():
-    cfg = dict(width=32, heads=4, kv_heads=2, ffn=64, layers=2, context=128)
+MERGES = ["h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or", "Ġwor l", "Ġworl d"]
+
+
+def add_tokenizer(w, pre, merges):
+    """A byte-level BPE: 3 control tokens, byte b at 3 + b, then each merge's result."""
     byte_symbol = bytes_to_unicode()
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    merges = ["h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or", "Ġwor l", "Ġworl d"]
     tokens = specials + [byte_symbol[b] for b in range(256)] + [m.replace(" ", "") for m in merges]
-    types = [3] * len(specials) + [1] * (len(tokens) - len(specials))
-    vocab = len(tokens)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types([3] * len(specials) + [1] * (len(tokens) - len(specials)))
+    w.add_token_merges(merges)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_pad_token_id(2)
+    w.add_add_bos_token(False)
+    return len(tokens)
+
+
+def default_tokenizer():
+    """llama.cpp's fallback pre-tokenizer, with one more merge ("1 2") that only its
+    three-digit split lets form."""
+    w = GGUFWriter(os.path.join(OUT, "tokenizer-default.gguf"), "llama")
+    add_tokenizer(w, "default", MERGES + ["1 2"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def tiny_llama():
+    cfg = dict(width=32, heads=4, kv_heads=2, ffn=64, layers=2, context=128)
+    vocab = 3 + 256 + len(MERGES)
     width, ffn, hd = cfg["width"], cfg["ffn"], cfg["width"] // cfg["heads"]
     kv = cfg["kv_heads"] * hd
 
@@ -162,15 +190,7 @@ def tiny_llama():
     w.add_rope_freq_base(100000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(hd)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("smollm")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_pad_token_id(2)
-    w.add_add_bos_token(False)
+    assert add_tokenizer(w, "smollm", MERGES) == vocab
 
     expected = {}
     for name, value in hf.items():
@@ -223,3 +243,4 @@ if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     blocks()
     tiny_llama()
+    default_tokenizer()

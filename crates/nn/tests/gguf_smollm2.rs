@@ -37,6 +37,15 @@ fn smollm2_configuration_and_every_tensor_dequantise() {
     };
     assert_eq!(file.tensors().len(), 272);
     assert_eq!((count("Q4_1"), count("F32"), count("Q8_0")), (210, 61, 1));
+    // Tied: there is no output.weight, and asking for the head says so.
+    let err = file
+        .hf_tensor_named("lm_head.weight")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("'output.weight'") && err.contains("ties"),
+        "{err}"
+    );
 
     // A shape-only device lists the checkpoint's tensors without allocating them.
     let device = Device::shape_only(1 << 40, AllocatorConfig::default());

@@ -41,6 +41,23 @@ fn the_tiny_tokenizer_encodes_by_its_merges_and_splits_digits() {
 }
 
 #[test]
+fn llama_cpps_default_pre_tokenizer_splits_numbers_in_threes() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../nn/tests/data/gguf/tokenizer-default.gguf");
+    let t = load(path);
+    // llama.cpp's default regexes in turn: the second splits "hello", " world", " 1234"; the
+    // third isolates "1234" from its space; the fourth splits "123" from "4". With the extra
+    // merge "1 2" (id 268): hello 262, Ġworld 267, ' ' 35, "12" 268, '3' = 3 + 51, '4' = 3 + 52.
+    let ids = t
+        .encode("hello world 1234", false)
+        .unwrap()
+        .get_ids()
+        .to_vec();
+    assert_eq!(ids, [262, 267, 35, 268, 54, 55]);
+    assert_eq!(t.decode(&ids, false).unwrap(), "hello world 1234");
+}
+
+#[test]
 fn smollm2_tokenizer_round_trips_text() {
     let Some(path) = std::env::var_os("HEADROOM_SMOLLM2_GGUF") else {
         eprintln!("HEADROOM_SMOLLM2_GGUF is not set; skipped");

@@ -87,12 +87,11 @@ pub enum GgufError {
         expected: &'static str,
         found: &'static str,
     },
-    #[error("{path}: no tensor '{tensor}' (Hugging Face '{hf_name}'); {hint}")]
+    #[error("{path}: no tensor '{tensor}'; {hint}")]
     MissingTensor {
         path: PathBuf,
         tensor: String,
-        hf_name: String,
-        hint: &'static str,
+        hint: String,
     },
     #[error(
         "{path}: tensor '{tensor}' has shape {found:?} (Hugging Face order) but the configuration expects {expected:?}; the metadata and the tensors disagree"

@@ -131,8 +131,7 @@ impl GgufFile {
             .ok_or_else(|| GgufError::MissingTensor {
                 path: self.path.clone(),
                 tensor: name.into(),
-                hf_name: String::from("-"),
-                hint: "list the file's tensors with GgufFile::tensors",
+                hint: "GgufFile::tensors lists the file's tensors".into(),
             })?;
         self.dequantize(info)
     }

@@ -226,10 +226,13 @@ impl GgufFile {
             .ok_or_else(|| GgufError::MissingTensor {
                 path: self.path().into(),
                 tensor: name.clone(),
-                hf_name: hf_name.into(),
                 hint: match hf_name {
-                    "lm_head.weight" => "the file ties the output head to the token embedding",
-                    _ => "the file lacks a tensor its configuration implies; convert it again",
+                    "lm_head.weight" => format!(
+                        "Hugging Face '{hf_name}' is absent: the file ties the output head to the token embedding (tie_word_embeddings)"
+                    ),
+                    _ => format!(
+                        "Hugging Face '{hf_name}' is absent though the configuration implies it; convert the model again"
+                    ),
                 },
             })?;
         let shape = info.shape();

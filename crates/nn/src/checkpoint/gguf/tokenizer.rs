@@ -3,8 +3,10 @@
 //! byte-level BPE models (`tokenizer.ggml.model = gpt2`): the vocabulary and merges, control
 //! and user-defined tokens as added tokens, and the pre-tokenizer `tokenizer.ggml.pre` names
 //! (llama.cpp `src/llama-vocab.cpp`): `smollm` (SmolLM2's own tokenizer.json: digits split one
-//! by one, then GPT-2's byte-level regex), `gpt2` (GPT-2's byte-level regex) and `llama-bpe`
-//! (Llama 3's split regex, then byte-level without its own regex).
+//! by one, then GPT-2's byte-level regex), `gpt2` (GPT-2's byte-level regex), `llama-bpe`
+//! (Llama 3's split regex, then byte-level without its own regex) and `default` (llama.cpp's
+//! fallback: its four regexes applied in turn, each splitting the pieces of the one before and
+//! keeping what it does not match, as `Split` pre-tokenizers in `Isolated` mode).
 //!
 //! Not for: SentencePiece models (`tokenizer.ggml.model = llama`), or tokenising text (the
 //! train crate's `hf-tokenizer` feature loads the document with the `tokenizers` crate).
@@ -15,7 +17,7 @@ use super::value::Value;
 use serde_json::{Map, Value as Json, json};
 
 /// The `tokenizer.ggml.pre` values headroom writes a pre-tokenizer for.
-pub const PRE_TOKENIZERS: [&str; 3] = ["smollm", "gpt2", "llama-bpe"];
+pub const PRE_TOKENIZERS: [&str; 4] = ["smollm", "gpt2", "llama-bpe", "default"];
 
 /// llama.cpp's token types (`llama_token_type`; gguf-py `TokenType`).
 const CONTROL: i64 = 3;
@@ -23,6 +25,24 @@ const USER_DEFINED: i64 = 4;
 
 /// Llama 3's pre-tokenizer regex (meta-llama/llama3 `llama/tokenizer.py`, `pat_str`).
 const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// llama.cpp's default BPE pre-tokenizer regexes (`llama-vocab.cpp`, `llm_tokenizer_bpe`,
+/// the `default:` case), applied in this order.
+const LLAMA_CPP_DEFAULT: [&str; 4] = [
+    r"[\p{P}\$\+<=>\^~\|]+",
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)",
+    r"\p{N}+",
+    r"[0-9][0-9][0-9]",
+];
+
+fn split(regex: &str) -> Json {
+    json!({
+        "type": "Split",
+        "pattern": {"Regex": regex},
+        "behavior": "Isolated",
+        "invert": false,
+    })
+}
 
 fn byte_level(use_regex: bool, add_prefix_space: bool, trim_offsets: bool) -> Json {
     json!({
@@ -45,16 +65,13 @@ fn pre_tokenizer(pre: &str) -> Option<Json> {
         "gpt2" => byte_level(true, false, true),
         "llama-bpe" => json!({
             "type": "Sequence",
-            "pretokenizers": [
-                {
-                    "type": "Split",
-                    "pattern": {"Regex": LLAMA3_SPLIT},
-                    "behavior": "Isolated",
-                    "invert": false,
-                },
-                byte_level(false, false, true),
-            ],
+            "pretokenizers": [split(LLAMA3_SPLIT), byte_level(false, false, true)],
         }),
+        "default" => {
+            let mut steps: Vec<Json> = LLAMA_CPP_DEFAULT.iter().map(|r| split(r)).collect();
+            steps.push(byte_level(false, false, true));
+            json!({"type": "Sequence", "pretokenizers": steps})
+        }
         _ => return None,
     })
 }
