@@ -62,7 +62,17 @@ pub fn gguf_name(hf_name: &str) -> Option<String> {
 /// Undoes llama.cpp's rotary permutation of the rows of a q or k tensor with `heads` heads
 /// (`values` row-major with `rows` rows). Within a head of `hd` rows, the Hugging Face row
 /// `s·hd/2 + i` (half s, pair i) is stored at row `2i + s`.
+///
+/// Panics unless `rows` is a positive multiple of `2 · heads` dividing `values.len()`.
 pub fn unpermute_rows(values: &[f32], rows: usize, heads: usize) -> Vec<f32> {
+    assert!(
+        heads > 0
+            && rows > 0
+            && rows.is_multiple_of(2 * heads)
+            && values.len().is_multiple_of(rows),
+        "unpermute_rows: {rows} rows of {} values in {heads} heads",
+        values.len()
+    );
     let cols = values.len() / rows;
     let (hd, half) = (rows / heads, rows / heads / 2);
     let mut out = vec![0f32; values.len()];
@@ -245,8 +255,8 @@ impl GgufFile {
         let Some(heads) = heads else {
             return Ok((shape, values));
         };
-        let rows = shape[0];
-        if heads == 0 || !rows.is_multiple_of(2 * heads) {
+        let rows = shape.first().copied().unwrap_or(0);
+        if heads == 0 || rows == 0 || !rows.is_multiple_of(2 * heads) {
             return Err(self.unsupported(format!(
                 "tensor '{name}' has {rows} rows, not a whole number of rotary pairs for {heads} heads"
             )));
