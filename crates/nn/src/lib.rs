@@ -1,5 +1,6 @@
 //! headroom's neural-network room: optimizers over flat parameter buffers, gradient clipping
-//! and overflow checks, and (on the tensor engine) modules and models.
+//! and overflow checks, (on the tensor engine) modules and models, and pretrained checkpoints
+//! in formats other than Hugging Face's (GGUF).
 
 pub mod checkpoint;
 pub mod grad;
