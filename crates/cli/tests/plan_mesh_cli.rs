@@ -84,6 +84,19 @@ fn llama_405b_with_the_llama_3_batch_per_gpu_takes_tensor_parallel_8() {
         .expect("a verdict for tp 4");
     assert!(tp4["reason"].as_str().unwrap().contains("slower"));
     assert!(tp4["best"]["tokens_per_s"].as_f64().unwrap() < 0.6 * tokens);
+    // pp 8 (torchtitan's and, at 16, Llama 3's depth) cannot split 126 layers evenly, and tp 1
+    // leaves dp 512 for 64 sequences: no layout, and the reason is the constraint.
+    let verdicts = mesh["rejected_axes"].as_array().unwrap();
+    let none = |axis: &str, value: &str| {
+        let r = verdicts
+            .iter()
+            .find(|r| r["axis"] == axis && r["value"] == value)
+            .unwrap_or_else(|| panic!("no verdict for {axis} {value}"));
+        assert!(r["best"].is_null());
+        r["reason"].as_str().unwrap().to_string()
+    };
+    assert!(none("pp", "8").contains("126 layers are not divisible by pp·v = 8·1"));
+    assert!(none("tp", "1").contains("dp·m·micro-batch = 512·1·1"));
 }
 
 #[test]
@@ -140,7 +153,10 @@ fn the_default_405b_plan_ranks_every_layout_it_rejects_below_its_choice() {
     }
     for r in verdicts {
         let best = &r["best"];
-        if best["fits"].as_bool().unwrap() {
+        if best.is_null() {
+            // No layout takes the value: the reason names the constraint.
+            assert!(!r["reason"].as_str().unwrap().is_empty());
+        } else if best["fits"].as_bool().unwrap() {
             assert!(best["tokens_per_s"].as_f64().unwrap() <= recommended * 1.05);
         } else {
             assert!(u(&best["peak_bytes"]) > u(&best["usable_bytes"]));

@@ -13,7 +13,7 @@ use headroom_plan::export::{
     ExportOptions, accelerate, deepspeed, headroom, peft, torchtune, write_exports,
 };
 use headroom_plan::hardware::{self, Hardware, HardwareOverrides};
-use headroom_plan::mesh::{choose, search_meshes};
+use headroom_plan::mesh::{choose, search_meshes, unreachable_values};
 use headroom_plan::search::{SearchOutcome, search};
 use headroom_plan::strategy::{
     BaseDtype, BaseWeights, Framework, Lora, LoraTargets, LossImpl, OptimizerImpl, Pins, parse_flag,
@@ -372,15 +372,30 @@ pub fn run(args: PlanArgs) -> Result<()> {
             global.unwrap_or(0)
         );
     }
-    let mesh_report = (mesh_search.evaluated > 0).then(|| MeshReport {
-        search: &mesh_search,
-        choice: choose(
-            (plain_possible && mesh_pins.admit_plain()).then_some(&outcome),
-            &mesh_search.plans,
+    let mesh_report = (mesh_search.evaluated > 0).then(|| {
+        let plain = (plain_possible && mesh_pins.admit_plain()).then_some(&outcome);
+        let mut choice = choose(plain, &mesh_search.plans, world);
+        let mut taken: Vec<(u64, u64)> = mesh_search
+            .plans
+            .iter()
+            .map(|m| (m.mesh.tp, m.mesh.pp))
+            .collect();
+        if plain.is_some() {
+            taken.push((1, 1));
+        }
+        let first_micro_batch = micro_batch.or(args.levers.pins().micro_batch).unwrap_or(1);
+        choice.verdicts.extend(unreachable_values(
+            &problem,
+            &mesh_pins,
+            first_micro_batch,
+            &taken,
+        ));
+        MeshReport {
+            search: &mesh_search,
+            choice,
             world,
-        ),
-        world,
-        elapsed: mesh_started.elapsed(),
+            elapsed: mesh_started.elapsed(),
+        }
     });
     let report = plan_output::Report::new(&problem, &pins, &outcome, elapsed, args.top)
         .with_warnings(warnings)

@@ -166,18 +166,24 @@ impl MeshReport<'_> {
             "why it lost",
         ]);
         for v in &self.choice.verdicts {
-            let b = &v.best;
-            t.add_row([
-                v.axis.to_string(),
-                v.value.clone(),
-                b.layout.clone(),
-                b.zero_stage.to_string(),
-                b.checkpoint.clone(),
-                b.micro_batch.to_string(),
-                gib(b.peak_bytes),
-                group_digits(b.tokens_per_s.round() as u64),
-                v.reason.clone(),
-            ]);
+            let mut row = vec![v.axis.to_string(), v.value.clone()];
+            match &v.best {
+                Some(b) => row.extend([
+                    b.layout.clone(),
+                    b.zero_stage.to_string(),
+                    b.checkpoint.clone(),
+                    b.micro_batch.to_string(),
+                    gib(b.peak_bytes),
+                    group_digits(b.tokens_per_s.round() as u64),
+                ]),
+                None => row.extend(
+                    ["none possible".to_string()]
+                        .into_iter()
+                        .chain(std::iter::repeat_n("".to_string(), 5)),
+                ),
+            }
+            row.push(v.reason.clone());
+            t.add_row(row);
         }
         format!("Why each rejected axis value lost:\n{t}\n")
     }

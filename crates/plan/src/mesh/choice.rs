@@ -161,8 +161,9 @@ impl Axis {
 pub struct AxisVerdict {
     pub axis: &'static str,
     pub value: String,
-    /// The best layout with that value (fitting and fastest, else the smallest peak).
-    pub best: LayoutSummary,
+    /// The best layout with that value (fitting and fastest, else the smallest peak); `None`
+    /// when no layout can take it (`search::unreachable_values`).
+    pub best: Option<LayoutSummary>,
     pub reason: String,
 }
 
@@ -269,7 +270,7 @@ pub fn choose<'a>(
             verdicts.push(AxisVerdict {
                 axis: axis.name(),
                 value,
-                best: summary,
+                best: Some(summary),
                 reason,
             });
         }

@@ -39,7 +39,7 @@ pub use from_model::mesh_shape;
 pub use plan::{MeshPlan, StagePeak, evaluate_mesh};
 pub use rank::{MeshMemory, StageMemory, mesh_memory};
 pub use schedule::peak_in_flight;
-pub use search::{MeshPins, MeshSearch, rank_meshes, search_meshes};
+pub use search::{MeshPins, MeshSearch, rank_meshes, search_meshes, unreachable_values};
 pub use time::{bubble_fraction, pp_bytes_per_microbatch, step_seconds, tp_bytes_per_layer};
 
 /// The dimensions of a decoder-only transformer that the mesh memory model needs, in

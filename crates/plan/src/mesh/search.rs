@@ -14,11 +14,14 @@
 //! Not for: costing one mesh (`plan`) or comparing the meshes with plain data parallelism
 //! (`choice`).
 
-use super::{MeshModel, MeshPlan, Recompute, candidate_meshes, evaluate_mesh, mesh_shape};
+use super::{
+    AxisVerdict, MeshModel, MeshPlan, Recompute, candidate_meshes, evaluate_mesh, mesh_shape,
+};
 use crate::PlanError;
 use crate::cost::Problem;
 use crate::strategy::{
-    Attention, Checkpoint, Mesh, Offload, Optimizer, Pins, PipelineSchedule, Precision, ZeroStage,
+    Attention, Checkpoint, Mesh, Offload, Optimizer, Pins, PipelineSchedule, Precision,
+    StrategyError, ZeroStage,
 };
 use std::cmp::Ordering;
 
@@ -151,13 +154,7 @@ fn check_pins(problem: &Problem, mesh_pins: &MeshPins, micro_batch: u64) -> Resu
         )));
     }
     let dp = world / (tp * pp);
-    let per_step = dp * micro_batch * mesh_pins.microbatches.unwrap_or(1);
-    if !global.is_multiple_of(per_step) {
-        return Err(PlanError::Mesh(format!(
-            "the global batch of {global} sequences is not divisible by dp·m·micro-batch = {dp}·{}·{micro_batch}: give a --global-batch that is a multiple of {per_step}",
-            mesh_pins.microbatches.unwrap_or(1)
-        )));
-    }
+    let m = mesh_pins.microbatches.unwrap_or(1);
     let mesh = Mesh {
         dp,
         tp,
@@ -166,17 +163,24 @@ fn check_pins(problem: &Problem, mesh_pins: &MeshPins, micro_batch: u64) -> Resu
         schedule: mesh_pins.schedule.unwrap_or_default(),
         microbatches: mesh_pins
             .microbatches
-            .unwrap_or(global / (dp * micro_batch)),
+            .unwrap_or((global / (dp * micro_batch)).max(1)),
         ..Mesh::default()
     };
-    let shape = mesh_shape(
-        &problem.spec,
-        mesh.dp * mesh.microbatches * micro_batch,
-        micro_batch,
-        hw.gpus_per_node,
-    );
-    mesh.validate(&shape)
-        .map_err(|e| PlanError::Mesh(e.to_string()))
+    // The model's and the node's constraints first (against the batch this mesh runs), then
+    // the global batch's.
+    let runs = mesh.dp * mesh.microbatches * micro_batch;
+    let shape = mesh_shape(&problem.spec, runs, micro_batch, hw.gpus_per_node);
+    mesh.validate(&shape).map_err(|e| match e {
+        StrategyError::Incompatible(why) => PlanError::Mesh(why),
+        other => PlanError::Mesh(other.to_string()),
+    })?;
+    let per_step = dp * micro_batch * m;
+    if !global.is_multiple_of(per_step) {
+        return Err(PlanError::Mesh(format!(
+            "the global batch of {global} sequences is not divisible by dp·m·micro-batch = {dp}·{m}·{micro_batch}: give a --global-batch that is a multiple of {per_step}"
+        )));
+    }
+    Ok(())
 }
 
 /// Every mesh plan evaluated, ranked, and how many were evaluated.
@@ -275,4 +279,61 @@ pub fn search_meshes(
     let evaluated = plans.len();
     plans.sort_by(rank_meshes);
     Ok(MeshSearch { plans, evaluated })
+}
+
+/// Pipeline depths explained when no layout takes them: the divisors of the GPU count up to this
+/// (the Llama 3 run's 16 stages), which keeps the report short.
+const EXPLAINED_PP: u64 = 16;
+
+/// For every tp (a divisor of the GPUs per node) and pp (a divisor of the GPU count up to 16)
+/// that no searched layout takes (`taken`: the (tp, pp) of every layout searched, plain data
+/// parallelism's (1, 1) among them when it ran), the constraint the simplest layout with it
+/// breaks: that value with the other axis at 1 or its pin.
+pub fn unreachable_values(
+    problem: &Problem,
+    mesh_pins: &MeshPins,
+    micro_batch: u64,
+    taken: &[(u64, u64)],
+) -> Vec<AxisVerdict> {
+    let hw = &problem.hardware;
+    let world = hw.world_size();
+    let divisors = |n: u64, max: u64| (1..=n.min(max)).filter(move |d| n.is_multiple_of(*d));
+    let why = |pins: MeshPins| match check_pins(problem, &pins, micro_batch) {
+        Err(PlanError::Mesh(m)) => m,
+        Err(e) => e.to_string(),
+        Ok(()) => "no layout with it keeps the other pins and divides the global batch".into(),
+    };
+    let mut out = Vec::new();
+    if mesh_pins.tp.is_none() {
+        for tp in divisors(hw.gpus_per_node, u64::MAX) {
+            if !taken.iter().any(|&(t, _)| t == tp) {
+                out.push(AxisVerdict {
+                    axis: "tp",
+                    value: tp.to_string(),
+                    best: None,
+                    reason: why(MeshPins {
+                        tp: Some(tp),
+                        sequence_parallel: None,
+                        ..*mesh_pins
+                    }),
+                });
+            }
+        }
+    }
+    if mesh_pins.pp.is_none() {
+        for pp in divisors(world, EXPLAINED_PP) {
+            if !taken.iter().any(|&(_, p)| p == pp) {
+                out.push(AxisVerdict {
+                    axis: "pp",
+                    value: pp.to_string(),
+                    best: None,
+                    reason: why(MeshPins {
+                        pp: Some(pp),
+                        ..*mesh_pins
+                    }),
+                });
+            }
+        }
+    }
+    out
 }
