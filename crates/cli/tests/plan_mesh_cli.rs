@@ -292,3 +292,32 @@ fn the_text_report_names_the_mesh_its_most_loaded_rank_and_the_rejected_axes() {
         assert!(text.contains(want), "missing {want:?} in\n{text}");
     }
 }
+
+#[test]
+fn llama_70b_on_16_gpus_fits_no_mesh_and_offloads() {
+    // Every mesh of 16 GPUs shards at most all 70,553,706,496 parameters' 18 bytes (ZeRO-3 over
+    // dp, the rest split by tp·pp) over the 16: 79,372,919,808 B = 73.9 GiB per GPU before any
+    // activation, × 1.1 for the fragmentation reserve = 81.3 GiB > 75.67 GiB usable. So no mesh
+    // fits, and plain data parallelism with states offloaded to the host is the plan.
+    let o = headroom(&[
+        "plan",
+        "--model",
+        "llama-3.1-70b",
+        "--gpu",
+        "H100-80GB",
+        "--gpus-per-node",
+        "8",
+        "--nodes",
+        "2",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(u(&v["mesh"]["fitting"]), 0);
+    assert_eq!(v["mesh"]["recommended_layout"], "data-parallel");
+    let placement = &v["recommended"]["strategy"];
+    assert!(
+        placement["offload_optimizer"] != "none" || placement["offload_params"] != "none",
+        "{placement}"
+    );
+}
