@@ -74,6 +74,11 @@ pub enum PlanError {
     #[error("incompatible strategy: {0}")]
     Incompatible(String),
 
+    /// A mesh pin (`--tp`, `--pp`, `--pp-schedule`, `--microbatches`, `--sequence-parallel`) the
+    /// model, batch or cluster cannot take, with the constraint it breaks.
+    #[error("mesh: {0}")]
+    Mesh(String),
+
     /// A `--calibrate` file that cannot be read as a measurement of this run.
     #[error("calibration file: {0}")]
     Calibration(String),

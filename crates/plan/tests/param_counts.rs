@@ -218,6 +218,21 @@ fn llama_3_1_and_3_2_match_hand_counts() {
 }
 
 #[test]
+fn llama_3_1_70b_and_405b_match_hand_counts() {
+    // Llama-3.1-70B: 80 blocks of q and o 8192·8192, k and v 8192·1024, gate, up and down
+    // 8192·28672, two norms 8192:
+    //   80·(2·67,108,864 + 2·8,388,608 + 3·234,881,024 + 16,384) = 80·855,654,400
+    //   = 68,452,352,000, plus the untied embedding and head 2·128,256·8192 = 2,101,346,304 and
+    // the final norm 8192: 70,553,706,496.
+    assert_eq!(count("llama-3.1-70b"), 70_553_706_496);
+    // Llama-3.1-405B: 126 blocks of q and o 16384·16384, k and v 16384·1024, gate, up and down
+    // 16384·53248, two norms 16384:
+    //   126·(2·268,435,456 + 2·16,777,216 + 3·872,415,232 + 32,768) = 126·3,187,703,808
+    //   = 401,650,679,808, plus 2·128,256·16384 = 4,202,692,608 and 16384: 405,853,388,800.
+    assert_eq!(count("llama-3.1-405b"), 405_853_388_800);
+}
+
+#[test]
 fn qwen1_5_moe_matches_hand_counts_and_its_published_totals() {
     // Qwen1.5-MoE-A2.7B (Qwen2MoeForCausalLM), per block: q, k, v 2048·2048 with biases
     // 3·(4,194,304 + 2048), o 4,194,304; router 60·2048; 60 experts of gate, up, down

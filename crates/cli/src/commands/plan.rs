@@ -2,6 +2,7 @@
 //! which of those is fastest. Arguments, hardware assembly (preset → TOML → flags), the search,
 //! and the exports; rendering lives in `plan_output`.
 
+use super::plan_mesh::{MeshArgs, MeshReport};
 use super::{plan_output, plan_own};
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -12,7 +13,8 @@ use headroom_plan::export::{
     ExportOptions, accelerate, deepspeed, headroom, peft, torchtune, write_exports,
 };
 use headroom_plan::hardware::{self, Hardware, HardwareOverrides};
-use headroom_plan::search::search;
+use headroom_plan::mesh::{choose, search_meshes, unreachable_values};
+use headroom_plan::search::{SearchOutcome, search};
 use headroom_plan::strategy::{
     BaseDtype, BaseWeights, Framework, Lora, LoraTargets, LossImpl, OptimizerImpl, Pins, parse_flag,
 };
@@ -46,11 +48,13 @@ pub struct PlanArgs {
     /// Hardware fields given as flags (the same names as the `--hardware` TOML).
     #[command(flatten)]
     pub hw: HardwareOverrides,
-    /// Sequence length in tokens (required for Hugging Face models; a headroom model's context
-    /// by default).
+    /// Sequence length in tokens (a Hugging Face model's pre-training length where its config
+    /// records one, `rope_scaling.original_max_position_embeddings`: 8192 for Llama 3.1; required
+    /// otherwise; a headroom model's context by default).
     #[arg(long)]
     pub seq_len: Option<u64>,
-    /// Global batch per optimizer step, in samples.
+    /// Global batch per optimizer step, in samples (default for a Hugging Face model: one
+    /// sequence per GPU).
     #[arg(long, conflicts_with = "global_batch_tokens")]
     pub global_batch: Option<u64>,
     /// Global batch per optimizer step, in tokens (a multiple of --seq-len).
@@ -92,6 +96,9 @@ pub struct PlanArgs {
     /// The strategy levers, pinned: the flags of `headroom train`, unset ones searched.
     #[command(flatten)]
     pub levers: Levers,
+    /// The mesh axes (tensor, pipeline, sequence parallelism), pinned; searched on several GPUs.
+    #[command(flatten)]
+    pub mesh: MeshArgs,
     /// Whose memory layout to predict: deepspeed (a 16-bit model, fp32 master weights and
     /// states, ZeRO-3 gathering module by module) or fsdp (PyTorch's DDP/FSDP with autocast or
     /// FSDP mixed precision: fp32 parameters that are the master copy, fp32 gradients, whole
@@ -190,12 +197,23 @@ pub fn run(args: PlanArgs) -> Result<()> {
             "--data-parallel plans headroom's own models; for a Hugging Face model give --gpus-per-node and --nodes"
         );
     }
-    let Some(seq_len) = args.seq_len else {
-        bail!("--seq-len is required for a Hugging Face model (e.g. --seq-len 4096)");
-    };
     let spec =
         hugging_face_model(&args.model).with_context(|| format!("--model {}", args.model))?;
-    let warnings: Vec<String> = context_warning(&spec, seq_len).into_iter().collect();
+    let mut notes = Vec::new();
+    let seq_len = match (args.seq_len, spec.pretraining_context) {
+        (Some(s), _) => s,
+        (None, Some(s)) => {
+            notes.push(format!(
+                "--seq-len {s}: {}'s pre-training sequence length (rope_scaling.original_max_position_embeddings)",
+                spec.name
+            ));
+            s
+        }
+        (None, None) => {
+            bail!("--seq-len is required for a Hugging Face model (e.g. --seq-len 4096)")
+        }
+    };
+    let mut warnings: Vec<String> = context_warning(&spec, seq_len).into_iter().collect();
     for w in &warnings {
         eprintln!("warning: {w}");
     }
@@ -213,17 +231,48 @@ pub fn run(args: PlanArgs) -> Result<()> {
             micro_batch,
             accumulation,
         },
+        (None, None, None, None) => {
+            notes.push(format!(
+                "--global-batch {}: one sequence per GPU (give --global-batch to plan another)",
+                hw.world_size()
+            ));
+            BatchSpec::Samples(hw.world_size())
+        }
         _ => bail!(
             "no batch given; accepted: --global-batch N, --global-batch-tokens N, or both --micro-batch and --accumulation"
         ),
     };
+    for n in &notes {
+        eprintln!("note: {n}");
+    }
+    warnings.extend(notes);
+    // A global batch smaller than the GPUs rules out plain data parallelism (each GPU needs
+    // whole sequences) but not a mesh, whose dp is smaller: only meshes are searched then
+    // (Llama 3 trained 405B on 16,384 GPUs with 2,048 sequences per step; Llama 3 paper,
+    // §3.3.2). A larger batch that is not a multiple of the GPUs stays an error.
+    let world = hw.world_size();
+    let global = match batch {
+        BatchSpec::Samples(n) => Some(n),
+        BatchSpec::Tokens(t) => t.is_multiple_of(seq_len).then(|| t / seq_len),
+        BatchSpec::Split { .. } => None,
+    };
+    let plain_possible =
+        global.is_none_or(|g| g == 0 || g >= world) || world == 1 || args.mesh.pins().only_plain();
+    if !plain_possible {
+        let note = format!(
+            "the global batch of {} sequences is smaller than the {world} GPUs: plain data parallelism cannot run it, only meshes whose dp divides it are searched",
+            global.unwrap_or(0)
+        );
+        eprintln!("note: {note}");
+        warnings.push(note);
+    }
     let workload = Workload::new(
         &spec,
         seq_len,
         batch,
         micro_batch,
         accumulation,
-        hw.world_size(),
+        if plain_possible { world } else { 1 },
     )?;
     let workload = match args.workers {
         Some(workers) => workload.with_loader(LoaderSpec {
@@ -286,15 +335,106 @@ pub fn run(args: PlanArgs) -> Result<()> {
     };
     let started = Instant::now();
     let configured = problem.configured(&pins);
-    let outcome = search(&problem, &pins, Some(&configured))?;
+    let outcome = if plain_possible {
+        search(&problem, &pins, Some(&configured))?
+    } else {
+        SearchOutcome {
+            evaluated: 0,
+            fitting: Vec::new(),
+            rejected: Vec::new(),
+            closest: None,
+        }
+    };
     let elapsed = started.elapsed();
+    let mesh_pins = args.mesh.pins();
+    let mesh_started = Instant::now();
+    // The exports express data parallelism only: asked for, they keep the search to it.
+    if !emits.is_empty() && mesh_pins.any() && !mesh_pins.only_plain() {
+        bail!(
+            "--emit: the {EMIT_KINDS} exports express data parallelism only, not the pinned --tp/--pp/--pp-schedule/--microbatches/--sequence-parallel; drop the mesh pins or the --emit"
+        );
+    }
+    let mesh_search = if !emits.is_empty() && plain_possible {
+        headroom_plan::mesh::MeshSearch::default()
+    } else {
+        search_meshes(
+            &problem,
+            &Pins {
+                micro_batch: micro_batch.or(args.levers.pins().micro_batch),
+                ..pins
+            },
+            &mesh_pins,
+        )?
+    };
+    if !plain_possible && mesh_search.evaluated == 0 {
+        bail!(
+            "global batch {} samples cannot be split evenly over {world} data-parallel GPUs, and no mesh applies (see the notes above); accepted: a multiple of {world}",
+            global.unwrap_or(0)
+        );
+    }
+    let mesh_report = (mesh_search.evaluated > 0).then(|| {
+        let plain = (plain_possible && mesh_pins.admit_plain()).then_some(&outcome);
+        let mut choice = choose(plain, &mesh_search.plans, world);
+        let mut taken: Vec<(u64, u64)> = mesh_search
+            .plans
+            .iter()
+            .map(|m| (m.mesh.tp, m.mesh.pp))
+            .collect();
+        if plain.is_some() {
+            taken.push((1, 1));
+        }
+        let first_micro_batch = micro_batch.or(args.levers.pins().micro_batch).unwrap_or(1);
+        choice.verdicts.extend(unreachable_values(
+            &problem,
+            &mesh_pins,
+            first_micro_batch,
+            &taken,
+        ));
+        MeshReport {
+            search: &mesh_search,
+            choice,
+            world,
+            elapsed: mesh_started.elapsed(),
+        }
+    });
     let report = plan_output::Report::new(&problem, &pins, &outcome, elapsed, args.top)
         .with_warnings(warnings)
         .with_calibration(calibration);
+    let recommends_mesh = mesh_report.as_ref().is_some_and(|m| m.recommends_mesh());
     if args.json {
-        crate::json_out::print_json(&report.to_json())?;
+        let mut v = report.to_json();
+        v["mesh"] = mesh_report
+            .as_ref()
+            .map_or(serde_json::Value::Null, |m| m.to_json());
+        crate::json_out::print_json(&v)?;
+    } else if let Some(m) = &mesh_report {
+        if recommends_mesh || !mesh_pins.admit_plain() || !plain_possible {
+            print!("{}{}", report.header_text(), m.to_text());
+        } else {
+            print!("{}{}", report.to_text(), m.to_text());
+        }
     } else {
         print!("{}", report.to_text());
+    }
+    if let Some(m) = &mesh_report
+        && m.choice.recommended.is_some()
+        && (recommends_mesh || !mesh_pins.admit_plain() || !plain_possible)
+    {
+        if let Some((kind, _)) = emits.first() {
+            bail!(
+                "--emit {kind}: the recommended layout splits the model with tensor or pipeline parallelism, which the {EMIT_KINDS} exports cannot express; pin --tp 1 --pp 1 to export the best plain data-parallel plan"
+            );
+        }
+        return Ok(());
+    }
+    if let Some(m) = &mesh_report
+        && (!mesh_pins.admit_plain() || !plain_possible)
+    {
+        bail!(
+            "no mesh keeps the pins and fits: the closest peaks at {} per GPU against {} usable (see the table above)",
+            m.choice.closest.map_or(0, |c| c.summary(world).peak_bytes),
+            problem.usable_device_bytes()
+        );
     }
     let Some(best) = outcome.recommended() else {
         bail!(

@@ -116,6 +116,13 @@ impl<'a> Report<'a> {
     }
 
     pub fn to_text(&self) -> String {
+        let mut out = self.header_text();
+        out += &self.plans_text();
+        out
+    }
+
+    /// The model, hardware, workload and layout lines.
+    pub fn header_text(&self) -> String {
         let p = self.problem;
         let hw = &p.hardware;
         let spec = &p.spec;
@@ -179,6 +186,12 @@ impl<'a> Report<'a> {
                 false => "eager",
             }
         );
+        out
+    }
+
+    /// The search's count, the ranked table and the recommendation or the shortfall.
+    pub fn plans_text(&self) -> String {
+        let mut out = String::new();
         out += &format!(
             "Searched  {} strategies in {:.1} ms; {} fit\n\n",
             group_digits(self.outcome.evaluated as u64),

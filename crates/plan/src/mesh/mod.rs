@@ -14,21 +14,32 @@
 //! - `rank`: model states and activations of every stage's ranks, and the most loaded one.
 //!
 //! - `time`: TP collectives, pipeline sends and the bubble.
+//! - `plan`: one mesh costed on the planner's hardware (memory per stage with working buffers
+//!   and reserve, step time with the planner's compute model).
+//! - `search`: every mesh × the levers a mesh run keeps, ranked; pins and their constraints.
+//! - `choice`: the meshes beside the best plain data-parallel plan, and why each rejected axis
+//!   value lost.
 //!
-//! Not for: single-device plans (the `cost` module) or ranking meshes (the search).
+//! Not for: single-device plans (the `cost` module).
 
 mod activation;
 mod candidates;
+mod choice;
 mod from_model;
+mod plan;
 mod rank;
 mod schedule;
+mod search;
 mod time;
 
 pub use activation::{Recompute, layer_activation_bytes};
 pub use candidates::candidate_meshes;
+pub use choice::{AxisVerdict, Layout, LayoutSummary, MeshChoice, choose};
 pub use from_model::mesh_shape;
+pub use plan::{MeshPlan, StagePeak, evaluate_mesh};
 pub use rank::{MeshMemory, StageMemory, mesh_memory};
 pub use schedule::peak_in_flight;
+pub use search::{MeshPins, MeshSearch, rank_meshes, search_meshes, unreachable_values};
 pub use time::{bubble_fraction, pp_bytes_per_microbatch, step_seconds, tp_bytes_per_layer};
 
 /// The dimensions of a decoder-only transformer that the mesh memory model needs, in

@@ -73,6 +73,14 @@ impl Fields<'_> {
         }
     }
 
+    /// An optional positive integer inside an optional object (`rope_scaling.factor`).
+    fn nested_size(&self, object: &str, field: &str) -> Result<Option<u64>> {
+        match self.obj.get(object) {
+            Some(Value::Object(inner)) => Fields { obj: inner }.opt_size(field),
+            _ => Ok(None),
+        }
+    }
+
     /// An optional positive integer; `null` counts as absent (as in transformers).
     fn size_or(&self, field: &str, default: u64) -> Result<u64> {
         match self.obj.get(field) {
@@ -186,6 +194,7 @@ fn decoder_llama_like(name: &str, family: Family, f: &Fields) -> Result<Architec
         num_experts,
         experts_per_token,
         trained_context: f.opt_size("max_position_embeddings")?,
+        pretraining_context: f.nested_size("rope_scaling", "original_max_position_embeddings")?,
         // LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config and Phi3Config default to
         // untied, GemmaConfig and Gemma2Config to tied.
         tie_word_embeddings: f.flag_or("tie_word_embeddings", gemma)?,

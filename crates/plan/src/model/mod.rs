@@ -119,6 +119,10 @@ pub struct Architecture {
     /// stops a longer sequence (`max_position_embeddings` of Llama-family and GPT-NeoX configs);
     /// a longer `--seq-len` is a warning, not an error.
     pub trained_context: Option<u64>,
+    /// The sequence length of the model's pre-training, where its config records it apart from
+    /// an extended context (`rope_scaling.original_max_position_embeddings`: 8192 for Llama
+    /// 3.1, whose context was extended to 131,072 after pre-training; Llama 3 paper §3.4).
+    pub pretraining_context: Option<u64>,
     pub tie_word_embeddings: bool,
     /// Whether the model applies dropout in training (adds 1-byte masks to the activations).
     pub dropout: bool,
@@ -190,6 +194,7 @@ impl Architecture {
             experts_per_token: 1,
             max_learned_positions: None,
             trained_context: None,
+            pretraining_context: None,
             tie_word_embeddings: false,
             dropout: false,
             bias: true,

@@ -56,6 +56,14 @@ const PRESETS: &[(&str, &str)] = &[
         include_str!("../../presets/llama-3.1-8b.json"),
     ),
     (
+        "llama-3.1-70b",
+        include_str!("../../presets/llama-3.1-70b.json"),
+    ),
+    (
+        "llama-3.1-405b",
+        include_str!("../../presets/llama-3.1-405b.json"),
+    ),
+    (
         "llama-3.2-1b",
         include_str!("../../presets/llama-3.2-1b.json"),
     ),
@@ -76,8 +84,8 @@ const PRESETS: &[(&str, &str)] = &[
 ];
 
 /// Names of every built-in model, in listing order.
-pub const PRESET_NAMES: [&str; 23] = {
-    let mut names = [""; 23];
+pub const PRESET_NAMES: [&str; 25] = {
+    let mut names = [""; 25];
     let mut i = 0;
     while i < PRESETS.len() {
         names[i] = PRESETS[i].0;
@@ -112,6 +120,10 @@ const HUB_IDS: &[(&str, &str)] = &[
     ("meta-llama/Meta-Llama-3-70B-Instruct", "llama-3-70b"),
     ("meta-llama/Llama-3.1-8B", "llama-3.1-8b"),
     ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"),
+    ("meta-llama/Llama-3.1-70B", "llama-3.1-70b"),
+    ("meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b"),
+    ("meta-llama/Llama-3.1-405B", "llama-3.1-405b"),
+    ("meta-llama/Llama-3.1-405B-Instruct", "llama-3.1-405b"),
     ("meta-llama/Llama-3.2-1B", "llama-3.2-1b"),
     ("meta-llama/Llama-3.2-3B", "llama-3.2-3b"),
     ("meta-llama/Llama-3.2-3B-Instruct", "llama-3.2-3b"),

@@ -1,0 +1,283 @@
+//! One mesh layout costed for a loaded model on the planner's hardware: the memory of every
+//! pipeline stage's ranks (model states and activations from `rank`, plus the working buffers
+//! a step allocates and the fragmentation reserve and CUDA context the single-device model
+//! charges) and the step time (the planner's compute and memory-bound time of the same tokens,
+//! spread over every GPU, with the mesh's collectives, sends, bubble and data-parallel traffic).
+//!
+//! Working buffers on top of `rank`'s model states and activations:
+//! - ZeRO-3 (FSDP) gathers each layer's 16-bit parameters before it runs and prefetches the
+//!   next (two layers' worth in flight), and holds one layer's unsharded fp32 gradients before
+//!   its reduce-scatter; ZeRO-2 holds one layer's fp32 gradients (its reduction bucket).
+//! - Full recompute re-runs one layer's forward in backward, holding that layer's activations
+//!   (the selective-recompute bytes of one micro-batch) while its backward runs.
+//!
+//! Time (one optimizer step): the compute and memory-bound seconds `cost::time` predicts for the
+//! step's tokens on every GPU (the same FLOPs, recompute included, the same efficiency for the
+//! micro-batch), split into m micro-batch slots, each slot adding the stage's TP collectives over
+//! NVLink and its pipeline sends, over m + (p − 1)/v slots (`time::step_seconds`). Data
+//! parallelism's traffic follows `cost::time`'s rules over the dp group's link (within a node
+//! when tp·dp ≤ the GPUs per node, else between nodes), with fp32 gradients as Megatron-LM
+//! reduces them: stages 0–1 2Ψ overlapped with the backward (⅔ of compute), stage 2 mΨ
+//! overlapped plus Ψ exposed, stage 3 3Ψ per micro-batch overlapped with the whole compute; Ψ
+//! the parameters of the most loaded rank. The optimizer step's memory traffic is left out (under
+//! 0.2 % of the step for the meshes searched here).
+//!
+//! Attention is memory-efficient (flash attention, as Megatron-LM with Transformer Engine and
+//! torchtitan run it), so "no checkpointing" keeps Korthikanti et al.'s selective-recompute
+//! bytes (the s² scores never exist): the two levels are selective and full.
+//!
+//! Not for: which meshes exist (`candidates`) or which one to recommend (`search`).
+
+use super::{
+    MeshModel, Recompute, bubble_fraction, layer_activation_bytes, mesh_memory, peak_in_flight,
+    step_seconds,
+};
+use crate::cost::{Problem, time};
+use crate::strategy::{
+    Attention, Checkpoint, Loss, Mesh, Optimizer, Placement, Precision, Strategy, ZeroStage,
+};
+use serde::Serialize;
+
+/// One pipeline stage's rank at its peak.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StagePeak {
+    pub stage: u64,
+    /// Transformer layers this stage holds (all its chunks).
+    pub layers: u64,
+    /// Micro-batches whose activations it holds at its peak (chunk-micro-batches / v).
+    pub in_flight: f64,
+    pub parameters: f64,
+    pub model_states_bytes: u64,
+    pub activation_bytes: u64,
+    /// Gathered parameters, unsharded gradients, the recomputed layer.
+    pub buffer_bytes: u64,
+    /// Everything above plus the fragmentation reserve and the CUDA context.
+    pub peak_bytes: u64,
+}
+
+/// A mesh with its levers, memory per stage and step time.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MeshPlan {
+    pub mesh: Mesh,
+    pub precision: Precision,
+    pub zero_stage: ZeroStage,
+    /// `selective` (Korthikanti's selective recompute, which flash attention gives for free) or
+    /// `every:1` (full recompute of every layer).
+    pub checkpoint: Checkpoint,
+    /// Sequences per micro-batch on each data-parallel replica.
+    pub micro_batch: u64,
+    pub stages: Vec<StagePeak>,
+    /// Index of the most loaded stage (the plan's peak).
+    pub peak_stage: u64,
+    /// The first global rank of that stage's tp group (Megatron-LM's rank order).
+    pub peak_rank: u64,
+    pub peak_bytes: u64,
+    pub usable_bytes: u64,
+    pub fits: bool,
+    pub step_s: f64,
+    pub tokens_per_s: f64,
+    /// The pipeline's idle share: (p − 1)/(v·m).
+    pub bubble: f64,
+    /// Compute and memory-bound seconds per step, bubble excluded.
+    pub compute_s: f64,
+    /// Tensor-parallel collectives per step (not overlapped).
+    pub tp_s: f64,
+    /// Pipeline sends per step.
+    pub pp_s: f64,
+    /// Data-parallel traffic not hidden behind compute.
+    pub dp_exposed_s: f64,
+    /// Collective traffic per GPU per step, bytes (TP, PP and DP).
+    pub communication_bytes_per_device: f64,
+    pub mfu: f64,
+}
+
+impl MeshPlan {
+    pub fn peak(&self) -> &StagePeak {
+        &self.stages[self.peak_stage as usize]
+    }
+
+    /// Why the peak stage is the most loaded, in words.
+    pub fn why_peak(&self) -> String {
+        let st = self.peak();
+        let p = self.mesh.pp;
+        let mut parts = Vec::new();
+        if p == 1 {
+            parts.push("the only stage: every layer, the embedding and the output layer".into());
+        } else {
+            if st.stage == 0 {
+                parts.push("the input embedding".to_string());
+            }
+            if st.stage == p - 1 {
+                parts.push("the output layer and the loss's fp32 logits".to_string());
+            }
+            let schedule = match self.mesh.schedule.chunks() {
+                1 => format!(
+                    "1F1B warm-up: stage i holds min(p − i, m) = {} micro-batches",
+                    st.in_flight
+                ),
+                v => format!(
+                    "interleaved warm-up over {v} chunks: {} micro-batches' worth",
+                    st.in_flight
+                ),
+            };
+            parts.push(schedule);
+        }
+        format!(
+            "stage {} (ranks {}–{}): {}",
+            st.stage,
+            self.peak_rank,
+            self.peak_rank + self.mesh.tp - 1,
+            parts.join("; ")
+        )
+    }
+}
+
+impl Recompute {
+    /// The checkpoint policy of the vocabulary this level stands for.
+    pub fn checkpoint(self) -> Checkpoint {
+        match self {
+            Recompute::Full => Checkpoint::ALL_BLOCKS,
+            _ => Checkpoint::Selective,
+        }
+    }
+}
+
+/// The bandwidth, bytes per second per direction, of a group of ranks spanning `span`
+/// consecutive ranks: NVLink when the span fits in a node, else the slower of it and the
+/// inter-node link.
+fn link_bandwidth(problem: &Problem, span: u64) -> f64 {
+    let hw = &problem.hardware;
+    let gbps = if span <= hw.gpus_per_node || hw.nodes == 1 {
+        hw.intra_node_bandwidth_gbps
+    } else {
+        hw.intra_node_bandwidth_gbps
+            .min(hw.inter_node_bandwidth_gbps)
+    };
+    gbps * 1e9
+}
+
+/// Costs `mesh` for `problem`'s model, at micro-batches of `micro_batch` sequences of the
+/// workload's length, with the ZeRO stage across dp and the recompute level.
+pub fn evaluate_mesh(
+    problem: &Problem,
+    model: &MeshModel,
+    mesh: &Mesh,
+    precision: Precision,
+    zero_stage: ZeroStage,
+    recompute: Recompute,
+) -> MeshPlan {
+    let micro_batch = model.micro_batch;
+    let memory = mesh_memory(model, mesh, zero_stage, recompute);
+    let tf = mesh.tp as f64;
+    let layer_params = model.layer_matrix_parameters() as f64 / tf;
+    let buffers = match zero_stage.number() {
+        3 => 2.0 * 2.0 * layer_params + 4.0 * layer_params,
+        2 => 4.0 * layer_params,
+        _ => 0.0,
+    } + match recompute {
+        Recompute::Full => {
+            layer_activation_bytes(model, mesh.tp, mesh.sequence_parallel, Recompute::Selective)
+        }
+        _ => 0.0,
+    };
+    let frag = problem.cost.fragmentation;
+    let ctx = problem.hardware.cuda_context_bytes as f64;
+    let (p, v) = (mesh.pp, mesh.schedule.chunks());
+    let stages: Vec<StagePeak> = memory
+        .stages
+        .iter()
+        .map(|st| {
+            let held: u64 = peak_in_flight(st.stage, p, v, mesh.microbatches)
+                .iter()
+                .sum();
+            let allocated = st.model_states + st.activations + buffers;
+            StagePeak {
+                stage: st.stage,
+                layers: model.layers / p,
+                in_flight: held as f64 / v as f64,
+                parameters: st.parameters,
+                model_states_bytes: st.model_states.round() as u64,
+                activation_bytes: st.activations.round() as u64,
+                buffer_bytes: buffers.round() as u64,
+                peak_bytes: (allocated * (1.0 + frag) + ctx).round() as u64,
+            }
+        })
+        .collect();
+    // The most loaded stage with the buffers and reserve counted (the first of equals).
+    let peak_stage = stages.iter().enumerate().fold(0, |best, (i, st)| {
+        if st.peak_bytes > stages[best].peak_bytes {
+            i
+        } else {
+            best
+        }
+    });
+    let peak_bytes = stages[peak_stage].peak_bytes;
+    let usable_bytes = problem.usable_device_bytes();
+
+    let strategy = Strategy {
+        precision,
+        optimizer: Optimizer::AdamW,
+        placement: Placement {
+            zero_stage,
+            ..Placement::default()
+        },
+        checkpoint: match recompute {
+            Recompute::Full => Checkpoint::ALL_BLOCKS,
+            _ => Checkpoint::None,
+        },
+        attention: Attention::MemoryEfficient,
+        loss: Loss::Plain,
+        optimizer_in_backward: false,
+        micro_batch,
+        accumulation: mesh.microbatches,
+    };
+    let single = time::predict(problem, &strategy);
+    let compute_s = single.compute_s + single.memory_bound_s;
+    let m = mesh.microbatches as f64;
+    let tp_bw = link_bandwidth(problem, mesh.tp);
+    let pp_bw = link_bandwidth(problem, mesh.tp * mesh.dp * 2);
+    let slots = step_seconds(model, mesh, recompute, compute_s / m, tp_bw, pp_bw);
+    let bubble = bubble_fraction(mesh);
+    let layers = (model.layers / p) as f64;
+    let tp_bytes = m * layers * super::tp_bytes_per_layer(model, mesh, recompute);
+    let pp_bytes = m * super::pp_bytes_per_microbatch(model, mesh);
+    let tp_s = tp_bytes / tp_bw;
+    let pp_s = pp_bytes / pp_bw;
+
+    let psi = stages[peak_stage].parameters;
+    let dp = mesh.dp as f64;
+    let ring = if mesh.dp > 1 { (dp - 1.0) / dp } else { 0.0 };
+    let (pb, gb) = (precision.param_bytes() as f64, 4.0);
+    let (overlapped, exposed, window) = match zero_stage.number() {
+        0 | 1 => (2.0 * psi * gb, 0.0, compute_s * 2.0 / 3.0),
+        2 => (m * psi * gb, psi * pb, compute_s * 2.0 / 3.0),
+        _ => (m * 3.0 * psi * pb, 0.0, compute_s),
+    };
+    let dp_bw = link_bandwidth(problem, mesh.tp * mesh.dp);
+    let dp_exposed_s = (overlapped * ring / dp_bw - window).max(0.0) + exposed * ring / dp_bw;
+    let step_s = slots + dp_exposed_s;
+    let peak_flops = time::peak_flops(problem, precision);
+    let world = mesh.world_size() as f64;
+    MeshPlan {
+        mesh: *mesh,
+        precision,
+        zero_stage,
+        checkpoint: recompute.checkpoint(),
+        micro_batch,
+        peak_stage: peak_stage as u64,
+        peak_rank: peak_stage as u64 * mesh.dp * mesh.cp * mesh.tp,
+        peak_bytes,
+        usable_bytes,
+        fits: peak_bytes <= usable_bytes,
+        step_s,
+        tokens_per_s: problem.workload.tokens_per_step() as f64 / step_s,
+        bubble,
+        compute_s,
+        tp_s,
+        pp_s,
+        dp_exposed_s,
+        communication_bytes_per_device: tp_bytes + pp_bytes + (overlapped + exposed) * ring,
+        mfu: single.model_flops / (step_s * world * peak_flops),
+        stages,
+    }
+}
