@@ -4,7 +4,7 @@
 //!
 //! Not for: training (see the train crate) or choosing plans (the train crate's `recompute`).
 
-use crate::checkpoint::{CheckpointError, HfCheckpoint, NamedTensor};
+use crate::checkpoint::{CheckpointError, NamedTensor, Pretrained};
 use headroom_tensor::{ParamBlock, Result, Tensor, checkpoint_block};
 use std::ops::Range;
 
@@ -128,8 +128,9 @@ pub trait Model {
 pub trait HuggingFace {
     /// The `config.json` describing the model.
     fn config_json(&self) -> String;
-    /// Sets every base weight from the checkpoint; an error names the file and the tensor.
-    fn load(&mut self, checkpoint: &HfCheckpoint) -> std::result::Result<(), CheckpointError>;
+    /// Sets every base weight from the pretrained model; an error names the file and the
+    /// tensor.
+    fn load(&mut self, pretrained: &Pretrained) -> std::result::Result<(), CheckpointError>;
     /// The checkpoint's tensors, given each base block's values in the plain layout (the
     /// frozen blocks under LoRA, merged or not).
     fn state(&self, blocks: &[Vec<f32>]) -> Result<Vec<NamedTensor>>;

@@ -6,7 +6,7 @@
 //! file and the tensor.
 
 use headroom_memory::{AllocatorConfig, Category, Device};
-use headroom_nn::checkpoint::{HfCheckpoint, NamedTensor, write_hf_dir};
+use headroom_nn::checkpoint::{HfCheckpoint, NamedTensor, Pretrained, write_hf_dir};
 use headroom_nn::models::llama::{Llama, LlamaConfig};
 use headroom_nn::{HuggingFace, Model, Recompute};
 use headroom_strategy::{BaseWeights, Lora};
@@ -52,7 +52,9 @@ fn tensors_of(path: &Path) -> Vec<NamedTensor> {
 
 fn loaded(dir: &Path, lora: Option<Lora>, device: &Device) -> Llama {
     let mut model = Llama::new("m", config(dir, lora), device, DType::F32, 7).unwrap();
-    model.load(&HfCheckpoint::open(dir).unwrap()).unwrap();
+    model
+        .load(&Pretrained::Dir(HfCheckpoint::open(dir).unwrap()))
+        .unwrap();
     model
 }
 
@@ -159,7 +161,7 @@ fn broken_directories_are_named_with_the_fix() {
     std::fs::write(tmp.path().join("config.json"), v.to_string()).unwrap();
     let mut model = Llama::new("m", config(tmp.path(), None), &device(), DType::F32, 0).unwrap();
     let e = model
-        .load(&HfCheckpoint::open(tmp.path()).unwrap())
+        .load(&Pretrained::Dir(HfCheckpoint::open(tmp.path()).unwrap()))
         .unwrap_err()
         .to_string();
     assert!(

@@ -10,11 +10,13 @@
 use crate::config::RunConfig;
 use crate::predict::analytical::planner_spec;
 use crate::trainer::{TrainError, model_spec};
+use headroom_nn::checkpoint::{Pretrained, is_gguf, is_hf_dir};
 use headroom_nn::models::llama::Family as LlamaFamily;
 use headroom_nn::models::presets::PRESETS;
 use headroom_nn::models::{ModelSpec as OwnSpec, ModelSpecError, preset};
 use headroom_plan::PlanError;
-use headroom_plan::model::{Architecture as PlannerSpec, PRESET_NAMES, load_model};
+use headroom_plan::model::{Architecture as PlannerSpec, PRESET_NAMES, load_model, parse_config};
+use std::path::Path;
 
 /// A `--model` value that names nothing, or names a model that cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -95,8 +97,30 @@ pub fn is_own_model(name: &str) -> bool {
     preset(name).is_some() || name.ends_with(".toml")
 }
 
-/// The Hugging Face model `name` names (the planner's reading of it).
+/// Whether `name` names a model headroom's engine can build: one of its own, or a pretrained
+/// model of the Llama family (a Hugging Face directory, a GGUF file), which both namespaces
+/// read.
+pub fn is_engine_model(name: &str) -> bool {
+    is_own_model(name)
+        || ((is_hf_dir(Path::new(name)) || is_gguf(Path::new(name)))
+            && matches!(OwnSpec::resolve(name), Ok(OwnSpec::Llama(_))))
+}
+
+/// The Hugging Face model `name` names (the planner's reading of it; a GGUF file through the
+/// `config.json` its metadata gives).
 pub fn hugging_face_model(name: &str) -> Result<PlannerSpec, ModelNameError> {
+    if is_gguf(Path::new(name)) {
+        let config = Pretrained::open(Path::new(name))
+            .and_then(|p| p.map(|p| p.config_json()).transpose())
+            .map_err(|e| {
+                ModelNameError::Own(ModelSpecError::File {
+                    path: name.to_string(),
+                    message: e.to_string(),
+                })
+            })?
+            .unwrap_or_default();
+        return parse_config(name, &config).map_err(ModelNameError::HuggingFace);
+    }
     load_model(name).map_err(|e| match e {
         PlanError::UnknownModel { .. } => ModelNameError::Unknown {
             name: name.to_string(),

@@ -20,7 +20,7 @@ use headroom_plan::strategy::{
 };
 use headroom_plan::workload::{BatchSpec, LoaderSpec, Workload, context_warning};
 use headroom_train::config::Levers;
-use headroom_train::models::{hugging_face_model, is_own_model};
+use headroom_train::models::{hugging_face_model, is_engine_model, is_own_model};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -184,7 +184,9 @@ pub fn run(args: PlanArgs) -> Result<()> {
             bail!("unknown --emit kind '{kind}'; accepted: {EMIT_KINDS}");
         }
     }
-    if is_own_model(&args.model) {
+    // A pretrained Llama-family model is planned on headroom's engine when its budget is
+    // given, and as a Hugging Face model on GPUs otherwise.
+    if is_own_model(&args.model) || (args.device_memory.is_some() && is_engine_model(&args.model)) {
         return plan_own::run(&args);
     }
     if args.device_memory.is_some() {

@@ -41,6 +41,8 @@ pub enum CheckpointError {
         found: Vec<usize>,
         expected: Vec<usize>,
     },
+    #[error(transparent)]
+    Gguf(#[from] super::gguf::GgufError),
     #[error("loading {dir}: {message}")]
     Load { dir: PathBuf, message: String },
     #[error(

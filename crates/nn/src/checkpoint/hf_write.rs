@@ -1,7 +1,7 @@
 //! Writing a model back as the Hugging Face tools read it: a model directory (`config.json`,
 //! `model.safetensors`) that transformers' `from_pretrained` loads, or a LoRA adapter directory
 //! (`adapter_config.json`, `adapter_model.safetensors`) that PEFT's `PeftModel.from_pretrained`
-//! loads over its base. A `tokenizer.json`, when given, is copied beside them. Every file is
+//! loads over its base. A `tokenizer.json`, when given, is written beside them. Every file is
 //! written to a temporary file and renamed into place, so an interrupted export leaves the old
 //! file or the new, never half of one.
 //!
@@ -25,7 +25,7 @@ pub fn write_hf_dir(
     dir: &Path,
     config_json: &str,
     tensors: &[NamedTensor],
-    tokenizer: Option<&Path>,
+    tokenizer: Option<&[u8]>,
 ) -> Result<(), CheckpointError> {
     write_dir(
         dir,
@@ -41,7 +41,7 @@ pub fn write_peft_adapter(
     dir: &Path,
     adapter_config: &str,
     tensors: &[NamedTensor],
-    tokenizer: Option<&Path>,
+    tokenizer: Option<&[u8]>,
 ) -> Result<(), CheckpointError> {
     write_dir(
         dir,
@@ -57,16 +57,15 @@ fn write_dir(
     (json_name, json): (&str, &str),
     weights_name: &str,
     tensors: &[NamedTensor],
-    tokenizer: Option<&Path>,
+    tokenizer: Option<&[u8]>,
 ) -> Result<(), CheckpointError> {
     std::fs::create_dir_all(dir).map_err(|e| CheckpointError::io(dir, e))?;
     write_f32(&dir.join(weights_name), tensors)?;
     let json_path = dir.join(json_name);
     write_output(&json_path, json.as_bytes()).map_err(|e| CheckpointError::io(&json_path, e))?;
-    if let Some(source) = tokenizer {
-        let bytes = std::fs::read(source).map_err(|e| CheckpointError::io(source, e))?;
+    if let Some(bytes) = tokenizer {
         let out = dir.join("tokenizer.json");
-        write_output(&out, &bytes).map_err(|e| CheckpointError::io(&out, e))?;
+        write_output(&out, bytes).map_err(|e| CheckpointError::io(&out, e))?;
     }
     Ok(())
 }

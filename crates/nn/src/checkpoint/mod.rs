@@ -12,8 +12,10 @@ mod error;
 pub mod gguf;
 mod hf_dir;
 mod hf_write;
+mod pretrained;
 mod safetensors_io;
 
 pub use error::CheckpointError;
 pub use hf_dir::{HfCheckpoint, is_hf_dir};
 pub use hf_write::{NamedTensor, write_hf_dir, write_peft_adapter};
+pub use pretrained::{Pretrained, TokenizerSource, is_gguf};

@@ -7,7 +7,8 @@
 use super::gpt::{Attention, Gpt, GptConfig};
 use super::llama::{Llama, LlamaConfig, SUPPORTED};
 use super::resmlp::{ResMlp, ResMlpConfig};
-use crate::checkpoint::is_hf_dir;
+use crate::checkpoint::gguf::GgufFile;
+use crate::checkpoint::{is_gguf, is_hf_dir};
 use crate::model::Model;
 use headroom_memory::Device;
 use headroom_tensor::{DType, Result};
@@ -79,6 +80,15 @@ impl ModelSpec {
             return Ok(spec);
         }
         let path = Path::new(name);
+        if is_gguf(path) {
+            let file = |message: String| ModelSpecError::File {
+                path: name.to_string(),
+                message,
+            };
+            let gguf = GgufFile::open(path).map_err(|e| file(e.to_string()))?;
+            let llama = gguf.llama_config().map_err(|e| file(e.to_string()))?;
+            return Ok(ModelSpec::Llama(llama));
+        }
         if is_hf_dir(path) {
             let config = path.join("config.json");
             let file = |message: String| ModelSpecError::File {

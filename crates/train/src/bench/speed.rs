@@ -98,7 +98,7 @@ pub fn measure(
         let predicted = evaluate(&base, &corpus, c, &speed)?.0.time.tokens_per_s;
         let measured = measure_tokens_per_s(&base.with_strategy(*c), &corpus, seq_len)?;
         rows.push(SpeedRow {
-            strategy: c.describe(matches!(spec, ModelSpec::Gpt(_))),
+            strategy: c.describe(matches!(spec, ModelSpec::Gpt(_) | ModelSpec::Llama(_))),
             predicted_tokens_per_s: predicted,
             measured_tokens_per_s: measured,
             error: (predicted - measured) / measured,

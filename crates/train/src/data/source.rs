@@ -12,9 +12,11 @@ use super::loader::{Loader, LoaderConfig};
 use super::order::DistributedSampler;
 use super::sampler::TokenSampler;
 use super::token_file::{TokenFile, Verify, is_token_file};
-use super::tokenizer::Tokenizer;
+use super::tokenizer::{Tokenizer, TokenizerError};
 use crate::config::RunConfig;
+use headroom_nn::checkpoint::TokenizerSource;
 use headroom_nn::models::ModelSpec;
+use std::path::PathBuf;
 
 /// Share of the tokens held out for validation.
 pub const VALIDATION_FRACTION: f64 = 0.1;
@@ -74,15 +76,32 @@ pub fn run_sampler(
 /// The corpus's tokens: by the `tokenizer.json` of the model directory `--model` names, else
 /// byte by byte.
 fn corpus_tokens(config: &RunConfig, corpus: &Corpus) -> Result<Vec<u32>, DataError> {
-    let Some(path) = crate::pretrained::tokenizer(&config.model) else {
-        return Ok(super::ByteTokenizer.encode(&corpus.bytes));
+    let model = PathBuf::from(&config.model);
+    let failed = |path: &PathBuf| {
+        let path = path.clone();
+        move |source| DataError::Tokenizer { path, source }
     };
-    let failed = |source| DataError::Tokenizer {
-        path: path.clone(),
-        source,
+    let source = crate::pretrained::tokenizer(&config.model).map_err(|e| {
+        failed(&model)(TokenizerError::Load {
+            path: config.model.clone(),
+            message: e.to_string(),
+        })
+    })?;
+    let (path, tokenizer) = match source {
+        None => return Ok(super::ByteTokenizer.encode(&corpus.bytes)),
+        Some(TokenizerSource::File(path)) => {
+            let t = Tokenizer::load(&path.to_string_lossy());
+            (path, t)
+        }
+        // A GGUF file's tokenizer, from its metadata.
+        Some(TokenizerSource::Json(text)) => {
+            (model.clone(), Tokenizer::from_json(&text, &config.model))
+        }
     };
-    let tokenizer = Tokenizer::load(&path.to_string_lossy()).map_err(failed)?;
-    tokenizer.encode(&corpus.bytes).map_err(failed)
+    tokenizer
+        .map_err(failed(&path))?
+        .encode(&corpus.bytes)
+        .map_err(failed(&path))
 }
 
 /// The loader of rank `rank` of `world`: workers and staging as configured for a real run; a

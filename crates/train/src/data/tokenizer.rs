@@ -54,6 +54,25 @@ impl Tokenizer {
         Err(TokenizerError::NotBuiltIn { path: spec.into() })
     }
 
+    /// A Hugging Face `tokenizer.json` document held in memory (a GGUF file's tokenizer);
+    /// `name` names where it came from in messages.
+    pub fn from_json(text: &str, name: &str) -> Result<Tokenizer, TokenizerError> {
+        #[cfg(feature = "hf-tokenizer")]
+        {
+            text.parse::<tokenizers::Tokenizer>()
+                .map(|t| Tokenizer::HuggingFace(Box::new(t)))
+                .map_err(|e| TokenizerError::Load {
+                    path: name.into(),
+                    message: e.to_string(),
+                })
+        }
+        #[cfg(not(feature = "hf-tokenizer"))]
+        {
+            let _ = text;
+            Err(TokenizerError::NotBuiltIn { path: name.into() })
+        }
+    }
+
     pub fn vocab_size(&self) -> u64 {
         match self {
             Tokenizer::Bytes => ByteTokenizer::VOCAB_SIZE as u64,

@@ -11,7 +11,7 @@ use super::{TrainError, Trainer};
 use crate::config::{ConfigError, RunConfig};
 use crate::save::widen;
 use headroom_nn::Model;
-use headroom_nn::checkpoint::{is_hf_dir, write_hf_dir, write_peft_adapter};
+use headroom_nn::checkpoint::{is_gguf, is_hf_dir, write_hf_dir, write_peft_adapter};
 use headroom_tensor::TensorError;
 use std::path::Path;
 
@@ -58,16 +58,23 @@ impl Trainer {
             .hugging_face()
             .ok_or_else(|| engine("the model has no Hugging Face layout".into()))?;
         let source = Path::new(&self.config.model);
-        let tokenizer = crate::pretrained::tokenizer(&self.config.model);
+        let tokenizer = match crate::pretrained::tokenizer(&self.config.model)? {
+            Some(t) => Some(t.bytes()?),
+            None => None,
+        };
         // The source's config.json keeps what headroom does not model (token ids, dtype); a
         // resized model gets its own.
         let resized = [self.config.layers, self.config.width, self.config.heads]
             .iter()
             .any(Option::is_some);
-        let config_json = match is_hf_dir(source) && !resized {
-            true => std::fs::read_to_string(source.join("config.json"))
+        let config_json = match (is_hf_dir(source), is_gguf(source), resized) {
+            (true, _, false) => std::fs::read_to_string(source.join("config.json"))
                 .map_err(|e| engine(format!("{}: {e}", source.display())))?,
-            false => hf.config_json(),
+            (_, true, false) => match crate::pretrained::checkpoint(&self.config.model)? {
+                Some(p) => p.config_json()?,
+                None => hf.config_json(),
+            },
+            _ => hf.config_json(),
         };
         let lora = !self.model.frozen_blocks().is_empty();
         if !lora {

@@ -5,7 +5,7 @@
 //! Not for: reading or writing files (`crate::checkpoint`).
 
 use super::Llama;
-use crate::checkpoint::{CheckpointError, HfCheckpoint, NamedTensor};
+use crate::checkpoint::{CheckpointError, NamedTensor, Pretrained};
 use crate::model::{HuggingFace, Model, NamedValues};
 use crate::models::lora::merge_into;
 use crate::modules::join;
@@ -289,7 +289,7 @@ impl HuggingFace for Llama {
         self.config.to_hf_json()
     }
 
-    fn load(&mut self, checkpoint: &HfCheckpoint) -> std::result::Result<(), CheckpointError> {
+    fn load(&mut self, checkpoint: &Pretrained) -> std::result::Result<(), CheckpointError> {
         // The checkpoint's own error (file, tensor, fix) is kept whole for the caller.
         let mut failure = None;
         let loaded = self.load_hf(|t| {
@@ -302,7 +302,7 @@ impl HuggingFace for Llama {
         match (failure, loaded) {
             (Some(e), _) => Err(e),
             (None, Err(e)) => Err(CheckpointError::Load {
-                dir: checkpoint.dir().into(),
+                dir: checkpoint.location().into(),
                 message: e.to_string(),
             }),
             (None, Ok(())) => Ok(()),

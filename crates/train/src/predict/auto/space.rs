@@ -34,12 +34,13 @@ pub(crate) fn engine_space(spec: &ModelSpec, pins: &Pins, world: usize) -> Space
         |o| vec![o],
     );
     let depth = spec.depth() as u64;
-    let gpt = matches!(spec, ModelSpec::Gpt(_));
+    // A transformer (GPT, Llama family) has attention to choose and recompute selectively.
+    let transformer = matches!(spec, ModelSpec::Gpt(_) | ModelSpec::Llama(_));
     let checkpoints: Vec<Checkpoint> = match pins.checkpoint {
         Some(c) => vec![c],
         None => {
             let mut v = vec![Checkpoint::None];
-            if gpt {
+            if transformer {
                 v.push(Checkpoint::Selective);
             }
             v.extend(
@@ -56,7 +57,7 @@ pub(crate) fn engine_space(spec: &ModelSpec, pins: &Pins, world: usize) -> Space
         }
     };
     // A residual MLP has no attention: the kind changes nothing there.
-    let attentions = match (pins.attention, gpt) {
+    let attentions = match (pins.attention, transformer) {
         (Some(a), _) => vec![a],
         (None, true) => vec![Attention::Naive, Attention::MemoryEfficient],
         (None, false) => vec![Attention::Naive],
