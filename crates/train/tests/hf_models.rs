@@ -102,3 +102,55 @@ fn hf_out_is_refused_for_headroom_s_own_models() {
     let e = Trainer::new(c, &Corpus::bundled()).unwrap_err().to_string();
     assert!(e.contains("--save-dir") && e.contains("gpt-tiny"), "{e}");
 }
+
+/// The GGUF fixture of `scripts/gguf-fixtures.py`: a tiny Llama (Q4_1, Q8_0 and F32 tensors)
+/// with a byte-level BPE tokenizer in its metadata.
+#[cfg(feature = "hf-tokenizer")]
+fn gguf_fixture() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../nn/tests/data/gguf/tiny-llama.gguf")
+        .display()
+        .to_string()
+}
+
+#[cfg(feature = "hf-tokenizer")]
+#[test]
+fn a_gguf_file_trains_with_its_own_tokenizer_and_exports_a_model_directory() {
+    let corpus = Corpus::bundled();
+    let c = TrainConfig {
+        model: Some(gguf_fixture()),
+        ..run("llama", None, "fp32")
+    };
+    let row = evaluate(c.clone(), &corpus).unwrap();
+    assert_eq!(
+        row.dry_run.peak_allocated_bytes,
+        row.measured.peak_allocated_bytes
+    );
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("model");
+    let config = TrainConfig {
+        hf_out: Some(dir.clone()),
+        ..c
+    }
+    .resolve()
+    .unwrap();
+    let mut t = Trainer::new(config, &corpus).unwrap();
+    let report = t.train(&mut |_| {}).unwrap().clone();
+    // Pretrained: validated at step 0 and at the end.
+    let steps: Vec<u64> = report.val_losses.iter().map(|v| v.step).collect();
+    assert_eq!(steps, [0, 2]);
+    // The directory reads back as the file's model, with the tokenizer from its metadata.
+    let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    let written = headroom_nn::models::LlamaConfig::from_hf_json(&text).unwrap();
+    let headroom_nn::models::ModelSpec::Llama(original) =
+        headroom_nn::models::ModelSpec::resolve(&gguf_fixture()).unwrap()
+    else {
+        panic!("a GGUF file is a Llama");
+    };
+    assert_eq!(written, original);
+    let tokenizer: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("tokenizer.json")).unwrap()).unwrap();
+    // 3 control tokens, 256 byte symbols and 9 merges.
+    assert_eq!(tokenizer["model"]["vocab"].as_object().unwrap().len(), 268);
+    assert!(dir.join("model.safetensors").is_file());
+}
