@@ -54,7 +54,7 @@ fn rel(got: &[f32], want: &[f32]) -> f64 {
 }
 
 /// (loss error, worst gradient error and its tensor).
-fn check(family: &str, attention: Attention) -> (f64, f64, String) {
+fn check(family: &str, attention: Attention, dtype: DType) -> (f64, f64, String) {
     let d = dir(family);
     let config = std::fs::read_to_string(d.join("config.json")).unwrap();
     let mut config = LlamaConfig::from_hf_json(&config).unwrap();
@@ -65,7 +65,7 @@ fn check(family: &str, attention: Attention) -> (f64, f64, String) {
     let expected = SafeTensors::deserialize(&expected).unwrap();
 
     let device = Device::cpu(64 << 20, AllocatorConfig::default());
-    let mut model = Llama::new(family, config, &device, DType::F32, 0).unwrap();
+    let mut model = Llama::new(family, config, &device, dtype, 0).unwrap();
     model
         .load_hf(|t: &HfTensor| {
             let view = weights.tensor(&t.name).map_err(|_| {
@@ -127,7 +127,7 @@ fn check(family: &str, attention: Attention) -> (f64, f64, String) {
 fn loss_and_every_gradient_match_transformers() {
     for family in ["llama", "mistral", "qwen2"] {
         for attention in [Attention::Naive, Attention::MemoryEfficient] {
-            let (loss_err, grad_err, at) = check(family, attention);
+            let (loss_err, grad_err, at) = check(family, attention, DType::F32);
             println!(
                 "{family} {attention}: loss rel err {loss_err:.2e}, worst gradient {grad_err:.2e} ({at})"
             );
@@ -137,6 +137,33 @@ fn loss_and_every_gradient_match_transformers() {
             );
             assert!(
                 grad_err <= 1e-4,
+                "{family} {attention}: gradient error {grad_err} at {at}"
+            );
+        }
+    }
+}
+
+/// bf16 (weights, activations and gradients in bf16, the loss's log-sum-exp in f32) against
+/// the same fp32 reference. bf16 keeps 8 significant bits (unit roundoff u = 2⁻⁸ ≈ 3.9e-3):
+/// rounding the weights alone moves each logit by about u·|logit|, and each of the ~20
+/// roundings on the way adds as much, so the loss is held to 4u ≈ 1.6e-2 relative and every
+/// gradient to 16u ≈ 6.3e-2 of its tensor's largest magnitude (a few ulps of error
+/// accumulated along the backward chain, which is longer than the forward's).
+#[test]
+fn bf16_loss_and_gradients_match_transformers_within_bf16_rounding() {
+    let u = 2f64.powi(-8);
+    for family in ["llama", "mistral", "qwen2"] {
+        for attention in [Attention::Naive, Attention::MemoryEfficient] {
+            let (loss_err, grad_err, at) = check(family, attention, DType::BF16);
+            println!(
+                "{family} {attention} bf16: loss rel err {loss_err:.2e}, worst gradient {grad_err:.2e} ({at})"
+            );
+            assert!(
+                loss_err <= 4.0 * u,
+                "{family} {attention}: loss error {loss_err}"
+            );
+            assert!(
+                grad_err <= 16.0 * u,
                 "{family} {attention}: gradient error {grad_err} at {at}"
             );
         }
