@@ -340,3 +340,23 @@ fn qlora_quantises_the_checkpoints_projections_and_computes_their_loss() {
     let (q, r) = (loss(&model, &device), loss(&reference, &device));
     assert!((q - r).abs() <= 1e-5 * r.abs(), "{q} vs {r}");
 }
+
+#[test]
+fn a_directory_of_a_family_headroom_does_not_build_names_its_config_and_type() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("config.json"),
+        r#"{"model_type": "gpt_neox", "hidden_size": 64}"#,
+    )
+    .unwrap();
+    let name = tmp.path().display().to_string();
+    let e = headroom_nn::models::ModelSpec::resolve(&name)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("config.json")
+            && e.contains("'gpt_neox'")
+            && e.contains("llama, mistral, qwen2"),
+        "{e}"
+    );
+}
