@@ -4,7 +4,11 @@
 //!
 //! Not for: the resolved configuration (see `run`).
 
-use super::run::{DEFAULT_DEVICE_MEMORY, DEFAULT_MODEL, MAX_EFFECTIVE_BATCH, RunConfig};
+use super::run::{
+    DEFAULT_DEVICE_MEMORY, DEFAULT_MODEL, DEFAULT_PRETRAINED_DEVICE_MEMORY, MAX_EFFECTIVE_BATCH,
+    RunConfig,
+};
+use headroom_nn::checkpoint::{is_gguf, is_hf_dir};
 
 /// Most ranks of an in-process data-parallel group.
 const MAX_RANKS: usize = 256;
@@ -79,7 +83,8 @@ pub struct TrainConfig {
     /// Optimizer steps to run.
     #[arg(long)]
     pub steps: Option<u64>,
-    /// Device memory budget, e.g. 512MiB or 2GiB (GB = 10^9, GiB = 2^30).
+    /// Device memory budget, e.g. 512MiB or 2GiB (GB = 10^9, GiB = 2^30); default 512MiB, or
+    /// 8GiB for a pretrained model (a model directory or a GGUF file).
     #[arg(long)]
     pub device_memory: Option<ByteSize>,
     #[arg(long)]
@@ -425,7 +430,17 @@ impl TrainConfig {
                 "is above 64 loader threads; a few keep any model here fed",
             ));
         }
-        let device_memory = self.device_memory.map_or(DEFAULT_DEVICE_MEMORY, |b| b.0);
+        let pretrained = self.model.as_deref().is_some_and(|m| {
+            let path = Path::new(m);
+            is_gguf(path) || (is_hf_dir(path) && path.join("config.json").is_file())
+        });
+        let device_memory = self.device_memory.map_or(
+            match pretrained {
+                true => DEFAULT_PRETRAINED_DEVICE_MEMORY,
+                false => DEFAULT_DEVICE_MEMORY,
+            },
+            |b| b.0,
+        );
         if device_memory < (1 << 20) {
             return Err(value(
                 "device_memory",

@@ -148,6 +148,10 @@ impl RunConfig {
 /// device memory.
 pub const DEFAULT_MODEL: &str = "gpt-small";
 pub const DEFAULT_DEVICE_MEMORY: u64 = 512 << 20;
+/// The default budget of a run of a pretrained model (a Hugging Face directory with weights, a
+/// GGUF file): its weights alone outgrow 512 MiB from about 130 M parameters in f32
+/// (SmolLM2-135M: 540 MB), and 8 GiB holds a full fine-tune of such a model with AdamW.
+pub const DEFAULT_PRETRAINED_DEVICE_MEMORY: u64 = 8 << 30;
 /// Sequences per optimizer step beyond which a configuration is surely a mistake (the token
 /// batches alone would fill host memory).
 pub const MAX_EFFECTIVE_BATCH: usize = 1 << 20;
