@@ -66,9 +66,8 @@ class CausalLm(nn.Module):
         super().__init__()
         config = LlamaConfig.from_json_file(str(config_path))
         # The weights in fp32 whatever the file's torch_dtype says: they are the master copy.
-        config.torch_dtype = torch.float32
         self.lm = LlamaForCausalLM._from_config(config, attn_implementation=ATTENTION[attention],
-                                                torch_dtype=torch.float32)
+                                                dtype=torch.float32)
         if checkpoint == "block":
             self.lm.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False})
