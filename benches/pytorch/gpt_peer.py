@@ -10,7 +10,8 @@ the same hyper-parameters, and prints throughput and memory figures:
              attention is naive (materialised scores) unless --attention sdpa
   training   cross-entropy over all positions, AdamW (lr 3e-3, betas 0.9/0.999, eps 1e-8,
              weight decay 0.01 on all parameters), global-norm clipping to 1.0, linear warm-up
-             over 20 steps then constant lr, micro-batch 16, accumulation 1, 200 steps
+             over 20 steps then cosine decay to a tenth of the rate at the last step (headroom's
+             schedule), micro-batch 16, accumulation 1, 200 steps
   data       the corpus bytes, last 10% held out; windows of seq_len+1 bytes at stride seq_len,
              shuffled per epoch with headroom's SplitMix64 Fisher-Yates, so a given --seed
              visits the same windows in the same order as headroom
@@ -180,18 +181,22 @@ class SavedTensors:
                 sum(n for ptr, n in self.storages.items() if ptr in ptrs))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def learning_rate(base, step, warmup, total):
+    """headroom's schedule (crates/train trainer/schedule.rs): linear warm-up to `base` over
+    `warmup` steps, then cosine decay to a tenth of it at the last step (step 0-based)."""
+    if warmup > 0 and step < warmup:
+        return base * (step + 1) / warmup
+    low = base * 0.1
+    progress = min((step - min(warmup, step)) / max(total - warmup, 1), 1.0)
+    return low + (base - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def run_arguments(ap):
+    """The flags every peer shares: data, batch, precision, optimizer and output."""
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--micro-batch", type=int, default=16)
     ap.add_argument("--accumulation", type=int, default=1)
-    ap.add_argument("--seq-len", type=int, default=128)
-    # The shape (headroom's --layers/--width/--heads): gpt-small's by default; the issue's
-    # larger comparison is --layers 6 --width 384 --heads 6 --seq-len 256.
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--width", type=int, default=128)
-    ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--precision", choices=["fp32", "bf16-mixed"], default="fp32")
@@ -200,8 +205,11 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--json", type=Path, help="also write the results to this file")
-    args = ap.parse_args()
 
+
+def train_and_report(args, build, model_name):
+    """Trains `build()` (a module whose forward(inputs, targets) returns the mean loss) as
+    headroom trains (see the module docstring), prints the figures and writes --json."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     sampler = Sampler(args.data.read_bytes(), args.seq_len, args.seed)
@@ -211,19 +219,16 @@ def main():
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
 
     rss_before = vm_hwm()
-    if args.width % args.heads:
-        ap.error(f"--width {args.width} is not a multiple of --heads {args.heads}")
-    model = GPT(seq_len=args.seq_len, width=args.width, layers=args.layers, heads=args.heads,
-                attention=args.attention, checkpoint=args.checkpoint)
+    model = build()
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
     n_params = sum(p.numel() for p in params)
 
     saved = SavedTensors()
-    times, loss_value = [], float("nan")
+    times, losses = [], []
     for step in range(args.steps):
         for g in opt.param_groups:
-            g["lr"] = args.lr * min(1.0, (step + 1) / max(args.warmup, 1))
+            g["lr"] = learning_rate(args.lr, step, args.warmup, args.steps)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss_sum = 0.0
@@ -238,9 +243,10 @@ def main():
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         times.append(time.perf_counter() - t0)
-        loss_value = loss_sum
+        losses.append(loss_sum)
         if step % 10 == 0 or step == args.steps - 1:
-            print(f"step {step:4d}  loss {loss_value:.4f}  {times[-1] * 1e3:7.1f} ms", flush=True)
+            print(f"step {step:4d}  loss {loss_sum:.4f}  {times[-1] * 1e3:7.1f} ms", flush=True)
+    loss_value = losses[-1] if losses else float("nan")
     rss_after = vm_hwm()
     saved_total, saved_params = saved.bytes(params)
 
@@ -257,8 +263,7 @@ def main():
     grad_bytes = sum(p.grad.nbytes for p in params if p.grad is not None)
     results = {
         "framework": f"pytorch {torch.__version__}",
-        "model": "gpt-small" if (args.layers, args.width, args.heads) == (4, 128, 4)
-                 else f"gpt {args.layers}x{args.width}, {args.heads} heads",
+        "model": model_name,
         "precision": args.precision,
         "attention": args.attention,
         "checkpoint": args.checkpoint,
@@ -272,6 +277,7 @@ def main():
         "mean_step_ms": 1e3 * sum(timed) / len(timed) if timed else None,
         "warmup_steps_excluded": warm,
         "final_train_loss": loss_value,
+        "train_losses": losses,
         "val_loss": val_loss,
         "peak_rss_growth_bytes": rss_after - rss_before,
         "saved_for_backward_bytes": saved_total,
@@ -296,12 +302,33 @@ def main():
         ("  parameter storages", mib(saved_params)),
         ("params+grads+AdamW", mib(results["model_state_bytes"])),
     ]
-    print(f"\n{results['framework']}, {args.precision}, {args.attention} attention, "
+    print(f"\n{results['framework']}, {model_name}, {args.precision}, {args.attention} attention, "
           f"{args.threads} threads, batch {args.micro_batch}x{args.accumulation}x{args.seq_len}")
     for name, value in rows:
         print(f"  {name:<22}{value:>16}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    run_arguments(ap)
+    ap.add_argument("--seq-len", type=int, default=128)
+    # The shape (headroom's --layers/--width/--heads): gpt-small's by default; the issue's
+    # larger comparison is --layers 6 --width 384 --heads 6 --seq-len 256.
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--width", type=int, default=128)
+    ap.add_argument("--heads", type=int, default=4)
+    args = ap.parse_args()
+    if args.width % args.heads:
+        ap.error(f"--width {args.width} is not a multiple of --heads {args.heads}")
+    name = ("gpt-small" if (args.layers, args.width, args.heads) == (4, 128, 4)
+            else f"gpt {args.layers}x{args.width}, {args.heads} heads")
+    train_and_report(args, lambda: GPT(seq_len=args.seq_len, width=args.width,
+                                       layers=args.layers, heads=args.heads,
+                                       attention=args.attention, checkpoint=args.checkpoint),
+                     name)
 
 
 if __name__ == "__main__":
