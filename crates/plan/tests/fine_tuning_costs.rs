@@ -68,8 +68,8 @@ fn a_chunked_loss_holds_a_kth_of_the_logits_and_recomputes_the_projection() {
     // gradients in backward, 8·s·b·v; a chunked loss holds one chunk's fp32 log-probabilities,
     // 4·s·b·v/8, and allocates that chunk's two gradients, 8·s·b·v/8.
     let spec = &p.spec;
-    let held = |l| activation::logits(spec, S, 1.0, l);
-    let grads = |l| activation::logits_grad(spec, S, 1.0, l);
+    let held = |l| activation::logits(spec, S, 1.0, 2.0, l);
+    let grads = |l| activation::logits_grad(spec, S, 1.0, 2.0, l);
     assert_eq!(held(Loss::Plain), 4.0 * S * V);
     assert_eq!(held(Loss::Chunked(8)), 4.0 * S * V / 8.0);
     assert_eq!(grads(Loss::Plain), 8.0 * S * V);

@@ -1,7 +1,8 @@
 //! The loss's vocabulary-sized tensors, against counts listed by hand from the code that runs
 //! them: Hugging Face's `ForCausalLMLoss` (`logits.float()`, then `F.cross_entropy` =
 //! `log_softmax` + `nll_loss`) on the compute-dtype logits the model returns, and
-//! a loop that computes fp32 logits and releases them before backward (torchtune, torchtitan).
+//! a loop that computes fp32 logits and releases them before backward (torchtune, torchtitan),
+//! and a benchmark loop's `logits.sum()` (no cross-entropy).
 
 mod support;
 
@@ -38,8 +39,8 @@ fn hugging_faces_loss_holds_twelve_bytes_per_token_and_entry_at_its_backward_pea
     // (activations), the gradients exist in backward.
     let spec = &gpt2(LossImpl::HuggingFace).spec;
     let (s, b) = (1024.0, 8.0);
-    let held = activation::logits(spec, s, b, Loss::Plain);
-    let grads = activation::logits_grad(spec, s, b, Loss::Plain);
+    let held = activation::logits(spec, s, b, 2.0, Loss::Plain);
+    let grads = activation::logits_grad(spec, s, b, 2.0, Loss::Plain);
     assert_eq!(held, 4.0 * TOKENS * VOCAB);
     assert_eq!(grads, 8.0 * TOKENS * VOCAB);
 }
@@ -66,6 +67,35 @@ fn the_plan_charges_the_loss_tensors_at_the_backward_peak() {
         let extra = at(&hf, Category::Activation) - at(&loop_, Category::Activation);
         let want = 12.0 * (3.0 * e * TOKENS * 3072.0 + 2.0 * e * TOKENS * 768.0);
         assert_eq!(extra, want, "{precision:?}");
+    }
+}
+
+#[test]
+fn a_sum_of_the_logits_holds_them_and_allocates_one_gradient_at_the_compute_width() {
+    // A benchmark's `out = model(...); out.logits.sum().backward()` runs no cross-entropy: the
+    // model's logits stay at the compute width e, held by `out` (e·sbv); SumBackward0 saves
+    // nothing and returns the seed expanded (zero strides), which the output projection's mm
+    // clones contiguous for cuBLAS, one at a time: e·sbv in backward. bf16, e = 2: 2·sbv held
+    // and 2·sbv allocated; fp32, e = 4: 4 and 4. A loop's F.cross_entropy holds 4·sbv (fp32
+    // log-probabilities) whatever e, so the sum holds (4 − e)·sbv less.
+    let at = |m: &headroom_plan::cost::MemoryPrediction, c| m.breakdown.at_peak[c] as f64;
+    for precision in [Precision::Bf16, Precision::Fp32] {
+        let e = precision.activation_bytes() as f64;
+        let spec = &gpt2(LossImpl::Sum).spec;
+        assert_eq!(
+            activation::logits(spec, 1024.0, 8.0, e, Loss::Plain),
+            e * TOKENS * VOCAB
+        );
+        assert_eq!(
+            activation::logits_grad(spec, 1024.0, 8.0, e, Loss::Plain),
+            e * TOKENS * VOCAB
+        );
+        let s = strategy(precision, Loss::Plain);
+        let sum = evaluate(&gpt2(LossImpl::Sum), &s).memory;
+        let loop_ = evaluate(&gpt2(LossImpl::Separate), &s).memory;
+        assert_eq!(at(&sum, Category::Temporary), e * TOKENS * VOCAB);
+        let less = at(&loop_, Category::Activation) - at(&sum, Category::Activation);
+        assert_eq!(less, (4.0 - e) * TOKENS * VOCAB, "{precision:?}");
     }
 }
 

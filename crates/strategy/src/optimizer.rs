@@ -115,7 +115,10 @@ named_enum!(
     /// modules that computes fp32 logits and releases them before backward (torchtune,
     /// torchtitan) runs the same `F.cross_entropy`; Megatron-LM's
     /// `vocab_parallel_cross_entropy` writes the gradient into the softmax it saved in forward
-    /// (`grad_input = softmax`, then in-place updates), so the fp32 logits exist once.
+    /// (`grad_input = softmax`, then in-place updates), so the fp32 logits exist once; a
+    /// forward/backward benchmark that calls `logits.sum().backward()` on the model's output
+    /// runs no cross-entropy at all (its logits stay in the compute dtype, held by the output
+    /// the loop keeps).
     LossImpl, "--loss-impl", {
         /// Hugging Face's causal-LM loss on the model's compute-dtype logits.
         #[default]
@@ -124,6 +127,8 @@ named_enum!(
         Separate = "separate",
         /// The gradient written into the saved softmax.
         InPlace = "in-place",
+        /// `logits.sum()` on the model's compute-dtype logits, no cross-entropy (benchmarks).
+        Sum = "sum",
     }
 );
 

@@ -280,7 +280,7 @@ pub fn outside_blocks(spec: &Architecture, s: f64, b: f64, w: impl Into<Width>, 
     // A frozen output projection (LoRA) keeps no input for its weight's gradient.
     let head_in = if spec.lora_saves.is_some() { 0.0 } else { 1.0 };
     let final_norm = w.residual + norm_upcast(spec, w);
-    drop * s * b * h + (final_norm + head_in * w.e) * s * b * h + logits(spec, s, b, loss)
+    drop * s * b * h + (final_norm + head_in * w.e) * s * b * h + logits(spec, s, b, w.e, loss)
 }
 
 /// The loss's vocabulary-sized tensors held at the start of backward.
@@ -307,8 +307,17 @@ pub fn outside_blocks(spec: &Architecture, s: f64, b: f64, w: impl Into<Width>, 
 /// chunks a K-th of them (the chunk's logits the first step of backward recomputes while every
 /// other activation is held). MemTracker's count of transformers models agrees (the data and
 /// test beside `crates/plan/tests/memtracker.rs`).
-pub fn logits(spec: &Architecture, s: f64, b: f64, loss: Loss) -> f64 {
+///
+/// A benchmark loop that runs `out = model(...)` then `out.logits.sum().backward()`
+/// (`Architecture::sum_loss`) computes no log-probabilities: `SumBackward0` saves only the
+/// input's sizes (`tools/autograd/derivatives.yaml`, `sum`), and what stays is the model's
+/// own logits at the compute width `e` (`e·sbv`), held by the output the loop keeps, through
+/// all of backward; a chunked loss does not apply to it.
+pub fn logits(spec: &Architecture, s: f64, b: f64, e: f64, loss: Loss) -> f64 {
     let tokens_by_vocab = s * b * spec.vocab_size as f64;
+    if spec.sum_loss {
+        return e * tokens_by_vocab;
+    }
     4.0 * tokens_by_vocab / loss.chunks() as f64
 }
 
@@ -319,8 +328,20 @@ pub fn logits(spec: &Architecture, s: f64, b: f64, loss: Loss) -> f64 {
 /// zero-filled fp32 gradient of the log-probabilities and `log_softmax_backward_data`'s fp32
 /// gradient of the logits, `8sbv`; headroom's engine, whose loss writes the logits' gradient
 /// only, `4sbv`. A loss in K chunks, a K-th.
-pub fn logits_grad(spec: &Architecture, s: f64, b: f64, loss: Loss) -> f64 {
+///
+/// `logits.sum()` (`Architecture::sum_loss`) allocates one logits-shaped gradient at the
+/// compute width, `e·sbv`: its backward, `sum_backward`
+/// (`torch/csrc/autograd/FunctionsManual.cpp`), returns the 0-d seed gradient expanded to the
+/// logits' shape, a view with zero strides; the output projection's `mm`/`addmm` backward
+/// hands that view to cuBLAS through `prepare_matrix_for_cublas`
+/// (`aten/src/ATen/native/cuda/Blas.cpp`), which clones a matrix whose strides are neither
+/// row- nor column-major into a contiguous one. The input's and the weight's gradient each
+/// clone it in turn inside the same node, the first freed before the second: one at a time.
+pub fn logits_grad(spec: &Architecture, s: f64, b: f64, e: f64, loss: Loss) -> f64 {
     let tokens_by_vocab = s * b * spec.vocab_size as f64;
+    if spec.sum_loss {
+        return e * tokens_by_vocab;
+    }
     let per_entry = if spec.upcasting_loss { 8.0 } else { 4.0 };
     per_entry * tokens_by_vocab / loss.chunks() as f64
 }

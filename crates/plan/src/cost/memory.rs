@@ -267,9 +267,10 @@ fn communication_bytes(problem: &Problem, s: &Strategy) -> f64 {
 /// `LossImpl::InPlace`).
 fn loss_backward_bytes(problem: &Problem, s: &Strategy) -> f64 {
     let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
+    let e = activation::Width::of(problem.framework, s).e;
     match problem.loss_impl {
-        LossImpl::HuggingFace | LossImpl::Separate => {
-            activation::logits_grad(&problem.spec, seq, b, s.loss)
+        LossImpl::HuggingFace | LossImpl::Separate | LossImpl::Sum => {
+            activation::logits_grad(&problem.spec, seq, b, e, s.loss)
         }
         LossImpl::InPlace => 0.0,
     }
@@ -414,8 +415,12 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
     // gradients before any parameter gradient exists (`gradients_at_loss_backward`); the
     // blocks' backward then holds the gradients as they are made and one re-run block, against
     // activations the loss no longer holds (the log-probabilities are released once the loss's
-    // node has run), and a block's own workspace.
-    let loss_held = activation::logits(spec, seq, b, s.loss) * problem.cost.activation_scale;
+    // node has run), and a block's own workspace. A `logits.sum()` loop keeps the model's
+    // output, whose logits stay through the blocks' backward too (`activation::logits`).
+    let loss_held = match spec.sum_loss {
+        true => 0.0,
+        false => activation::logits(spec, seq, b, w.e, s.loss) * problem.cost.activation_scale,
+    };
     let fb_loss = with_other(&[
         (Category::Parameter, parameters),
         (

@@ -220,10 +220,12 @@ impl Problem {
 
     /// The same problem with another cross-entropy implementation: Megatron-LM's in-place loss
     /// allocates no gradient of its own (`Architecture::upcasting_loss` is cleared), and only
-    /// Hugging Face's runs use transformers' modules (`Architecture::transformers_modules`).
+    /// Hugging Face's runs use transformers' modules (`Architecture::transformers_modules`);
+    /// a `logits.sum()` loss runs no cross-entropy (`Architecture::sum_loss`).
     pub fn with_loss_impl(self, loss_impl: LossImpl) -> Problem {
         let mut spec = self.spec;
-        spec.upcasting_loss &= loss_impl != LossImpl::InPlace;
+        spec.upcasting_loss &= matches!(loss_impl, LossImpl::HuggingFace | LossImpl::Separate);
+        spec.sum_loss = loss_impl == LossImpl::Sum;
         spec.transformers_modules &= loss_impl == LossImpl::HuggingFace;
         Problem {
             spec,

@@ -158,6 +158,11 @@ pub struct Architecture {
     /// headroom's engine, whose loss writes the logits' gradient alone, and for Megatron-LM's
     /// in-place loss (`Problem::with_loss_impl` clears it).
     pub upcasting_loss: bool,
+    /// The loop's loss is `logits.sum()` on the model's own compute-dtype logits, no
+    /// cross-entropy (a forward/backward benchmark; `LossImpl::Sum`, set by
+    /// `Problem::with_loss_impl`): the logits are held by the output the loop keeps and one
+    /// logits-shaped gradient exists in backward (see `cost::activation::logits`).
+    pub sum_loss: bool,
     /// BERT's `type_vocab_size`; 0 for other families.
     pub type_vocab_size: u64,
     /// Under LoRA, which projection inputs backward still needs (the frozen projections' own
@@ -205,6 +210,7 @@ impl Architecture {
             transformers_modules: family != Family::ResMlp,
             // Every family but headroom's residual MLP is a Hugging Face model.
             upcasting_loss: family != Family::ResMlp,
+            sum_loss: false,
             type_vocab_size: 0,
             lora_saves: None,
             shared_expert_size: 0,
