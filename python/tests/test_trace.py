@@ -59,11 +59,15 @@ def test_gpt2_fp32_foreach_bytes_per_category(gpt2_config):
     assert allocated(events, "optimizer_state", 0) == 2 * params * F32
     assert allocated(events, "optimizer_state", 1) == 0
     live = live_at_end(events)
-    # set_to_none frees the gradients; what stays is the model and the optimizer.
+    # set_to_none frees the gradients; what stays is the model and the optimizer, and the
+    # cuBLAS workspace of the first matmul (32 MiB, PyTorch's default on Hopper: the trace
+    # emulates CUDA's kernels by default).
     by_category = defaultdict(int)
     for e in live:
         by_category[e["category"]] += e["size"]
-    assert dict(by_category) == {"parameter": params * F32, "optimizer_state": 2 * params * F32}
+    assert dict(by_category) == {
+        "parameter": params * F32, "optimizer_state": 2 * params * F32, "other": 32 << 20
+    }
     assert {e["phase"] for e in events} == {"model", "forward", "backward", "optimizer", "zero_grad"}
     assert allocated(events, "activation") > 0 and allocated(events, "temporary") > 0
 

@@ -50,3 +50,46 @@ fn an_interpreter_without_the_tracer_names_the_install_command() {
         "{err}"
     );
 }
+
+/// A stand-in interpreter: it imports anything (`-c`), and as the tracer writes its arguments
+/// to `args.txt` beside itself and a one-allocation trace to `--output`.
+#[cfg(unix)]
+fn recording_python(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let fake = dir.join("python");
+    let script = format!(
+        "#!/bin/sh\n[ \"$1\" = \"-c\" ] && exit 0\necho \"$@\" > '{}'\nprev=''\nfor a in \"$@\"; do [ \"$prev\" = --output ] && out=\"$a\"; prev=\"$a\"; done\necho '[{{\"action\": \"alloc\", \"addr\": 1, \"size\": 512}}]' > \"$out\"\n",
+        dir.join("args.txt").display()
+    );
+    std::fs::write(&fake, script).unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    fake
+}
+
+#[cfg(unix)]
+#[test]
+fn the_device_and_the_cuda_arch_reach_the_tracer() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = recording_python(dir.path());
+    let trace = dir.path().join("t.json");
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
+            .args(["trace", "config.json", "--seq-len", "8", "--json", "-o"])
+            .arg(&trace)
+            .args(extra)
+            .env("HEADROOM_PYTHON", &fake)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::read_to_string(dir.path().join("args.txt")).unwrap()
+    };
+    // The defaults: CUDA's kernels, sized for Hopper.
+    let args = run(&[]);
+    assert!(args.contains("--device cuda --cuda-arch sm90"), "{args}");
+    let args = run(&["--device", "cpu", "--cuda-arch", "sm80"]);
+    assert!(args.contains("--device cpu --cuda-arch sm80"), "{args}");
+}

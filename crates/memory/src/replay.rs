@@ -9,7 +9,7 @@
 use crate::allocator::CachingAllocator;
 use crate::category::Category;
 use crate::quote::{quote, quote_at_most};
-use crate::replay_labels::{Labels, read_label};
+use crate::replay_labels::{Label, Labels, read_label};
 use crate::rounding::MAX_REQUEST;
 use serde_pickle::{HashableValue, Value};
 use std::collections::HashMap;
@@ -458,7 +458,8 @@ pub fn replay(trace: &Trace, allocator: &mut CachingAllocator) -> ReplayOutcome 
                     }
                 }
                 let peak = allocator.stats().allocated_bytes.all.peak;
-                match allocator.malloc(size, category, None) {
+                let name = trace.labels.of(index).and_then(Label::site);
+                match allocator.malloc(size, category, name.as_deref()) {
                     Ok(a) => {
                         if allocator.stats().allocated_bytes.all.peak > peak {
                             outcome.peak_event = Some(index);

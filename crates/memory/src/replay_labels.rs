@@ -31,6 +31,18 @@ impl Label {
     fn is_empty(&self) -> bool {
         *self == Label::default()
     }
+
+    /// Where the allocation was made, as a replay names it for the allocator (and so for a
+    /// snapshot's frames, `activation:model.h.0.mlp aten::addmm [step 0 forward]`): the module
+    /// and the op, whichever the trace has.
+    pub fn site(&self) -> Option<String> {
+        match (self.module.as_deref(), self.op.as_deref()) {
+            (Some(m), Some(o)) if !m.is_empty() => Some(format!("{m} {o}")),
+            (Some(m), _) if !m.is_empty() => Some(m.to_string()),
+            (_, Some(o)) => Some(o.to_string()),
+            _ => None,
+        }
+    }
 }
 
 /// The labels of a trace's events, interned: each distinct label is stored once and every event
@@ -150,5 +162,17 @@ mod tests {
         assert_eq!(l.of(3).unwrap().phase.as_deref(), Some("forward"));
         assert!(l.of(4).is_none());
         assert!(l.of(99).is_none());
+    }
+
+    #[test]
+    fn the_site_is_the_module_and_the_op() {
+        let mut l = label("forward");
+        assert_eq!(l.site(), None);
+        l.op = Some(Arc::from("aten::mm"));
+        assert_eq!(l.site().as_deref(), Some("aten::mm"));
+        l.module = Some(Arc::from("model.h.0.mlp"));
+        assert_eq!(l.site().as_deref(), Some("model.h.0.mlp aten::mm"));
+        l.op = None;
+        assert_eq!(l.site().as_deref(), Some("model.h.0.mlp"));
     }
 }

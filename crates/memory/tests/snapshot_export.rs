@@ -141,3 +141,41 @@ fn json_category(trace: &Trace, id: u64) -> Category {
         })
         .unwrap()
 }
+
+#[test]
+fn a_labelled_trace_replays_into_snapshot_frames_naming_module_and_op() {
+    // Two allocations as `headroom trace` writes them; the snapshot's events carry the category,
+    // then the module and op, then the step and phase, in one frame each.
+    let json = br#"[
+        {"action": "alloc", "addr": 1, "size": 4096, "category": "activation",
+         "phase": "forward", "step": 0, "module": "model.h.0.mlp", "op": "aten::addmm"},
+        {"action": "alloc", "addr": 2, "size": 100, "category": "temporary", "phase": "backward",
+         "step": 0, "op": "aten::mm"},
+        {"action": "free", "addr": 2}
+    ]"#;
+    let trace = parse_trace(json).unwrap();
+    let mut a = CachingAllocator::new(
+        1 << 30,
+        AllocatorConfig::default(),
+        Box::new(VirtualSource::default()),
+    );
+    a.trace_mut().record_history(true, usize::MAX);
+    replay(&trace, &mut a);
+    let snapshot = Snapshot::capture(&a);
+    let names: Vec<(&str, &str)> = snapshot.device_traces[0]
+        .iter()
+        .filter(|e| e.action == "alloc" || e.action == "free_completed")
+        .map(|e| (e.action, e.frames[0].name.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            (
+                "alloc",
+                "activation:model.h.0.mlp aten::addmm [step 0 forward]"
+            ),
+            ("alloc", "temporary:aten::mm [step 0 backward]"),
+            ("free_completed", "temporary:aten::mm [step 0 backward]"),
+        ]
+    );
+}

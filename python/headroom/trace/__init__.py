@@ -7,13 +7,13 @@ bytes, dtype, category, module path, op, phase and step, as headroom's replay tr
 torch and transformers are imported when `trace` is called, not when `headroom` is imported.
 Run as `python -m headroom.trace` for the command line `headroom trace` calls.
 
-Known differences from a CUDA run are the kernels' own: the trace runs PyTorch's CPU
-implementations (attention, autocast's op policy, cross-entropy), whose temporaries can differ
-from the CUDA kernels'.
+The trace runs PyTorch's CPU kernels; by default (`device="cuda"`) the kernels whose CUDA
+implementation allocates differently run as their CUDA op instead (`cuda.py`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -38,6 +38,9 @@ def trace(
     loss: Optional[Callable[[Any, Any], Any]] = None,
     vocab_size: Optional[int] = None,
     output: Optional[Union[str, os.PathLike]] = None,
+    snapshot: Optional[Union[str, os.PathLike]] = None,
+    device: str = "cuda",
+    cuda_arch: str = "sm90",
 ) -> list[dict]:
     """Traces `steps` training steps and returns the events (written to `output` too if given).
 
@@ -49,6 +52,16 @@ def trace(
     gradient_checkpointing: the model's `gradient_checkpointing_enable()` (non-reentrant).
     loss: f(model, input_ids) -> scalar tensor; default the model's own `labels=` loss.
     vocab_size: the token range when the model has no `config.vocab_size`.
+    device: "cuda" (the default) rewrites what the CPU kernels allocate into what the CUDA
+        kernels allocate where the two differ (`cuda.py`: attention's flash and
+        memory-efficient kernels, the cuBLAS workspace); "cpu" keeps the CPU kernels' trace
+        as it ran.
+    cuda_arch: the GPU generation the cuBLAS workspace is sized for: "sm90" (Hopper: H100,
+        H200; 32 MiB) or "sm80" (any other: 8 MiB + 128 KiB); CUBLAS_WORKSPACE_CONFIG in the
+        environment overrides both, as it does PyTorch's.
+    snapshot: also replay the trace through headroom's caching allocator and write the result
+        as a PyTorch memory snapshot pickle (`torch.cuda.memory._snapshot()`'s segments and
+        device_traces; pytorch.org/memory_viz opens it), as `headroom trace --snapshot` does.
     """
     try:
         import torch
@@ -64,6 +77,12 @@ def trace(
     from headroom.trace.recorder import StorageRecorder
     from headroom.trace.step import DTYPES, Clock, claim_model, make_optimizer, run_steps
 
+    from headroom.trace.cuda import CUDA_ARCHS, DEVICES, CudaKernels
+
+    if device not in DEVICES:
+        raise TraceError(f"unknown device {device!r}; accepted: {', '.join(DEVICES)}")
+    if cuda_arch not in CUDA_ARCHS:
+        raise TraceError(f"unknown cuda_arch {cuda_arch!r}; accepted: {', '.join(CUDA_ARCHS)}")
     if dtype not in DTYPES:
         raise TraceError(f"unknown dtype {dtype!r}; accepted: {', '.join(DTYPES)}")
     for name, value in (("micro_batch", micro_batch), ("seq_len", seq_len), ("steps", steps)):
@@ -87,7 +106,8 @@ def trace(
         paths = ModulePaths(net)
         recorder = StorageRecorder(lambda: (clock.phase, clock.step, paths.current()))
         try:
-            with recorder:
+            kernels = CudaKernels(recorder, cuda_arch) if device == "cuda" else contextlib.nullcontext()
+            with recorder, kernels:
                 claim_model(recorder, net)
                 run_steps(
                     net,
@@ -105,6 +125,10 @@ def trace(
             paths.remove()
     if output is not None:
         write_trace(events, output)
+    if snapshot is not None:
+        from headroom._commands import replay
+
+        replay(events, snapshot=os.fspath(snapshot))
     return events
 
 

@@ -43,6 +43,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--loss", help="package.module:function called as f(model, input_ids)")
     parser.add_argument("--vocab-size", type=_positive)
+    parser.add_argument(
+        "--device", choices=["cuda", "cpu"], default="cuda",
+        help="cuda: the CUDA kernels' allocations where they differ from the CPU's (default); "
+        "cpu: the CPU kernels' trace as it ran",
+    )
+    parser.add_argument(
+        "--cuda-arch", choices=["sm90", "sm80"], default="sm90",
+        help="the GPU generation the cuBLAS workspace is sized for: sm90 (Hopper, 32 MiB) or "
+        "sm80 (any other, 8 MiB + 128 KiB)",
+    )
     parser.add_argument("--output", "-o", required=True, help="where to write the trace JSON")
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -57,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
             gradient_checkpointing=args.gradient_checkpointing,
             loss=_loss(args.loss) if args.loss else None,
             vocab_size=args.vocab_size,
+            device=args.device,
+            cuda_arch=args.cuda_arch,
             output=args.output,
         )
     except TraceError as e:

@@ -76,6 +76,8 @@ class StorageRecorder(TorchDispatchMode):
         self._live: dict[int, tuple[int, dict[str, Any], weakref.finalize]] = {}
         self._host: set[int] = set()
         self._recording = True
+        # Called with each op before it runs (the CUDA kernels' fixed allocations, `cuda.py`).
+        self.op_hooks: list[Callable[[Any], None]] = []
 
     # -- the dispatch hook -------------------------------------------------------------------
 
@@ -83,6 +85,8 @@ class StorageRecorder(TorchDispatchMode):
         if self._zero_scalar_reads and func is torch.ops.aten._local_scalar_dense.default:
             dtype = args[0].dtype
             return True if dtype == torch.bool else 1.0 if dtype.is_floating_point else 1
+        for hook in list(self.op_hooks):
+            hook(func)
         try:
             out = func(*args, **(kwargs or {}))
         except (DataDependentOutputException, DynamicOutputShapeException) as e:
@@ -141,6 +145,24 @@ class StorageRecorder(TorchDispatchMode):
         fin.atexit = False
         self._live[key] = (addr, event, fin)
         return event
+
+    def allocate_fixed(self, size: int, category: str, op: str) -> None:
+        """An allocation no tensor owns, live until the trace ends (a library's workspace)."""
+        phase, step, module = self._where()
+        event: dict[str, Any] = {
+            "action": "alloc",
+            "addr": self._next_addr,
+            "size": size,
+            "category": category,
+            "dtype": "uint8",
+            "op": op,
+            "phase": phase,
+            "step": step,
+        }
+        if module:
+            event["module"] = module
+        self._next_addr += 1
+        self.events.append(event)
 
     def _freed(self, key: int) -> None:
         entry = self._live.pop(key, None)

@@ -45,6 +45,17 @@ pub struct TraceArgs {
     /// Vocabulary size of the random token batch when the model has no `config.vocab_size`.
     #[arg(long)]
     pub vocab_size: Option<u64>,
+    /// Whose kernels the trace allocates as: cuda rewrites the CPU kernels' allocations into the
+    /// CUDA kernels' where they differ (attention's flash and memory-efficient kernels keep the
+    /// log-sum-exp, not the probabilities; the cuBLAS workspace at the first matmul); cpu keeps
+    /// the trace of the CPU kernels as they ran.
+    #[arg(long, value_enum, default_value = "cuda")]
+    pub device: TraceDevice,
+    /// The GPU generation the cuBLAS workspace is sized for (PyTorch's default): sm90 (Hopper:
+    /// H100, H200; 32 MiB) or sm80 (any other: 8 MiB + 128 KiB). CUBLAS_WORKSPACE_CONFIG in the
+    /// environment overrides both.
+    #[arg(long, value_enum, default_value = "sm90")]
+    pub cuda_arch: CudaArch,
     /// Where to write the trace (headroom's replay JSON).
     #[arg(long, short, default_value = "headroom-trace.json")]
     pub output: PathBuf,
@@ -57,6 +68,18 @@ pub enum TraceDtype {
     Fp32,
     Bf16,
     Bf16Autocast,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TraceDevice {
+    Cuda,
+    Cpu,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CudaArch {
+    Sm90,
+    Sm80,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -106,6 +129,10 @@ pub fn run(args: TraceArgs) -> anyhow::Result<()> {
         .arg(value_name(args.dtype))
         .arg("--optimizer-impl")
         .arg(value_name(args.optimizer_impl))
+        .arg("--device")
+        .arg(value_name(args.device))
+        .arg("--cuda-arch")
+        .arg(value_name(args.cuda_arch))
         .arg("--output")
         .arg(&args.output);
     if args.gradient_checkpointing {

@@ -1,0 +1,182 @@
+"""CUDA-faithful kernels for a trace that runs on the CPU: where a CUDA kernel allocates
+differently from the CPU kernel PyTorch would run under the fake mode, the traced program calls
+the CUDA kernel's own ATen op instead, whose fake-tensor (meta) implementation gives the outputs
+the CUDA kernel allocates, and whose autograd formula saves what the CUDA kernel saves for
+backward. The recorder then sees the CUDA kernel's allocations, named by its op.
+
+Emulated:
+
+- Scaled dot-product attention (`torch.nn.functional.scaled_dot_product_attention`). PyTorch's
+  CUDA dispatch (pytorch/pytorch `aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`,
+  `select_sdp_backend`, priority flash, memory-efficient, math) picks:
+  flash (`_scaled_dot_product_flash_attention`) for fp16/bf16 inputs without an `attn_mask`
+  and a head size of at most 256 (`use_flash_attention`: `check_for_attn_mask`,
+  `check_head_dim_size_flash`; grouped-query heads allowed); else memory-efficient
+  (`_scaled_dot_product_efficient_attention`) when query, key and value have the same number
+  of heads (`check_batch_size_and_num_heads_dense<false>`); else math
+  (`_scaled_dot_product_attention_math`). Flash and memory-efficient save only the output and
+  the log-sum-exp (B·H·T fp32; memory-efficient pads T to a multiple of 32: the meta functions
+  in `torch/_meta_registrations.py`) where the math path saves the B·H·T·T probabilities (and
+  the dropout mask and the dropped probabilities). A boolean `attn_mask` becomes an additive
+  bias in the query's dtype first (`convert_boolean_attn_mask`,
+  `aten/src/ATen/native/transformers/attention.cpp`), its last dimension padded to a multiple
+  of 16 for memory-efficient (`preprocess_mask`, same file). Their random-number seed and
+  offset are host scalars outside a CUDA graph capture (`_efficient_attention_forward`,
+  `aten/src/ATen/native/transformers/cuda/attention.cu`) and leave the trace. The CPU's own
+  flash kernel (no dropout, any mask) and its math path are what a `cpu` trace keeps.
+  The function is replaced as `torch.nn.functional.scaled_dot_product_attention` (what
+  transformers calls, and a checkpoint's recomputation with it) and caught by a torch function
+  mode where a program bound the name before the trace.
+
+- The cuBLAS workspace: the first matrix multiply on a stream allocates, through the caching
+  allocator, a workspace kept for the process's life (`getCurrentCUDABlasHandle` and
+  `getNewWorkspace` in pytorch/pytorch `aten/src/ATen/cuda/CublasHandlePool.cpp`). Its size is
+  `CUBLAS_WORKSPACE_CONFIG` (`:SIZE_KIB:COUNT` pairs summed) when set, else 32 MiB on Hopper
+  (sm90: `4096 * 8 * 1024`) and `:4096:2:16:8` (8 MiB + 128 KiB) elsewhere
+  (`parseChosenWorkspaceSize`). Recorded as `other`, op `cublas_workspace`.
+
+Not emulated here, and why: cross-entropy's dtype needs nothing (CUDA's `log_softmax`, like the
+CPU's, returns the input's dtype; transformers' `ForCausalLMLoss` upcasts logits to fp32 itself
+on either device). The cuBLASLt workspace (`CUBLASLT_WORKSPACE_SIZE`, 1 MiB by default,
+`parseCUDABlasLtWorkspaceSize`) depends on which matmuls cuBLAS routes to cuBLASLt and is left
+out. The CUDA context (driver, kernels' code) lives outside the caching allocator
+(`torch.cuda.memory_allocated` and `memory_reserved` never count it), so no allocator event can
+hold it; a device's capacity for the replay is what is left after it.
+
+Not for: recording (`recorder.py`) or running the steps (`step.py`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Optional
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from headroom.trace.recorder import StorageRecorder
+
+DEVICES = ("cuda", "cpu")
+CUDA_ARCHS = ("sm90", "sm80")
+
+# `parseChosenWorkspaceSize`: the cuBLAS workspace when CUBLAS_WORKSPACE_CONFIG is unset.
+CUBLAS_WORKSPACE_SM90 = 4096 * 8 * 1024  # 32 MiB on Hopper
+CUBLAS_WORKSPACE_OTHER = 4096 * 1024 * 2 + 16 * 1024 * 8  # ":4096:2:16:8": 8 MiB + 128 KiB
+# The ops that run on cuBLAS (aten/src/ATen/native/cuda/Blas.cpp).
+_CUBLAS_OPS = frozenset(
+    {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "_addmm_activation"}
+)
+
+# `check_head_dim_size_flash` (sm80 and later): flash takes head sizes up to 256.
+FLASH_MAX_HEAD_DIM = 256
+# `preprocess_mask`: memory-efficient attention's bias rows are aligned to 16 elements.
+EFFICIENT_BIAS_ALIGNMENT = 16
+
+_aten = torch.ops.aten
+
+
+def cuda_backend(query: torch.Tensor, key: torch.Tensor, attn_mask: Optional[torch.Tensor]) -> str:
+    """Which kernel PyTorch's CUDA dispatch runs for these inputs (see the module's doc)."""
+    flash_dtype = query.dtype in (torch.float16, torch.bfloat16)
+    if attn_mask is None and flash_dtype and query.size(-1) <= FLASH_MAX_HEAD_DIM:
+        return "flash"
+    if query.dim() == 4 and query.size(-3) == key.size(-3):
+        return "efficient"
+    return "math"
+
+
+def _efficient_bias(attn_mask: Optional[torch.Tensor], query: torch.Tensor) -> Optional[torch.Tensor]:
+    """The additive bias memory-efficient attention reads: a boolean mask as 0 / -inf in the
+    query's dtype, the last dimension padded to a multiple of 16 and sliced back (a view)."""
+    if attn_mask is None:
+        return None
+    bias = attn_mask
+    if bias.dtype == torch.bool:
+        zero = torch.scalar_tensor(0.0, dtype=query.dtype)
+        bias = torch.where(bias.logical_not(), float("-inf"), zero)
+    last = bias.size(-1)
+    pad = -last % EFFICIENT_BIAS_ALIGNMENT
+    if pad:
+        bias = torch.nn.functional.pad(bias, (0, pad))[..., :last]
+    return bias
+
+
+def cublas_workspace_bytes(arch: str, config: Optional[str] = None) -> int:
+    """The cuBLAS workspace PyTorch allocates: `config` (CUBLAS_WORKSPACE_CONFIG, `:SIZE:COUNT`
+    pairs, SIZE in KiB) when it has one, else the default for `arch`."""
+    if config:
+        pairs = re.findall(r":([0-9]+):([0-9]+)", config)
+        if pairs:
+            return sum(int(size) * 1024 * int(count) for size, count in pairs)
+    return CUBLAS_WORKSPACE_SM90 if arch == "sm90" else CUBLAS_WORKSPACE_OTHER
+
+
+class CudaKernels(TorchFunctionMode):
+    """While active, the functions with a CUDA kernel of their own run that kernel's ATen op,
+    and the first cuBLAS op allocates the cuBLAS workspace."""
+
+    def __init__(self, recorder: StorageRecorder, arch: str = "sm90"):
+        super().__init__()
+        self._recorder = recorder
+        self._workspace = cublas_workspace_bytes(arch, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+        recorder.op_hooks.append(self._first_matmul)
+
+    def _first_matmul(self, func: Any) -> None:
+        packet = getattr(func, "overloadpacket", None)
+        if packet is not None and packet.__name__ in _CUBLAS_OPS:
+            self._recorder.op_hooks.remove(self._first_matmul)
+            self._recorder.allocate_fixed(self._workspace, "other", "cublas_workspace")
+
+    def __enter__(self) -> "CudaKernels":
+        # The module attribute is what transformers and most code call at run time (a
+        # checkpoint's recomputation included); the mode catches names bound before the trace.
+        self._original_sdpa = torch.nn.functional.scaled_dot_product_attention
+        torch.nn.functional.scaled_dot_product_attention = self._sdpa
+        try:
+            return super().__enter__()
+        except BaseException:
+            torch.nn.functional.scaled_dot_product_attention = self._original_sdpa
+            raise
+
+    def __exit__(self, *exc: Any) -> Any:
+        torch.nn.functional.scaled_dot_product_attention = self._original_sdpa
+        return super().__exit__(*exc)
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None):
+        kwargs = kwargs or {}
+        if func is self._original_sdpa:
+            return self._sdpa(*args, **kwargs)
+        return func(*args, **kwargs)
+
+    def _sdpa(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attn_mask: Optional[torch.Tensor] = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: Optional[float] = None,
+        enable_gqa: bool = False,
+    ) -> torch.Tensor:
+        backend = cuda_backend(query, key, attn_mask)
+        if backend == "flash":
+            out, _lse, _, _, _, _, seed, offset, _ = _aten._scaled_dot_product_flash_attention(
+                query, key, value, dropout_p, is_causal, False, scale=scale
+            )
+        elif backend == "efficient":
+            bias = _efficient_bias(attn_mask, query)
+            # `should_compute_logsumexp`: the log-sum-exp is kept only for a backward pass.
+            needs_lse = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+            out, _lse, seed, offset = _aten._scaled_dot_product_efficient_attention(
+                query, key, value, bias, needs_lse, dropout_p, is_causal, scale=scale
+            )
+        else:
+            out, _ = _aten._scaled_dot_product_attention_math(
+                query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
+            )
+            return out
+        self._recorder.keep_on_host(seed)
+        self._recorder.keep_on_host(offset)
+        return out

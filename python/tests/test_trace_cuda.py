@@ -1,0 +1,139 @@
+"""CUDA-faithful kernels (`headroom.trace(device="cuda")`, the default): attention traced as the
+CUDA kernel PyTorch would pick, against the CPU kernels' trace (`device="cpu"`), with the
+difference in the peak derived by hand."""
+
+import torch
+
+import headroom
+
+B, H, T, D, V = 2, 4, 128, 16, 64
+F32 = 4
+A = B * H * T * D * F32  # one (B, H, T, D) fp32 tensor: 65,536 bytes
+P = B * H * T * T * F32  # the (B, H, T, T) fp32 attention probabilities: 524,288 bytes
+LSE = B * H * (-(-T // 32) * 32) * F32  # memory-efficient's log-sum-exp, T padded to 32: 4,096
+
+
+class SelfAttention(torch.nn.Module):
+    """One causal self-attention over an embedding (query = key = value), its output summed as
+    the loss: the attention is the only thing the two traces differ in."""
+
+    def __init__(self, dropout: float, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.embed = torch.nn.Embedding(V, H * D, dtype=dtype)
+        self.dropout = dropout
+
+    def forward(self, input_ids, labels=None):
+        x = self.embed(input_ids).view(B, T, H, D).transpose(1, 2)
+        y = torch.nn.functional.scaled_dot_product_attention(
+            x, x, x, dropout_p=self.dropout, is_causal=True
+        )
+        return {"loss": y.float().sum()}
+
+
+def peak(events):
+    """The most bytes live at once, as the trace's events say (no allocator rounding)."""
+    live, now, most = {}, 0, 0
+    for e in events:
+        if e["action"] == "alloc":
+            live[e["addr"]] = e["size"]
+            now += e["size"]
+            most = max(most, now)
+        elif e["action"] == "free":
+            now -= live.pop(e["addr"])
+    return most
+
+
+def traced(device, dropout, dtype=torch.float32):
+    return headroom.trace(
+        lambda: SelfAttention(dropout, dtype), micro_batch=B, seq_len=T, steps=1,
+        vocab_size=V, device=device,
+    )
+
+
+def test_sdpa_with_dropout_keeps_the_log_sum_exp_not_the_probabilities():
+    # With dropout the CPU runs the math path (its flash kernel takes no dropout); CUDA runs
+    # memory-efficient attention (fp32 rules out flash). W = the embedding's 64·64·4 bytes,
+    # I = the 2·128 int64 tokens; the loss and its gradient are 4 bytes each.
+    # CPU, at its peak (the backward of probabilities @ value): saved for backward are the
+    # scaled query and key (2 A), the probabilities, the dropout mask and the dropped
+    # probabilities (3 P) and value made contiguous (A); the backward has made grad value (A)
+    # and grad of the dropped probabilities (P): W + I + 4 A + 4 P + 8.
+    # CUDA, at its peak (the attention's backward): the input x saved as query, key and value
+    # (A), the output (A) and the log-sum-exp (LSE) saved, grad query, key, value made (3 A):
+    # W + I + 5 A + LSE + 8.
+    # The difference: 4 P - A - LSE = 2,097,152 - 65,536 - 4,096 = 2,027,520 bytes.
+    cpu, cuda = traced("cpu", 0.1), traced("cuda", 0.1)
+    assert peak(cpu) - peak(cuda) == 4 * P - A - LSE == 2_027_520
+    ops = {e["op"] for e in cuda if e["action"] == "alloc"}
+    assert "aten::_scaled_dot_product_efficient_attention" in ops
+    assert not any(e["action"] == "alloc" and e["size"] >= P for e in cuda)
+    assert any(e["action"] == "alloc" and e["size"] == P and e["category"] == "activation" for e in cpu)
+
+
+def test_sdpa_without_dropout_costs_the_same_on_both():
+    # Without dropout the CPU runs its own flash kernel, which saves the output and a (B, H, T)
+    # fp32 log-sum-exp as CUDA's memory-efficient kernel does (T = 128 is a multiple of 32, so
+    # no padding): the peaks are equal, the kernels differ.
+    cpu, cuda = traced("cpu", 0.0), traced("cuda", 0.0)
+    assert peak(cpu) == peak(cuda)
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in {e.get("op") for e in cpu}
+    assert "aten::_scaled_dot_product_efficient_attention" in {e.get("op") for e in cuda}
+
+
+def test_bf16_sdpa_runs_cuda_flash_attention():
+    # bf16 without a mask is flash's on CUDA: the output (A / 2 in bf16) and a fp32 (B, H, T)
+    # log-sum-exp saved; with dropout the CPU would run math and save 3 bf16 (B, H, T, T).
+    cuda = traced("cuda", 0.1, torch.bfloat16)
+    flash = [e for e in cuda if e["action"] == "alloc"
+             and e.get("op") == "aten::_scaled_dot_product_flash_attention"]
+    assert sorted((e["size"], e["dtype"]) for e in flash) == [
+        (B * H * T * F32, "float32"), (A // 2, "bfloat16")
+    ]
+
+
+def test_gpt2_config_traced_for_cuda_holds_no_attention_probabilities(gpt2_config):
+    # GPT-2's attention dropout (0.1) sends the CPU to the math path: one (2, 4, 128, 128) fp32
+    # probability tensor and more per layer. For CUDA none is made.
+    cpu = headroom.trace(gpt2_config, micro_batch=2, seq_len=128, steps=1, device="cpu")
+    cuda = headroom.trace(gpt2_config, micro_batch=2, seq_len=128, steps=1)
+    size = 2 * 4 * 128 * 128 * F32
+    assert any(e["action"] == "alloc" and e["size"] == size for e in cpu)
+    assert not any(e["action"] == "alloc" and e["size"] == size for e in cuda)
+    workspace = [e for e in cuda if e["action"] == "alloc" and e["op"] == "cublas_workspace"]
+    assert [(e["size"], e["category"]) for e in workspace] == [(32 << 20, "other")]
+    assert peak(cuda) - (32 << 20) < peak(cpu)
+
+
+class Linear(torch.nn.Module):
+    """One matrix multiply: an embedding through a bias-free linear layer, summed."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(V, 64)
+        self.proj = torch.nn.Linear(64, 64, bias=False)
+
+    def forward(self, input_ids, labels=None):
+        return {"loss": self.proj(self.embed(input_ids)).sum()}
+
+
+def traced_linear(device, **options):
+    return headroom.trace(Linear, micro_batch=B, seq_len=T, steps=1, vocab_size=V, device=device,
+                          **options)
+
+
+def test_the_first_matmul_allocates_the_cublas_workspace(monkeypatch):
+    # PyTorch's default (CublasHandlePool.cpp): 4096 KiB x 8 = 32 MiB on Hopper, and
+    # ":4096:2:16:8" = 4096 KiB x 2 + 16 KiB x 8 = 8,519,680 bytes elsewhere. It is allocated at
+    # the forward's matmul and never freed, so every later peak carries it: the peaks differ by
+    # exactly its size.
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    cpu = peak(traced_linear("cpu"))
+    assert peak(traced_linear("cuda")) - cpu == 33_554_432
+    assert peak(traced_linear("cuda", cuda_arch="sm80")) - cpu == 8_519_680
+    # The deterministic setting PyTorch documents, ":16:8": 16 KiB x 8 = 131,072 bytes.
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    events = traced_linear("cuda")
+    assert peak(events) - cpu == 131_072
+    first = next(e for e in events if e["action"] == "alloc" and e["op"] == "cublas_workspace")
+    assert first["phase"] == "forward" and first["category"] == "other"
+    assert first["module"] == "model.proj"
