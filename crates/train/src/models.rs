@@ -50,11 +50,7 @@ impl OwnModel {
     /// The model `config` trains (its preset or file with the overrides applied).
     pub fn of(config: &RunConfig) -> Result<OwnModel, TrainError> {
         let spec = model_spec(config)?;
-        let hidden_size = match &spec {
-            OwnSpec::Gpt(c) => c.width,
-            OwnSpec::Resmlp(c) => c.width,
-            OwnSpec::Llama(c) => c.width,
-        };
+        let hidden_size = spec.mlp_widths().0;
         let (vocab_size, trainable_params) = (
             spec.vocab(),
             spec.trainable_params().map_err(TrainError::Engine)?,

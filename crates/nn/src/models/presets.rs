@@ -200,6 +200,24 @@ impl ModelSpec {
         }
     }
 
+    /// The attention's heads and head dimension; `None` for the residual MLP, which has none.
+    pub fn attention_heads(&self) -> Option<(usize, usize)> {
+        match self {
+            ModelSpec::Gpt(c) => Some((c.heads, c.width / c.heads)),
+            ModelSpec::Llama(c) => Some((c.heads, c.head_dim())),
+            ModelSpec::Resmlp(_) => None,
+        }
+    }
+
+    /// The block's width and its MLP's hidden width.
+    pub fn mlp_widths(&self) -> (usize, usize) {
+        match self {
+            ModelSpec::Gpt(c) => (c.width, c.ffn),
+            ModelSpec::Llama(c) => (c.width, c.ffn),
+            ModelSpec::Resmlp(c) => (c.width, c.hidden),
+        }
+    }
+
     /// Tokens the embedding holds.
     pub fn vocab(&self) -> usize {
         match self {

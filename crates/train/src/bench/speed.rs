@@ -12,7 +12,6 @@ use crate::config::{RunConfig, TrainConfig};
 use crate::data::Corpus;
 use crate::strategy::{Attention, Checkpoint, Precision, Strategy};
 use crate::{Trainer, model_spec};
-use headroom_nn::models::ModelSpec;
 use serde::Serialize;
 
 /// What to measure.
@@ -71,9 +70,9 @@ pub fn measure(
     let spec = model_spec(&base)?;
     let seq_len = base.seq_len_of(&spec);
     let speed = SpeedModel::measure(calibration_shapes(&spec, seq_len, batch))?;
-    let attentions: &[Attention] = match spec {
-        ModelSpec::Gpt(_) | ModelSpec::Llama(_) => &[Attention::Naive, Attention::MemoryEfficient],
-        ModelSpec::Resmlp(_) => &[Attention::Naive],
+    let attentions: &[Attention] = match spec.attention_heads() {
+        Some(_) => &[Attention::Naive, Attention::MemoryEfficient],
+        None => &[Attention::Naive],
     };
     let mut candidates = Vec::new();
     for precision in Precision::ALL {
@@ -98,7 +97,7 @@ pub fn measure(
         let predicted = evaluate(&base, &corpus, c, &speed)?.0.time.tokens_per_s;
         let measured = measure_tokens_per_s(&base.with_strategy(*c), &corpus, seq_len)?;
         rows.push(SpeedRow {
-            strategy: c.describe(matches!(spec, ModelSpec::Gpt(_) | ModelSpec::Llama(_))),
+            strategy: c.describe(spec.attention_heads().is_some()),
             predicted_tokens_per_s: predicted,
             measured_tokens_per_s: measured,
             error: (predicted - measured) / measured,

@@ -432,7 +432,7 @@ impl TrainConfig {
         }
         let pretrained = self.model.as_deref().is_some_and(|m| {
             let path = Path::new(m);
-            is_gguf(path) || (is_hf_dir(path) && path.join("config.json").is_file())
+            is_gguf(path) || is_hf_dir(path)
         });
         let device_memory = self.device_memory.map_or(
             match pretrained {

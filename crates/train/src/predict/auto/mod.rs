@@ -135,10 +135,7 @@ pub fn plan(config: &RunConfig, corpus: &Corpus, pins: &Pins) -> Result<AutoPlan
         shapes.collectives = Some((config.data_parallel, (3 * k * n).clamp(1 << 12, 1 << 22)));
     }
     let speed = SpeedModel::measure(shapes)?;
-    let has_attention = matches!(
-        spec,
-        headroom_nn::models::ModelSpec::Gpt(_) | headroom_nn::models::ModelSpec::Llama(_)
-    );
+    let has_attention = spec.attention_heads().is_some();
     let evaluator = DryRunEvaluator::new(config, corpus, spec, speed, effective_batch);
     let mut outcome = search(&evaluator, pins, Some(&config.strategy))?;
     let mut recommended_prediction = outcome

@@ -35,7 +35,7 @@ pub(crate) fn engine_space(spec: &ModelSpec, pins: &Pins, world: usize) -> Space
     );
     let depth = spec.depth() as u64;
     // A transformer (GPT, Llama family) has attention to choose and recompute selectively.
-    let transformer = matches!(spec, ModelSpec::Gpt(_) | ModelSpec::Llama(_));
+    let transformer = spec.attention_heads().is_some();
     let checkpoints: Vec<Checkpoint> = match pins.checkpoint {
         Some(c) => vec![c],
         None => {
@@ -141,38 +141,18 @@ pub fn calibration_shapes(
         (micro_batch * seq_len).min(cap).clamp(64, 4096)
     };
     let activation = |width: usize| (micro_batch * seq_len * width).clamp(1 << 12, 1 << 24);
-    match spec {
-        ModelSpec::Gpt(c) => {
-            let d = c.width / c.heads;
-            // Forward 4·T²·D and backward 10·T²·D per head, halved by the causal mask.
-            let per_head = 7.0 * (seq_len * seq_len * d) as f64;
-            let heads =
-                ((CALIBRATION_FLOPS / per_head) as usize).clamp(1, micro_batch.min(4) * c.heads);
-            CalibrationShapes {
-                matmul: (rows_for(c.width, c.ffn), c.width, c.ffn),
-                activation_elements: activation(c.width),
-                attention: Some((heads, seq_len, d)),
-                collectives: None,
-            }
-        }
-        ModelSpec::Llama(c) => {
-            let d = c.head_dim();
-            let per_head = 7.0 * (seq_len * seq_len * d) as f64;
-            let heads =
-                ((CALIBRATION_FLOPS / per_head) as usize).clamp(1, micro_batch.min(4) * c.heads);
-            CalibrationShapes {
-                matmul: (rows_for(c.width, c.ffn), c.width, c.ffn),
-                activation_elements: activation(c.width),
-                attention: Some((heads, seq_len, d)),
-                collectives: None,
-            }
-        }
-        ModelSpec::Resmlp(c) => CalibrationShapes {
-            matmul: (rows_for(c.width, c.hidden), c.width, c.hidden),
-            activation_elements: activation(c.width),
-            attention: None,
-            collectives: None,
-        },
+    let (width, ffn) = spec.mlp_widths();
+    let attention = spec.attention_heads().map(|(heads, d)| {
+        // Forward 4·T²·D and backward 10·T²·D per head, halved by the causal mask.
+        let per_head = 7.0 * (seq_len * seq_len * d) as f64;
+        let heads = ((CALIBRATION_FLOPS / per_head) as usize).clamp(1, micro_batch.min(4) * heads);
+        (heads, seq_len, d)
+    });
+    CalibrationShapes {
+        matmul: (rows_for(width, ffn), width, ffn),
+        activation_elements: activation(width),
+        attention,
+        collectives: None,
     }
 }
 
