@@ -1,24 +1,11 @@
 //! The `plan`, `params` and `estimate` commands, run as the built binary: exit codes, JSON shape,
 //! exports, and error messages for bad input.
 
+mod common;
+
+use common::{headroom, json, stderr};
 use serde_json::Value;
-use std::process::{Command, Output};
-
-fn headroom(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .output()
-        .expect("run headroom")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn json(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
-}
+use std::process::Output;
 
 #[test]
 fn plan_json_has_the_documented_shape_and_categories_sum_to_the_peak() {

@@ -2,23 +2,11 @@
 //! sequence beyond the model's trained context (warned), the no-fit message under --json, the
 //! export flags (rank 0's address, the NVMe path), and a measured step to calibrate against.
 
+mod common;
+
+use common::{headroom, json, stderr};
 use serde_json::Value;
-use std::process::{Command, Output};
-
-fn headroom(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .output()
-        .expect("run headroom")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn json(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(o)))
-}
+use std::process::Output;
 
 #[test]
 fn a_hardware_file_may_name_its_own_gpu() {

@@ -2,24 +2,11 @@
 //! data parallelism for a model that outgrows data parallelism, its pins and the constraints
 //! they break, and the report's mesh object (stages, most loaded rank, rejected axes).
 
+mod common;
+
+use common::{headroom, json, stderr};
 use serde_json::Value;
-use std::process::{Command, Output};
-
-fn headroom(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .output()
-        .expect("run headroom")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn json(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
-}
+use std::process::Output;
 
 /// Llama 3.1 405B on 64 nodes of 8 H100 80GB, with extra flags.
 fn plan_405b(extra: &[&str]) -> Output {

@@ -1,0 +1,24 @@
+//! What the CLI tests share: running the built binary and reading what it printed.
+
+#![allow(dead_code)] // each test file uses its own subset
+
+use serde_json::Value;
+use std::process::{Command, Output};
+
+/// Runs the built `headroom` binary with `args`.
+pub fn headroom(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(args)
+        .output()
+        .expect("run headroom")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Standard output as JSON (a panic shows what was printed instead, on both streams).
+pub fn json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{}", String::from_utf8_lossy(&o.stdout), stderr(o)))
+}
