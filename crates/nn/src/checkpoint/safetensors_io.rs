@@ -99,13 +99,14 @@ impl SafetensorsFile {
 /// Writes `tensors` as one f32 safetensors file, atomically, with the `format = pt` metadata
 /// that transformers checks.
 pub(crate) fn write_f32(path: &Path, tensors: &[NamedTensor]) -> Result<(), CheckpointError> {
-    let bytes: Vec<&[u8]> = tensors
+    // safetensors stores little-endian values, whatever the host's order.
+    let bytes: Vec<Vec<u8>> = tensors
         .iter()
-        .map(|t| bytemuck::cast_slice(&t.values))
+        .map(|t| t.values.iter().flat_map(|v| v.to_le_bytes()).collect())
         .collect();
     let views = tensors
         .iter()
-        .zip(bytes)
+        .zip(&bytes)
         .map(|(t, b)| TensorView::new(Dtype::F32, t.shape.clone(), b).map(|v| (t.name.clone(), v)))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| CheckpointError::io(path, e))?;
