@@ -154,3 +154,19 @@ fn a_gguf_file_trains_with_its_own_tokenizer_and_exports_a_model_directory() {
     assert_eq!(tokenizer["model"]["vocab"].as_object().unwrap().len(), 268);
     assert!(dir.join("model.safetensors").is_file());
 }
+
+#[test]
+fn hf_out_naming_a_file_is_refused_before_training() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("taken");
+    std::fs::write(&file, b"keep me").unwrap();
+    let c = TrainConfig {
+        hf_out: Some(file.clone()),
+        ..run("llama", None, "fp32")
+    }
+    .resolve()
+    .unwrap();
+    let e = Trainer::new(c, &Corpus::bundled()).unwrap_err().to_string();
+    assert!(e.contains("is a file") && e.contains("taken"), "{e}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
+}

@@ -15,7 +15,8 @@ use headroom_nn::checkpoint::{is_gguf, is_hf_dir, write_hf_dir, write_peft_adapt
 use headroom_tensor::TensorError;
 use std::path::Path;
 
-/// Refuses `--hf-out` on a model without a Hugging Face layout, before any step runs.
+/// Refuses `--hf-out` on a model without a Hugging Face layout, or naming a file, before any
+/// step runs.
 pub(super) fn check_hf_out(config: &RunConfig, model: &dyn Model) -> Result<(), TrainError> {
     match (&config.hf_out, model.hugging_face()) {
         (Some(dir), None) => Err(TrainError::Config(ConfigError::Value {
@@ -26,6 +27,14 @@ pub(super) fn check_hf_out(config: &RunConfig, model: &dyn Model) -> Result<(), 
                 config.model
             ),
         })),
+        // Refused before training rather than after it.
+        (Some(dir), Some(_)) if dir.exists() && !dir.is_dir() => {
+            Err(TrainError::Config(ConfigError::Value {
+                key: "hf_out",
+                value: dir.display().to_string(),
+                reason: "is a file; --hf-out names a directory to write the model into (created when missing)".into(),
+            }))
+        }
         _ => Ok(()),
     }
 }
