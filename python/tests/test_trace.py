@@ -152,3 +152,38 @@ def test_a_model_that_reads_data_is_a_clear_error():
     message = str(e.value)
     assert "aten._local_scalar_dense" in message and "in model " in message
     assert ".item()" in message
+
+
+@pytest.mark.parametrize(
+    "config, head",
+    [
+        ({"model_type": "gpt2"}, "causal-lm"),
+        ({"model_type": "bert"}, "masked-lm"),
+        ({"model_type": "bert", "is_decoder": True}, "causal-lm"),
+        ({"model_type": "t5"}, "seq2seq-lm"),
+        ({"model_type": "bart"}, "seq2seq-lm"),
+        ({"model_type": "bert", "architectures": ["BertLMHeadModel"]}, "causal-lm"),
+        ({"model_type": "roberta", "architectures": ["RobertaForMaskedLM"]}, "masked-lm"),
+    ],
+)
+def test_the_head_follows_the_config(config, head, tmp_path):
+    from headroom.trace.model import head_for, load_config
+
+    path = tmp_path / "config.json"
+    path.write_text(__import__("json").dumps(config))
+    assert head_for(load_config(path)) == head
+
+
+def test_t5_trains_as_sequence_to_sequence(tmp_path):
+    """T5's labels feed its decoder: the decoder's blocks allocate in forward and backward."""
+    import json
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({
+        "model_type": "t5", "d_model": 32, "d_kv": 8, "d_ff": 64, "num_heads": 4, "num_layers": 1,
+        "vocab_size": 100, "decoder_start_token_id": 0, "pad_token_id": 0,
+    }))
+    events = headroom.trace(path, seq_len=8, steps=1, device="cpu")
+    modules = {e.get("module", "") for e in events if e["action"] == "alloc" and e["phase"] == "backward"}
+    assert any(m.startswith("model.decoder.block.0") for m in modules)
+    assert any(m.startswith("model.encoder.block.0") for m in modules)

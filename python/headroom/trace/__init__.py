@@ -90,9 +90,7 @@ def trace(
             raise TraceError(f"{name} must be a positive integer, got {value!r}")
 
     with FakeTensorMode(allow_non_fake_inputs=True):
-        net = model_mod.build(model)
-        if dtype == "bf16":
-            net = model_mod.to_dtype(net, torch.bfloat16)
+        net = model_mod.build(model, torch.bfloat16 if dtype == "bf16" else None)
         if gradient_checkpointing:
             _enable_checkpointing(net)
         vocab = vocab_size or getattr(getattr(net, "config", None), "vocab_size", None)
