@@ -311,6 +311,21 @@ def cuda_difference(st: dict) -> dict[str, int]:
             if cuda.get(c, 0) != cpu.get(c, 0)}
 
 
+def markdown(rows: list[dict]) -> str:
+    """The rows as the table of docs/benchmarks.md."""
+    head = " | ".join(f"{c} MiB" for c in CATEGORIES)
+    lines = [f"| setting | {head} | largest difference | `cuda` − `cpu` trace, per category's peak |",
+             "|---" * (len(CATEGORIES) + 3) + "|"]
+    for r in rows:
+        cells = " | ".join(f"{r['memtracker'].get(c, 0) / MIB:.3f}" for c in CATEGORIES)
+        cat, err = worst(r)
+        diff = r["trace"][cat] - r["memtracker"].get(cat, 0) if cat != "Total" else (
+            r["trace_total"] - r["memtracker_total"])
+        cuda = ", ".join(f"{k} {v:+,} B" for k, v in r.get("cuda_minus_cpu", {}).items()) or "—"
+        lines.append(f"| `{r['name']}` | {cells} | {cat} {diff:+,} B ({100 * err:+.3f} %) | {cuda} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="run only settings whose name contains this")
@@ -319,6 +334,7 @@ def main() -> int:
     ap.add_argument("--release-held-gradients", action="store_true",
                     help="run MemTracker's module hooks in mode 'any' (see the module's doc)")
     ap.add_argument("--json", type=Path, help="write the rows as JSON here")
+    ap.add_argument("--markdown", type=Path, help="write the rows as a Markdown table here")
     args = ap.parse_args()
     rows = []
     head = " ".join(f"{c:>10s}" for c in CATEGORIES)
@@ -344,6 +360,8 @@ def main() -> int:
           f"({overall[2]} of {overall[1]})")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    if args.markdown:
+        args.markdown.write_text(markdown(rows))
     return 0
 
 
