@@ -169,8 +169,8 @@ def memtracker_peaks(config: dict, st: dict, release_held_gradients: bool = Fals
         model = auto.from_config(cfg, dtype=torch.bfloat16 if st["dtype"] == "bf16" else None)
         model.train()
         if st["checkpoint"]:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.activation_checkpointing_enable(
+                activation_checkpointing_kwargs={"use_reentrant": False})
         optim = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
         mt = Tracker()
         mt.track_external(model, optim)

@@ -23,7 +23,11 @@ Emulated:
   of 16 for memory-efficient (`preprocess_mask`, same file). Their random-number seed and
   offset are host scalars outside a CUDA graph capture (`_efficient_attention_forward`,
   `aten/src/ATen/native/transformers/cuda/attention.cu`) and leave the trace. The CPU's own
-  flash kernel (no dropout, any mask) and its math path are what a `cpu` trace keeps.
+  flash kernel (no dropout, no mask that needs a gradient: T5's learned position bias sends the
+  CPU to the math path) and its math path are what a `cpu` trace keeps. Under autocast the
+  inputs are first cast to the autocast dtype, as autocast casts the op's inputs on CUDA and
+  the CPU alike (`lower_precision_fp`, `aten/src/ATen/autocast_mode.cpp`), so an fp32 model
+  under bf16 autocast runs flash.
   The function is replaced as `torch.nn.functional.scaled_dot_product_attention` (what
   transformers calls, and a checkpoint's recomputation with it) and caught by a torch function
   mode where a program bound the name before the trace.
