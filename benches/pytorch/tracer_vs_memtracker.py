@@ -267,8 +267,10 @@ def trace_events(config: dict, st: dict, device: str) -> list[dict]:
                               gradient_checkpointing=st["checkpoint"], device=device)
 
 
-def compare(st: dict, release_held_gradients: bool = False) -> dict:
-    config = MODELS[st["model"]]
+def compare(st: dict, release_held_gradients: bool = False,
+            config: Optional[dict] = None) -> dict:
+    """One setting on both sides; `config` replaces the model's config of `MODELS`."""
+    config = config or MODELS[st["model"]]
     reference, reference_total = memtracker_peaks(config, st, release_held_gradients)
     traced, traced_total = trace_peaks(trace_events(config, st, "cpu"))
     return dict(st, memtracker=reference, memtracker_total=reference_total, trace=traced,
