@@ -1,6 +1,7 @@
 """The tracer's bytes per category against counts derived by hand from the configs, the event
 stream's consistency, the levers' effects, and clear errors for what cannot be traced."""
 
+import json
 from collections import defaultdict
 
 import pytest
@@ -117,8 +118,6 @@ def test_backward_allocations_name_their_module(gpt2_config):
 
 
 def test_output_file_is_the_events(gpt2_config, tmp_path):
-    import json
-
     out = tmp_path / "sub" / "trace.json"
     events = headroom.trace(gpt2_config, seq_len=8, steps=1, output=out)
     assert json.loads(out.read_text()) == events
@@ -170,14 +169,12 @@ def test_the_head_follows_the_config(config, head, tmp_path):
     from headroom.trace.model import head_for, load_config
 
     path = tmp_path / "config.json"
-    path.write_text(__import__("json").dumps(config))
+    path.write_text(json.dumps(config))
     assert head_for(load_config(path)) == head
 
 
 def test_t5_trains_as_sequence_to_sequence(tmp_path):
     """T5's labels feed its decoder: the decoder's blocks allocate in forward and backward."""
-    import json
-
     path = tmp_path / "config.json"
     path.write_text(json.dumps({
         "model_type": "t5", "d_model": 32, "d_kv": 8, "d_ff": 64, "num_heads": 4, "num_layers": 1,
