@@ -57,7 +57,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "python"))
+# The checkout's `headroom` when its extension is built in place (maturin develop), else the
+# installed one.
+if any((ROOT / "python" / "headroom").glob("_headroom*.so")):
+    sys.path.insert(0, str(ROOT / "python"))
 
 MIB = 1024 * 1024
 CATEGORIES = ("Parameter", "Buffer", "Gradient", "Activation", "Temp", "Optstate")
