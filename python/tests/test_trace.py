@@ -1,6 +1,7 @@
 """The tracer's bytes per category against counts derived by hand from the configs, the event
 stream's consistency, the levers' effects, and clear errors for what cannot be traced."""
 
+import json
 from collections import defaultdict
 
 import pytest
@@ -117,8 +118,6 @@ def test_backward_allocations_name_their_module(gpt2_config):
 
 
 def test_output_file_is_the_events(gpt2_config, tmp_path):
-    import json
-
     out = tmp_path / "sub" / "trace.json"
     events = headroom.trace(gpt2_config, seq_len=8, steps=1, output=out)
     assert json.loads(out.read_text()) == events
@@ -152,3 +151,123 @@ def test_a_model_that_reads_data_is_a_clear_error():
     message = str(e.value)
     assert "aten._local_scalar_dense" in message and "in model " in message
     assert ".item()" in message
+
+
+@pytest.mark.parametrize(
+    "config, head",
+    [
+        ({"model_type": "gpt2"}, "causal-lm"),
+        ({"model_type": "bert"}, "masked-lm"),
+        ({"model_type": "bert", "is_decoder": True}, "causal-lm"),
+        ({"model_type": "t5"}, "seq2seq-lm"),
+        ({"model_type": "bart"}, "seq2seq-lm"),
+        ({"model_type": "bert", "architectures": ["BertLMHeadModel"]}, "causal-lm"),
+        ({"model_type": "roberta", "architectures": ["RobertaForMaskedLM"]}, "masked-lm"),
+    ],
+)
+def test_the_head_follows_the_config(config, head, tmp_path):
+    from headroom.trace.model import head_for, load_config
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert head_for(load_config(path)) == head
+
+
+def test_t5_trains_as_sequence_to_sequence(tmp_path):
+    """T5's labels feed its decoder: the decoder's blocks allocate in forward and backward."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({
+        "model_type": "t5", "d_model": 32, "d_kv": 8, "d_ff": 64, "num_heads": 4, "num_layers": 1,
+        "vocab_size": 100, "decoder_start_token_id": 0, "pad_token_id": 0,
+    }))
+    events = headroom.trace(path, seq_len=8, steps=1, device="cpu")
+    modules = {e.get("module", "") for e in events if e["action"] == "alloc" and e["phase"] == "backward"}
+    assert any(m.startswith("model.decoder.block.0") for m in modules)
+    assert any(m.startswith("model.encoder.block.0") for m in modules)
+
+
+class CallsNumpy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(100, 8)
+
+    def forward(self, input_ids, labels):
+        h = self.embed(input_ids)
+        h.detach().numpy()  # data the trace does not have
+        return {"loss": h.sum()}
+
+
+class IndexesByValue(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(100, 8)
+
+    def forward(self, input_ids, labels):
+        h = self.embed(input_ids)
+        return {"loss": h[h > 0].sum()}  # a shape that depends on the values
+
+
+def test_a_model_that_calls_numpy_names_its_line():
+    with pytest.raises(headroom.TraceError) as e:
+        headroom.trace(CallsNumpy, seq_len=8, vocab_size=100, steps=1)
+    message = str(e.value)
+    assert "the forward pass of CallsNumpy" in message and "in forward" in message
+    assert f"{__file__}:" in message  # the model's own line, not torch's
+    assert ".numpy() is not supported" in message and "fake tensors hold shapes" in message
+    assert e.value.__cause__ is None and e.value.__suppress_context__
+
+
+def test_a_model_with_a_data_dependent_shape_is_a_clear_error():
+    with pytest.raises(headroom.TraceError) as e:
+        headroom.trace(IndexesByValue, seq_len=8, vocab_size=100, steps=1)
+    message = str(e.value)
+    assert "aten.index.Tensor" in message and "data-dependent shape" in message
+
+
+def test_an_unknown_optimizer_implementation_lists_the_known_ones(gpt2_config):
+    with pytest.raises(headroom.TraceError) as e:
+        headroom.trace(gpt2_config, seq_len=8, steps=1, optimizer_impl="apex")
+    assert "unknown optimizer implementation 'apex'" in str(e.value)
+    assert "foreach, fused, for-loop" in str(e.value)
+
+
+class ReadsGradients(torch.optim.Optimizer):
+    """An optimizer that hands the gradients to NumPy (as one built on a C library might)."""
+
+    def __init__(self, params):
+        super().__init__(params, {})
+
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.grad.numpy()
+
+
+def _one_step(optimizer_class):
+    with headroom.tracing(steps=1):
+        model = torch.nn.Linear(4, 4)
+        optimizer = optimizer_class(model.parameters())
+        model(torch.randn(2, 4)).sum().backward()
+        optimizer.step()
+
+
+def test_an_optimizer_that_reads_data_is_a_clear_error():
+    with pytest.raises(headroom.TraceError) as e:
+        _one_step(ReadsGradients)
+    message = str(e.value)
+    assert message.startswith("ReadsGradients.step() failed under the tracer at ")
+    assert "in step" in message and "fake tensors hold shapes" in message
+
+
+def test_an_optimizer_that_cannot_run_names_itself():
+    with pytest.raises(headroom.TraceError) as e:
+        _one_step(torch.optim.SparseAdam)
+    message = str(e.value)
+    assert message.startswith("SparseAdam.step() failed under the tracer")
+    assert "does not support dense gradients" in message and "torch.optim.AdamW" in message
+
+
+def test_the_programs_own_errors_pass_unchanged():
+    with pytest.raises(ZeroDivisionError):
+        with headroom.tracing(steps=1):
+            1 / 0

@@ -91,6 +91,31 @@ def test_bf16_sdpa_runs_cuda_flash_attention():
     ]
 
 
+class AutocastAttention(SelfAttention):
+    """The fp32 embedding attended under bf16 autocast, as an fp32 model's SDPA runs."""
+
+    def forward(self, input_ids, labels=None):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return super().forward(input_ids, labels)
+
+
+def test_autocast_casts_sdpa_inputs_before_cuda_picks_flash():
+    # Autocast runs scaled_dot_product_attention in bf16 on CUDA as on the CPU (its
+    # lower-precision list), so CUDA sees bf16 without a mask and runs flash, even with
+    # dropout: x is cast once (A / 2 bytes, bf16), flash saves its bf16 output (A / 2) and
+    # the fp32 (B, H, T) log-sum-exp, and no (B, H, T, T) probabilities exist anywhere.
+    cuda = headroom.trace(
+        lambda: AutocastAttention(0.1), micro_batch=B, seq_len=T, steps=1, vocab_size=V,
+        device="cuda",
+    )
+    flash = [e for e in cuda if e["action"] == "alloc"
+             and e.get("op") == "aten::_scaled_dot_product_flash_attention"]
+    assert sorted((e["size"], e["dtype"]) for e in flash) == [
+        (B * H * T * F32, "float32"), (A // 2, "bfloat16")
+    ]
+    assert not any(e["action"] == "alloc" and e["size"] >= P // 2 for e in cuda)
+
+
 def test_gpt2_config_traced_for_cuda_holds_no_attention_probabilities(gpt2_config):
     # GPT-2's attention dropout (0.1) sends the CPU to the math path: one (2, 4, 128, 128) fp32
     # probability tensor and more per layer. For CUDA none is made.

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
-from headroom.trace.errors import TraceError
+from headroom.trace.errors import TraceError, untraceable
 from headroom.trace.session import StopTracing, Tracing, tracing
 
 __all__ = ["StopTracing", "TraceError", "Tracing", "trace", "tracing", "write_trace"]
@@ -90,9 +90,12 @@ def trace(
             raise TraceError(f"{name} must be a positive integer, got {value!r}")
 
     with FakeTensorMode(allow_non_fake_inputs=True):
-        net = model_mod.build(model)
-        if dtype == "bf16":
-            net = model_mod.to_dtype(net, torch.bfloat16)
+        try:
+            net = model_mod.build(model, torch.bfloat16 if dtype == "bf16" else None)
+        except TraceError:
+            raise
+        except Exception as e:
+            raise untraceable(e, "building the model") from None
         if gradient_checkpointing:
             _enable_checkpointing(net)
         vocab = vocab_size or getattr(getattr(net, "config", None), "vocab_size", None)

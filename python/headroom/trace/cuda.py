@@ -23,7 +23,11 @@ Emulated:
   of 16 for memory-efficient (`preprocess_mask`, same file). Their random-number seed and
   offset are host scalars outside a CUDA graph capture (`_efficient_attention_forward`,
   `aten/src/ATen/native/transformers/cuda/attention.cu`) and leave the trace. The CPU's own
-  flash kernel (no dropout, any mask) and its math path are what a `cpu` trace keeps.
+  flash kernel (no dropout, no mask that needs a gradient: T5's learned position bias sends the
+  CPU to the math path) and its math path are what a `cpu` trace keeps. Under autocast the
+  inputs are first cast to the autocast dtype, as autocast casts the op's inputs on CUDA and
+  the CPU alike (`lower_precision_fp`, `aten/src/ATen/autocast_mode.cpp`), so an fp32 model
+  under bf16 autocast runs flash.
   The function is replaced as `torch.nn.functional.scaled_dot_product_attention` (what
   transformers calls, and a checkpoint's recomputation with it) and caught by a torch function
   mode where a program bound the name before the trace.
@@ -102,6 +106,20 @@ def _efficient_bias(attn_mask: Optional[torch.Tensor], query: torch.Tensor) -> O
     return bias
 
 
+def _autocast_inputs(*tensors: Optional[torch.Tensor]) -> tuple[Optional[torch.Tensor], ...]:
+    """Autocast's cast of `scaled_dot_product_attention`'s inputs: the op is in the
+    lower-precision list of CUDA autocast as of CPU autocast (`lower_precision_fp`,
+    aten/src/ATen/autocast_mode.cpp), so under autocast its floating inputs run in the autocast
+    dtype. The cast is done here, before the backend is chosen, because this function stands in
+    for the op ahead of the autocast dispatch (a trace runs CPU autocast for CUDA's)."""
+    if not torch.is_autocast_enabled("cpu"):
+        return tensors
+    low = torch.get_autocast_dtype("cpu")
+    return tuple(
+        t.to(low) if t is not None and t.is_floating_point() and t.dtype != low else t for t in tensors
+    )
+
+
 def cublas_workspace_bytes(arch: str, config: Optional[str] = None) -> int:
     """The cuBLAS workspace PyTorch allocates: `config` (CUBLAS_WORKSPACE_CONFIG, `:SIZE:COUNT`
     pairs, SIZE in KiB) when it has one, else the default for `arch`."""
@@ -160,6 +178,7 @@ class CudaKernels(TorchFunctionMode):
         scale: Optional[float] = None,
         enable_gqa: bool = False,
     ) -> torch.Tensor:
+        query, key, value, attn_mask = _autocast_inputs(query, key, value, attn_mask)
         backend = cuda_backend(query, key, attn_mask)
         if backend == "flash":
             out, _lse, _, _, _, _, seed, offset, _ = _aten._scaled_dot_product_flash_attention(

@@ -1,7 +1,13 @@
-"""The model to trace: a Hugging Face causal LM built from its `config.json` with
-`AutoModelForCausalLM.from_config` under PyTorch's fake tensors (no weights are read, no memory
-is allocated), or whatever a user's factory (`package.module:function`, or a Python callable)
-returns, called under the same fake mode.
+"""The model to trace: a Hugging Face model with its language-modelling head built from its
+`config.json` under PyTorch's fake tensors (no weights are read, no memory is allocated), or
+whatever a user's factory (`package.module:function`, or a Python callable) returns, called under
+the same fake mode.
+
+The head follows the config (`head_for`): the class its `architectures` names when that is a
+causal-LM, masked-LM or sequence-to-sequence head; else sequence-to-sequence for an
+encoder-decoder (T5, BART: `labels` feed the decoder), masked LM for an encoder that has one and
+is not configured as a decoder (BERT, RoBERTa), causal LM otherwise (GPT-2, Llama, Mixtral).
+Every head takes `input_ids` and `labels` and returns the loss.
 
 Not for: running it (`step.py`).
 """
@@ -11,7 +17,7 @@ from __future__ import annotations
 import importlib
 import json
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import Any, Callable, Optional, Union
 
 import torch
 
@@ -75,30 +81,83 @@ def _is_factory_spec(source: ModelSource) -> bool:
     return ":" in text and not Path(text).exists() and not text.endswith(".json")
 
 
-def build(source: ModelSource) -> torch.nn.Module:
-    """Builds the model; call under the fake mode. Returns a module in training mode."""
+def build(source: ModelSource, dtype: Optional[torch.dtype] = None) -> torch.nn.Module:
+    """Builds the model; call under the fake mode. Returns a module in training mode.
+
+    dtype: the parameters' floating dtype (None keeps the model's own). A config is built in it
+    as `from_pretrained(dtype=...)` builds it (buffers the model computes in fp32, such as the
+    rotary embedding's `inv_freq`, stay fp32); a factory's model is cast (`to_dtype`).
+    """
     if callable(source):
         factory = source
     elif _is_factory_spec(source):
         factory = _factory(str(source))
     else:
         config = load_config(source)
-        factory = lambda: _from_config(config)  # noqa: E731
+        model = _from_config(config, dtype)
+        return model.train()
     model = factory()
     if not isinstance(model, torch.nn.Module):
         raise TraceError(f"the model factory returned {type(model).__name__}, not a torch.nn.Module")
+    if dtype is not None:
+        model = to_dtype(model, dtype)
     return model.train()
 
 
-def _from_config(config: Any) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM
+HEADS = ("causal-lm", "masked-lm", "seq2seq-lm")
 
+# The class-name endings of each head in transformers.
+_HEAD_SUFFIXES = (
+    ("ForCausalLM", "causal-lm"),
+    ("LMHeadModel", "causal-lm"),
+    ("ForMaskedLM", "masked-lm"),
+    ("ForConditionalGeneration", "seq2seq-lm"),
+    ("ForSeq2SeqLM", "seq2seq-lm"),
+)
+
+
+def head_for(config: Any) -> str:
+    """Which language-modelling head to build for `config` (see the module's doc)."""
+    from transformers.models.auto import modeling_auto as auto
+
+    model_type = config.model_type
+    causal = model_type in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    masked = model_type in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    seq2seq = model_type in auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES
+    available = {"causal-lm": causal, "masked-lm": masked, "seq2seq-lm": seq2seq}
+    for name in getattr(config, "architectures", None) or []:
+        for suffix, head in _HEAD_SUFFIXES:
+            if name.endswith(suffix) and available[head]:
+                return head
+    if seq2seq and getattr(config, "is_encoder_decoder", False):
+        return "seq2seq-lm"
+    if masked and not getattr(config, "is_decoder", False):
+        return "masked-lm"
+    if causal:
+        return "causal-lm"
+    if seq2seq:
+        return "seq2seq-lm"
+    raise TraceError(
+        f"transformers has no causal-LM, masked-LM or sequence-to-sequence head for model_type "
+        f"{model_type!r}; pass a model factory (package.module:function) that builds the model "
+        "and a loss function (--loss) instead"
+    )
+
+
+def _from_config(config: Any, dtype: Optional[torch.dtype]) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
+
+    auto_class = {
+        "causal-lm": AutoModelForCausalLM,
+        "masked-lm": AutoModelForMaskedLM,
+        "seq2seq-lm": AutoModelForSeq2SeqLM,
+    }[head_for(config)]
     try:
-        return AutoModelForCausalLM.from_config(config)
+        return auto_class.from_config(config, dtype=dtype)
     except ValueError as e:
         raise TraceError(
-            f"transformers has no causal-LM model for model_type {config.model_type!r} ({e}); "
-            "pass a model factory that builds it instead"
+            f"transformers cannot build {auto_class.__name__} for model_type "
+            f"{config.model_type!r} ({e}); pass a model factory that builds it instead"
         ) from None
 
 

@@ -128,6 +128,7 @@ class Tracing:
 
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._set_phase("optimizer")
+        self._stepping = type(optimizer).__name__
         for group in optimizer.param_groups:
             for p in group["params"]:
                 self._recorder.claim(p, "parameter", op="parameter")
@@ -138,6 +139,7 @@ class Tracing:
         from headroom.trace.step import claim_optimizer_state
 
         claim_optimizer_state(self._recorder, optimizer)
+        self._stepping = None
         self.optimizer_steps += 1
         self._pending = True
         if self.steps is not None and self.optimizer_steps >= self.steps:
@@ -205,6 +207,7 @@ class Tracing:
         self._phase, self._step, self._pending = "model", 0, False
         self._override: Optional[str] = None
         self._in_zero_grad = False
+        self._stepping: Optional[str] = None
         self._modules: list[str] = []
         self._names: dict[int, dict[int, str]] = {}
         self._root_names: dict[int, str] = {}
@@ -243,11 +246,29 @@ class Tracing:
         finally:
             self._exits.close()
         stopped = exc_type is not None and issubclass(exc_type, StopTracing)
+        if isinstance(exc, Exception) and not isinstance(exc, TraceError):
+            self._explain(exc)
         if (exc_type is None or stopped) and self.output is not None:
             from headroom.trace import write_trace
 
             write_trace(self.events, self.output)
         return stopped
+
+
+    def _explain(self, exc: Exception) -> None:
+        """Raises a TraceError for an optimizer step that failed, or for a read of data fake
+        tensors do not hold; other errors are the program's own and pass unchanged."""
+        from headroom.trace.errors import reads_data, untraceable
+
+        if self._stepping is not None:
+            raise untraceable(
+                exc,
+                f"{self._stepping}.step()",
+                "an optimizer is traced when its step runs PyTorch tensor ops on dense "
+                "gradients, as torch.optim.AdamW's does; trace with such an optimizer instead",
+            ) from None
+        if reads_data(exc):
+            raise untraceable(exc, f"the program ({self._phase} phase)") from None
 
 
 def tracing(output: Optional[Union[str, os.PathLike]] = None, *, steps: Optional[int] = None) -> Tracing:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from headroom.trace.errors import TraceError
+from headroom.trace.errors import TraceError, untraceable
 from headroom.trace.recorder import StorageRecorder
 
 DTYPES = ("fp32", "bf16", "bf16-autocast")
@@ -78,12 +78,22 @@ def run_steps(
         input_ids = torch.randint(0, vocab_size, (micro_batch, seq_len))
         recorder.claim(input_ids, "input", op="input")
         cast = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
-        with cast:
-            loss = _loss(model, input_ids, loss_fn)
+        try:
+            with cast:
+                loss = _loss(model, input_ids, loss_fn)
+        except TraceError:
+            raise
+        except Exception as e:
+            raise untraceable(e, f"the forward pass of {type(model).__name__} (with its loss)") from None
         recorder.promote_live("forward", step, "temporary", "activation")
 
         clock.phase = "backward"
-        loss.backward()
+        try:
+            loss.backward()
+        except TraceError:
+            raise
+        except Exception as e:
+            raise untraceable(e, "the backward pass") from None
         del loss
         for p in params:
             if p.grad is not None:
@@ -94,10 +104,11 @@ def run_steps(
             optimizer.step()
         except TraceError:
             raise
-        except (RuntimeError, NotImplementedError) as e:
-            raise TraceError(
-                f"the optimizer step cannot be traced under fake tensors ({e}); try another "
-                "--optimizer-impl (foreach, fused, for-loop)"
+        except Exception as e:
+            raise untraceable(
+                e,
+                f"{type(optimizer).__name__}.step()",
+                "try another --optimizer-impl (foreach, fused, for-loop)",
             ) from None
         claim_optimizer_state(recorder, optimizer)
 
