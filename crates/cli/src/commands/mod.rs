@@ -9,6 +9,7 @@ pub mod estimate;
 pub mod memory;
 pub mod params;
 pub mod plan;
+mod plan_emit;
 pub mod plan_mesh;
 pub mod plan_output;
 mod plan_own;

@@ -3,17 +3,15 @@
 //! and the exports; rendering lives in `plan_output`.
 
 use super::plan_mesh::{MeshArgs, MeshReport};
-use super::{plan_output, plan_own};
+use super::{plan_emit, plan_output, plan_own};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use headroom_memory::ByteSize;
 use headroom_plan::calibrate::{Measurement, calibrate};
 use headroom_plan::cost::{CostModel, Problem};
-use headroom_plan::export::{
-    ExportOptions, accelerate, deepspeed, headroom, peft, torchtune, write_exports,
-};
+use headroom_plan::export::ExportOptions;
 use headroom_plan::hardware::{self, Hardware, HardwareOverrides};
-use headroom_plan::mesh::{choose, search_meshes, unreachable_values};
+use headroom_plan::mesh::{Layout, choose, search_meshes, unreachable_values};
 use headroom_plan::search::{SearchOutcome, search};
 use headroom_plan::strategy::{
     BaseDtype, BaseWeights, Framework, Lora, LoraTargets, LossImpl, OptimizerImpl, Pins, parse_flag,
@@ -103,8 +101,8 @@ pub struct PlanArgs {
     /// states, ZeRO-3 gathering module by module) or fsdp (PyTorch's DDP/FSDP with autocast or
     /// FSDP mixed precision: fp32 parameters that are the master copy, fp32 gradients, whole
     /// blocks gathered; offload only of everything to the CPU). Default: the framework of the
-    /// exports asked for (`--emit deepspeed` → deepspeed; accelerate or torchtune alone →
-    /// fsdp), deepspeed otherwise.
+    /// exports asked for (`--emit deepspeed` → deepspeed; accelerate, torchtune or torchtitan
+    /// without it → fsdp), deepspeed otherwise.
     #[arg(long, value_parser = parse_flag::<Framework>)]
     pub framework: Option<Framework>,
     /// How the optimizer steps the parameters, which sets its temporaries: foreach (PyTorch's
@@ -155,7 +153,9 @@ pub struct PlanArgs {
     /// acc.yaml`, `--emit headroom train.toml`, `--emit torchtune overrides.yaml` (a
     /// single-device recipe's keys), and with --lora-rank `--emit peft
     /// adapter_config.json` (PEFT's LoraConfig) and `--emit bitsandbytes quant.json` (QLoRA's
-    /// BitsAndBytesConfig) (repeatable).
+    /// BitsAndBytesConfig); for a mesh or plain data parallelism, `--emit torchtitan job.toml`
+    /// (a torchtitan job config) and `--emit megatron args.txt` (Megatron-LM's arguments)
+    /// (repeatable).
     #[arg(long, num_args = 2, value_names = ["KIND", "FILE"], action = clap::ArgAction::Append)]
     pub emit: Vec<String>,
     /// Directory on each node's NVMe for offloaded states, written into the exports
@@ -171,19 +171,8 @@ pub struct PlanArgs {
     pub main_process_port: u16,
 }
 
-const EMIT_KINDS: &str = "deepspeed, accelerate, headroom, torchtune, peft, bitsandbytes";
-
 pub fn run(args: PlanArgs) -> Result<()> {
-    let emits: Vec<(String, PathBuf)> = args
-        .emit
-        .chunks(2)
-        .map(|c| (c[0].clone(), PathBuf::from(&c[1])))
-        .collect();
-    for (kind, _) in &emits {
-        if !EMIT_KINDS.split(", ").any(|k| k == kind) {
-            bail!("unknown --emit kind '{kind}'; accepted: {EMIT_KINDS}");
-        }
-    }
+    let emits = plan_emit::parse(&args.emit)?;
     // A pretrained Llama-family model is planned on headroom's engine when its budget is
     // given, and as a Hugging Face model on GPUs otherwise.
     if is_own_model(&args.model) || (args.device_memory.is_some() && is_engine_model(&args.model)) {
@@ -350,13 +339,15 @@ pub fn run(args: PlanArgs) -> Result<()> {
     let elapsed = started.elapsed();
     let mesh_pins = args.mesh.pins();
     let mesh_started = Instant::now();
-    // The exports express data parallelism only: asked for, they keep the search to it.
-    if !emits.is_empty() && mesh_pins.any() && !mesh_pins.only_plain() {
+    // Most exports express data parallelism only: asked for alone, they keep the search to it.
+    let plain_kinds = plan_emit::plain_only(&emits);
+    if !plain_kinds.is_empty() && mesh_pins.any() && !mesh_pins.only_plain() {
         bail!(
-            "--emit: the {EMIT_KINDS} exports express data parallelism only, not the pinned --tp/--pp/--pp-schedule/--microbatches/--sequence-parallel; drop the mesh pins or the --emit"
+            "--emit {}: these exports express data parallelism only, not the pinned --tp/--pp/--pp-schedule/--microbatches/--sequence-parallel; drop the mesh pins, or emit torchtitan or megatron",
+            plain_kinds.join(", ")
         );
     }
-    let mesh_search = if !emits.is_empty() && plain_possible {
+    let mesh_search = if plan_emit::keeps_search_plain(&emits) && plain_possible {
         headroom_plan::mesh::MeshSearch::default()
     } else {
         search_meshes(
@@ -422,10 +413,11 @@ pub fn run(args: PlanArgs) -> Result<()> {
         && m.choice.recommended.is_some()
         && (recommends_mesh || !mesh_pins.admit_plain() || !plain_possible)
     {
-        if let Some((kind, _)) = emits.first() {
-            bail!(
-                "--emit {kind}: the recommended layout splits the model with tensor or pipeline parallelism, which the {EMIT_KINDS} exports cannot express; pin --tp 1 --pp 1 to export the best plain data-parallel plan"
-            );
+        if let Some(layout) = &m.choice.recommended
+            && !emits.is_empty()
+        {
+            let opts = export_options(&args, &emits);
+            return plan_emit::write(&problem, *layout, world, &emits, &opts, args.json);
         }
         return Ok(());
     }
@@ -449,7 +441,19 @@ pub fn run(args: PlanArgs) -> Result<()> {
             }
         );
     };
-    let opts = ExportOptions {
+    let opts = export_options(&args, &emits);
+    plan_emit::write(
+        &problem,
+        Layout::Plain(best),
+        world,
+        &emits,
+        &opts,
+        args.json,
+    )
+}
+
+fn export_options(args: &PlanArgs, emits: &[(String, PathBuf)]) -> ExportOptions {
+    ExportOptions {
         nvme_path: args.nvme_path.clone(),
         main_process_ip: args.main_process_ip.clone(),
         main_process_port: args.main_process_port,
@@ -457,49 +461,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
             .iter()
             .find(|(k, _)| k == "deepspeed")
             .map(|(_, p)| p.display().to_string()),
-    };
-    // Every file is built (and held to the rules) before any is written; then all are written
-    // or none.
-    let mut texts = Vec::new();
-    for (kind, path) in &emits {
-        if emits.iter().filter(|(_, p)| p == path).count() > 1 {
-            bail!(
-                "--emit {kind} {}: the same path is given to two --emit; give each its own file",
-                path.display()
-            );
-        }
-        let text = match kind.as_str() {
-            "deepspeed" => {
-                serde_json::to_string_pretty(&deepspeed::ds_config(&problem, best, &opts)?)? + "\n"
-            }
-            "accelerate" => accelerate::accelerate_config(&problem, best, &opts)?,
-            "torchtune" => torchtune::torchtune_config(&problem, best)?,
-            "peft" => serde_json::to_string_pretty(&peft::adapter_config(&problem)?)? + "\n",
-            "bitsandbytes" => {
-                serde_json::to_string_pretty(&peft::bitsandbytes_config(&problem, best)?)? + "\n"
-            }
-            _ => headroom::headroom_toml(&problem, best),
-        };
-        texts.push(text);
     }
-    let files: Vec<(&Path, &str)> = emits
-        .iter()
-        .zip(&texts)
-        .map(|((_, p), t)| (p.as_path(), t.as_str()))
-        .collect();
-    let kinds: Vec<&str> = emits.iter().map(|(k, _)| k.as_str()).collect();
-    write_exports(&files).with_context(|| {
-        format!(
-            "--emit {}: nothing was written (all the files or none)",
-            kinds.join(", --emit ")
-        )
-    })?;
-    if !args.json {
-        for (kind, path) in &emits {
-            println!("wrote {kind} config to {}", path.display());
-        }
-    }
-    Ok(())
 }
 
 /// The framework the exports target: DeepSpeed when a ds_config is asked for (an Accelerate
@@ -510,7 +472,7 @@ fn default_framework(emits: &[(String, PathBuf)]) -> Framework {
     if !kinds.contains(&"deepspeed")
         && kinds
             .iter()
-            .any(|k| ["accelerate", "torchtune"].contains(k))
+            .any(|k| ["accelerate", "torchtune", "torchtitan"].contains(k))
     {
         Framework::Fsdp
     } else {

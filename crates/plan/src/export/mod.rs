@@ -1,7 +1,8 @@
 //! Exports of a plan into the configuration formats that run it: a DeepSpeed `ds_config.json`,
 //! an Accelerate config YAML (FSDP settings), a TOML for `headroom train`, a torchtune
-//! single-device recipe's overrides, and for LoRA plans PEFT's `adapter_config.json` and
-//! bitsandbytes' quantization config. An export either
+//! single-device recipe's overrides, for LoRA plans PEFT's `adapter_config.json` and
+//! bitsandbytes' quantization config, and for meshes (or plain data parallelism) a torchtitan
+//! job TOML and Megatron-LM's arguments (`mesh_run`). An export either
 //! expresses the plan the cost model predicted or refuses with the reason and what the tool
 //! would do instead (see `fidelity`), and is held to the documented working combinations
 //! (`rules`). Files are written atomically: to a temporary file in the same directory, then
@@ -13,8 +14,12 @@ pub mod accelerate;
 pub mod deepspeed;
 mod fidelity;
 pub mod headroom;
+pub mod megatron;
+pub mod mesh_rules;
+pub mod mesh_run;
 pub mod peft;
 pub mod rules;
+pub mod torchtitan;
 pub mod torchtune;
 
 use crate::error::{PlanError, Result};
@@ -53,7 +58,10 @@ impl Default for ExportOptions {
 }
 
 /// Holds an export to the documented rules (`rules`): a broken one is refused by name.
-fn hold_to_rules(format: &str, checked: std::result::Result<(), rules::Rule>) -> Result<()> {
+fn hold_to_rules<R: std::fmt::Display>(
+    format: &str,
+    checked: std::result::Result<(), R>,
+) -> Result<()> {
     checked.map_err(|rule| PlanError::Export {
         format: format.into(),
         reason: format!("the written configuration would break a documented rule: {rule}"),

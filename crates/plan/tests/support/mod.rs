@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod mesh_schemas;
 pub mod published;
 pub mod schemas;
 
