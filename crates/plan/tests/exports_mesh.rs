@@ -273,3 +273,71 @@ fn the_rules_reject_what_torchtitan_and_megatron_refuse() {
         Err(MeshRule::SequenceParallelWithoutTp)
     );
 }
+
+#[test]
+fn an_uneven_pipeline_is_written_as_each_framework_splits_it() {
+    // Llama 3.1 405B (126 layers) on 512 GPUs as torchtitan ran it: dp 8 × tp 8 × pp 8, 1F1B,
+    // 32 micro-batches of one sequence (global 256), one layer fewer on the first and last
+    // stage: (126 + 2)/8 = 16 per stage, 15 at the ends.
+    let p = problem("llama-3.1-405b", 64, 256);
+    let model = MeshModel::from_architecture(&p.spec, 8192, 1).unwrap();
+    let m = Mesh {
+        dp: 8,
+        tp: 8,
+        sequence_parallel: true,
+        pp: 8,
+        microbatches: 32,
+        fewer_layers_at_ends: 1,
+        ..Mesh::default()
+    };
+    let plan = evaluate_mesh(
+        &p,
+        &model,
+        &m,
+        Precision::Bf16Mixed,
+        ZeroStage::new(3).unwrap(),
+        mesh::Recompute::Full,
+    );
+    let layers: Vec<u64> = plan.stages.iter().map(|s| s.layers).collect();
+    assert_eq!(layers, vec![15, 16, 16, 16, 16, 16, 16, 15]);
+    let run = MeshRun::of_mesh(&p, &plan, "test").unwrap();
+    let v = check_torchtitan(&torchtitan_toml(&p, &run).unwrap());
+    let get = |k: &str| v.get(k).map(String::as_str);
+    assert_eq!(
+        get("parallelism.pipeline_parallel_layers_per_stage"),
+        Some("16")
+    );
+    assert_eq!(
+        get("parallelism.pipeline_parallel_first_stage_less_layers"),
+        Some("1")
+    );
+    assert_eq!(
+        get("parallelism.pipeline_parallel_last_stage_less_layers"),
+        Some("1")
+    );
+    assert_eq!(get("training.local_batch_size"), Some("32"));
+    assert_eq!(get("training.global_batch_size"), Some("256"));
+    // Megatron-LM (ZeRO-1 here: its FSDP is not combined with a pipeline): 15 on the first and
+    // last stage, (126 − 30)/6 = 16 on each of the other six.
+    let mut run1 = run;
+    run1.zero_stage = ZeroStage::new(1).unwrap();
+    let a = check_megatron(&megatron_args(&p, &run1).unwrap());
+    assert_eq!(
+        a.get("--decoder-first-pipeline-num-layers")
+            .map(String::as_str),
+        Some("15")
+    );
+    assert_eq!(
+        a.get("--decoder-last-pipeline-num-layers")
+            .map(String::as_str),
+        Some("15")
+    );
+    assert_eq!(a.get("--num-layers-per-virtual-pipeline-stage"), None);
+    // Interleaved, Megatron-LM would take the layers off every chunk of the end stages.
+    run1.mesh.pp = 4;
+    run1.mesh.dp = 16;
+    run1.mesh.microbatches = 16;
+    run1.mesh.schedule = PipelineSchedule::Interleaved { chunks: 2 };
+    let e = megatron_args(&p, &run1).unwrap_err().to_string();
+    assert!(e.contains("every chunk of the first and last stage"), "{e}");
+}

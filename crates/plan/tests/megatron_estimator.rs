@@ -13,8 +13,10 @@
 //!    the first linear's 2f-wide output and the second's f-wide input, 6sbf: + 2sbf/t per layer
 //!    held.
 //! 5. Interleaving: the estimator scales the embedding's p in-flight micro-batches by the
-//!    interleaving penalty 1 + (p − 1)/(p·v); replaying the schedule, stage 0's first chunk (the
-//!    one with the embedding) holds 2p − 1 micro-batches at the peak, not p·(1 + (p − 1)/(p·v)).
+//!    interleaving penalty 1 + (p − 1)/(p·v); replaying the schedule, stage 0 holds
+//!    (v + 1)p − 1 chunk-micro-batches at its peak, and at the heaviest such moment (after the
+//!    second steady-state forward) 2p of them are of its first chunk (the one with the
+//!    embedding), not p·(1 + (p − 1)/(p·v)).
 
 use headroom_plan::mesh::{MeshModel, Recompute, mesh_memory};
 use headroom_plan::strategy::{Mesh, PipelineSchedule, ZeroStage};
@@ -254,10 +256,13 @@ fn llama2_70b_interleaved_matches_megatron_up_to_swiglu_norms_and_the_replayed_s
     // Stage 0 holds (v + 1)p − 1 = 11 chunks of L/(p·v) = 10 layers: 110 = 80·(1 + 3/8), the
     // estimator's penalty, so the layer terms agree but for SwiGLU (difference 4).
     let swiglu = 110.0 * 2.0 * s * b * f / t;
-    // Difference 5 (with 3): the estimator charges the embedding (8sb + sbh)·p·(11/8)/t; the
-    // replay holds 2p − 1 = 7 micro-batches of chunk 0, each with 8sb + sbh/t.
+    // Difference 5 (with 3): the estimator charges the embedding (8sb + sbh)·p·(11/8)/t. The
+    // replay (p 4, v 2): 10 warm-up forwards leave 6 of chunk 0 and 4 of chunk 1; the first
+    // steady forward (chunk 0) makes (7, 4), the first backward (chunk 1) (7, 3), the second
+    // forward (chunk 0) (8, 3): 11 again, with one more micro-batch of chunk 0 and so heavier.
+    // 2p = 8 micro-batches of chunk 0, each with 8sb + sbh/t.
     let embedding =
-        7.0 * (8.0 * s * b + s * b * h / t) - (8.0 * s * b + s * b * h) * p * (11.0 / 8.0) / t;
+        8.0 * (8.0 * s * b + s * b * h / t) - (8.0 * s * b + s * b * h) * p * (11.0 / 8.0) / t;
     close(
         stage0.activations,
         act + swiglu + embedding,

@@ -90,12 +90,14 @@ fn with_one_micro_batch_the_loss_puts_the_peak_on_the_last_stage() {
 fn interleaving_holds_more_on_stage_0_and_follows_the_replayed_schedule() {
     // v = 2: 4 layers in p·v = 4 chunks of one layer. Stage 0 runs 2(p − 1) + (v − 1)p = 4
     // warm-up forwards (chunk 0 of micro-batches 0–1, chunk 1 of 0–1), then chunk 0 of
-    // micro-batch 2: 3 of chunk 0 and 2 of chunk 1, 5 = (v + 1)p − 1 chunk-micro-batches.
+    // micro-batch 2: 3 of chunk 0 and 2 of chunk 1, 5 = (v + 1)p − 1 chunk-micro-batches; the
+    // first backward (chunk 1) leaves (3, 1) and chunk 0 of micro-batch 3 makes (4, 1): 5 again,
+    // heavier by one more micro-batch of chunk 0's embedding bytes, so the peak.
     // Stage 1 runs 2 warm-up forwards (chunk 0 of 0–1), then chunk 1 of micro-batch 0: 3.
     let mesh = mesh(PipelineSchedule::Interleaved { chunks: 2 }, 4);
     let m = mesh_memory(&tiny(), &mesh, zero1(), Recompute::Selective);
-    // 5 × 4352 + 3 (chunk 0, which holds the embedding) × 256.
-    assert_eq!(m.stages[0].activations, 21_760.0 + 768.0);
+    // 5 × 4352 + 4 (chunk 0, which holds the embedding) × 256.
+    assert_eq!(m.stages[0].activations, 21_760.0 + 1024.0);
     // 3 × 4352 + 1 (chunk 1, which holds the loss) × 2560.
     assert_eq!(m.stages[1].activations, 13_056.0 + 2560.0);
     // The model states do not depend on the schedule.
@@ -132,4 +134,38 @@ fn without_a_mesh_the_layer_terms_are_korthikantis_unsplit_ones() {
     assert_eq!(m.stages.len(), 1);
     assert_eq!(m.stages[0].activations, 45_056.0 + 384.0 + 5120.0);
     assert_eq!(m.stages[0].parameters, 13_600.0);
+}
+
+#[test]
+fn an_uneven_split_gives_the_end_stages_one_layer_fewer() {
+    // Llama 3.1 405B on tp 8 × pp 8 with one layer fewer at both ends (15, 16 × 6, 15). Per
+    // layer on one tp rank: the matrices 3,187,671,040 / 8 = 398,458,880 plus two norms of
+    // 16,384 (not split): 398,491,648. The embedding and the untied output layer 128,256 ·
+    // 16,384 / 8 = 262,668,288 each.
+    let spec = headroom_plan::model::load_model("llama-3.1-405b").unwrap();
+    let model = MeshModel::from_architecture(&spec, 8192, 1).unwrap();
+    let mesh = Mesh {
+        dp: 8,
+        tp: 8,
+        sequence_parallel: true,
+        pp: 8,
+        microbatches: 32,
+        fewer_layers_at_ends: 1,
+        ..Mesh::default()
+    };
+    let m = mesh_memory(&model, &mesh, ZeroStage::new(3).unwrap(), Recompute::Full);
+    let params: Vec<f64> = m.stages.iter().map(|s| s.parameters).collect();
+    // Stage 0: 15 · 398,491,648 + 262,668,288 = 6,240,043,008.
+    assert_eq!(params[0], 6_240_043_008.0);
+    // Stages 1–6: 16 · 398,491,648 = 6,375,866,368.
+    assert!(params[1..7].iter().all(|p| *p == 6_375_866_368.0));
+    // Stage 7: 15 layers, the final norm (16,384) and the output layer: 6,240,059,392.
+    assert_eq!(params[7], 6_240_059_392.0);
+    // Over the pipeline, every parameter once per tp rank: 126 layers, two vocabulary tables
+    // and the final norm.
+    let total: f64 = params.iter().sum();
+    assert_eq!(
+        total,
+        126.0 * 398_491_648.0 + 2.0 * 262_668_288.0 + 16_384.0
+    );
 }

@@ -96,6 +96,13 @@ pub struct Mesh {
     pub cp: u64,
     /// Expert-parallel ranks (each holds experts/ep of every MoE layer's experts).
     pub ep: u64,
+    /// Layers the first and the last model chunk each hold fewer than the others, to balance
+    /// the embedding and the output layer they also hold: Llama 3 ran its 126 layers on 16
+    /// stages with one layer fewer on the first and the last (Llama 3 paper §3.3.2); torchtitan
+    /// defaults to the same (`pipeline_parallel_first_stage_less_layers`), Megatron-LM takes
+    /// `--decoder-first-pipeline-num-layers`. 0 splits the layers evenly.
+    #[serde(default)]
+    pub fewer_layers_at_ends: u64,
 }
 
 impl Default for Mesh {
@@ -109,6 +116,7 @@ impl Default for Mesh {
             microbatches: 1,
             cp: 1,
             ep: 1,
+            fewer_layers_at_ends: 0,
         }
     }
 }
@@ -138,6 +146,36 @@ impl Mesh {
     /// True for the single-replica layout (every axis 1): the plan is the one without a mesh.
     pub fn is_single(&self) -> bool {
         *self == Mesh::default()
+    }
+
+    /// Model chunks on the whole pipeline (pp · v).
+    pub fn virtual_stages(&self) -> u64 {
+        self.pp * self.schedule.chunks()
+    }
+
+    /// Layers of chunk `chunk` of pipeline stage `stage` (virtual stage chunk·pp + stage) for a
+    /// model of `layers` layers: (L + 2k)/(pp·v) each, k fewer on the first and the last chunk.
+    pub fn chunk_layers(&self, layers: u64, stage: u64, chunk: u64) -> u64 {
+        let k = self.fewer_layers_at_ends;
+        let n = self.virtual_stages();
+        let per = (layers + 2 * k) / n;
+        let j = chunk * self.pp + stage;
+        if j == 0 || j == n - 1 { per - k } else { per }
+    }
+
+    /// Layers pipeline stage `stage` holds over all its chunks.
+    pub fn stage_layers(&self, layers: u64, stage: u64) -> u64 {
+        (0..self.schedule.chunks())
+            .map(|c| self.chunk_layers(layers, stage, c))
+            .sum()
+    }
+
+    /// The most layers any pipeline stage holds (the slowest stage's share of the compute).
+    pub fn max_stage_layers(&self, layers: u64) -> u64 {
+        (0..self.pp)
+            .map(|i| self.stage_layers(layers, i))
+            .max()
+            .unwrap_or(layers)
     }
 
     /// The first constraint the mesh breaks for this model, batch and cluster, naming it and the
@@ -197,11 +235,25 @@ impl Mesh {
                 ));
             }
         }
-        if !shape.layers.is_multiple_of(self.pp * v) {
+        let k = self.fewer_layers_at_ends;
+        if k > 0 && self.pp < 2 {
             return bad(format!(
-                "the model's {} layers are not divisible by pp·v = {}·{v}: pick a pp and chunk count whose product divides {}",
-                shape.layers, self.pp, shape.layers
+                "fewer layers on the first and last pipeline stage ({k}) needs a pipeline: pp ≥ 2"
             ));
+        }
+        let n = self.pp * v;
+        if !(shape.layers + 2 * k).is_multiple_of(n) || (shape.layers + 2 * k) / n <= k {
+            return bad(if k == 0 {
+                format!(
+                    "the model's {} layers are not divisible by pp·v = {}·{v}: pick a pp and chunk count whose product divides {}, or take layers off the first and last stage",
+                    shape.layers, self.pp, shape.layers
+                )
+            } else {
+                format!(
+                    "the model's {} layers with {k} fewer on the first and last chunk do not split into pp·v = {}·{v} chunks: {} + 2·{k} must be a multiple of {n}",
+                    shape.layers, self.pp, shape.layers
+                )
+            });
         }
         if self.ep > 1 {
             if shape.experts == 0 {
@@ -238,6 +290,67 @@ impl Mesh {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_layer_fewer_at_each_end_splits_126_layers() {
+        // Llama 3.1 405B: 126 layers (Llama 3 paper, Table 3), 128 heads over 8 KV heads.
+        let shape = MeshShape {
+            attention_heads: 128,
+            kv_heads: 8,
+            layers: 126,
+            experts: 0,
+            global_batch: 256,
+            micro_batch: 1,
+            gpus_per_node: 8,
+        };
+        let even = Mesh {
+            dp: 8,
+            tp: 8,
+            sequence_parallel: true,
+            pp: 8,
+            microbatches: 32,
+            ..Mesh::default()
+        };
+        // 126 = 2·3²·7 is not a multiple of 8.
+        let e = even.validate(&shape).unwrap_err().to_string();
+        assert!(
+            e.contains("take layers off the first and last stage"),
+            "{e}"
+        );
+        // (126 + 2)/8 = 16: stages of 15, 16 × 6, 15.
+        let uneven = Mesh {
+            fewer_layers_at_ends: 1,
+            ..even
+        };
+        uneven.validate(&shape).unwrap();
+        let layers: Vec<u64> = (0..8).map(|i| uneven.stage_layers(126, i)).collect();
+        assert_eq!(layers, vec![15, 16, 16, 16, 16, 16, 16, 15]);
+        assert_eq!(uneven.max_stage_layers(126), 16);
+        // Interleaved over 4 stages with 2 chunks: 8 chunks of 16, the first (stage 0 chunk 0)
+        // and the last (stage 3 chunk 1) 15: stages 31, 32, 32, 31.
+        let looped = Mesh {
+            pp: 4,
+            dp: 16,
+            microbatches: 16,
+            schedule: PipelineSchedule::Interleaved { chunks: 2 },
+            ..uneven
+        };
+        looped.validate(&shape).unwrap();
+        assert_eq!(looped.chunk_layers(126, 0, 0), 15);
+        assert_eq!(looped.chunk_layers(126, 0, 1), 16);
+        assert_eq!(looped.chunk_layers(126, 3, 1), 15);
+        let layers: Vec<u64> = (0..4).map(|i| looped.stage_layers(126, i)).collect();
+        assert_eq!(layers, vec![31, 32, 32, 31]);
+        // 130 + 2 = 132 is not a multiple of 8: refused with the arithmetic.
+        let e = uneven
+            .validate(&MeshShape {
+                layers: 130,
+                ..shape
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("130 + 2·1 must be a multiple of 8"), "{e}");
+    }
 
     /// GPT-3 175B (Brown et al. 2020: 96 layers, 96 heads) on 8-GPU nodes, batch 1536.
     fn gpt3() -> MeshShape {

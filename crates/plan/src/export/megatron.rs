@@ -104,12 +104,24 @@ fn parallel_args(run: &MeshRun, layers: u64, args: &mut Args) -> Result<()> {
         switch(args, "--sequence-parallel");
     }
     push(args, "--pipeline-model-parallel-size", m.pp);
-    if let PipelineSchedule::Interleaved { chunks } = m.schedule {
-        push(
-            args,
-            "--num-layers-per-virtual-pipeline-stage",
-            layers / (m.pp * chunks),
-        );
+    let k = m.fewer_layers_at_ends;
+    let per_chunk = (layers + 2 * k) / m.virtual_stages();
+    if k > 0 {
+        // Megatron-LM's uneven split names the first and last pipeline stage's layers, and
+        // spreads a stage's layers evenly over its chunks
+        // (`megatron/core/transformer/transformer_block.py`, `get_num_layers_to_build`): with
+        // interleaving that takes layers off every chunk of the end stages, not off the first
+        // and last chunk as the plan does.
+        if let PipelineSchedule::Interleaved { chunks } = m.schedule {
+            return Err(refuse(format!(
+                "the plan takes {k} layer off the first and last of {} model chunks, and Megatron-LM's uneven split (--decoder-first-pipeline-num-layers) takes layers off every chunk of the first and last stage; pin --pp-schedule 1f1b, or a pp and chunk count whose product divides {layers}",
+                m.pp * chunks
+            )));
+        }
+        push(args, "--decoder-first-pipeline-num-layers", per_chunk - k);
+        push(args, "--decoder-last-pipeline-num-layers", per_chunk - k);
+    } else if let PipelineSchedule::Interleaved { .. } = m.schedule {
+        push(args, "--num-layers-per-virtual-pipeline-stage", per_chunk);
     }
     match run.zero_stage.number() {
         0 => {}
@@ -131,7 +143,6 @@ fn parallel_args(run: &MeshRun, layers: u64, args: &mut Args) -> Result<()> {
     }
     push(args, "--micro-batch-size", run.micro_batch);
     push(args, "--global-batch-size", run.global_batch());
-    let per_chunk = layers / (m.pp * run.chunks());
     match run.recompute {
         Recompute::Nothing => {}
         Recompute::EveryNth(k) if per_chunk.is_multiple_of(k) => {

@@ -30,7 +30,8 @@ pub enum MeshRule {
     GlobalBatchSplit { global: u64, micro: u64, dp: u64 },
     /// "number of layers of the model must be divisible pipeline model parallel size" and "number
     /// of layers per pipeline stage must be divisible number of layers per virtual pipeline
-    /// stage" (`arguments.py`).
+    /// stage" (`arguments.py`); with an uneven split, "the left over layers must be divisible by
+    /// left over stages" (`megatron/core/transformer/transformer_block.py`).
     LayerSplit {
         layers: u64,
         pp: u64,
@@ -169,12 +170,25 @@ pub fn megatron(args: &[(String, Option<String>)], dp: u64) -> Result<(), MeshRu
     }
     let layers = get("--num-layers").unwrap_or(0);
     let pp = get("--pipeline-model-parallel-size").unwrap_or(1);
+    let first = get("--decoder-first-pipeline-num-layers");
+    let last = get("--decoder-last-pipeline-num-layers");
+    let split_ok = if let (Some(first), Some(last)) = (first, last) {
+        // The uneven split: the layers left after the first and last stage divide evenly over
+        // the others ("With uneven pipelineing the left over layers must be divisible by left
+        // over stages", megatron/core/transformer/transformer_block.py).
+        pp >= 2
+            && layers > first + last
+            && (pp == 2 || (layers - first - last).is_multiple_of(pp - 2))
+    } else {
+        let per_chunk =
+            get("--num-layers-per-virtual-pipeline-stage").unwrap_or(layers / pp.max(1));
+        pp > 0
+            && layers.is_multiple_of(pp)
+            && per_chunk > 0
+            && (layers / pp).is_multiple_of(per_chunk)
+    };
     let per_chunk = get("--num-layers-per-virtual-pipeline-stage").unwrap_or(layers / pp.max(1));
-    if pp == 0
-        || !layers.is_multiple_of(pp)
-        || per_chunk == 0
-        || !(layers / pp).is_multiple_of(per_chunk)
-    {
+    if !split_ok {
         return Err(MeshRule::LayerSplit {
             layers,
             pp,

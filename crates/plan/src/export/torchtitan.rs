@@ -15,9 +15,9 @@
 //! - Tensor parallelism always shards the norms' activations (`SequenceParallel` on
 //!   `attention_norm`, `ffn_norm` and `norm` in the same file): a plan with tp > 1 and sequence
 //!   parallelism off is refused.
-//! - The stage split is even, as the plan's: `pipeline_parallel_layers_per_stage` = L/(pp·v)
-//!   with the first and last stage's `*_less_layers = 0` (torchtitan's default takes one layer
-//!   off each to balance the embedding and the output layer, which the plan does not model).
+//! - The stage split is the plan's: `pipeline_parallel_layers_per_stage` = (L + 2k)/(pp·v) with
+//!   the first and last stage's `*_less_layers = k`, the layers the plan takes off both ends
+//!   (0 for an even split; torchtitan's own default is 1).
 //! - The model is one of torchtitan's llama3 flavors (8B, 70B, 405B,
 //!   `torchtitan/models/llama3/__init__.py`), matched on its dimensions; another model is
 //!   refused (register a flavor, or use the Megatron-LM export).
@@ -130,12 +130,13 @@ fn parallelism(run: &MeshRun, layers: u64) -> Result<Value> {
         };
         p.push(("pipeline_parallel_schedule", text(schedule)));
         p.push(("pipeline_parallel_microbatch_size", int(run.micro_batch)));
+        let k = m.fewer_layers_at_ends;
         p.push((
             "pipeline_parallel_layers_per_stage",
-            int(layers / (m.pp * run.chunks())),
+            int((layers + 2 * k) / m.virtual_stages()),
         ));
-        p.push(("pipeline_parallel_first_stage_less_layers", int(0)));
-        p.push(("pipeline_parallel_last_stage_less_layers", int(0)));
+        p.push(("pipeline_parallel_first_stage_less_layers", int(k)));
+        p.push(("pipeline_parallel_last_stage_less_layers", int(k)));
     }
     p.push(("context_parallel_degree", int(m.cp)));
     p.push(("enable_async_tensor_parallel", Value::Boolean(false)));

@@ -2,11 +2,13 @@
 //! cluster admit: the space a mesh search ranks.
 //!
 //! tp runs over the divisors of the GPUs per node (tensor parallelism stays within a node), pp
-//! over the divisors of the layers, dp takes the remaining ranks, and m the global batch's
+//! over the stage counts that split the layers into whole chunks — evenly, or with one layer
+//! fewer on the first and the last chunk when only L + 2 divides (Llama 3's 126 layers on 16
+//! stages, Llama 3 paper §3.3.2) —, dp takes the remaining ranks, and m the global batch's
 //! remaining factor; sequence parallelism is on whenever tp > 1 (it only lowers activation
 //! memory, at the same communication volume; Korthikanti et al. 2022, §4.2.2). For pp ≥ 2 the
-//! interleaved schedule is listed for every v ≥ 2 that divides the layers per stage, when m is a
-//! multiple of pp. Every candidate passes `Mesh::validate`.
+//! interleaved schedule is listed for every v ≥ 2 that splits the same way, when m is a multiple
+//! of pp. Every candidate passes `Mesh::validate`.
 //!
 //! Not for: costing or ranking the candidates (`rank`, `time`), or cp and ep (kept at 1).
 
@@ -16,14 +18,24 @@ fn divisors(n: u64) -> impl Iterator<Item = u64> {
     (1..=n).filter(move |d| n.is_multiple_of(*d))
 }
 
+/// Layers the first and last chunk hold fewer so that `layers` split into `chunks` model chunks:
+/// 0 when they divide evenly, else 1 when L + 2 does (Llama 3's split), else none.
+fn fewer_at_ends(layers: u64, pp: u64, chunks: u64) -> Option<u64> {
+    let n = pp * chunks;
+    if layers.is_multiple_of(n) {
+        Some(0)
+    } else if pp >= 2 && (layers + 2).is_multiple_of(n) && (layers + 2) / n > 1 {
+        Some(1)
+    } else {
+        None
+    }
+}
+
 /// The valid meshes on `world` GPUs for `shape`, in the order tp, pp, schedule (1F1B first).
 pub fn candidate_meshes(shape: &MeshShape, world: u64) -> Vec<Mesh> {
     let mut out = Vec::new();
     for tp in divisors(shape.gpus_per_node) {
-        for pp in divisors(shape.layers) {
-            if !world.is_multiple_of(tp * pp) {
-                continue;
-            }
+        for pp in (1..=shape.layers).filter(|pp| world.is_multiple_of(tp * pp)) {
             let dp = world / (tp * pp);
             let per_step = dp * shape.micro_batch;
             if !shape.global_batch.is_multiple_of(per_step) {
@@ -38,17 +50,20 @@ pub fn candidate_meshes(shape: &MeshShape, world: u64) -> Vec<Mesh> {
                 microbatches: shape.global_batch / per_step,
                 ..Mesh::default()
             };
-            let interleaved = (2..=shape.layers / pp)
-                .filter(|v| (shape.layers / pp).is_multiple_of(*v))
-                .map(|chunks| Mesh {
-                    schedule: PipelineSchedule::Interleaved { chunks },
+            let schedules = (1..=shape.layers / pp).filter_map(|chunks| {
+                let k = fewer_at_ends(shape.layers, pp, chunks)?;
+                let schedule = if chunks == 1 {
+                    PipelineSchedule::OneFOneB
+                } else {
+                    PipelineSchedule::Interleaved { chunks }
+                };
+                Some(Mesh {
+                    schedule,
+                    fewer_layers_at_ends: k,
                     ..base
-                });
-            out.extend(
-                std::iter::once(base)
-                    .chain(interleaved)
-                    .filter(|m| m.validate(shape).is_ok()),
-            );
+                })
+            });
+            out.extend(schedules.filter(|m| m.validate(shape).is_ok()));
         }
     }
     out

@@ -107,13 +107,17 @@ impl Layout<'_> {
                 let mesh = &m.mesh;
                 LayoutSummary {
                     layout: format!(
-                        "dp {} × tp {} × pp {}, {}, m {}, SP {}",
+                        "dp {} × tp {} × pp {}, {}, m {}, SP {}{}",
                         mesh.dp,
                         mesh.tp,
                         mesh.pp,
                         mesh.schedule,
                         mesh.microbatches,
-                        if mesh.sequence_parallel { "on" } else { "off" }
+                        if mesh.sequence_parallel { "on" } else { "off" },
+                        match mesh.fewer_layers_at_ends {
+                            0 => String::new(),
+                            k => format!(", ends −{k} layer"),
+                        }
                     ),
                     dp: mesh.dp,
                     tp: mesh.tp,

@@ -29,8 +29,7 @@
 //! Not for: which meshes exist (`candidates`) or which one to recommend (`search`).
 
 use super::{
-    MeshModel, Recompute, bubble_fraction, layer_activation_bytes, mesh_memory, peak_in_flight,
-    step_seconds,
+    MeshModel, Recompute, bubble_fraction, layer_activation_bytes, mesh_memory, step_seconds,
 };
 use crate::cost::{Problem, time};
 use crate::strategy::{
@@ -182,18 +181,16 @@ pub fn evaluate_mesh(
     };
     let frag = problem.cost.fragmentation;
     let ctx = problem.hardware.cuda_context_bytes as f64;
-    let (p, v) = (mesh.pp, mesh.schedule.chunks());
+    let v = mesh.schedule.chunks();
     let stages: Vec<StagePeak> = memory
         .stages
         .iter()
         .map(|st| {
-            let held: u64 = peak_in_flight(st.stage, p, v, mesh.microbatches)
-                .iter()
-                .sum();
+            let held = st.in_flight;
             let allocated = st.model_states + st.activations + buffers;
             StagePeak {
                 stage: st.stage,
-                layers: model.layers / p,
+                layers: st.layers,
                 in_flight: held as f64 / v as f64,
                 parameters: st.parameters,
                 model_states_bytes: st.model_states.round() as u64,
@@ -238,7 +235,7 @@ pub fn evaluate_mesh(
     let pp_bw = link_bandwidth(problem, mesh.tp * mesh.dp * 2);
     let slots = step_seconds(model, mesh, recompute, compute_s / m, tp_bw, pp_bw);
     let bubble = bubble_fraction(mesh);
-    let layers = (model.layers / p) as f64;
+    let layers = mesh.max_stage_layers(model.layers) as f64;
     let tp_bytes = m * layers * super::tp_bytes_per_layer(model, mesh, recompute);
     let pp_bytes = m * super::pp_bytes_per_microbatch(model, mesh);
     let tp_s = tp_bytes / tp_bw;

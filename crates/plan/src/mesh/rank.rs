@@ -1,6 +1,7 @@
 //! Memory of every pipeline stage's ranks on a mesh, and the most loaded one.
 //!
-//! Model states: stage i holds L/p layers (in v chunks); their weight matrices are split across
+//! Model states: stage i holds L/p layers (in v chunks; with `fewer_layers_at_ends` k, the first
+//! and last chunk k fewer, the others (L + 2k)/(p·v)); their weight matrices are split across
 //! the tp ranks and their norms replicated. Stage 0 also holds the vocabulary-parallel word
 //! embedding (V·h/t); the last stage the final norm and the output layer (V·h/t; with tied
 //! embeddings and p > 1 Megatron-LM keeps a copy there and all-reduces its gradient). Bytes per
@@ -9,8 +10,8 @@
 //! across the dp replicas: 18 at stage 0; 6 + 12/dp at stage 1 (Megatron-LM's distributed
 //! optimizer); 2 + 16/dp at stage 2; 18/dp at stage 3.
 //!
-//! Activations: the in-flight chunk-micro-batches of `schedule` × the layers of a chunk × the
-//! per-layer bytes of `activation`; on stage 0, per in-flight micro-batch of its first chunk, the
+//! Activations: the in-flight chunk-micro-batches of `schedule` (at the moment their bytes are
+//! largest) × the layers of their chunk × the per-layer bytes of `activation`; on stage 0, per in-flight micro-batch of its first chunk, the
 //! token ids (8sb, int64, the same on every tp rank) and the embedding's dropout mask (sbh bytes,
 //! sequence-split under SP); on the last stage, per in-flight micro-batch of its last chunk, the
 //! output layer and loss: 4sbh/t(1 + V/h) (Korthikanti et al. 2022, §4.3: the final norm's and
@@ -26,6 +27,10 @@ use headroom_strategy::{Mesh, ZeroStage};
 #[derive(Clone, Debug, PartialEq)]
 pub struct StageMemory {
     pub stage: u64,
+    /// Transformer layers on this stage (all its chunks).
+    pub layers: u64,
+    /// Chunk-micro-batches whose activations the stage holds at its peak.
+    pub in_flight: u64,
     /// Parameters on one rank of this stage.
     pub parameters: f64,
     /// Weights, gradients and optimizer states, bytes.
@@ -93,12 +98,11 @@ pub fn mesh_memory(
         model.micro_batch as f64,
         model.hidden as f64,
     );
-    let chunk_layers = (model.layers / (p * v)) as f64;
     let per_layer = layer_activation_bytes(model, t, mesh.sequence_parallel, recompute);
     let embedding = model.embedding_parameters() as f64 / tf;
     let stages = (0..p)
         .map(|i| {
-            let layers = (model.layers / p) as f64;
+            let layers = mesh.stage_layers(model.layers, i) as f64;
             let mut parameters = layers
                 * (model.layer_matrix_parameters() as f64 / tf
                     + model.layer_norm_parameters() as f64);
@@ -111,18 +115,32 @@ pub fn mesh_memory(
                     parameters += embedding;
                 }
             }
-            let held = peak_in_flight(i, p, v, mesh.microbatches);
-            let mut activations = held.iter().sum::<u64>() as f64 * chunk_layers * per_layer;
-            if i == 0 {
-                activations += held[0] as f64 * (8.0 * s * b + s * b * h / sp);
-            }
-            if i == p - 1 {
-                let vocab = model.vocab as f64;
-                activations +=
-                    held[v as usize - 1] as f64 * (4.0 * s * b * h / sp + 4.0 * s * b * vocab / tf);
-            }
+            // What one micro-batch of each chunk keeps: its layers' activations, plus the
+            // token ids and embedding mask on the first chunk of stage 0, the output layer's
+            // inputs and fp32 logits on the last chunk of the last stage.
+            let weights: Vec<f64> = (0..v)
+                .map(|c| {
+                    let mut w = mesh.chunk_layers(model.layers, i, c) as f64 * per_layer;
+                    if i == 0 && c == 0 {
+                        w += 8.0 * s * b + s * b * h / sp;
+                    }
+                    if i == p - 1 && c == v - 1 {
+                        let vocab = model.vocab as f64;
+                        w += 4.0 * s * b * h / sp + 4.0 * s * b * vocab / tf;
+                    }
+                    w
+                })
+                .collect();
+            let held = peak_in_flight(i, p, v, mesh.microbatches, &weights);
+            let activations = held
+                .iter()
+                .zip(&weights)
+                .map(|(n, w)| *n as f64 * w)
+                .sum::<f64>();
             StageMemory {
                 stage: i,
+                layers: layers as u64,
+                in_flight: held.iter().sum(),
                 parameters,
                 model_states: parameters * bytes_per_parameter(zero, mesh.dp),
                 activations,

@@ -16,10 +16,17 @@
 //!
 //! Not for: the bytes a chunk holds (`activation`, `rank`).
 
-/// The most chunk-micro-batches stage `stage` holds at once, per model chunk, at the moment the
-/// total is largest: `result[c]` micro-batches of chunk c (chunk c of stage i holds layers
-/// (c·p + i)·L/(p·v) onwards).
-pub fn peak_in_flight(stage: u64, pp: u64, chunks: u64, microbatches: u64) -> Vec<u64> {
+/// The chunk-micro-batches stage `stage` holds, per model chunk, at the moment their bytes are
+/// largest, one micro-batch of chunk c weighing `weights[c]` (its layers' activations and what
+/// else it keeps per micro-batch; equal weights find the largest count): `result[c]`
+/// micro-batches of chunk c (chunk c of stage i is virtual stage c·p + i).
+pub fn peak_in_flight(
+    stage: u64,
+    pp: u64,
+    chunks: u64,
+    microbatches: u64,
+    weights: &[f64],
+) -> Vec<u64> {
     let (p, v, m) = (pp, chunks, microbatches);
     let total = m * v;
     let warmup = if v == 1 {
@@ -31,8 +38,10 @@ pub fn peak_in_flight(stage: u64, pp: u64, chunks: u64, microbatches: u64) -> Ve
     let backward_chunk = |k: u64| v - 1 - (k % (p * v)) / p;
     let mut held = vec![0u64; v as usize];
     let mut peak = held.clone();
+    let bytes =
+        |held: &Vec<u64>| -> f64 { held.iter().zip(weights).map(|(n, w)| *n as f64 * w).sum() };
     let record = |held: &Vec<u64>, peak: &mut Vec<u64>| {
-        if held.iter().sum::<u64>() > peak.iter().sum::<u64>() {
+        if bytes(held) > bytes(peak) {
             peak.clone_from(held);
         }
     };
@@ -56,12 +65,12 @@ mod tests {
     fn one_f_one_b_holds_p_minus_i_micro_batches() {
         // p = 4, m = 8: stages hold 4, 3, 2, 1.
         for (i, want) in [4, 3, 2, 1].into_iter().enumerate() {
-            assert_eq!(peak_in_flight(i as u64, 4, 1, 8), vec![want]);
+            assert_eq!(peak_in_flight(i as u64, 4, 1, 8, &[1.0]), vec![want]);
         }
         // Fewer micro-batches than stages: never more than m.
-        assert_eq!(peak_in_flight(0, 4, 1, 2), vec![2]);
+        assert_eq!(peak_in_flight(0, 4, 1, 2, &[1.0]), vec![2]);
         // No pipeline: one micro-batch at a time.
-        assert_eq!(peak_in_flight(0, 1, 1, 16), vec![1]);
+        assert_eq!(peak_in_flight(0, 1, 1, 16, &[1.0]), vec![1]);
     }
 
     #[test]
@@ -69,9 +78,22 @@ mod tests {
         // p = 4, v = 2, m = 8: warm-up 2·3 + 1·4 = 10 forwards (chunk 0 for micro-batches 0–3,
         // chunk 1 for 0–3, chunk 0 for 4–5), then the 11th forward (chunk 0, micro-batch 6)
         // before the first backward: 7 of chunk 0 and 4 of chunk 1, 11 = (v + 1)·p − 1.
-        assert_eq!(peak_in_flight(0, 4, 2, 8), vec![7, 4]);
+        assert_eq!(peak_in_flight(0, 4, 2, 8, &[1.0, 1.0]), vec![7, 4]);
         // The last stage: no extra warm-up beyond (v − 1)·p = 4 (chunk 0 for micro-batches
         // 0–3), then the 5th forward (chunk 1, micro-batch 0) before its backward: 4 + 1.
-        assert_eq!(peak_in_flight(3, 4, 2, 8), vec![4, 1]);
+        assert_eq!(peak_in_flight(3, 4, 2, 8, &[1.0, 1.0]), vec![4, 1]);
+    }
+
+    #[test]
+    fn weights_choose_the_heaviest_moment_not_the_largest_count() {
+        // p = 2, v = 2, m = 4 on stage 1: warm-up 2·0 + 1·2 = 2 forwards (chunk 0 of
+        // micro-batches 0, 1), then forward k = 2 (chunk 1, micro-batch 0) → (2, 1) before the
+        // first backward (chunk 1) frees it, then forward k = 3 (chunk 1, micro-batch 1) →
+        // (2, 1) again, backward of chunk 1 → (2, 0), forward k = 4 (chunk 0, micro-batch 2) →
+        // (3, 0), … Counts tie at 3 between (2, 1) and (3, 0): with chunk 1 ten times heavier
+        // (the output layer's logits) the peak is (2, 1) = 2 + 10 = 12 against 3.
+        assert_eq!(peak_in_flight(1, 2, 2, 4, &[1.0, 10.0]), vec![2, 1]);
+        // With chunk 0 heavier the first moment holding three of chunk 0 wins.
+        assert_eq!(peak_in_flight(1, 2, 2, 4, &[10.0, 1.0]), vec![3, 0]);
     }
 }

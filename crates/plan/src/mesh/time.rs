@@ -72,10 +72,12 @@ pub fn step_seconds(
     tp_bandwidth: f64,
     pp_bandwidth: f64,
 ) -> f64 {
-    let layers = (model.layers / mesh.pp) as f64;
+    // The slowest stage sets the slot: its share of the layers against the even L/p.
+    let layers = mesh.max_stage_layers(model.layers) as f64;
+    let imbalance = layers * mesh.pp as f64 / model.layers as f64;
     let tp = layers * tp_bytes_per_layer(model, mesh, recompute) / tp_bandwidth;
     let pp = pp_bytes_per_microbatch(model, mesh) / pp_bandwidth;
-    let slot = compute_per_microbatch + tp + pp;
+    let slot = compute_per_microbatch * imbalance + tp + pp;
     mesh.microbatches as f64 * (1.0 + bubble_fraction(mesh)) * slot
 }
 

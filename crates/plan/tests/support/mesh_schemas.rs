@@ -192,6 +192,8 @@ pub fn megatron_flags() -> BTreeMap<&'static str, Option<&'static [&'static str]
         ("--sequence-parallel", free),
         ("--pipeline-model-parallel-size", free),
         ("--num-layers-per-virtual-pipeline-stage", free),
+        ("--decoder-first-pipeline-num-layers", free),
+        ("--decoder-last-pipeline-num-layers", free),
         ("--use-distributed-optimizer", free),
         ("--use-megatron-fsdp", free),
         (
