@@ -385,3 +385,31 @@ fn the_recommended_mesh_exports_to_torchtitan_and_megatron() {
     );
     assert!(!ds.exists() && !dir.path().join("other.toml").exists());
 }
+
+#[test]
+fn a_pinned_pipeline_of_8_stages_takes_the_uneven_split() {
+    // torchtitan's 405B layout (FSDP 8 × TP 8 × PP 8, global batch 256): 126 layers on 8
+    // stages only with one fewer at both ends, which the pin takes as the search does.
+    let o = plan_405b(&[
+        "--global-batch",
+        "256",
+        "--tp",
+        "8",
+        "--pp",
+        "8",
+        "--pp-schedule",
+        "1f1b",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let best = &json(&o)["mesh"]["recommended"];
+    assert_eq!(u(&best["mesh"]["fewer_layers_at_ends"]), 1);
+    let layers: Vec<u64> = best["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| u(&s["layers"]))
+        .collect();
+    assert_eq!(layers, vec![15, 16, 16, 16, 16, 16, 16, 15]);
+    assert_stages_consistent(best);
+}

@@ -20,7 +20,7 @@ fn divisors(n: u64) -> impl Iterator<Item = u64> {
 
 /// Layers the first and last chunk hold fewer so that `layers` split into `chunks` model chunks:
 /// 0 when they divide evenly, else 1 when L + 2 does (Llama 3's split), else none.
-fn fewer_at_ends(layers: u64, pp: u64, chunks: u64) -> Option<u64> {
+pub(crate) fn fewer_at_ends(layers: u64, pp: u64, chunks: u64) -> Option<u64> {
     let n = pp * chunks;
     if layers.is_multiple_of(n) {
         Some(0)

@@ -155,12 +155,20 @@ fn check_pins(problem: &Problem, mesh_pins: &MeshPins, micro_batch: u64) -> Resu
     }
     let dp = world / (tp * pp);
     let m = mesh_pins.microbatches.unwrap_or(1);
+    let schedule = mesh_pins.schedule.unwrap_or_default();
     let mesh = Mesh {
         dp,
         tp,
         sequence_parallel: mesh_pins.sequence_parallel.unwrap_or(tp > 1),
         pp,
-        schedule: mesh_pins.schedule.unwrap_or_default(),
+        schedule,
+        // The split the search would take: even, or one layer fewer at both ends.
+        fewer_layers_at_ends: super::candidates::fewer_at_ends(
+            problem.spec.num_layers,
+            pp,
+            schedule.chunks(),
+        )
+        .unwrap_or(0),
         microbatches: mesh_pins
             .microbatches
             .unwrap_or((global / (dp * micro_batch)).max(1)),
