@@ -5,8 +5,8 @@
 //! for Hugging Face runs): every row's verdict (fits or does not), the measured peaks within 10 %
 //! mean and 20 % worst with no systematic under-prediction (signed mean within ±5 %), and the
 //! published throughputs within 20 % mean; the limits below are those goals where they are met
-//! and the measured values where not. Rows marked `excluded` or `speed_excluded` are shown with
-//! their reason and not counted.
+//! and the measured values where not. Rows marked `excluded` (peak, throughput and verdict) or
+//! `speed_excluded` are shown with their reason and not counted.
 //!
 //! `cargo test -p headroom-plan --test published_hf_runs -- --nocapture` prints the table.
 
@@ -35,11 +35,13 @@ const MEMORY_SIGNED: f64 = 0.058;
 /// Measured 10.8 % over the 6 counted rows: the goal is met.
 const SPEED_MEAN: f64 = 0.20;
 /// Verdicts still wrong (goal: none): Axolotl's SmolLM2-1.7B at 16k on an H100 (out of memory,
-/// predicted 64.8 GiB), the Hugging Face blog's full Llama-2-70B under FSDP on 16 A100s (fits,
-/// predicted 90.1 GiB) and gpt2-large under SDPA at batch 4 × 1024 on the 16 GB laptop GPU (fits
+/// predicted 64.8 GiB) and gpt2-large under SDPA at batch 4 × 1024 on the 16 GB laptop GPU (fits
 /// at 13.6 GiB allocated; predicted 14.2 GiB allocated, 16.9 GiB with the CUDA context and the
-/// allocator's margin, over the 15.2 GiB usable).
-const WRONG_VERDICTS: usize = 3;
+/// allocator's margin, over the 15.2 GiB usable). It was 3 while the Hugging Face blog's full
+/// Llama-2-70B under FSDP on 16 A100s was read as foreach AdamW; its script's optimizer is
+/// bitsandbytes' paged 32-bit AdamW, which the planner cannot express, and that row is excluded
+/// with its reason.
+const WRONG_VERDICTS: usize = 2;
 
 fn verdict(r: &Row) -> String {
     format!(
@@ -85,6 +87,7 @@ fn every_fit_verdict_is_the_published_one() {
     print_table(&rows);
     let wrong: Vec<String> = rows
         .iter()
+        .filter(|r| r.run.excluded.is_none())
         .filter(|r| r.plan.fits == r.run.oom)
         .map(verdict)
         .collect();

@@ -39,8 +39,9 @@ pub struct Run {
     pub fitted: bool,
     /// The speed-model constant fitted to this row (`half_efficiency_intensity`).
     pub fitted_constant: Option<String>,
-    /// Why the row's measured peak and throughput are kept out of the errors (its setting cannot
-    /// be pinned down from its source); shown in the printed table.
+    /// Why the row's measured peak and throughput, or its fit verdict, are kept out of the errors
+    /// (its setting cannot be pinned down from its source, or the planner cannot express it);
+    /// shown in the printed table.
     pub excluded: Option<String>,
     /// Why only the row's throughput is kept out of the errors (e.g. a GPU whose clocks the
     /// source leaves open); shown in the printed table.
@@ -252,7 +253,8 @@ pub fn print_table(rows: &[Row]) {
             ),
         };
         let mem_err = match (r.memory, &r.run.excluded) {
-            (None, _) => "—".into(),
+            (None, None) => "—".into(),
+            (None, Some(why)) => format!("verdict not counted: {why}"),
             (Some(m), None) => format!("{:+.1} %", 100.0 * error(m)),
             (Some(m), Some(why)) => format!("{:+.1} % (not counted: {why})", 100.0 * error(m)),
         };
