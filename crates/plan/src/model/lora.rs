@@ -84,8 +84,19 @@ pub fn adapted_modules(inv: &ParamInventory, lora: &Lora) -> Vec<String> {
 
 /// Bytes of one weight of `n` elements in NF4 with double-quantised scales.
 pub fn nf4_bytes(n: u64) -> u64 {
+    n.div_ceil(2) + nf4_state_bytes(n)
+}
+
+/// Bytes of one NF4 weight's quantisation state: the 8-bit absmax of each block of 64, the
+/// fp32 scale of each 256 of them and the fp32 offset. bitsandbytes keeps it in a `QuantState`
+/// beside the packed codes, on the `Params4bit` and on its `Linear4bit` module
+/// (`bitsandbytes/nn/modules.py`; `Linear4bit.forward` restores it from the module "when the
+/// parameter got converted ... for example for fsdp"): it is no parameter or buffer, so FSDP
+/// and ZeRO-3 shard, gather and offload only the codes, and every rank keeps the whole state
+/// on its device.
+pub fn nf4_state_bytes(n: u64) -> u64 {
     let blocks = n.div_ceil(64);
-    n.div_ceil(2) + blocks + 4 * blocks.div_ceil(256) + 4
+    blocks + 4 * blocks.div_ceil(256) + 4
 }
 
 /// A LoRA fine-tune's counts on one model.
@@ -101,9 +112,12 @@ pub struct LoraCounts {
     pub adafactor_elements: u64,
     /// Frozen elements stored in the parameter dtype.
     pub frozen_plain: u64,
-    /// Frozen elements stored in NF4 (QLoRA), and their bytes.
+    /// Frozen elements stored in NF4 (QLoRA), and their bytes (codes and quantisation state).
     pub frozen_nf4: u64,
     pub frozen_nf4_bytes: u64,
+    /// The part of `frozen_nf4_bytes` that is quantisation state ([`nf4_state_bytes`]): whole
+    /// on every rank, never sharded or offloaded.
+    pub frozen_nf4_state_bytes: u64,
 }
 
 impl LoraCounts {
@@ -117,6 +131,7 @@ impl LoraCounts {
             frozen_plain: 0,
             frozen_nf4: 0,
             frozen_nf4_bytes: 0,
+            frozen_nf4_state_bytes: 0,
         };
         let r = lora.rank as u64;
         for leaf in &inv.leaves {
@@ -134,6 +149,7 @@ impl LoraCounts {
                 let n = leaf.rows * leaf.cols;
                 c.frozen_nf4 += n;
                 c.frozen_nf4_bytes += nf4_bytes(n);
+                c.frozen_nf4_state_bytes += nf4_state_bytes(n);
                 c.frozen_plain += leaf.bias;
             } else {
                 c.frozen_plain += leaf.params();
@@ -145,6 +161,12 @@ impl LoraCounts {
     /// Device bytes of the frozen base with the parameter dtype's `param_bytes` per element.
     pub fn frozen_bytes(&self, param_bytes: u64) -> u64 {
         self.frozen_plain * param_bytes + self.frozen_nf4_bytes
+    }
+
+    /// The frozen base's bytes that FSDP and ZeRO-3 shard, gather and offload: all of
+    /// [`LoraCounts::frozen_bytes`] but the NF4 quantisation state.
+    pub fn frozen_sharded_bytes(&self, param_bytes: u64) -> u64 {
+        self.frozen_bytes(param_bytes) - self.frozen_nf4_state_bytes
     }
 }
 
@@ -197,5 +219,16 @@ mod tests {
         assert!((bits - 4.127).abs() < 0.001, "{bits}");
         // Odd sizes round every part up.
         assert_eq!(nf4_bytes(65), 33 + 2 + 4 + 4);
+    }
+
+    #[test]
+    fn nf4_state_is_the_absmax_scales_and_offset_without_the_codes() {
+        // Llama-2-7B's q_proj, 4096 × 4096: 262,144 blocks of 64 → 262,144 absmax bytes,
+        // ⌈262,144 / 256⌉ = 1,024 fp32 scales, one fp32 offset; the 8,388,608 code bytes apart.
+        let n = 4096 * 4096;
+        assert_eq!(nf4_state_bytes(n), 262_144 + 4 * 1_024 + 4);
+        assert_eq!(nf4_bytes(n) - nf4_state_bytes(n), 8_388_608);
+        // 65 elements: 2 blocks, one scale, the offset.
+        assert_eq!(nf4_state_bytes(65), 2 + 4 + 4);
     }
 }
