@@ -118,6 +118,45 @@ fn lora_keeps_only_the_projection_inputs_its_adapters_read() {
     assert_eq!(expected, -632_815_616.0);
 }
 
+#[test]
+fn lora_dropout_keeps_a_dropped_copy_and_a_mask_per_adapted_input() {
+    use headroom_plan::cost::activation::model_activations;
+    use headroom_plan::strategy::{Attention, Checkpoint, Loss};
+    let acts = |p: &Problem| {
+        model_activations(
+            &p.spec,
+            512.0,
+            1.0,
+            2.0,
+            Attention::MemoryEfficient,
+            Checkpoint::None,
+            Loss::Plain,
+        )
+    };
+    let plain = llama(BaseWeights::Plain);
+    let p = llama(BaseWeights::Plain);
+    let workload = p.workload.clone().with_lora_dropout(0.05).unwrap();
+    let dropped = Problem::new(p.spec, p.hardware, workload, p.cost);
+    // Rank 8 on q and v of Llama-2-7B at 512 tokens, 2-byte activations. Without dropout a
+    // block keeps the attention's input once (4,096 features, 2 bytes) for both adapters; with
+    // PEFT's per-module dropout q and v each keep their own dropped copy (2 bytes) and its
+    // 1-byte mask, and the shared input is kept by no one: 512·(2·4,096·3 − 4,096·2) bytes.
+    let per_block = 512.0 * (2.0 * 4096.0 * 3.0 - 4096.0 * 2.0);
+    assert_eq!(per_block, 8_388_608.0);
+    assert_eq!(acts(&dropped) - acts(&plain), 32.0 * per_block);
+    // A probability is needed, and a LoRA run.
+    let w = plain.workload.clone();
+    assert!(w.clone().with_lora_dropout(1.0).is_err());
+    assert!(w.with_lora_dropout(-0.1).is_err());
+    let full = problem("llama-2-7b", "A100-80GB", 1, 1, 512, 1);
+    let e = full
+        .workload
+        .with_lora_dropout(0.1)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--lora-rank"), "{e}");
+}
+
 /// Llama-2-70B (hidden 8,192, MLP 28,672, 8 key/value heads of 128, 80 layers, vocabulary
 /// 32,000, untied) on two RTX 4090s under FSDP, pure bf16, parameters and optimizer on the
 /// host, with or without QLoRA on every linear of the blocks at rank 8.

@@ -118,6 +118,9 @@ pub struct LoraCounts {
     /// The part of `frozen_nf4_bytes` that is quantisation state ([`nf4_state_bytes`]): whole
     /// on every rank, never sharded or offloaded.
     pub frozen_nf4_state_bytes: u64,
+    /// The adapted projections' input features, summed over every adapted module: what LoRA
+    /// dropout copies per token.
+    pub adapted_input_features: u64,
 }
 
 impl LoraCounts {
@@ -132,6 +135,7 @@ impl LoraCounts {
             frozen_nf4: 0,
             frozen_nf4_bytes: 0,
             frozen_nf4_state_bytes: 0,
+            adapted_input_features: 0,
         };
         let r = lora.rank as u64;
         for leaf in &inv.leaves {
@@ -141,6 +145,7 @@ impl LoraCounts {
                 c.adapted_modules += 1;
                 c.largest_adapter = c.largest_adapter.max(r * leaf.rows.max(leaf.cols));
                 c.adafactor_elements += (leaf.cols + r) + (r + leaf.rows);
+                c.adapted_input_features += leaf.cols;
             }
             let quantised = lora.base == BaseWeights::Nf4
                 && leaf.kind == LeafKind::Linear
@@ -174,6 +179,12 @@ impl LoraCounts {
 /// its weight's gradient, so a frozen projection without an adapter keeps none (as PyTorch's
 /// autograd saves `x` of `x·W` only when `W` requires a gradient); each adapter keeps its
 /// rank-r intermediate.
+///
+/// With LoRA dropout (`lora_dropout` > 0) PEFT's adapter computes `lora_B(lora_A(dropout(x)))`
+/// with one `nn.Dropout` per adapted module (`peft/tuners/lora/layer.py`, `Linear.forward`; the
+/// bitsandbytes layers in `bnb.py` alike; `nn.Identity` at 0): each adapted projection keeps a
+/// dropped copy of its input, which `lora_A` saves, and the dropout's mask, one byte an element
+/// on CUDA (`native_dropout` returns a bool mask), beside the input the frozen path shares.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct LoraSaves {
     /// The attention's input (q, k, v adapted).
@@ -187,11 +198,15 @@ pub struct LoraSaves {
     /// Adapters per block, each keeping `rank` elements per token.
     pub adapters_per_block: f64,
     pub rank: f64,
+    /// Input features per block that LoRA dropout copies (0 without dropout): each kept at the
+    /// activation width with a one-byte mask.
+    pub dropout_features_per_block: f64,
 }
 
 impl LoraSaves {
-    /// The saves of `lora`, whose counts on a model of `blocks` transformer blocks are `counts`.
-    pub fn of(lora: &Lora, counts: &LoraCounts, blocks: u64) -> LoraSaves {
+    /// The saves of `lora`, whose counts on a model of `blocks` transformer blocks are `counts`,
+    /// with LoRA dropout probability `dropout`.
+    pub fn of(lora: &Lora, counts: &LoraCounts, blocks: u64, dropout: f32) -> LoraSaves {
         use LoraTarget::*;
         let t = &lora.targets;
         LoraSaves {
@@ -201,6 +216,10 @@ impl LoraSaves {
             down_input: t.contains(Down),
             adapters_per_block: counts.adapted_modules as f64 / blocks.max(1) as f64,
             rank: lora.rank as f64,
+            dropout_features_per_block: match dropout > 0.0 {
+                true => counts.adapted_input_features as f64 / blocks.max(1) as f64,
+                false => 0.0,
+            },
         }
     }
 }

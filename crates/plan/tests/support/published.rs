@@ -67,6 +67,8 @@ pub struct Run {
     pub lora_base: Option<String>,
     /// The dtype the frozen base was loaded in (`torch_dtype`).
     pub lora_base_dtype: Option<BaseDtype>,
+    /// PEFT's `lora_dropout` of the run (none: 0).
+    pub lora_dropout: Option<f32>,
     /// DeepSpeed's `reduce_bucket_size` where the run's config sets it.
     pub bucket_elements: Option<u64>,
     pub hardware: HardwareOverrides,
@@ -138,15 +140,19 @@ pub fn problem_of(run: &Run) -> Problem {
             let base: BaseWeights = run.lora_base.as_deref().unwrap_or("plain").parse().unwrap();
             let lora = Lora::new(rank, run.lora_alpha.unwrap(), targets, base).unwrap();
             let w = workload.with_lora(&spec, lora).unwrap();
-            match run.lora_base_dtype {
+            let w = match run.lora_base_dtype {
                 Some(dtype) => w.with_lora_base_dtype(dtype).unwrap(),
+                None => w,
+            };
+            match run.lora_dropout {
+                Some(p) => w.with_lora_dropout(p).unwrap(),
                 None => w,
             }
         }
         None => {
             assert!(
-                run.lora_base_dtype.is_none(),
-                "{}: lora_base_dtype without LoRA",
+                run.lora_base_dtype.is_none() && run.lora_dropout.is_none(),
+                "{}: lora_base_dtype or lora_dropout without LoRA",
                 run.id
             );
             workload
