@@ -340,6 +340,7 @@ fn with_hardware(problem: &Problem, hw: &Hardware) -> Option<Problem> {
         loader: w.loader,
         lora: w.lora.clone(),
         lora_base_dtype: w.lora_base_dtype,
+        lora_dropout: w.lora_dropout,
         ..workload
     };
     Some(Problem {

@@ -44,6 +44,10 @@ pub struct Workload {
     /// precision (the 16-bit width under mixed precision).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lora_base_dtype: Option<crate::strategy::BaseDtype>,
+    /// The LoRA run's dropout probability on the adapters' inputs (PEFT's `lora_dropout`);
+    /// `None`: 0, no dropout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora_dropout: Option<f32>,
 }
 
 /// Each rank's data loader: worker threads and the batches queued ahead.
@@ -165,6 +169,7 @@ impl Workload {
             loader: None,
             lora: None,
             lora_base_dtype: None,
+            lora_dropout: None,
         })
     }
 
@@ -204,6 +209,26 @@ impl Workload {
         }
         Ok(Workload {
             lora_base_dtype: Some(dtype),
+            ..self
+        })
+    }
+
+    /// The workload with the LoRA run's adapters reading their inputs through dropout of
+    /// probability `p` (PEFT's `lora_dropout`); an error without a LoRA fine-tune or outside
+    /// [0, 1).
+    pub fn with_lora_dropout(self, p: f32) -> Result<Workload> {
+        if self.lora.is_none() {
+            return Err(PlanError::Batch(format!(
+                "--lora-dropout {p} without a LoRA fine-tune; accepted: with --lora-rank"
+            )));
+        }
+        if !(0.0..1.0).contains(&p) {
+            return Err(PlanError::Batch(format!(
+                "--lora-dropout {p}: a probability is needed; accepted: 0 <= p < 1 (PEFT's lora_dropout, e.g. 0.05)"
+            )));
+        }
+        Ok(Workload {
+            lora_dropout: Some(p),
             ..self
         })
     }

@@ -318,6 +318,13 @@ fn lora_plans_export_peft_and_bitsandbytes_configs_named_as_the_models_modules()
     check_peft(&peft);
     assert_eq!(peft["r"], 16);
     assert_eq!(peft["lora_alpha"], 32.0);
+    assert_eq!(peft["lora_dropout"], 0.0);
+    // The planned LoRA dropout is the adapter's, written as its decimal reads.
+    let dropped = Problem {
+        workload: p.workload.clone().with_lora_dropout(0.1).unwrap(),
+        ..p.clone()
+    };
+    assert_eq!(adapter_config(&dropped).unwrap()["lora_dropout"], 0.1);
     assert_eq!(
         peft["target_modules"],
         serde_json::json!(["down_proj", "q_proj", "v_proj"])
@@ -403,6 +410,15 @@ fn torchtune_overrides_name_the_recipes_keys_or_refuse_what_it_cannot_run() {
         ),
         ("8", "16")
     );
+    assert_eq!(keys["model.lora_dropout"], "0.0");
+    // The planned LoRA dropout is the recipe's.
+    let dropped = Problem {
+        workload: p.workload.clone().with_lora_dropout(0.05).unwrap(),
+        ..p.clone()
+    };
+    let dropped_keys =
+        check_torchtune(&torchtune_config(&dropped, &evaluate(&dropped, &s)).unwrap());
+    assert_eq!(dropped_keys["model.lora_dropout"], "0.05");
     assert_eq!(
         keys["optimizer._component_"],
         "bitsandbytes.optim.PagedAdamW8bit"

@@ -118,10 +118,54 @@ fn lora_keeps_only_the_projection_inputs_its_adapters_read() {
     assert_eq!(expected, -632_815_616.0);
 }
 
+#[test]
+fn lora_dropout_keeps_a_dropped_copy_and_a_mask_per_adapted_input() {
+    use headroom_plan::cost::activation::model_activations;
+    use headroom_plan::strategy::{Attention, Checkpoint, Loss};
+    let acts = |p: &Problem| {
+        model_activations(
+            &p.spec,
+            512.0,
+            1.0,
+            2.0,
+            Attention::MemoryEfficient,
+            Checkpoint::None,
+            Loss::Plain,
+        )
+    };
+    let plain = llama(BaseWeights::Plain);
+    let p = llama(BaseWeights::Plain);
+    let workload = p.workload.clone().with_lora_dropout(0.05).unwrap();
+    let dropped = Problem::new(p.spec, p.hardware, workload, p.cost);
+    // Rank 8 on q and v of Llama-2-7B at 512 tokens, 2-byte activations. Without dropout a
+    // block keeps the attention's input once (4,096 features, 2 bytes) for both adapters; with
+    // PEFT's per-module dropout q and v each keep their own dropped copy (2 bytes) and its
+    // 1-byte mask, and the shared input is kept by no one: 512·(2·4,096·3 − 4,096·2) bytes.
+    let per_block = 512.0 * (2.0 * 4096.0 * 3.0 - 4096.0 * 2.0);
+    assert_eq!(per_block, 8_388_608.0);
+    assert_eq!(acts(&dropped) - acts(&plain), 32.0 * per_block);
+    // A probability is needed, and a LoRA run.
+    let w = plain.workload.clone();
+    assert!(w.clone().with_lora_dropout(1.0).is_err());
+    assert!(w.with_lora_dropout(-0.1).is_err());
+    let full = problem("llama-2-7b", "A100-80GB", 1, 1, 512, 1);
+    let e = full
+        .workload
+        .with_lora_dropout(0.1)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--lora-rank"), "{e}");
+}
+
 /// Llama-2-70B (hidden 8,192, MLP 28,672, 8 key/value heads of 128, 80 layers, vocabulary
 /// 32,000, untied) on two RTX 4090s under FSDP, pure bf16, parameters and optimizer on the
 /// host, with or without QLoRA on every linear of the blocks at rank 8.
 fn llama70b_fsdp_offloaded(lora: bool) -> headroom_plan::cost::Plan {
+    llama70b_fsdp(lora, true)
+}
+
+/// As [`llama70b_fsdp_offloaded`], the parameters and optimizer on the host or not.
+fn llama70b_fsdp(lora: bool, offload: bool) -> headroom_plan::cost::Plan {
     use headroom_plan::strategy::{
         Attention, Checkpoint, Framework, Loss, Offload, Optimizer, Placement, Strategy, ZeroStage,
     };
@@ -139,8 +183,8 @@ fn llama70b_fsdp_offloaded(lora: bool) -> headroom_plan::cost::Plan {
         optimizer: Optimizer::AdamW,
         placement: Placement {
             zero_stage: ZeroStage::new(3).unwrap(),
-            offload_optimizer: Offload::Cpu,
-            offload_params: Offload::Cpu,
+            offload_optimizer: if offload { Offload::Cpu } else { Offload::None },
+            offload_params: if offload { Offload::Cpu } else { Offload::None },
             offload_activations: Offload::None,
         },
         checkpoint: Checkpoint::ALL_BLOCKS,
@@ -151,6 +195,25 @@ fn llama70b_fsdp_offloaded(lora: bool) -> headroom_plan::cost::Plan {
         accumulation: 2,
     };
     evaluate(&p, &s)
+}
+
+#[test]
+fn fsdp_shards_the_nf4_codes_and_keeps_the_quantisation_state_whole() {
+    // Between steps each of the 2 ranks holds half of what FSDP flattens: the bf16 root
+    // (embedding, head, final norm: 524,296,192 elements), each block's NF4 codes (q, o
+    // 33,554,432; k, v 4,194,304; gate, up, down 117,440,512 bytes) and bf16 norms (32,768
+    // bytes) and its adapters (1,294,336 bf16 elements), over 80 blocks; and the whole NF4
+    // quantisation state, 13,578,268 bytes a block (see the offload test), which bitsandbytes
+    // keeps on the `Linear4bit` module, outside FSDP's flat parameters.
+    let codes = 2 * 33_554_432 + 2 * 4_194_304 + 3 * 117_440_512 + 32_768u64;
+    let sharded = 2 * 524_296_192 + 80 * (codes + 2 * 1_294_336u64);
+    assert_eq!(sharded, 35_483_828_224);
+    let state = 80 * 13_578_268u64;
+    let plan = llama70b_fsdp(true, false);
+    assert_eq!(
+        plan.memory.breakdown.steady[Category::Parameter],
+        sharded / 2 + state
+    );
 }
 
 #[test]
@@ -171,11 +234,20 @@ fn fsdp_gathers_the_frozen_base_units_under_cpu_offload() {
     // QLoRA: the block's linears in NF4 (n/2 + n/64 + 4·⌈n/16,384⌉ + 4 bytes each): q, o
     // 34,619,396; k, v 4,327,428; gate, up, down 121,167,876; the norms' 32,768 bf16 bytes; and
     // its adapters 8·(16,384·2 + 9,216·2 + 36,864·3) = 1,294,336 elements in bf16.
-    let nf4_block = 2 * 34_619_396 + 2 * 4_327_428 + 3 * 121_167_876 + 32_768u64;
+    // Of those bytes FSDP gathers the codes (n/2: q, o 33,554,432; k, v 4,194,304; gate, up,
+    // down 117,440,512) and the norms; the quantisation state (n/64 + 4·⌈n/16,384⌉ + 4: q, o
+    // 1,064,964; k, v 133,124; gate, up, down 3,727,364, so 13,578,268 a block) is no
+    // parameter: neither sharded nor offloaded, all 80 blocks' of it stay on each device.
+    assert_eq!(33_554_432 + 1_064_964, 34_619_396);
+    assert_eq!(4_194_304 + 133_124, 4_327_428);
+    assert_eq!(117_440_512 + 3_727_364, 121_167_876);
+    let nf4_block = 2 * 33_554_432 + 2 * 4_194_304 + 3 * 117_440_512 + 32_768u64;
+    let nf4_state = 80 * (2 * 1_064_964 + 2 * 133_124 + 3 * 3_727_364u64);
+    assert_eq!(nf4_state, 1_086_261_440);
     let adapters = 1_294_336u64;
     let qlora = llama70b_fsdp_offloaded(true);
     assert_eq!(qlora.memory.peak_phase, Phase::ForwardBackward);
-    let expected = (2 * root + 2 * (nf4_block + 2 * adapters)) as f64;
+    let expected = (2 * root + 2 * (nf4_block + 2 * adapters) + nf4_state) as f64;
     let got = qlora.memory.breakdown.at_peak[Category::Parameter] as f64;
     assert!((got - expected).abs() <= 1.0, "{got} vs {expected}");
     // The gradients go to the host; the device holds one unit's unsharded bf16 gradient before

@@ -5,8 +5,8 @@
 //! for Hugging Face runs): every row's verdict (fits or does not), the measured peaks within 10 %
 //! mean and 20 % worst with no systematic under-prediction (signed mean within ±5 %), and the
 //! published throughputs within 20 % mean; the limits below are those goals where they are met
-//! and the measured values where not. Rows marked `excluded` or `speed_excluded` are shown with
-//! their reason and not counted.
+//! and the measured values where not. Rows marked `excluded` (peak, throughput and verdict) or
+//! `speed_excluded` are shown with their reason and not counted.
 //!
 //! `cargo test -p headroom-plan --test published_hf_runs -- --nocapture` prints the table.
 
@@ -21,25 +21,33 @@ const TABLE: &str = "hf_runs.toml";
 /// verdict right and throughput mean 20 %; where the planner does not meet a goal yet, the limit
 /// is the measured value and its comment says what remains.
 ///
-/// Measured 14.6 % (goal 10 %): the LoRA/QLoRA 70B runs under FSDP and ZeRO-3 are predicted
-/// 14-61 % low, pythia-410m under SDPA 11-30 % low, gpt2-large under SDPA 5-26 % high.
-const MEMORY_MEAN: f64 = 0.147;
-/// Measured 60.7 % (goal 20 %): Axolotl's Llama-3-70B QLoRA FSDP row, predicted low.
-const MEMORY_WORST: f64 = 0.61;
-/// Measured -5.7 % (goal ±5 %), not met. It read +3.1 % while the SDPA benchmark rows, which
-/// run `logits.sum()`, were charged a cross-entropy they never ran (fp32 log-probabilities and
-/// two fp32 gradients, 12 bytes per token and vocabulary entry, where they hold 4): that
-/// over-count, 25-47 % on BERT, offset the under-predicted 70B LoRA rows and pythia-410m
-/// under SDPA. With each row's loss as run (`loss_impl = "sum"`) the under-prediction shows.
-const MEMORY_SIGNED: f64 = 0.058;
+/// Measured 13.7 % (goal 10 %): the LoRA/QLoRA 70B runs under FSDP and ZeRO-3 are predicted
+/// 11-56 % low, pythia-410m under SDPA 11-30 % low, gpt2-large under SDPA 5-26 % high. Before
+/// this session's fixes it was 14.6 %: Axolotl's Llama-2-7B QLoRA row read a bf16 base (its run
+/// cast the non-quantized weights to fp32; 14.5 % after), NF4's quantisation state was sharded
+/// and offloaded with the codes (bitsandbytes keeps it whole on every rank's device; 14.0 %),
+/// and LoRA dropout's per-module input copies were not charged (PEFT's guides run 0.1; 13.7 %).
+const MEMORY_MEAN: f64 = 0.138;
+/// Measured 55.5 % (goal 20 %): Axolotl's Llama-3-70B QLoRA FSDP row, predicted low (60.7 %
+/// before the quantisation state stayed on the device under parameter offload).
+const MEMORY_WORST: f64 = 0.555;
+/// Measured -4.7 % (goal ±5 %): the goal is met. It was -5.7 % before this session's two row
+/// corrections, NF4's whole quantisation state and LoRA dropout's copies. It read +3.1 % while
+/// the SDPA benchmark rows, which run `logits.sum()`, were charged a cross-entropy they never
+/// ran (fp32 log-probabilities and two fp32 gradients, 12 bytes per token and vocabulary entry,
+/// where they hold 4): that over-count, 25-47 % on BERT, offset the under-predicted 70B LoRA
+/// rows and pythia-410m under SDPA.
+const MEMORY_SIGNED: f64 = 0.05;
 /// Measured 10.8 % over the 6 counted rows: the goal is met.
 const SPEED_MEAN: f64 = 0.20;
 /// Verdicts still wrong (goal: none): Axolotl's SmolLM2-1.7B at 16k on an H100 (out of memory,
-/// predicted 64.8 GiB), the Hugging Face blog's full Llama-2-70B under FSDP on 16 A100s (fits,
-/// predicted 90.1 GiB) and gpt2-large under SDPA at batch 4 × 1024 on the 16 GB laptop GPU (fits
+/// predicted 64.8 GiB) and gpt2-large under SDPA at batch 4 × 1024 on the 16 GB laptop GPU (fits
 /// at 13.6 GiB allocated; predicted 14.2 GiB allocated, 16.9 GiB with the CUDA context and the
-/// allocator's margin, over the 15.2 GiB usable).
-const WRONG_VERDICTS: usize = 3;
+/// allocator's margin, over the 15.2 GiB usable). It was 3 while the Hugging Face blog's full
+/// Llama-2-70B under FSDP on 16 A100s was read as foreach AdamW; its script's optimizer is
+/// bitsandbytes' paged 32-bit AdamW, which the planner cannot express, and that row is excluded
+/// with its reason.
+const WRONG_VERDICTS: usize = 2;
 
 fn verdict(r: &Row) -> String {
     format!(
@@ -85,6 +93,7 @@ fn every_fit_verdict_is_the_published_one() {
     print_table(&rows);
     let wrong: Vec<String> = rows
         .iter()
+        .filter(|r| r.run.excluded.is_none())
         .filter(|r| r.plan.fits == r.run.oom)
         .map(verdict)
         .collect();

@@ -86,6 +86,11 @@ pub struct PlanArgs {
     /// it in fp32; DeepSpeed's 16-bit engines cast it to the compute dtype whatever it was.
     #[arg(long, value_parser = parse_flag::<BaseDtype>, value_name = "DTYPE", requires = "lora_rank")]
     pub lora_base_dtype: Option<BaseDtype>,
+    /// PEFT's `lora_dropout`: the probability of the dropout on each adapter's input (default 0,
+    /// none). Above 0 each adapted projection keeps a dropped copy of its input and a one-byte
+    /// mask for backward (PEFT's guides run 0.1, Axolotl's examples 0.05).
+    #[arg(long, value_name = "P", requires = "lora_rank")]
+    pub lora_dropout: Option<f32>,
     /// headroom's own models: plan one rank of N data-parallel ranks (as `headroom train
     /// --data-parallel N` runs them), the ZeRO stage searched unless --zero pins it; the
     /// budget is per rank and --global-batch is split over the ranks.
@@ -278,6 +283,10 @@ pub fn run(args: PlanArgs) -> Result<()> {
     };
     let workload = match args.lora_base_dtype {
         Some(dtype) => workload.with_lora_base_dtype(dtype)?,
+        None => workload,
+    };
+    let workload = match args.lora_dropout {
+        Some(p) => workload.with_lora_dropout(p)?,
         None => workload,
     };
     let mut cost = CostModel::default();

@@ -21,6 +21,8 @@
 //! would read are not kept: the attention's input unless q/k/v are adapted, the output
 //! projection's unless o is, the MLP's unless gate/up are, the activation's output (or the gated
 //! product) unless down is, and the output head's; each adapter adds its rank-r intermediate.
+//! With LoRA dropout none of those inputs is kept: each adapted projection keeps its own
+//! dropped copy of its input and a one-byte mask.
 //!
 //! The 34·sbh + 5·as²b of Eq. 1 is reproduced exactly for GPT-style blocks (see tests).
 //! T5 decoder blocks add a cross-attention costed like a self-attention plus a third norm. A
@@ -182,16 +184,21 @@ pub fn block(
         ),
         false => (0.0, 0.0),
     };
-    // Under LoRA a projection's input is kept only where an adapter reads it.
+    // Under LoRA a projection's input is kept only where an adapter reads it, and with LoRA
+    // dropout not even there: the adapter saves its dropped copy instead (`adapters` below).
     let saves = spec.lora_saves;
     let keep = |needed: fn(&LoraSaves) -> bool| {
-        saves
-            .as_ref()
-            .map_or(1.0, |l| f64::from(u8::from(needed(l))))
+        saves.as_ref().map_or(1.0, |l| {
+            f64::from(u8::from(needed(l) && l.dropout_features_per_block == 0.0))
+        })
     };
     let (qkv_in, o_in) = (keep(|l| l.qkv_input), keep(|l| l.o_input));
     let (mlp_in, down_in) = (keep(|l| l.mlp_input), keep(|l| l.down_input));
-    let adapters = saves.map_or(0.0, |l| l.adapters_per_block * l.rank * e * sb);
+    // Each adapter's rank-r intermediate; with LoRA dropout each adapted projection's dropped
+    // input copy and its one-byte mask (`LoraSaves`).
+    let adapters = saves.map_or(0.0, |l| {
+        (l.adapters_per_block * l.rank * e + l.dropout_features_per_block * (e + 1.0)) * sb
+    });
     // Eager attention multiplies by `repeat_kv`'s copies of K and V, expanded to every query
     // head (`eager_attention_forward` in each Llama-like model of transformers), and those
     // copies are what the matmuls save; SDPA without a mask takes K and V as they are

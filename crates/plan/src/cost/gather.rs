@@ -37,8 +37,9 @@ pub fn deepspeed_persistence_threshold(hidden: u64) -> u64 {
 }
 
 /// Bytes of the weights full sharding gathers: every parameter at the compute width `pb`,
-/// except a LoRA run's frozen base, whose units hold its NF4 weights as stored (QLoRA) beside
-/// its 16-bit tensors and the adapters.
+/// except a LoRA run's frozen base, whose units hold its NF4 codes as stored (QLoRA; their
+/// quantisation state is whole on every rank and never gathered) beside its 16-bit tensors and
+/// the adapters.
 struct GatheredWidth {
     /// The whole model's bytes as gathered (what the other ranks can send at most, shards
     /// included).
@@ -67,10 +68,10 @@ impl GatheredWidth {
         let (_, base) = problem.lora_base_widths(s);
         let root = f.root_params as f64;
         let base_block_elements = (f.total_params - f.params - f.root_params).max(1) as f64;
-        let frozen_block =
-            (lora.frozen_plain as f64 - root) * base as f64 + lora.frozen_nf4_bytes as f64;
+        let nf4_codes = (lora.frozen_nf4_bytes - lora.frozen_nf4_state_bytes) as f64;
+        let frozen_block = (lora.frozen_plain as f64 - root) * base as f64 + nf4_codes;
         GatheredWidth {
-            model: lora.frozen_bytes(base) as f64 + adapters,
+            model: lora.frozen_sharded_bytes(base) as f64 + adapters,
             block_element: (frozen_block + adapters) / base_block_elements,
             root_element: base as f64,
         }

@@ -143,9 +143,14 @@ impl ModelStates {
         let par_off = s.placement.offload_params != Offload::None;
 
         // A LoRA base is frozen: parameters only, in the dtype it was loaded in (by default the
-        // parameter dtype) or NF4 (QLoRA).
+        // parameter dtype) or NF4 (QLoRA). NF4's quantisation state is no parameter: sharding
+        // and parameter offload move the codes only, and every rank keeps the whole state on
+        // its device (`lora::nf4_state_bytes`).
         let (base_width, _) = problem.lora_base_widths(s);
-        let frozen = f.lora.map_or(0.0, |l| l.frozen_bytes(base_width) as f64);
+        let frozen = f
+            .lora
+            .map_or(0.0, |l| l.frozen_sharded_bytes(base_width) as f64);
+        let nf4_state = f.lora.map_or(0.0, |l| l.frozen_nf4_state_bytes as f64);
         // PyTorch's mixed precision (autocast, FSDP's `MixedPrecision`) trains fp32 parameters
         // with fp32 gradients: the parameters are the master copy, and there is no other.
         let torch_mixed = problem.framework == Framework::Fsdp && s.precision.master_weights();
@@ -156,7 +161,7 @@ impl ModelStates {
         let param_local = shard(
             p * stored_pb + frozen,
             s.placement.zero_stage.shards_parameters(),
-        );
+        ) + nf4_state;
         // With the step in backward each parameter's gradient is freed once applied
         // (torchtune's optimizer_in_bwd hooks): about the largest tensor's at a time.
         let grad_local = match s.optimizer_in_backward {
@@ -230,7 +235,7 @@ impl ModelStates {
             opt_local
         };
         ModelStates {
-            param_device: if par_off { 0.0 } else { param_local },
+            param_device: if par_off { nf4_state } else { param_local },
             gathered_params,
             grad_device: if opt_off { 0.0 } else { grad_local },
             grad_unit,

@@ -179,6 +179,7 @@ impl Problem {
                 lora,
                 counts,
                 spec.total_blocks(),
+                workload.lora_dropout.unwrap_or(0.0),
             ));
         }
         Problem {

@@ -52,13 +52,18 @@ pub fn adapter_config(problem: &Problem) -> Result<Value> {
     let lora = lora_of(problem)?;
     let inv = crate::model::ParamInventory::of(&problem.spec);
     debug_assert!(LoraCounts::of(&inv, lora).is_some());
+    // The planned dropout as its decimal reads (f32 0.1 widened would write 0.10000000149...).
+    let dropout: f64 = problem
+        .workload
+        .lora_dropout
+        .map_or(0.0, |p| p.to_string().parse().unwrap_or(f64::from(p)));
     let cfg = json!({
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
         "base_model_name_or_path": base_model_name_or_path(&problem.spec.name),
         "r": lora.rank,
         "lora_alpha": lora.alpha,
-        "lora_dropout": 0.0,
+        "lora_dropout": dropout,
         "target_modules": adapted_modules(&inv, lora),
         "bias": "none",
         "fan_in_fan_out": problem.spec.family == crate::model::Family::Gpt2,

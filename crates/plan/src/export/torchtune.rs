@@ -54,8 +54,9 @@ fn builder(problem: &Problem, lora: Option<&Lora>) -> Option<String> {
     Some(format!("torchtune.models.{module}.{prefix}{name}"))
 }
 
-/// The LoRA keys of the model section: attention modules, MLP and output flags, rank, alpha.
-fn lora_keys(lora: &Lora) -> Result<String> {
+/// The LoRA keys of the model section: attention modules, MLP and output flags, rank, alpha,
+/// the planned dropout.
+fn lora_keys(lora: &Lora, dropout: f32) -> Result<String> {
     use LoraTarget::*;
     let t = &lora.targets;
     let mut attn = Vec::new();
@@ -85,10 +86,11 @@ fn lora_keys(lora: &Lora) -> Result<String> {
     }
     let list = attn.join(", ");
     Ok(format!(
-        "  lora_attn_modules: [{list}]\n  apply_lora_to_mlp: {}\n  apply_lora_to_output: False\n  lora_rank: {}\n  lora_alpha: {}\n  lora_dropout: 0.0\n",
+        "  lora_attn_modules: [{list}]\n  apply_lora_to_mlp: {}\n  apply_lora_to_output: False\n  lora_rank: {}\n  lora_alpha: {}\n  lora_dropout: {:?}\n",
         if mlp.is_empty() { "False" } else { "True" },
         lora.rank,
-        lora.alpha
+        lora.alpha,
+        dropout
     ))
 }
 
@@ -143,7 +145,7 @@ pub fn torchtune_config(problem: &Problem, plan: &Plan) -> Result<String> {
         "# torchtune recipe overrides written by `headroom plan --emit torchtune`: merge them into\n# the recipe's config (its data, tokenizer and checkpointer sections are yours).\n",
     );
     let model_keys = match lora {
-        Some(l) => Some(lora_keys(l)?),
+        Some(l) => Some(lora_keys(l, problem.workload.lora_dropout.unwrap_or(0.0))?),
         None => None,
     };
     let llama_like = matches!(

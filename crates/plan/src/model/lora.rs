@@ -84,8 +84,19 @@ pub fn adapted_modules(inv: &ParamInventory, lora: &Lora) -> Vec<String> {
 
 /// Bytes of one weight of `n` elements in NF4 with double-quantised scales.
 pub fn nf4_bytes(n: u64) -> u64 {
+    n.div_ceil(2) + nf4_state_bytes(n)
+}
+
+/// Bytes of one NF4 weight's quantisation state: the 8-bit absmax of each block of 64, the
+/// fp32 scale of each 256 of them and the fp32 offset. bitsandbytes keeps it in a `QuantState`
+/// beside the packed codes, on the `Params4bit` and on its `Linear4bit` module
+/// (`bitsandbytes/nn/modules.py`; `Linear4bit.forward` restores it from the module "when the
+/// parameter got converted ... for example for fsdp"): it is no parameter or buffer, so FSDP
+/// and ZeRO-3 shard, gather and offload only the codes, and every rank keeps the whole state
+/// on its device.
+pub fn nf4_state_bytes(n: u64) -> u64 {
     let blocks = n.div_ceil(64);
-    n.div_ceil(2) + blocks + 4 * blocks.div_ceil(256) + 4
+    blocks + 4 * blocks.div_ceil(256) + 4
 }
 
 /// A LoRA fine-tune's counts on one model.
@@ -101,9 +112,15 @@ pub struct LoraCounts {
     pub adafactor_elements: u64,
     /// Frozen elements stored in the parameter dtype.
     pub frozen_plain: u64,
-    /// Frozen elements stored in NF4 (QLoRA), and their bytes.
+    /// Frozen elements stored in NF4 (QLoRA), and their bytes (codes and quantisation state).
     pub frozen_nf4: u64,
     pub frozen_nf4_bytes: u64,
+    /// The part of `frozen_nf4_bytes` that is quantisation state ([`nf4_state_bytes`]): whole
+    /// on every rank, never sharded or offloaded.
+    pub frozen_nf4_state_bytes: u64,
+    /// The adapted projections' input features, summed over every adapted module: what LoRA
+    /// dropout copies per token.
+    pub adapted_input_features: u64,
 }
 
 impl LoraCounts {
@@ -117,6 +134,8 @@ impl LoraCounts {
             frozen_plain: 0,
             frozen_nf4: 0,
             frozen_nf4_bytes: 0,
+            frozen_nf4_state_bytes: 0,
+            adapted_input_features: 0,
         };
         let r = lora.rank as u64;
         for leaf in &inv.leaves {
@@ -126,6 +145,7 @@ impl LoraCounts {
                 c.adapted_modules += 1;
                 c.largest_adapter = c.largest_adapter.max(r * leaf.rows.max(leaf.cols));
                 c.adafactor_elements += (leaf.cols + r) + (r + leaf.rows);
+                c.adapted_input_features += leaf.cols;
             }
             let quantised = lora.base == BaseWeights::Nf4
                 && leaf.kind == LeafKind::Linear
@@ -134,6 +154,7 @@ impl LoraCounts {
                 let n = leaf.rows * leaf.cols;
                 c.frozen_nf4 += n;
                 c.frozen_nf4_bytes += nf4_bytes(n);
+                c.frozen_nf4_state_bytes += nf4_state_bytes(n);
                 c.frozen_plain += leaf.bias;
             } else {
                 c.frozen_plain += leaf.params();
@@ -146,12 +167,24 @@ impl LoraCounts {
     pub fn frozen_bytes(&self, param_bytes: u64) -> u64 {
         self.frozen_plain * param_bytes + self.frozen_nf4_bytes
     }
+
+    /// The frozen base's bytes that FSDP and ZeRO-3 shard, gather and offload: all of
+    /// [`LoraCounts::frozen_bytes`] but the NF4 quantisation state.
+    pub fn frozen_sharded_bytes(&self, param_bytes: u64) -> u64 {
+        self.frozen_bytes(param_bytes) - self.frozen_nf4_state_bytes
+    }
 }
 
 /// Which projection inputs a LoRA run's backward keeps: a projection's input is needed only for
 /// its weight's gradient, so a frozen projection without an adapter keeps none (as PyTorch's
 /// autograd saves `x` of `x·W` only when `W` requires a gradient); each adapter keeps its
 /// rank-r intermediate.
+///
+/// With LoRA dropout (`lora_dropout` > 0) PEFT's adapter computes `lora_B(lora_A(dropout(x)))`
+/// with one `nn.Dropout` per adapted module (`peft/tuners/lora/layer.py`, `Linear.forward`; the
+/// bitsandbytes layers in `bnb.py` alike; `nn.Identity` at 0): each adapted projection keeps a
+/// dropped copy of its input, which `lora_A` saves, and the dropout's mask, one byte an element
+/// on CUDA (`native_dropout` returns a bool mask), beside the input the frozen path shares.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct LoraSaves {
     /// The attention's input (q, k, v adapted).
@@ -165,11 +198,15 @@ pub struct LoraSaves {
     /// Adapters per block, each keeping `rank` elements per token.
     pub adapters_per_block: f64,
     pub rank: f64,
+    /// Input features per block that LoRA dropout copies (0 without dropout): each kept at the
+    /// activation width with a one-byte mask.
+    pub dropout_features_per_block: f64,
 }
 
 impl LoraSaves {
-    /// The saves of `lora`, whose counts on a model of `blocks` transformer blocks are `counts`.
-    pub fn of(lora: &Lora, counts: &LoraCounts, blocks: u64) -> LoraSaves {
+    /// The saves of `lora`, whose counts on a model of `blocks` transformer blocks are `counts`,
+    /// with LoRA dropout probability `dropout`.
+    pub fn of(lora: &Lora, counts: &LoraCounts, blocks: u64, dropout: f32) -> LoraSaves {
         use LoraTarget::*;
         let t = &lora.targets;
         LoraSaves {
@@ -179,6 +216,10 @@ impl LoraSaves {
             down_input: t.contains(Down),
             adapters_per_block: counts.adapted_modules as f64 / blocks.max(1) as f64,
             rank: lora.rank as f64,
+            dropout_features_per_block: match dropout > 0.0 {
+                true => counts.adapted_input_features as f64 / blocks.max(1) as f64,
+                false => 0.0,
+            },
         }
     }
 }
@@ -197,5 +238,16 @@ mod tests {
         assert!((bits - 4.127).abs() < 0.001, "{bits}");
         // Odd sizes round every part up.
         assert_eq!(nf4_bytes(65), 33 + 2 + 4 + 4);
+    }
+
+    #[test]
+    fn nf4_state_is_the_absmax_scales_and_offset_without_the_codes() {
+        // Llama-2-7B's q_proj, 4096 × 4096: 262,144 blocks of 64 → 262,144 absmax bytes,
+        // ⌈262,144 / 256⌉ = 1,024 fp32 scales, one fp32 offset; the 8,388,608 code bytes apart.
+        let n = 4096 * 4096;
+        assert_eq!(nf4_state_bytes(n), 262_144 + 4 * 1_024 + 4);
+        assert_eq!(nf4_bytes(n) - nf4_state_bytes(n), 8_388_608);
+        // 65 elements: 2 blocks, one scale, the offset.
+        assert_eq!(nf4_state_bytes(65), 2 + 4 + 4);
     }
 }

@@ -39,8 +39,9 @@ pub struct Run {
     pub fitted: bool,
     /// The speed-model constant fitted to this row (`half_efficiency_intensity`).
     pub fitted_constant: Option<String>,
-    /// Why the row's measured peak and throughput are kept out of the errors (its setting cannot
-    /// be pinned down from its source); shown in the printed table.
+    /// Why the row's measured peak and throughput, or its fit verdict, are kept out of the errors
+    /// (its setting cannot be pinned down from its source, or the planner cannot express it);
+    /// shown in the printed table.
     pub excluded: Option<String>,
     /// Why only the row's throughput is kept out of the errors (e.g. a GPU whose clocks the
     /// source leaves open); shown in the printed table.
@@ -66,6 +67,8 @@ pub struct Run {
     pub lora_base: Option<String>,
     /// The dtype the frozen base was loaded in (`torch_dtype`).
     pub lora_base_dtype: Option<BaseDtype>,
+    /// PEFT's `lora_dropout` of the run (none: 0).
+    pub lora_dropout: Option<f32>,
     /// DeepSpeed's `reduce_bucket_size` where the run's config sets it.
     pub bucket_elements: Option<u64>,
     pub hardware: HardwareOverrides,
@@ -137,15 +140,19 @@ pub fn problem_of(run: &Run) -> Problem {
             let base: BaseWeights = run.lora_base.as_deref().unwrap_or("plain").parse().unwrap();
             let lora = Lora::new(rank, run.lora_alpha.unwrap(), targets, base).unwrap();
             let w = workload.with_lora(&spec, lora).unwrap();
-            match run.lora_base_dtype {
+            let w = match run.lora_base_dtype {
                 Some(dtype) => w.with_lora_base_dtype(dtype).unwrap(),
+                None => w,
+            };
+            match run.lora_dropout {
+                Some(p) => w.with_lora_dropout(p).unwrap(),
                 None => w,
             }
         }
         None => {
             assert!(
-                run.lora_base_dtype.is_none(),
-                "{}: lora_base_dtype without LoRA",
+                run.lora_base_dtype.is_none() && run.lora_dropout.is_none(),
+                "{}: lora_base_dtype or lora_dropout without LoRA",
                 run.id
             );
             workload
@@ -252,7 +259,8 @@ pub fn print_table(rows: &[Row]) {
             ),
         };
         let mem_err = match (r.memory, &r.run.excluded) {
-            (None, _) => "—".into(),
+            (None, None) => "—".into(),
+            (None, Some(why)) => format!("verdict not counted: {why}"),
             (Some(m), None) => format!("{:+.1} %", 100.0 * error(m)),
             (Some(m), Some(why)) => format!("{:+.1} % (not counted: {why})", 100.0 * error(m)),
         };
