@@ -416,7 +416,9 @@ impl<T> RankRun<T> {
             observe(LaunchEvent::Trained);
         }
         let mut report = result?.clone();
-        let stopped = match report.stopped_at_step {
+        // A split model has no save format (saves hold whole weights): stopped, it is not saved.
+        let split = trainer.config().tensor_parallel.is_some();
+        let stopped = match report.stopped_at_step.filter(|_| !split) {
             Some(step) => {
                 let root = self.stop_root.clone();
                 let save = trainer.save(&root)?;
