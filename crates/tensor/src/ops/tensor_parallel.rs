@@ -154,25 +154,14 @@ fn folded(x: &Tensor, n: usize, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Re
     f(&rows)?.reshape(&out_shape)
 }
 
-fn check_chunks(
-    op: &'static str,
-    x: &Tensor,
-    w: &Tensor,
-    expected: usize,
-    got: usize,
-) -> Result<()> {
+/// `x` (…, K) against a weight (K × N).
+fn check_shapes(op: &'static str, x: &Tensor, w: &Tensor) -> Result<()> {
     if w.rank() != 2 || x.shape().last() != Some(&w.shape()[0]) {
         return Err(TensorError::ShapeMismatch {
             op,
             lhs: x.shape().to_vec(),
             rhs: w.shape().to_vec(),
         });
-    }
-    if expected != got {
-        return Err(TensorError::invalid(
-            op,
-            format!("{got} chunks given, the group holds {expected} per rank"),
-        ));
     }
     Ok(())
 }
@@ -189,13 +178,17 @@ impl Tensor {
         tp: &TensorParallel,
         chunks: &[ChunkColumns],
     ) -> Result<Tensor> {
-        check_chunks(
-            "column_parallel_linear",
-            self,
-            w,
-            tp.chunks_per_rank(),
-            chunks.len(),
-        )?;
+        check_shapes("column_parallel_linear", self, w)?;
+        if chunks.len() != tp.chunks_per_rank() {
+            return Err(TensorError::invalid(
+                "column_parallel_linear",
+                format!(
+                    "{} chunks given, the group holds {} per rank",
+                    chunks.len(),
+                    tp.chunks_per_rank()
+                ),
+            ));
+        }
         if let Some((x, w)) = autocast::lower_pair(self, w)? {
             return x.column_parallel_linear(&w, b, tp, chunks);
         }
@@ -251,7 +244,7 @@ impl Tensor {
         tp: &TensorParallel,
     ) -> Result<Tensor> {
         let per_rank = tp.chunks_per_rank();
-        check_chunks("row_parallel_linear", self, w, per_rank, per_rank)?;
+        check_shapes("row_parallel_linear", self, w)?;
         if let Some((x, w)) = autocast::lower_pair(self, w)? {
             return x.row_parallel_linear(&w, b, tp);
         }
