@@ -4,7 +4,8 @@
 # category on rank 0 and the same collectives (calls and elements), over 20 steps — DDP at 2 and
 # 3 ranks, ZeRO-1 at 2, ZeRO-2 at 3, ZeRO-3 at 2 and 4 with AdamW; SGD with momentum at ZeRO-1
 # and 2; LAMB at ZeRO-3; offload: ZeRO-2 with optimizer states in files, ZeRO-3 with states and
-# parameters in host memory. Then faults, each bounded in time: a rank that cannot read its data,
+# parameters in host memory. Tensor parallelism at 2 and 4 ranks (fp32, bf16-mixed) against
+# threads and the unsplit layout. Then faults, each bounded in time: a rank that cannot read its data,
 # that returns an error or panics at step 3, ends the job non-zero within 5 s of a healthy run's
 # time to step 3, naming the rank; a rank that sleeps is ended by the watchdog
 # (--collective-timeout) within the deadline + 5 s; ranks that call different collectives end
@@ -59,6 +60,38 @@ for case in "2 0 adamw" "3 0 adamw" "2 1 adamw" "3 2 adamw" "2 3 adamw" "4 3 ada
     failed=$((failed + 1))
     echo "mpirun -n $ranks --zero $stage --optimizer $optimizer $* differs from threads" >&2
   fi
+done
+# Tensor parallelism (--tensor-parallel N, gpt-tiny with 4 heads so 4 ranks split it): the
+# same split under mpirun -n N and on N threads reports the same losses and rank-0 bytes per
+# category, and its losses are bitwise the unsplit layout's (--tensor-parallel 1), in fp32 and
+# bf16-mixed.
+split_same() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+a, b, one = (json.load(open(p)) for p in sys.argv[1:4])
+ok = (a["losses"] == b["losses"] == one["losses"]
+      and a["peak_bytes_by_category"] == b["peak_bytes_by_category"])
+sys.exit(0 if ok else 1)
+PY
+}
+for precision in fp32 bf16-mixed; do
+  split=("${base[@]}" --steps 6 --heads 4 --precision "$precision" --optimizer adamw)
+  timeout 120 "$bin" "${split[@]}" --tensor-parallel 1 --json-report "tp1-$precision.json" \
+    >/dev/null 2>&1 || true
+  for ranks in 2 4; do
+    name="tp$ranks-$precision"
+    timeout 120 mpirun -n "$ranks" "$bin" "${split[@]}" --tensor-parallel "$ranks" \
+      --json-report "mpi-$name.json" >/dev/null 2>"mpi-$name.err" || { cat "mpi-$name.err" >&2; }
+    timeout 120 "$bin" "${split[@]}" --tensor-parallel "$ranks" \
+      --json-report "threads-$name.json" >/dev/null 2>&1 || true
+    if [ -f "mpi-$name.json" ] && [ -f "tp1-$precision.json" ] \
+      && split_same "mpi-$name.json" "threads-$name.json" "tp1-$precision.json"; then
+      passed=$((passed + 1))
+    else
+      failed=$((failed + 1))
+      echo "mpirun -n $ranks --tensor-parallel $ranks ($precision) differs from threads or from the unsplit run" >&2
+    fi
+  done
 done
 # A failing rank (rank 1 cannot read its data) ends the whole job, non-zero, with its error,
 # within seconds: it leaves MPI without finalizing instead of hanging the others.

@@ -385,3 +385,57 @@ fn data_parallel_ranks_train_the_same_run_as_one_process_accumulating() {
     assert_eq!(a["losses"], b["losses"]);
     assert_eq!(a["config"]["data_parallel"], 3);
 }
+
+#[test]
+fn tensor_parallel_ranks_train_the_unsplit_run_and_report_the_mesh() {
+    // `--tensor-parallel 2` (gpt-tiny's 2 heads, one per rank) against the unsplit layout
+    // (`--tensor-parallel 1`), deterministic mode: the same losses, to the bit; the text report
+    // names the mesh, and each rank's peak is the dry run's prediction.
+    let dir = tempfile::tempdir().unwrap();
+    let common = [
+        "train",
+        "--model",
+        "gpt-tiny",
+        "--dropout",
+        "0",
+        "--micro-batch",
+        "2",
+        "--steps",
+        "3",
+        "--eval-batches",
+        "1",
+        "--optimizer",
+        "adamw",
+        "--no-timeline",
+        "--no-auto",
+        "--deterministic",
+    ];
+    let mut outs = Vec::new();
+    for (n, name) in [("2", "tp2.json"), ("1", "tp1.json")] {
+        let mut args: Vec<&str> = common.to_vec();
+        args.extend(["--tensor-parallel", n, "--json-report", name]);
+        let out = headroom(&args, dir.path());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        outs.push(out);
+    }
+    let read = |name: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.path().join(name)).unwrap()).unwrap()
+    };
+    let (split, whole) = (read("tp2.json"), read("tp1.json"));
+    assert_eq!(split["losses"], whole["losses"]);
+    assert_eq!(split["losses"].as_array().unwrap().len(), 3);
+    let text = String::from_utf8_lossy(&outs[0].stdout);
+    assert!(text.contains("Mesh: tp 2 × dp 1"), "{text}");
+    let ranks = split["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 2);
+    for r in ranks {
+        assert_eq!(
+            r["peak_allocated_bytes"], split["predicted_peak_bytes"],
+            "{r}"
+        );
+    }
+}

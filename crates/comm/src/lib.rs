@@ -9,6 +9,8 @@
 //! collectives get an error, not a hang; a rank that fails (or panics) releases the others
 //! at once. Each rank counts its collectives and the elements it sent.
 //!
+//! `TensorParallelGroup` lends a communicator to the tensor crate's tensor-parallel linears.
+//!
 //! Not for: what is communicated (DDP buckets, ZeRO shards: the engine) or where buffers live
 //! (the caller's device allocator, tagged `communication`).
 
@@ -18,10 +20,12 @@ mod mpi_plain;
 #[cfg(feature = "mpi")]
 mod mpi_rank;
 mod shape_only;
+mod tensor_parallel;
 mod thread_group;
 
 pub use communicator::{Collective, CollectiveCounts, CommError, Communicator};
 #[cfg(feature = "mpi")]
 pub use mpi_rank::{MpiRank, launched_by_mpirun};
 pub use shape_only::ShapeOnlyRank;
+pub use tensor_parallel::TensorParallelGroup;
 pub use thread_group::{ThreadGroup, ThreadRank};

@@ -194,6 +194,7 @@ fn attention(w: &Weights, fused: bool, shape: AttentionShape, kind: AttentionKin
         selective: false,
         rotary: None,
         window: None,
+        parallel: None,
     }
 }
 
@@ -419,6 +420,7 @@ fn grouped_query_attention_with_rotary_positions_is_the_definition() {
                 selective: false,
                 rotary: Some(rotary.tables(&d, t).unwrap()),
                 window: None,
+                parallel: None,
             };
             let got = a
                 .forward(&tensor(&d, &[1, t, c], &xv))

@@ -10,7 +10,7 @@ use crate::checkpoint::{self, CheckpointOp};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::grads::Gradients;
-use crate::ops::{attention, gelu_linear, nn, rotary, swiglu};
+use crate::ops::{attention, gelu_linear, nn, rotary, swiglu, tensor_parallel};
 use crate::scope;
 use crate::tensor::Tensor;
 
@@ -106,6 +106,18 @@ pub(crate) enum Op {
         b_shape: Vec<usize>,
         bias_shape: Vec<usize>,
     },
+    /// Tensor parallelism's column-parallel linear (`ops::tensor_parallel`): dw and db range by
+    /// range, dx summed over chunks and ranks as a tree. Saves x only if w needs grad, w only if
+    /// x does.
+    ColumnParallelLinear {
+        x: Option<Tensor>,
+        w: Option<Tensor>,
+        ranges: Vec<(usize, usize)>,
+        chunks: Vec<tensor_parallel::ChunkColumns>,
+        tp: tensor_parallel::TensorParallel,
+    },
+    /// y = Σ over ranks of each rank's x: dx = dy. Saves nothing.
+    SumOverRanks,
     /// y = a @ b: da = dy @ bᵀ, db = aᵀ @ dy (summed over broadcast batch dims).
     Matmul {
         a: Option<Tensor>,
@@ -266,7 +278,22 @@ pub(crate) fn backward(
             }
             out
         }
-        Op::Contiguous => vec![Some(dy.clone())],
+        Op::Contiguous | Op::SumOverRanks => vec![Some(dy.clone())],
+        Op::ColumnParallelLinear {
+            x,
+            w,
+            ranges,
+            chunks,
+            tp,
+        } => tensor_parallel::column_parallel_backward(
+            x.as_ref(),
+            w.as_ref(),
+            &ranges,
+            &chunks,
+            &tp,
+            dy,
+            want(2),
+        )?,
         Op::Cast { from } => vec![Some(dy.cast(from)?)],
         Op::Matmul {
             a,

@@ -48,6 +48,7 @@ pub use dtype::DType;
 pub use error::{Result, TensorError};
 pub use grads::Gradients;
 pub use nf4::Nf4Weight;
+pub use ops::tensor_parallel::{ChunkColumns, ShardGroup, TensorParallel, tree_sum};
 pub use params::{BlockShard, ParamBlock, ParamSpec};
 pub use scope::{BlockHooks, param_scope, with_block_hooks};
 pub use shard::{ShardLayout, shard_range, with_sharding};

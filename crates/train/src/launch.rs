@@ -52,7 +52,7 @@ pub struct LaunchOptions {
     /// Allocator trace entries rank 0's device keeps, for a timeline or a snapshot (0: none).
     pub trace_entries: usize,
     /// This process's rank of a job `mpirun` started; without it the ranks of
-    /// `config.data_parallel` are threads of this process.
+    /// `config.ranks()` (data- or tensor-parallel) are threads of this process.
     pub process_rank: Option<Box<dyn Communicator>>,
     /// Told rank 0's progress.
     pub observer: Option<Observer>,
@@ -120,7 +120,7 @@ pub enum LaunchError {
     Fault(String),
     /// This process's job has another size than the prepared run's number of ranks.
     #[error(
-        "this process is a rank of a job of {job} ranks, and the run was prepared for {prepared}: prepare it with data_parallel = {job}"
+        "this process is a rank of a job of {job} ranks, and the run was prepared for {prepared}: prepare it with data_parallel (or tensor_parallel) = {job}"
     )]
     JobSize { job: usize, prepared: usize },
 }
@@ -150,7 +150,7 @@ pub fn launch_inspecting<T: Send + 'static>(
     options: LaunchOptions,
     inspect: Inspect<T>,
 ) -> Result<(RunOutcome, Vec<T>), LaunchError> {
-    let world = prepared.config.data_parallel;
+    let world = prepared.config.ranks();
     // Read before any rank starts: each rank takes its own.
     let faults = match &options.fault {
         Some(spec) => (0..world)
@@ -403,7 +403,7 @@ impl<T> RankRun<T> {
         }
         if !self.faults.is_empty() {
             trainer.set_hooks(TrainerHooks {
-                fault: self.faults.get(trainer.rank().0).copied().flatten(),
+                fault: self.faults.get(trainer.group_rank().0).copied().flatten(),
                 ..Default::default()
             });
         }
@@ -416,7 +416,9 @@ impl<T> RankRun<T> {
             observe(LaunchEvent::Trained);
         }
         let mut report = result?.clone();
-        let stopped = match report.stopped_at_step {
+        // A split model has no save format (saves hold whole weights): stopped, it is not saved.
+        let split = trainer.config().tensor_parallel.is_some();
+        let stopped = match report.stopped_at_step.filter(|_| !split) {
             Some(step) => {
                 let root = self.stop_root.clone();
                 let save = trainer.save(&root)?;

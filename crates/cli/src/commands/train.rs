@@ -156,7 +156,9 @@ fn configure(
     lead: bool,
 ) -> anyhow::Result<(RunConfig, Pins, PrepareOptions)> {
     let mut merged = merged;
-    if let Some(n) = job {
+    // The job's ranks split the model when --tensor-parallel says so (its size must be the
+    // job's, else the launch names both), and are data-parallel replicas otherwise.
+    if let Some(n) = job.filter(|_| merged.tensor_parallel.is_none()) {
         merged.data_parallel = Some(n);
     }
     if let Some(dir) = &args.resume {
@@ -168,13 +170,22 @@ fn configure(
     let pins = merged.pins();
     let auto_by_default = !args.no_auto && !pins.any() && !args.find_batch_size;
     let mut auto = args.auto || auto_by_default;
+    if let Some(n) = merged.tensor_parallel {
+        if args.auto {
+            bail!(
+                "--auto with --tensor-parallel {n}: the search plans whole or data-parallel runs, not split ones; give the levers (or --no-auto)"
+            );
+        }
+        // A split run keeps its levers: the search would choose ZeRO or offload, which it refuses.
+        auto = false;
+    }
     if let Some(n) = job {
         if args.auto {
             bail!(
                 "--auto under mpirun -n {n}: the search times kernels on the machine it runs on, so each rank could choose a different strategy; choose it in one process (headroom train --auto, or headroom plan --emit headroom), then give the chosen levers or --config to the mpirun job"
             );
         }
-        if auto_by_default && lead {
+        if auto_by_default && lead && merged.tensor_parallel.is_none() {
             eprintln!(
                 "auto: not under mpirun (each rank would time kernels on its own machine and could choose differently): the configured strategy runs as is; give --no-auto to say so, or choose one with headroom train --auto in one process"
             );
@@ -247,18 +258,15 @@ fn print_start(trainer: &Trainer, config: &RunConfig, corpus: &str) {
         corpus,
         config.micro_batch(),
         config.accumulation(),
-        match config.data_parallel {
-            1 => String::new(),
-            n => format!(" × {n} ranks"),
+        match (config.data_parallel, config.tensor_parallel) {
+            (_, Some(n)) => format!(" on a mesh of tp {n} × dp 1 (the model split over {n} ranks)"),
+            (1, None) => String::new(),
+            (n, None) => format!(" × {n} ranks"),
         },
         trainer.seq_len(),
         config.steps,
         format_bytes(config.device_memory),
-        if config.data_parallel > 1 {
-            " per rank"
-        } else {
-            ""
-        },
+        if config.ranks() > 1 { " per rank" } else { "" },
     );
 }
 

@@ -1,5 +1,5 @@
 //! Which rank of an `mpirun` job this `headroom train` process is (the `mpi` build), refusing a
-//! `--data-parallel` that disagrees with the job's size.
+//! `--data-parallel` or `--tensor-parallel` that disagrees with the job's size.
 //!
 //! Not for: running the ranks (`headroom_train::launch`).
 
@@ -19,6 +19,12 @@ pub(super) fn mpi_rank(keys: &TrainConfig) -> anyhow::Result<Option<Box<dyn Comm
     if let Some(n) = keys.data_parallel.filter(|&n| n != comm.world_size()) {
         anyhow::bail!(
             "--data-parallel {n} under mpirun -n {}: the job's size is the number of ranks; drop --data-parallel",
+            comm.world_size()
+        );
+    }
+    if let Some(n) = keys.tensor_parallel.filter(|&n| n != comm.world_size()) {
+        anyhow::bail!(
+            "--tensor-parallel {n} under mpirun -n {}: a split model runs on every rank of the job; give mpirun -n {n}",
             comm.world_size()
         );
     }

@@ -1,5 +1,6 @@
 //! The data-parallel part of `headroom train`'s text report: what rank 0 communicated per step
-//! against the ZeRO paper's volume, the time spent inside collectives, and every rank's peaks.
+//! against the ZeRO paper's volume, the time spent inside collectives, and every rank's peaks;
+//! for a tensor-parallel run, the mesh and every rank's peaks.
 //!
 //! Not for: single-process runs (nothing is printed) or the JSON report.
 
@@ -11,6 +12,14 @@ use headroom_train::report::TrainReport;
 /// Prints the communication line and the per-rank table of a data-parallel run.
 pub fn print_communication(report: &TrainReport) {
     let Some(c) = &report.communication else {
+        // A split model's ranks form no data-parallel group: the mesh and their peaks.
+        if report.ranks.len() > 1 {
+            let n = report.ranks.len();
+            println!(
+                "Mesh: tp {n} × dp 1 (the model's layers split over {n} ranks); every rank's peaks:"
+            );
+            print_rank_peaks(report);
+        }
         return;
     };
     let stage = match c.zero_stage.shards_optimizer() {
@@ -35,6 +44,11 @@ pub fn print_communication(report: &TrainReport) {
         c.collective_s,
         100.0 * c.collective_fraction
     );
+    print_rank_peaks(report);
+}
+
+/// Every rank's peaks and time inside collectives, as a table (nothing without ranks).
+fn print_rank_peaks(report: &TrainReport) {
     if report.ranks.is_empty() {
         return;
     }

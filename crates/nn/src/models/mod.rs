@@ -11,5 +11,5 @@ pub mod resmlp;
 
 pub use gpt::{Gpt, GptConfig};
 pub use llama::{Llama, LlamaConfig};
-pub use presets::{ModelSpec, ModelSpecError, build_model, preset};
+pub use presets::{ModelSpec, ModelSpecError, build_model, build_parallel_model, preset};
 pub use resmlp::{ResMlp, ResMlpConfig};

@@ -239,6 +239,33 @@ impl ModelSpec {
     }
 }
 
+/// Rank `tp.rank()` of `spec` split over `tp` (tensor parallelism: headroom's GPT only).
+pub fn build_parallel_model(
+    name: &str,
+    spec: &ModelSpec,
+    device: &Device,
+    dtype: DType,
+    seed: u64,
+    tp: headroom_tensor::TensorParallel,
+) -> Result<Box<dyn Model>> {
+    match spec {
+        ModelSpec::Gpt(c) => Ok(Box::new(Gpt::new_parallel(
+            name,
+            c.clone(),
+            device,
+            dtype,
+            seed,
+            tp,
+        )?)),
+        _ => Err(headroom_tensor::TensorError::invalid(
+            "tensor parallelism",
+            format!(
+                "{name} is not a GPT: tensor parallelism splits headroom's GPT only; run it without --tensor-parallel"
+            ),
+        )),
+    }
+}
+
 /// Builds the model on `device` with parameters in `dtype`.
 pub fn build_model(
     name: &str,

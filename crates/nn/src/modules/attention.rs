@@ -7,12 +7,17 @@
 //! selective recomputation recomputed in backward, Korthikanti et al. 2022) or memory-efficient
 //! (the fused kernel, `Tensor::attention`).
 //!
+//! Under tensor parallelism (Megatron-LM's attention, Shoeybi et al. 2019, arXiv:1909.08053
+//! §3) each rank holds `heads / tp` heads: the fused q/k/v projection is column-parallel (the
+//! rank's query, key and value columns), the core runs on the rank's heads alone, and the
+//! output projection is row-parallel over the rank's head features.
+//!
 //! Not for: the kernels (the tensor crate) or the residual around the layer (`decoder_block.rs`).
 
 use super::lora_adapter::adapted;
 use super::{Linear, LoraAdapter, RotaryTables, Slot};
 use headroom_strategy::Attention as AttentionKind;
-use headroom_tensor::{Result, Tensor, TensorError, checkpoint};
+use headroom_tensor::{ChunkColumns, Result, Tensor, TensorError, TensorParallel, checkpoint};
 
 /// The sizes of an attention layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,6 +107,8 @@ pub struct Attention {
     pub rotary: Option<RotaryTables>,
     /// A sliding window: each query attends to the last `w` keys (itself included) only.
     pub window: Option<usize>,
+    /// This rank's group when the heads are split over ranks.
+    pub parallel: Option<TensorParallel>,
 }
 
 /// Scores, causal mask, softmax, dropout and the weighted sum of values: (B, H, T, D) each.
@@ -126,9 +133,16 @@ impl Attention {
     /// Part `i` (0: queries, 1: keys, 2: values) of width (B, T, n·D) → (B, H, T, D): split
     /// into its n heads, rotated by position (queries and keys, with a rotary embedding), each
     /// key/value head repeated for its group of query heads.
-    fn heads(&self, i: usize, x: Tensor, b: usize, t: usize) -> Result<Tensor> {
-        let (nh, hd) = (self.shape.heads, self.shape.head_dim());
-        let n = if i == 0 { nh } else { self.shape.kv_heads };
+    fn heads(
+        &self,
+        shape: &AttentionShape,
+        i: usize,
+        x: Tensor,
+        b: usize,
+        t: usize,
+    ) -> Result<Tensor> {
+        let (nh, hd) = (shape.heads, shape.head_dim());
+        let n = if i == 0 { nh } else { shape.kv_heads };
         let mut x = x.reshape(&[b, t, n, hd])?; // (B, T, n, D)
         if let Some(rotary) = self.rotary.as_ref().filter(|_| i < 2) {
             x = rotary.apply(&x)?;
@@ -137,24 +151,62 @@ impl Attention {
     }
 
     /// Queries, keys and values of `h`, each (B, H, T, D).
-    fn project(&self, h: &Tensor, b: usize, t: usize) -> Result<[Tensor; 3]> {
+    fn project(
+        &self,
+        shape: &AttentionShape,
+        h: &Tensor,
+        b: usize,
+        t: usize,
+    ) -> Result<[Tensor; 3]> {
         match &self.qkv {
             QkvProjection::Fused { qkv, parts } => {
-                let (c, kv) = (self.shape.width, self.shape.kv_width());
-                let all = qkv.forward(h)?; // (B, T, C + 2·KV)
+                let (c, kv) = (shape.width, shape.kv_width());
+                let all = match &self.parallel {
+                    Some(tp) if parts.iter().all(Option::is_none) => {
+                        qkv.forward_column_parallel(h, tp, &fused_chunks(shape, tp)?)?
+                    }
+                    Some(_) => return Err(not_split("LoRA adapters on q, k or v")),
+                    None => qkv.forward(h)?,
+                }; // (B, T, C + 2·KV)
                 let (starts, lens) = ([0, c, c + kv], [c, kv, kv]);
                 let split = |i: usize| -> Result<Tensor> {
                     let part = all.narrow(2, starts[i], lens[i])?;
-                    self.heads(i, adapted(parts[i].as_ref(), h, part)?, b, t)
+                    self.heads(shape, i, adapted(parts[i].as_ref(), h, part)?, b, t)
                 };
                 Ok([split(0)?, split(1)?, split(2)?])
             }
+            QkvProjection::Separate { .. } if self.parallel.is_some() => {
+                Err(not_split("separate q, k and v projections"))
+            }
             QkvProjection::Separate { q, k, v } => Ok([
-                self.heads(0, q.forward(h)?, b, t)?,
-                self.heads(1, k.forward(h)?, b, t)?,
-                self.heads(2, v.forward(h)?, b, t)?,
+                self.heads(shape, 0, q.forward(h)?, b, t)?,
+                self.heads(shape, 1, k.forward(h)?, b, t)?,
+                self.heads(shape, 2, v.forward(h)?, b, t)?,
             ]),
         }
+    }
+
+    /// The sizes this rank computes: all of them, or under tensor parallelism its share of the
+    /// heads (and of the width).
+    fn local_shape(&self) -> Result<AttentionShape> {
+        let Some(tp) = &self.parallel else {
+            return Ok(self.shape);
+        };
+        let (h, kv, n) = (self.shape.heads, self.shape.kv_heads, tp.world());
+        if !h.is_multiple_of(n) || !kv.is_multiple_of(n) {
+            return Err(TensorError::invalid(
+                "tensor parallelism",
+                format!(
+                    "{h} attention heads ({kv} key/value heads) do not split over {n} ranks; use a tensor-parallel size that divides the heads"
+                ),
+            ));
+        }
+        Ok(AttentionShape {
+            width: self.shape.width / n,
+            heads: h / n,
+            kv_heads: kv / n,
+            bias: self.shape.bias,
+        })
     }
 
     /// (B, T, C) → (B, T, C).
@@ -170,12 +222,14 @@ impl Attention {
                 ),
             ));
         }
-        let (b, t, c) = (h.shape()[0], h.shape()[1], h.shape()[2]);
-        let [q, k, v] = self.project(h, b, t)?;
+        let (b, t) = (h.shape()[0], h.shape()[1]);
+        let shape = self.local_shape()?;
+        let c = shape.width;
+        let [q, k, v] = self.project(&shape, h, b, t)?;
         let y = if self.kind == AttentionKind::MemoryEfficient {
             // Fused: saves q, k, v, y and a (B, H, T) statistic only, so there is nothing
             // T×T for selective recomputation to drop.
-            let scale = 1.0 / (self.shape.head_dim() as f32).sqrt();
+            let scale = 1.0 / (shape.head_dim() as f32).sqrt();
             Tensor::attention_masked(&q, &k, &v, Some(self.window), scale, self.dropout)? // (B, H, T, D)
         } else if self.selective {
             let (p, w) = (self.dropout, self.window);
@@ -186,6 +240,36 @@ impl Attention {
             core_attention(&q, &k, &v, self.dropout, self.window)?
         };
         let y = y.permute(&[0, 2, 1, 3])?.reshape(&[b, t, c])?; // (B, T, C)
-        self.out.forward(&y)
+        match &self.parallel {
+            Some(tp) => self.out.forward_row_parallel(&y, tp),
+            None => self.out.forward(&y),
+        }
     }
+}
+
+/// This rank's chunks of a fused projection's columns: chunk j holds the j-th slice of the
+/// rank's query columns, of its key columns and of its value columns.
+fn fused_chunks(shape: &AttentionShape, tp: &TensorParallel) -> Result<Vec<ChunkColumns>> {
+    let per = tp.chunks_per_rank();
+    let (c, kv) = (shape.width, shape.kv_width());
+    if !c.is_multiple_of(per) || !kv.is_multiple_of(per) {
+        return Err(TensorError::invalid(
+            "tensor parallelism",
+            format!(
+                "a rank's {c} query and {kv} key/value features do not split into {per} reduction chunks; use a width that {} divides",
+                tp.chunks()
+            ),
+        ));
+    }
+    let (cw, kw) = (c / per, kv / per);
+    Ok((0..per)
+        .map(|j| vec![(j * cw, cw), (c + j * kw, kw), (c + kv + j * kw, kw)])
+        .collect())
+}
+
+fn not_split(what: &str) -> TensorError {
+    TensorError::invalid(
+        "tensor parallelism",
+        format!("{what} are not split over ranks; train this model without --tensor-parallel"),
+    )
 }

@@ -11,7 +11,7 @@
 
 use super::lora_adapter::adapted;
 use super::{LoraAdapter, Naming, Slot, Weights, join};
-use headroom_tensor::{Nf4Weight, Result, Tensor};
+use headroom_tensor::{ChunkColumns, Nf4Weight, Result, Tensor, TensorError, TensorParallel};
 use std::sync::Arc;
 
 /// Where a linear layer's weight lives.
@@ -99,6 +99,38 @@ impl Linear {
     /// `x·W + b`, plus the adapter's update.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         adapted(self.adapter.as_ref(), x, self.base(x)?)
+    }
+
+    /// The plain weight a tensor-parallel product splits; adapters and NF4 weights are not split.
+    fn dense_for_parallel(&self) -> Result<&Tensor> {
+        match (&self.weight, &self.adapter) {
+            (LinearWeight::Dense(w), None) => Ok(w),
+            _ => Err(TensorError::invalid(
+                "tensor parallelism",
+                "only plain trainable weights are split over ranks; LoRA adapters and NF4 weights are not: train them without --tensor-parallel",
+            )),
+        }
+    }
+
+    /// Input features of a plain weight (its rows).
+    pub(crate) fn dense_rows(&self) -> Result<usize> {
+        Ok(self.dense_for_parallel()?.shape()[0])
+    }
+
+    /// `x·W + b` with this rank's columns of W and b (`Tensor::column_parallel_linear`).
+    pub fn forward_column_parallel(
+        &self,
+        x: &Tensor,
+        tp: &TensorParallel,
+        chunks: &[ChunkColumns],
+    ) -> Result<Tensor> {
+        x.column_parallel_linear(self.dense_for_parallel()?, self.bias.as_ref(), tp, chunks)
+    }
+
+    /// `x·W + b` with this rank's rows of W, `x` this rank's input features, the bias whole
+    /// (`Tensor::row_parallel_linear`).
+    pub fn forward_row_parallel(&self, x: &Tensor, tp: &TensorParallel) -> Result<Tensor> {
+        x.row_parallel_linear(self.dense_for_parallel()?, self.bias.as_ref(), tp)
     }
 
     /// `gelu(pre)·W + b`, plus the adapter's update. The GELU output is recomputed in backward,

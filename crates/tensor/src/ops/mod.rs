@@ -14,6 +14,7 @@ pub mod nn;
 pub mod reduce;
 pub mod rotary;
 pub mod swiglu;
+pub mod tensor_parallel;
 pub mod view;
 
 use crate::dtype::DType;

@@ -211,6 +211,12 @@ pub struct TrainConfig {
     /// in rank order (DDP). The global batch is N × micro-batch × accumulation.
     #[arg(long, value_name = "N")]
     pub data_parallel: Option<usize>,
+    /// Split headroom's GPT over N ranks (threads of this process, or the ranks of an `mpirun`
+    /// job of N): each holds 1/N of every layer's heads and MLP features (Megatron-LM's tensor
+    /// parallelism), all ranks read the same batches. With --deterministic the sums are cut
+    /// into 8 chunks added as one tree, so 1, 2, 4 and 8 ranks give bitwise the same run.
+    #[arg(long, value_name = "N")]
+    pub tensor_parallel: Option<usize>,
     /// ZeRO stage with --data-parallel: 0 replicates everything (DDP); 1 shards optimizer
     /// states and master weights over the ranks; 2 also gradients (reduce-scatter); 3 also
     /// parameters, gathered per block before it computes and freed after.
@@ -333,6 +339,7 @@ impl TrainConfig {
             oom_recovery,
             deterministic,
             data_parallel,
+            tensor_parallel,
             zero_stage,
             zero_prefetch,
             collective_timeout,
@@ -449,7 +456,7 @@ impl TrainConfig {
             ));
         }
         let lora = self.resolve_lora()?;
-        Ok(RunConfig {
+        let run = RunConfig {
             model: self.model.unwrap_or_else(|| DEFAULT_MODEL.into()),
             lora,
             init_from: self.init_from,
@@ -486,6 +493,7 @@ impl TrainConfig {
             oom_recovery: self.oom_recovery.unwrap_or(data_parallel == 1),
             deterministic: self.deterministic.unwrap_or(false),
             data_parallel,
+            tensor_parallel: self.tensor_parallel,
             zero_prefetch: self.zero_prefetch.unwrap_or(1),
             collective_timeout_s,
             sampler: self.sampler.unwrap_or_default(),
@@ -495,7 +503,9 @@ impl TrainConfig {
             pin_memory: self.pin_memory.unwrap_or(true),
             offload_dir: self.offload_dir,
             resumed: false,
-        })
+        };
+        super::mesh::check_tensor_parallel(&run)?;
+        Ok(run)
     }
 
     /// The LoRA fine-tune the `lora_*` keys configure, if `lora_rank` is set.

@@ -9,6 +9,7 @@
 
 mod keys;
 mod levers;
+mod mesh;
 mod resume;
 mod run;
 #[cfg(test)]
@@ -16,6 +17,7 @@ mod tests;
 
 pub use keys::{MAX_COLLECTIVE_TIMEOUT_S, TrainConfig};
 pub use levers::Levers;
+pub use mesh::DETERMINISTIC_CHUNKS;
 pub use run::{DEFAULT_DEVICE_MEMORY, DEFAULT_MODEL, MAX_EFFECTIVE_BATCH, RunConfig};
 
 use std::path::PathBuf;

@@ -128,6 +128,7 @@ impl RunConfig {
             oom_recovery: Some(self.oom_recovery),
             deterministic: Some(self.deterministic),
             data_parallel: Some(self.data_parallel),
+            tensor_parallel: self.tensor_parallel,
             sampler: Some(self.sampler),
             workers: Some(self.workers),
             prefetch: Some(self.prefetch),

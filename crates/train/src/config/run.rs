@@ -58,6 +58,10 @@ pub struct RunConfig {
     /// Ranks of the data-parallel group (DDP over the in-process communicator); 1 without.
     #[serde(default = "one")]
     pub data_parallel: usize,
+    /// Ranks the GPT's layers are split over (tensor parallelism); `None` runs them whole.
+    /// `Some(1)` is the unsplit run laid out as a split one (its sums chunked the same way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor_parallel: Option<usize>,
     /// ZeRO-3: blocks gathered ahead of the one computing.
     #[serde(default = "one")]
     pub zero_prefetch: usize,

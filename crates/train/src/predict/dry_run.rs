@@ -69,8 +69,9 @@ fn dry_run(
     let device = Device::shape_only(capacity, c.allocator.config());
     let mut micro_work = None;
     let mut offload = None;
-    // A rank of a data-parallel group: rank 0, which holds the largest shards.
-    let world = c.data_parallel;
+    // A rank of a data-parallel group: rank 0, which holds the largest shards (a split
+    // model's ranks hold equal slices).
+    let world = c.ranks();
     if c.allocator == AllocatorKind::Planned {
         let plan = uncounted(|| super::arena::record_arena_layout(&c, corpus, (0, world)))?;
         if let Err(e) = device.lock().install_layout(plan) {

@@ -117,7 +117,7 @@ pub fn arena_layouts(config: &RunConfig, corpus: &Corpus) -> Result<Vec<ArenaLay
     if config.allocator != AllocatorKind::Planned {
         return Ok(Vec::new());
     }
-    let world = config.data_parallel.max(1);
+    let world = config.ranks();
     (0..world)
         .map(|rank| record_arena_layout(config, corpus, (rank, world)))
         .collect()

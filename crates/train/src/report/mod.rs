@@ -113,7 +113,8 @@ pub struct TrainReport {
     pub host: Option<ProcessMemory>,
     /// Data-parallel runs: what this rank communicated, against theory.
     pub communication: Option<CommunicationReport>,
-    /// Data-parallel runs: every rank's peaks, in rank order (`Trainer::gather_rank_peaks`).
+    /// Runs of several ranks (data- or tensor-parallel): every rank's peaks, in rank order
+    /// (`Trainer::gather_rank_peaks`).
     pub ranks: Vec<RankPeaks>,
     /// Offloaded runs: this rank's host and disk tiers.
     #[serde(default)]

@@ -19,7 +19,7 @@ use crate::scaler::{LossScaler, ScalerConfig};
 use headroom_comm::Communicator;
 use headroom_memory::{AllocatorKind, ArenaLayout, Category, Device};
 use headroom_nn::Model;
-use headroom_nn::models::{ModelSpec, build_model};
+use headroom_nn::models::{ModelSpec, build_model, build_parallel_model};
 use headroom_nn::optim::{Optimizer, OptimizerConfig, StateDtype, TensorShape, UpdateRule};
 use headroom_tensor::{Gradients, ShardLayout, Tensor, with_sharding};
 
@@ -160,6 +160,9 @@ impl Trainer {
         let precision = config.strategy.precision;
         let spec = model_spec(&config)?;
         let seq_len = config.seq_len_of(&spec);
+        // A split model's ranks read the same batches: its group is not a data-parallel one.
+        let (comm, tp_group) =
+            super::tensor_parallel::split_comm(&config, comm, !device.is_backed())?;
         let ranks = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.world_size()));
         let sampler = run_loader(&config, corpus, &spec, seq_len, ranks, !device.is_backed())?;
         let (recompute, budget_decision) = recompute_for(
@@ -198,15 +201,25 @@ impl Trainer {
             // With the step in backward a gradient takes bytes only while it is computed.
             released_gradients: config.strategy.optimizer_in_backward,
         };
-        let mut model = with_sharding(layout, || {
-            build_model(
+        let mut model = match &tp_group {
+            Some(group) => build_parallel_model(
                 &config.model,
                 &spec,
                 &device,
                 compute_dtype(precision),
                 config.seed,
-            )
-        })?;
+                super::tensor_parallel::tensor_parallel(&config, group)?,
+            )?,
+            None => with_sharding(layout, || {
+                build_model(
+                    &config.model,
+                    &spec,
+                    &device,
+                    compute_dtype(precision),
+                    config.seed,
+                )
+            })?,
+        };
         super::hf_export::check_hf_out(&config, model.as_ref())?;
         let checkpoint = match model.hugging_face() {
             Some(_) => crate::pretrained::checkpoint(&config.model)?,
@@ -297,6 +310,7 @@ impl Trainer {
             hooks: TrainerHooks::default(),
             stop: None,
             comm,
+            tensor_parallel: tp_group,
             offload,
             activation_pool,
             report,

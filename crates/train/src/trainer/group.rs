@@ -39,18 +39,24 @@ impl Trainer {
     /// Every rank's peaks and time in collectives, gathered into each rank's report (`ranks`);
     /// every rank of a group must call it, after `train`. One all-gather of 12 elements.
     pub fn gather_rank_peaks(&mut self) -> Result<&[RankPeaks], TrainError> {
-        let Some(comm) = self.comm.as_mut() else {
-            return Ok(&self.report.ranks);
-        };
         let stats = self.device.stats();
-        let mine = RankPeaks {
-            rank: comm.rank(),
-            peak_allocated_bytes: stats.allocated_bytes.all.peak as u64,
-            peak_reserved_bytes: stats.reserved_bytes.all.peak as u64,
-            collective_ns: comm.counts().busy_ns,
+        let gather = |comm: &mut dyn Communicator| -> Result<Vec<f32>, TrainError> {
+            let mine = RankPeaks {
+                rank: comm.rank(),
+                peak_allocated_bytes: stats.allocated_bytes.all.peak as u64,
+                peak_reserved_bytes: stats.reserved_bytes.all.peak as u64,
+                collective_ns: comm.counts().busy_ns,
+            };
+            let mut all = vec![0.0f32; RANK_PEAKS_ELEMENTS * comm.world_size()];
+            comm.all_gather(&mine.encode(), &mut all)?;
+            Ok(all)
         };
-        let mut all = vec![0.0f32; RANK_PEAKS_ELEMENTS * comm.world_size()];
-        comm.all_gather(&mine.encode(), &mut all)?;
+        // A split model's ranks gather over its group.
+        let all = match (self.comm.as_mut(), &self.tensor_parallel) {
+            (Some(comm), _) => gather(comm.as_mut())?,
+            (None, Some(group)) => group.with_comm(gather)?,
+            (None, None) => return Ok(&self.report.ranks),
+        };
         self.report.ranks = all
             .chunks_exact(RANK_PEAKS_ELEMENTS)
             .enumerate()

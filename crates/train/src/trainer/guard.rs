@@ -100,7 +100,7 @@ impl Trainer {
     /// collective, so instead of retrying alone it marks itself failed, which releases them at
     /// once with the reason, and the whole group ends with it.
     pub(super) fn group_out_of_memory(&mut self, oom: OutOfMemory) -> TrainError {
-        let (rank, world) = self.rank();
+        let (rank, world) = self.group_rank();
         let e = TrainError::GroupOutOfMemory {
             rank,
             world,
@@ -109,6 +109,9 @@ impl Trainer {
         };
         if let Some(comm) = self.comm.as_mut() {
             comm.fail(&e.to_string());
+        }
+        if let Some(g) = &self.tensor_parallel {
+            g.with_comm(|c| c.fail(&e.to_string()));
         }
         e
     }

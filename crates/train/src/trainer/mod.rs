@@ -31,6 +31,7 @@ mod save;
 mod schedule;
 mod shard;
 mod step;
+mod tensor_parallel;
 mod trust;
 mod update;
 mod zero;
@@ -89,6 +90,9 @@ pub struct Trainer {
     /// This rank's communicator when the run is data-parallel (or, alone, offloads ZeRO-3
     /// parameters: a group of one).
     comm: Option<Box<dyn Communicator>>,
+    /// This rank's tensor-parallel group when the model is split over ranks (`comm` is then
+    /// none: there is no data-parallel group).
+    tensor_parallel: Option<std::sync::Arc<headroom_comm::TensorParallelGroup>>,
     /// Offloaded states (`--offload-optimizer`, `--offload-params`).
     offload: Option<offload::Offloaded>,
     /// Host memory for the checkpointed blocks' inputs (`--offload-activations cpu`), shared
@@ -199,17 +203,33 @@ impl Trainer {
         effective_stage(&self.config, self.rank().1)
     }
 
-    /// This rank and the group's size (0 of 1 without a communicator).
+    /// This rank of the data-parallel group and the group's size (0 of 1 without one).
     pub fn rank(&self) -> (usize, usize) {
         self.comm
             .as_ref()
             .map_or((0, 1), |c| (c.rank(), c.world_size()))
     }
 
+    /// This rank and its group's size, whichever group it belongs to: the data-parallel one
+    /// ([`Trainer::rank`]) or the tensor-parallel one a split model runs over (whose ranks all
+    /// read the same batches, so `rank` is 0 of 1 there).
+    pub fn group_rank(&self) -> (usize, usize) {
+        match &self.tensor_parallel {
+            Some(g) => {
+                use headroom_tensor::ShardGroup;
+                (g.rank(), g.world())
+            }
+            None => self.rank(),
+        }
+    }
+
     /// Marks this rank's part of the run complete (see `Communicator::complete`).
     pub fn complete(&mut self) {
         if let Some(comm) = self.comm.as_mut() {
             comm.complete();
+        }
+        if let Some(g) = &self.tensor_parallel {
+            g.with_comm(|c| c.complete());
         }
     }
 
@@ -341,7 +361,7 @@ impl Trainer {
             self.weights_touched = false;
             let loss = match self.train_step(on_event) {
                 Ok(loss) => loss,
-                Err(TrainError::OutOfMemory(oom)) if self.rank().1 > 1 && !self.dry => {
+                Err(TrainError::OutOfMemory(oom)) if self.group_rank().1 > 1 && !self.dry => {
                     return Err(self.group_out_of_memory(oom));
                 }
                 Err(TrainError::OutOfMemory(oom))

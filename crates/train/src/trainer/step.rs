@@ -358,6 +358,9 @@ impl Trainer {
     /// ZeRO-2/3: a shard buffer): its partial sums are gathered and added in rank order (as
     /// f64, each sent as two f32 halves), so every rank gets the same statistics.
     fn gradient_stats(&mut self) -> Result<GradStats, TrainError> {
+        if let Some(group) = self.tensor_parallel.clone() {
+            return self.tensor_parallel_stats(&group);
+        }
         let mut total = GradStats {
             sum_squares: 0.0,
             all_finite: true,

@@ -16,23 +16,31 @@
 //! `block.rs`, the base in the plain layout (merged
 //! exports, `--init-from`) in `base.rs`.
 //!
+//! Split over a tensor-parallel group ([`Gpt::new_parallel`]), each rank's layers hold its
+//! share of the heads and of the MLP's hidden features (`block.rs`); the embeddings, the norms
+//! and the output head stay whole on every rank, so their gradients come out the same on each.
+//!
 //! Not for: training.
 
 mod base;
 pub(crate) mod block;
 
+pub use block::{SlotSplit, slot_split};
+
 use super::limits::{MAX_BLOCKS, MAX_DIM, check_sizes};
 use super::lora::{BlockAdapters, block_adapter_params, build_adapters};
 use super::qlora::{self, QUANTIZED};
-use crate::init::initialise_at;
+use crate::init::{block_values, initialise_at};
 use crate::model::{Model, NamedValues, Recompute, run_blocks};
 use crate::modules::{Embedding, LayerNorm, LmHead, Slot, Weights, slot_pairs};
-use block::{LN_EPS, Layer, gpt2_init, layer_slots};
+use block::{LN_EPS, Layer, gpt2_init, layer_slots, layer_slots_of, shard_values};
 use headroom_memory::{Category, Device};
 pub use headroom_strategy::Attention;
 use headroom_strategy::{BaseWeights, Lora};
 use headroom_tensor::Nf4Weight;
-use headroom_tensor::{DType, ParamBlock, Result, Tensor, TensorError, param_scope};
+use headroom_tensor::{
+    DType, ParamBlock, ParamSpec, Result, Tensor, TensorError, TensorParallel, param_scope,
+};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -128,6 +136,43 @@ pub struct Gpt {
     quantized: Vec<Vec<Arc<Nf4Weight>>>,
     device: Device,
     attention: Attention,
+    /// This rank's tensor-parallel group, when the layers are split over one.
+    parallel: Option<TensorParallel>,
+}
+
+impl GptConfig {
+    /// Checks that the model splits over `tp`: the heads and the MLP's hidden features divide
+    /// by its size, the width and the hidden features by its reduction chunks, no dropout (each
+    /// rank would draw its own masks) and no adapters.
+    pub fn validate_parallel(&self, tp: &TensorParallel) -> Result<()> {
+        let (n, chunks) = (tp.world(), tp.chunks());
+        let bad = |msg: String| Err(TensorError::invalid("tensor parallelism", msg));
+        if !self.heads.is_multiple_of(n) || !self.ffn.is_multiple_of(n) {
+            return bad(format!(
+                "{} heads and an MLP of {} hidden features must both divide by the tensor-parallel size {n}; use a size that divides both",
+                self.heads, self.ffn
+            ));
+        }
+        if !self.width.is_multiple_of(chunks) || !self.ffn.is_multiple_of(chunks) {
+            return bad(format!(
+                "width {} and MLP width {} must both divide by the {chunks} chunks tensor-parallel sums are cut into; use widths that {chunks} divides",
+                self.width, self.ffn
+            ));
+        }
+        if n > 1 && self.dropout > 0.0 {
+            return bad(format!(
+                "dropout {} with tensor parallelism: each rank would draw its own masks; set dropout to 0",
+                self.dropout
+            ));
+        }
+        if self.lora.is_some() {
+            return bad(
+                "LoRA adapters are not split over ranks; train them without --tensor-parallel"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
 }
 
 impl Gpt {
@@ -139,6 +184,33 @@ impl Gpt {
         device: &Device,
         dtype: DType,
         seed: u64,
+    ) -> Result<Gpt> {
+        Gpt::build(name, config, device, dtype, seed, None)
+    }
+
+    /// Rank `tp.rank()` of a GPT split over `tp`: its layers hold the rank's slices of the
+    /// unsplit model's weights (drawn from `seed` as [`Gpt::new`] draws them, then sliced),
+    /// the rest whole.
+    pub fn new_parallel(
+        name: &str,
+        config: GptConfig,
+        device: &Device,
+        dtype: DType,
+        seed: u64,
+        tp: TensorParallel,
+    ) -> Result<Gpt> {
+        config.validate()?;
+        config.validate_parallel(&tp)?;
+        Gpt::build(name, config, device, dtype, seed, Some(tp))
+    }
+
+    fn build(
+        name: &str,
+        config: GptConfig,
+        device: &Device,
+        dtype: DType,
+        seed: u64,
+        parallel: Option<TensorParallel>,
     ) -> Result<Gpt> {
         config.validate()?;
         let (v, s, c) = (config.vocab, config.context, config.width);
@@ -155,7 +227,10 @@ impl Gpt {
         let mut quantized = Vec::new();
         let embed = [Embedding::slots("wte", v, c), Embedding::slots("wpe", s, c)].concat();
         blocks.push(new_block("embed", &slot_pairs(&embed))?);
-        let layer = layer_slots(&config);
+        let (rank, world) = parallel
+            .as_ref()
+            .map_or((0, 1), |tp| (tp.rank(), tp.world()));
+        let layer = layer_slots_of(&config, rank, world);
         let weights = slot_pairs(&layer);
         for i in 0..config.layers {
             let name = format!("block.{i}");
@@ -182,8 +257,12 @@ impl Gpt {
             quantized,
             device: device.clone(),
             attention: config_attention,
+            parallel,
         };
-        for (bi, block) in gpt.blocks.iter().enumerate() {
+        if world > 1 {
+            gpt.initialise_shards(seed)?;
+        }
+        for (bi, block) in gpt.blocks.iter().enumerate().filter(|_| world == 1) {
             // QLoRA's layers were filled as they were quantised.
             if gpt.quantized.is_empty() || !block.name().starts_with("block.") {
                 initialise_at(block, bi, seed, &gpt2_init)?;
@@ -193,6 +272,41 @@ impl Gpt {
             gpt.adapters = build_adapters(&gpt.config, lora, device, dtype, seed)?;
         }
         Ok(gpt)
+    }
+
+    /// Fills a rank's blocks: the layers with its slices of the unsplit layers' initial values,
+    /// the rest as [`Gpt::new`] fills them.
+    fn initialise_shards(&self, seed: u64) -> Result<()> {
+        let Some(tp) = &self.parallel else {
+            return Ok(());
+        };
+        let mut offset = 0;
+        let full: Vec<ParamSpec> = layer_slots(&self.config)
+            .into_iter()
+            .map(|s| {
+                let spec = ParamSpec {
+                    offset,
+                    name: s.name.clone(),
+                    shape: s.shape.clone(),
+                };
+                offset += s.numel();
+                spec
+            })
+            .collect();
+        for (bi, block) in self.blocks.iter().enumerate() {
+            if !block.name().starts_with("block.") {
+                initialise_at(block, bi, seed, &gpt2_init)?;
+            } else if block.flat().device().is_backed() {
+                let values = block_values(bi, &full, seed, &gpt2_init);
+                block.set_values(&shard_values(&self.config, tp.rank(), tp.world(), &values))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// This rank's tensor-parallel group, if the model is split over one.
+    pub fn parallel(&self) -> Option<&TensorParallel> {
+        self.parallel.as_ref()
     }
 
     pub fn config(&self) -> &GptConfig {
@@ -233,6 +347,7 @@ impl Gpt {
             adapters.as_ref(),
             self.attention,
             selective,
+            self.parallel.as_ref(),
         )
     }
 

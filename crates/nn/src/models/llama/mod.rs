@@ -260,6 +260,7 @@ impl Llama {
             selective,
             rotary: Some(rotary.clone()),
             window: c.window(i),
+            parallel: None,
         };
         let ffn = SwiGlu {
             gate: lin("mlp.gate_proj", c.mlp_bias, LoraTarget::Gate)?,
