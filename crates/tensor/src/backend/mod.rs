@@ -82,6 +82,9 @@ pub enum BinaryOp {
     Eq,
     /// The derivative of a unary op: `a` is its saved input or output, `b` the incoming gradient.
     UnaryGrad(UnaryOp),
+    /// `silu(a) · b`, with `silu(a)` rounded to the storage dtype before the product: the bits
+    /// of `Silu` then `Mul`, in one pass and without the intermediate tensor (SwiGLU's).
+    SiluMul,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
