@@ -209,6 +209,21 @@ fn swiglu_keeps_its_inputs_only() {
 }
 
 #[test]
+fn swiglu_forward_allocates_its_output_only() {
+    // gate and up 8 × 64 f32 (2048 bytes each, a multiple of the 512-byte block): the one-pass
+    // product raises the peak by the output's 2048 bytes; SiLU then mul would first allocate
+    // the SiLU's 2048 as well (peak + 4096).
+    let d = device();
+    let g = tensor(&d, &[8, 64], &values(512, 21, -2.0, 2.0));
+    let u = tensor(&d, &[8, 64], &values(512, 22, -2.0, 2.0));
+    let before = d.stats().allocated_bytes.all.current;
+    d.reset_peak_stats();
+    let y = g.swiglu(&u).unwrap();
+    assert_eq!(d.stats().allocated_bytes.all.peak - before, 2048);
+    drop(y);
+}
+
+#[test]
 fn repeat_interleave_shares_each_head_with_its_group() {
     let d = device();
     // (1, 2 heads, 2) → 3 copies each: heads 0, 0, 0, 1, 1, 1 (Hugging Face's repeat_kv).

@@ -111,8 +111,16 @@ pub struct Attention {
     pub parallel: Option<TensorParallel>,
 }
 
-/// Scores, causal mask, softmax, dropout and the weighted sum of values: (B, H, T, D) each.
-/// The memory-heavy part of attention (its saved tensors are T² per head).
+/// Scores, causal mask, softmax, dropout and the weighted sum of values, from q (B, T, H, D)
+/// and k, v (B, T, Hkv, D) to (B, H, T, D). The memory-heavy part of attention (its saved
+/// tensors are T² per head).
+///
+/// Without grouping (Hkv = H) the products are batched over (B, H). With groups of G = H / Hkv
+/// query heads, q is viewed as (B, Hkv, G, T, D) and each key/value head as (B, Hkv, 1, T, D),
+/// broadcast over its group by the batched product, so no repeated copy of k or v is made or
+/// saved (the products' backward sums the group's gradients into the shared head). Query head
+/// `h = kv·G + j` is batch `(kv, j)`, so the scores are (B, H, T, T) in the usual order and
+/// the mask, softmax and dropout see the same tensor as without grouping.
 fn core_attention(
     q: &Tensor,
     k: &Tensor,
@@ -120,19 +128,36 @@ fn core_attention(
     dropout: f32,
     window: Option<usize>,
 ) -> Result<Tensor> {
-    let hd = q.shape()[3];
-    let scores = q.matmul(&k.transpose(-2, -1)?)?; // (B, H, T, T)
-    // Scale, causal mask and softmax in one op (the bits of the three, half the work).
+    let [b, t, nh, hd] = [0, 1, 2, 3].map(|a| q.shape()[a]);
+    let kv = k.shape()[2];
+    let scale = 1.0 / (hd as f32).sqrt();
+    if kv == nh {
+        let [q, k, v] = [q, k, v].map(|x| x.permute(&[0, 2, 1, 3])); // (B, H, T, D)
+        let scores = q?.matmul(&k?.transpose(-2, -1)?)?; // (B, H, T, T)
+        // Scale, causal mask and softmax in one op (the bits of the three, half the work).
+        let att = scores
+            .causal_softmax_window(scale, window)?
+            .dropout(dropout)?;
+        return att.matmul(&v?); // (B, H, T, D)
+    }
+    let g = nh / kv;
+    let q = q.reshape(&[b, t, kv, g, hd])?.permute(&[0, 2, 3, 1, 4])?; // (B, Hkv, G, T, D)
+    let kt = k.reshape(&[b, t, kv, 1, hd])?.permute(&[0, 2, 3, 4, 1])?; // (B, Hkv, 1, D, T)
+    let v = v.reshape(&[b, t, kv, 1, hd])?.permute(&[0, 2, 3, 1, 4])?; // (B, Hkv, 1, T, D)
+    let scores = q.matmul(&kt)?.reshape(&[b, nh, t, t])?; // (B, H, T, T)
     let att = scores
-        .causal_softmax_window(1.0 / (hd as f32).sqrt(), window)?
-        .dropout(dropout)?;
-    att.matmul(v) // (B, H, T, D)
+        .causal_softmax_window(scale, window)?
+        .dropout(dropout)?
+        .reshape(&[b, kv, g, t, t])?;
+    att.matmul(&v)?.reshape(&[b, nh, t, hd]) // (B, H, T, D)
 }
 
 impl Attention {
-    /// Part `i` (0: queries, 1: keys, 2: values) of width (B, T, n·D) → (B, H, T, D): split
-    /// into its n heads, rotated by position (queries and keys, with a rotary embedding), each
-    /// key/value head repeated for its group of query heads.
+    /// Part `i` (0: queries, 1: keys, 2: values) of width (B, T, n·D) → (B, T, n, D): split
+    /// into its n heads (H for queries, Hkv for keys and values, this rank's share under tensor
+    /// parallelism) and rotated by position (queries and keys, with a rotary embedding).
+    /// Neither core repeats a key/value head for its group of query heads: both read it in
+    /// place.
     fn heads(
         &self,
         shape: &AttentionShape,
@@ -143,14 +168,14 @@ impl Attention {
     ) -> Result<Tensor> {
         let (nh, hd) = (shape.heads, shape.head_dim());
         let n = if i == 0 { nh } else { shape.kv_heads };
-        let mut x = x.reshape(&[b, t, n, hd])?; // (B, T, n, D)
-        if let Some(rotary) = self.rotary.as_ref().filter(|_| i < 2) {
-            x = rotary.apply(&x)?;
+        let x = x.reshape(&[b, t, n, hd])?; // (B, T, n, D)
+        match self.rotary.as_ref().filter(|_| i < 2) {
+            Some(rotary) => rotary.apply(&x),
+            None => Ok(x),
         }
-        x.repeat_interleave(2, nh / n)?.permute(&[0, 2, 1, 3])
     }
 
-    /// Queries, keys and values of `h`, each (B, H, T, D).
+    /// Queries (B, T, H, D), keys and values (B, T, Hkv, D) of `h`.
     fn project(
         &self,
         shape: &AttentionShape,
@@ -228,9 +253,10 @@ impl Attention {
         let [q, k, v] = self.project(&shape, h, b, t)?;
         let y = if self.kind == AttentionKind::MemoryEfficient {
             // Fused: saves q, k, v, y and a (B, H, T) statistic only, so there is nothing
-            // T×T for selective recomputation to drop.
+            // T×T for selective recomputation to drop. Grouped heads are read in place.
             let scale = 1.0 / (shape.head_dim() as f32).sqrt();
-            Tensor::attention_masked(&q, &k, &v, Some(self.window), scale, self.dropout)? // (B, H, T, D)
+            let [q, k, v] = [q, k, v].map(|x| x.permute(&[0, 2, 1, 3])); // (B, n, T, D)
+            Tensor::attention_masked(&q?, &k?, &v?, Some(self.window), scale, self.dropout)? // (B, H, T, D)
         } else if self.selective {
             let (p, w) = (self.dropout, self.window);
             checkpoint(&[&q, &k, &v], move |t| {

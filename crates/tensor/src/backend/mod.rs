@@ -82,6 +82,9 @@ pub enum BinaryOp {
     Eq,
     /// The derivative of a unary op: `a` is its saved input or output, `b` the incoming gradient.
     UnaryGrad(UnaryOp),
+    /// `silu(a) · b`, with `silu(a)` rounded to the storage dtype before the product: the bits
+    /// of `Silu` then `Mul`, in one pass and without the intermediate tensor (SwiGLU's).
+    SiluMul,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,9 +201,10 @@ pub trait Backend: std::fmt::Debug + Send + Sync {
     /// `dst[…, i, j] = if j > i { fill } else { x[…, i, j] }` over the last two axes.
     fn causal_mask(&self, x: &Src, fill: f32, dst: &mut Dst) -> Result<()>;
 
-    /// Fused attention on `(B, H, T, D)` views with unit stride along D: writes the output `o`
-    /// (same shape, any such strides) and the f32 row log-sum-exp `lse` `(B, H, T)`, never a
-    /// T×T buffer (see `cpu::attention`).
+    /// Fused attention on `(B, H, T, D)` views with unit stride along D (k and v may have
+    /// fewer heads, `Hkv` dividing `H`: grouped-query attention): writes the output `o` (q's
+    /// shape, any such strides) and the f32 row log-sum-exp `lse` `(B, H, T)`, never a T×T
+    /// buffer (see `cpu::attention`).
     fn attention(
         &self,
         q: &Src,

@@ -200,15 +200,16 @@ impl Backend for ShapeOnlyBackend {
     fn attention(
         &self,
         q: &Src,
-        _: &Src,
+        k: &Src,
         _: &Src,
         spec: &AttentionSpec,
         o: &mut Dst,
         _: &mut Dst,
     ) -> Result<()> {
         let s = q.layout.shape(); // (B, H, T, D)
+        let heads = (s[0] * s[1], s[0] * k.layout.shape()[1]);
         work::attention(s[0] * s[1], s[2], s[3], spec.causal, false);
-        super::cpu::attention::reserve_workspace(o.buf.device(), s[0] * s[1], s[2], s[3], None)
+        super::cpu::attention::reserve_workspace(o.buf.device(), heads, s[2], s[3], None)
     }
     fn attention_backward(
         &self,
@@ -220,9 +221,10 @@ impl Backend for ShapeOnlyBackend {
         dv: Option<&mut Dst>,
     ) -> Result<()> {
         let s = saved[0].layout.shape(); // (B, H, T, D)
+        let heads = (s[0] * s[1], s[0] * saved[1].layout.shape()[1]);
         work::attention(s[0] * s[1], s[2], s[3], spec.causal, true);
         let device = saved[0].buf.device();
         let want = (dk.is_some() || dv.is_some(), dq.is_some());
-        super::cpu::attention::reserve_workspace(device, s[0] * s[1], s[2], s[3], Some(want))
+        super::cpu::attention::reserve_workspace(device, heads, s[2], s[3], Some(want))
     }
 }

@@ -17,8 +17,11 @@ use crate::tape::record;
 use crate::tensor::Tensor;
 
 impl Tensor {
-    /// Causal (or full) attention of queries `q` over keys `k` and values `v`, all
-    /// `(B, H, T, D)` of one float dtype: `softmax(q kᵀ·scale, masked) v`, with dropout of
+    /// Causal (or full) attention of queries `q` `(B, H, T, D)` over keys `k` and values `v`
+    /// `(B, Hkv, T, D)`, of one float dtype: `softmax(q kᵀ·scale, masked) v`. With `Hkv < H`
+    /// (grouped-query attention; `Hkv` must divide `H`) query head `h` attends over key/value
+    /// head `h / (H / Hkv)`, as if each key/value head were repeated for its group (PyTorch's
+    /// `repeat_interleave` on the head axis), without the repeat. With dropout of
     /// probability `dropout_p` on the attention probabilities (mask from the thread's
     /// counter-based stream, drawn at the same indices as `dropout` on the materialised
     /// `(B, H, T, T)` probabilities would use). Computed in f32 with f32 accumulation; the
@@ -79,8 +82,13 @@ impl Tensor {
                 format!("q, k and v must be (B, H, T, D), got q {:?}", q.shape()),
             ));
         }
-        for other in [k, v] {
-            if other.shape() != q.shape() {
+        let (qs, ks) = (q.shape(), k.shape());
+        let grouped = ks.len() == 4
+            && ks[1] > 0
+            && qs[1].is_multiple_of(ks[1])
+            && [0, 2, 3].iter().all(|&a| qs[a] == ks[a]);
+        for (other, fits) in [(k, grouped), (v, v.shape() == ks)] {
+            if !fits {
                 return Err(TensorError::ShapeMismatch {
                     op: "attention",
                     lhs: q.shape().to_vec(),
@@ -168,9 +176,9 @@ pub(crate) fn attention_backward(
         });
     }
     let dy = unit_last(dy)?;
-    let grads = want
-        .map(|w| {
-            w.then(|| Tensor::empty(&q.device(), q.shape(), q.dtype(), "attention.grad"))
+    let grads = [(want[0], q), (want[1], k), (want[2], v)]
+        .map(|(w, x)| {
+            w.then(|| Tensor::empty(&q.device(), x.shape(), q.dtype(), "attention.grad"))
                 .transpose()
         })
         .into_iter()

@@ -1,8 +1,9 @@
 //! The SiLU-gated product of the Llama family's MLP (SwiGLU, Shazeer 2020), `silu(gate) ⊙ up`,
 //! recorded as one op that saves only its two inputs: the SiLU output, as large as either, is
 //! recomputed in backward instead of kept (the composition `silu` then `mul` keeps the gate, its
-//! SiLU and the up projection). The values are the composition's, bit for bit: forward and
-//! backward run the same kernels.
+//! SiLU and the up projection). The values are the composition's, bit for bit: the product with
+//! the SiLU (forward, and the up projection's gradient) is one pass (`BinaryOp::SiluMul`) that
+//! rounds the SiLU to the storage dtype before multiplying, as storing it would.
 //!
 //! Not for: SiLU alone (`elementwise`) or the projections around it (the nn crate's `SwiGlu`).
 
@@ -30,9 +31,7 @@ impl Tensor {
                 rhs: up.shape().to_vec(),
             });
         }
-        let s = self.unary_raw(UnaryOp::Silu)?;
-        let out = s.binary_raw(BinaryOp::Mul, up)?;
-        drop(s);
+        let out = self.binary_raw(BinaryOp::SiluMul, up)?;
         Ok(record(out, &[self, up], || Op::SwiGlu {
             gate: self.clone(),
             up: self.requires_grad().then(|| up.clone()),
@@ -56,7 +55,8 @@ pub(crate) fn swiglu_backward(
         None => None,
     };
     let d_up = match want_up {
-        true => Some(dy.binary_raw(BinaryOp::Mul, &gate.unary_raw(UnaryOp::Silu)?)?),
+        // dy · silu(gate) = silu(gate) · dy: the product commutes, bit for bit.
+        true => Some(gate.binary_raw(BinaryOp::SiluMul, dy)?),
         false => None,
     };
     Ok(vec![d_gate, d_up])

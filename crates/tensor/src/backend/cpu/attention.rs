@@ -10,10 +10,15 @@
 //! register kernel of `attention_tile.rs`; the task bodies (online softmax, probabilities)
 //! are compiled for AVX-512 where the CPU has it (`simd::wide`, same bits).
 //!
+//! Grouped-query attention (Ainslie et al. 2023) is native: k and v may have fewer heads than q
+//! (`Hkv` dividing `H`), and query head `g = b·H + h` reads key/value head `g / (H / Hkv)` =
+//! `b·Hkv + h / (H / Hkv)` in place, so no key or value is ever repeated per query head.
+//!
 //! Parallelism and determinism: the work is split into tasks of one (batch, head, block);
-//! forward and dQ tasks own a block of query rows, dK/dV tasks own a block of key rows, so every
-//! output element is written by exactly one task and accumulated in a fixed order (keys, resp.
-//! queries, ascending) whatever the thread count. Lanes (each with its own scratch slice) take
+//! forward and dQ tasks own a block of query rows of one query head, dK/dV tasks own a block of
+//! key rows of one key/value head and sum over the query heads of its group (ascending), then
+//! their query blocks, so every output element is written by exactly one task and accumulated
+//! in a fixed order (keys, resp. query heads then queries, ascending) whatever the thread count. Lanes (each with its own scratch slice) take
 //! tasks round-robin; a task overwrites all the scratch it reads, so which lane runs it does not
 //! matter. Causal key blocks entirely above the diagonal are skipped; within a diagonal block
 //! each row stops at its own position.
@@ -215,11 +220,12 @@ fn backward_per_lane(d: usize) -> usize {
 }
 
 /// Allocates and frees, in the kernels' order, the `temporary` scratch a forward (`backward`:
-/// false) or a backward of (heads, t, d) uses, without computing: the shape-only backend's
-/// stand-in, so dry runs see the same bytes as real runs.
+/// `None`) or a backward of (heads, t, d) uses, without computing: the shape-only backend's
+/// stand-in, so dry runs see the same bytes as real runs. `heads` counts query heads (B·H),
+/// `kv_heads` key/value heads (B·Hkv).
 pub fn reserve_workspace(
     device: &Device,
-    heads: usize,
+    (heads, kv_heads): (usize, usize),
     t: usize,
     d: usize,
     backward: Option<(bool, bool)>,
@@ -234,7 +240,7 @@ pub fn reserve_workspace(
         Some((want_kv, want_q)) => {
             let _delta = scratch_f32(device, heads * t, "attention.delta")?;
             if want_kv {
-                drop(tiles_scratch(device, tasks, backward_per_lane(d))?);
+                drop(tiles_scratch(device, kv_heads * nb, backward_per_lane(d))?);
             }
             if want_q {
                 drop(tiles_scratch(device, tasks, backward_per_lane(d))?);
@@ -242,6 +248,21 @@ pub fn reserve_workspace(
         }
     }
     Ok(())
+}
+
+/// Query heads per key/value head, `H / Hkv`: 1 without grouping. The entry op checked that
+/// `Hkv` divides `H` and that the other axes agree.
+fn group_of(op: &'static str, q: Bhtd, k: Bhtd) -> Result<usize> {
+    if k.h == 0 || !q.h.is_multiple_of(k.h) || q.t != k.t || q.d != k.d {
+        return Err(TensorError::invalid(
+            op,
+            format!(
+                "key/value heads {} must divide query heads {} with the same T and D",
+                k.h, q.h
+            ),
+        ));
+    }
+    Ok(q.h / k.h)
 }
 
 /// How many lanes (scratch slices) `n_tasks` tasks run on: a few per thread, for balance.
@@ -276,11 +297,12 @@ pub fn forward(
     );
     let lo = Bhtd::dst("attention", o)?;
     let heads = q.layout.shape()[0] * lq.h;
+    let group = group_of("attention", lq, lk)?;
     let lse_offset = lse.layout.offset();
     with_float_type!(q.dtype, T => forward_typed::<T>(
         &device,
         [(slice::<T>(q)?, lq), (slice::<T>(k)?, lk), (slice::<T>(v)?, lv)],
-        heads,
+        (heads, group),
         spec,
         (slice_mut::<T>(o)?, lo),
         &mut slice_mut::<f32>(lse)?[lse_offset..],
@@ -290,7 +312,7 @@ pub fn forward(
 fn forward_typed<T: Elem>(
     device: &Device,
     [(q, lq), (k, lk), (v, lv)]: [(&[T], Bhtd); 3],
-    heads: usize,
+    (heads, group): (usize, usize),
     spec: &AttentionSpec,
     (o, lo): (&mut [T], Bhtd),
     lse: &mut [f32],
@@ -321,6 +343,7 @@ fn forward_typed<T: Elem>(
                 ],
             );
             let (g, i0) = (task / nq, (task % nq) * TILE);
+            let gk = g / group; // the key/value head of query head g
             let rows = TILE.min(t - i0);
             load(q, |r| lq.row(g, i0 + r), (rows, d), qt);
             m.fill(f32::NEG_INFINITY);
@@ -329,8 +352,8 @@ fn forward_typed<T: Elem>(
             let key_end = if spec.causal { i0 + rows } else { t };
             for j0 in (0..key_end).step_by(TILE) {
                 let cols = TILE.min(t - j0);
-                load_transposed(k, |c| lk.row(g, j0 + c), (cols, d), kt, TILE); // Kᵀ (D, cols)
-                load(v, |c| lv.row(g, j0 + c), (cols, d), vt);
+                load_transposed(k, |c| lk.row(gk, j0 + c), (cols, d), kt, TILE); // Kᵀ (D, cols)
+                load(v, |c| lv.row(gk, j0 + c), (cols, d), vt);
                 // S = scale · Q Kᵀ (rows, cols)
                 let (qm, ktm) = (Mat::new(qt, rows, d, d), Mat::new(kt, d, cols, TILE));
                 product(s, TILE, false, (qm, false), ktm, spec.scale);

@@ -269,6 +269,9 @@ impl Backend for CpuBackend {
                 BinaryOp::Mul => elementwise::map2(xa, la, xb, lb, out, |p, q| p * q),
                 BinaryOp::Div => elementwise::map2(xa, la, xb, lb, out, |p, q| p / q),
                 BinaryOp::Eq => elementwise::map2(xa, la, xb, lb, out, |p, q| if p == q { 1.0 } else { 0.0 }),
+                BinaryOp::SiluMul => elementwise::map2(xa, la, xb, lb, out, |p, q| {
+                    T::from_f32(math::unary(UnaryOp::Silu, p)).to_f32() * q
+                }),
                 BinaryOp::UnaryGrad(u) => {
                     // As in `unary`: a constant op per arm, so the derivative's match folds away.
                     macro_rules! grad {

@@ -1,8 +1,9 @@
 //! The backward of the memory-efficient attention (see the parent module for the scheme):
 //! each score tile is recomputed from q, k and the forward's row log-sum-exp `L`, with
-//! `Dᵢ = dOᵢ·Oᵢ` computed once per row. dK and dV come from tasks that own a key block and sum
-//! over query blocks; dQ from tasks that own a query block and sum over key blocks, so every
-//! gradient element is written by one task in a fixed order.
+//! `Dᵢ = dOᵢ·Oᵢ` computed once per row. dK and dV come from tasks that own a key block of one
+//! key/value head and sum over the query heads of its group, then their query blocks; dQ from
+//! tasks that own a query block and sum over key blocks, so every gradient element is written by
+//! one task in a fixed order.
 //!
 //! Not for: the forward, the tiles or the task split (the parent module, `attention_tile`).
 
@@ -10,7 +11,7 @@ use super::super::attention_tile::{Mat, load, load_transposed, product, transpos
 use super::super::math::fast_exp;
 use super::super::simd::wide;
 use super::super::{scratch_f32, slice, slice_mut, unsupported};
-use super::{Bhtd, Rows, TILE, backward_per_lane, carve, keep, run_lanes, visible};
+use super::{Bhtd, Rows, TILE, backward_per_lane, carve, group_of, keep, run_lanes, visible};
 use crate::backend::{AttentionSpec, Dst, Src};
 use crate::dtype::{Elem, with_float_type};
 use crate::error::Result;
@@ -83,6 +84,7 @@ pub fn backward(
         .into_iter()
         .collect::<Result<Vec<_>>>()?;
     let heads = q.layout.shape()[0] * views[0].h;
+    let group = group_of("attention_backward", views[0], views[1])?;
     let (dq, dk, dv) = (grad_view(dq)?, grad_view(dk)?, grad_view(dv)?);
     let lse_all = &slice::<f32>(lse)?[lse.layout.offset()..];
     with_float_type!(q.dtype, T => {
@@ -91,7 +93,7 @@ pub fn backward(
         for (x, l) in ins.iter().zip(&views) {
             data.push((slice::<T>(x)?, *l));
         }
-        backward_typed::<T>(&device, &data, lse_all, heads, spec, [out::<T>(dq)?, out::<T>(dk)?, out::<T>(dv)?])
+        backward_typed::<T>(&device, &data, lse_all, (heads, group), spec, [out::<T>(dq)?, out::<T>(dk)?, out::<T>(dv)?])
     }, _ => Err(unsupported("attention_backward", q.dtype)))
 }
 
@@ -112,7 +114,7 @@ fn backward_typed<T: Elem>(
     device: &Device,
     data: &[(&[T], Bhtd)],
     lse: &[f32],
-    heads: usize,
+    (heads, group): (usize, usize),
     spec: &AttentionSpec,
     grads: [Option<(Bhtd, Rows<'_, T>)>; 3],
 ) -> Result<()> {
@@ -153,24 +155,28 @@ fn backward_typed<T: Elem>(
         )
     };
 
-    // dK and dV: one task per key block, summing over query blocks from the diagonal (causal).
+    // dK and dV: one task per key block of a key/value head, summing over the query heads of
+    // its group and, for each, over query blocks from the diagonal (causal).
     if dk.is_some() || dv.is_some() {
         run_lanes(
             device,
             backward_per_lane(d),
-            heads * nb,
+            heads / group * nb,
             #[inline(always)]
             |task, buf| {
                 let [kt, vt, dkt, dvt, qt, dot_, s, dp] = tiles(buf, d);
-                let (g, kb) = (task / nb, task % nb);
+                let (gk, kb) = (task / nb, task % nb);
                 let j0 = kb * TILE;
                 let cols = TILE.min(t - j0);
-                load_transposed(k, |c| lk.row(g, j0 + c), (cols, d), kt, TILE); // Kᵀ (D, cols)
-                load_transposed(v, |c| lv.row(g, j0 + c), (cols, d), vt, TILE); // Vᵀ (D, cols)
+                load_transposed(k, |c| lk.row(gk, j0 + c), (cols, d), kt, TILE); // Kᵀ (D, cols)
+                load_transposed(v, |c| lv.row(gk, j0 + c), (cols, d), vt, TILE); // Vᵀ (D, cols)
                 let (ktm, vtm) = (Mat::new(kt, d, cols, TILE), Mat::new(vt, d, cols, TILE));
                 dkt.fill(0.0);
                 dvt.fill(0.0);
-                for qb in if spec.causal { kb } else { 0 }..nb {
+                let first_query_block = if spec.causal { kb } else { 0 };
+                for (g, qb) in (gk * group..(gk + 1) * group)
+                    .flat_map(|g| (first_query_block..nb).map(move |qb| (g, qb)))
+                {
                     let i0 = qb * TILE;
                     let rows = TILE.min(t - i0);
                     load(q, |r| lq.row(g, i0 + r), (rows, d), qt);
@@ -187,13 +193,13 @@ fn backward_typed<T: Elem>(
                     product(dkt, d, true, (dsm, true), qm, 1.0); // dK += dSᵀ Q · scale
                 }
                 for c in 0..cols {
-                    // SAFETY: rows j0..j0 + cols of head g belong to this task only.
+                    // SAFETY: rows j0..j0 + cols of key/value head gk belong to this task only.
                     unsafe {
                         if let Some((l, out)) = &dk {
-                            out.store(l.row(g, j0 + c), &dkt[c * d..(c + 1) * d], 1.0);
+                            out.store(l.row(gk, j0 + c), &dkt[c * d..(c + 1) * d], 1.0);
                         }
                         if let Some((l, out)) = &dv {
-                            out.store(l.row(g, j0 + c), &dvt[c * d..(c + 1) * d], 1.0);
+                            out.store(l.row(gk, j0 + c), &dvt[c * d..(c + 1) * d], 1.0);
                         }
                     }
                 }
@@ -211,6 +217,7 @@ fn backward_typed<T: Elem>(
             |task, buf| {
                 let [qt, dot_, kt, ktt, vt, dqt, s, dp] = tiles(buf, d);
                 let (g, i0) = (task / nb, (task % nb) * TILE);
+                let gk = g / group; // the key/value head of query head g
                 let rows = TILE.min(t - i0);
                 load(q, |r| lq.row(g, i0 + r), (rows, d), qt);
                 load(d_o, |r| ldo.row(g, i0 + r), (rows, d), dot_);
@@ -219,10 +226,10 @@ fn backward_typed<T: Elem>(
                 let key_end = if spec.causal { i0 + rows } else { t };
                 for j0 in (0..key_end).step_by(TILE) {
                     let cols = TILE.min(t - j0);
-                    load(k, |c| lk.row(g, j0 + c), (cols, d), kt); // K (cols, D)
+                    load(k, |c| lk.row(gk, j0 + c), (cols, d), kt); // K (cols, D)
                     let km = Mat::new(kt, cols, d, d);
                     transpose(km, ktt, TILE); // Kᵀ (D, cols)
-                    load_transposed(v, |c| lv.row(g, j0 + c), (cols, d), vt, TILE); // Vᵀ (D, cols)
+                    load_transposed(v, |c| lv.row(gk, j0 + c), (cols, d), vt, TILE); // Vᵀ (D, cols)
                     let (ktm, vtm) = (Mat::new(ktt, d, cols, TILE), Mat::new(vt, d, cols, TILE));
                     product(s, TILE, false, (qm, false), ktm, scale);
                     product(dp, TILE, false, (dom, false), vtm, 1.0);
