@@ -12,6 +12,8 @@ pub mod plan;
 pub mod plan_mesh;
 pub mod plan_output;
 mod plan_own;
+mod plan_trace;
+mod plan_trace_output;
 pub mod trace;
 pub mod train;
 mod train_group;

@@ -97,7 +97,8 @@ fn python() -> String {
         .unwrap_or_else(|| "python3".to_string())
 }
 
-pub fn run(args: TraceArgs) -> anyhow::Result<()> {
+/// The interpreter that can import headroom's tracer, or an error naming how to install it.
+pub(super) fn tracer_python() -> anyhow::Result<String> {
     let python = python();
     let probe = Command::new(&python)
         .args(["-c", "import headroom.trace"])
@@ -117,6 +118,11 @@ pub fn run(args: TraceArgs) -> anyhow::Result<()> {
                 .trim()
         );
     }
+    Ok(python)
+}
+
+pub fn run(args: TraceArgs) -> anyhow::Result<()> {
+    let python = tracer_python()?;
     let mut cmd = Command::new(&python);
     cmd.args(["-m", "headroom.trace", &args.model])
         .arg("--micro-batch")

@@ -1,0 +1,391 @@
+//! `headroom plan --trace MODEL`: the levers of the user's own PyTorch program as re-traces.
+//! Every setting of precision (fp32, bf16 autocast, pure bf16), activation checkpointing (none,
+//! Hugging Face's of every block), micro-batch (the powers of two that divide the global batch,
+//! the rest accumulated) and AdamW's implementation (foreach, fused, for-loop), with a LoRA
+//! fine-tune through peft under --lora-rank, is traced by one Python process
+//! (`python -m headroom.trace.sweep`), each trace replayed through the caching allocator, and
+//! each setting timed by the planner's speed model for the equivalent strategy
+//! (`headroom_plan::cost::time`). The ranking is `plan`'s: what fits first, then the fidelity
+//! tier, then tokens/s; among the plans within 5 % of the fastest the one that changes the
+//! fewest levers of the plain configuration (fp32, no checkpointing, the whole batch in one
+//! micro-batch, foreach) is recommended (`headroom_plan::search`).
+//!
+//! Not for: the tracer's rules (Python), the analytical search (`plan`), or several ranks
+//! (FSDP and DDP are not traced yet).
+
+use super::plan::{PlanArgs, build_hardware, default_framework, write_emits};
+use super::plan_trace_output::{Budget, Row, print_text, to_json};
+use super::trace::tracer_python;
+use anyhow::{Context, Result, bail};
+use headroom_memory::replay::{parse_trace, replay};
+use headroom_memory::{AllocatorConfig, CachingAllocator, VirtualSource};
+use headroom_plan::cost::{CostModel, Problem, evaluate, time};
+use headroom_plan::search::SAME_SPEED;
+use headroom_plan::strategy::{
+    Attention, BaseWeights, Checkpoint, LossImpl, OptimizerImpl, Precision, Strategy,
+    changed_levers,
+};
+use headroom_plan::workload::{BatchSpec, Workload};
+use headroom_train::models::hugging_face_model;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// One lever setting, as the planner names it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Variant {
+    pub precision: Precision,
+    pub checkpoint: Checkpoint,
+    pub micro_batch: u64,
+    pub accumulation: u64,
+    pub optimizer_impl: OptimizerImpl,
+}
+
+impl Variant {
+    /// The strategy the speed model times: PyTorch's AdamW on one GPU, SDPA attention (the
+    /// tracer emulates its flash and memory-efficient kernels), Hugging Face's loss.
+    pub fn strategy(&self, has_attention: bool) -> Strategy {
+        Strategy {
+            precision: self.precision,
+            checkpoint: self.checkpoint,
+            attention: if has_attention {
+                Attention::MemoryEfficient
+            } else {
+                Attention::Naive
+            },
+            micro_batch: self.micro_batch,
+            accumulation: self.accumulation,
+            ..Strategy::default()
+        }
+    }
+
+    /// The settings `headroom.trace` takes for this variant.
+    fn tracer_settings(&self, lora: Option<(usize, f32)>) -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "dtype": match self.precision {
+                Precision::Bf16Mixed => "bf16-autocast",
+                Precision::Bf16 => "bf16",
+                _ => "fp32",
+            },
+            "micro_batch": self.micro_batch,
+            "optimizer_impl": match self.optimizer_impl {
+                OptimizerImpl::Foreach => "foreach",
+                OptimizerImpl::Fused => "fused",
+                OptimizerImpl::PerTensor => "for-loop",
+            },
+            "gradient_checkpointing": self.checkpoint != Checkpoint::None,
+        });
+        if let Some((rank, alpha)) = lora {
+            v["lora_rank"] = rank.into();
+            v["lora_alpha"] = alpha.into();
+        }
+        v
+    }
+
+    /// Levers changed from `configured`: the strategy's, and the optimizer's implementation.
+    fn changes(&self, configured: &Variant) -> usize {
+        changed_levers(&self.strategy(true), &configured.strategy(true))
+            + usize::from(self.optimizer_impl != configured.optimizer_impl)
+    }
+}
+
+/// The settings to trace, and the plain configuration they are compared with: the pinned
+/// levers kept, the others searched.
+pub fn variants(args: &PlanArgs, global: u64) -> Result<(Vec<Variant>, Variant)> {
+    let pins = args.levers.pins();
+    let precisions = match pins.precision {
+        None => vec![Precision::Fp32, Precision::Bf16Mixed, Precision::Bf16],
+        Some(Precision::Fp16Mixed) => {
+            bail!(
+                "--precision fp16-mixed is not traced yet; accepted with --trace: fp32, bf16-mixed, bf16"
+            )
+        }
+        Some(p) => vec![p],
+    };
+    let checkpoints = match pins.checkpoint {
+        None => vec![Checkpoint::None, Checkpoint::ALL_BLOCKS],
+        Some(c @ (Checkpoint::None | Checkpoint::EveryNth(1))) => vec![c],
+        Some(c) => bail!(
+            "--checkpoint {c} is not traced yet; accepted with --trace: none, all (Hugging Face's gradient checkpointing of every block)"
+        ),
+    };
+    let micro_batches: Vec<u64> = match pins.micro_batch {
+        Some(m) if m == 0 || !global.is_multiple_of(m) => {
+            bail!("--micro-batch {m} does not divide the global batch of {global} samples")
+        }
+        Some(m) => vec![m],
+        None => (0..u64::BITS)
+            .map(|k| 1u64 << k)
+            .take_while(|&m| m <= global)
+            .filter(|&m| global.is_multiple_of(m))
+            .collect(),
+    };
+    let impls = match args.optimizer_impl {
+        Some(i) => vec![i],
+        None => vec![
+            OptimizerImpl::Foreach,
+            OptimizerImpl::Fused,
+            OptimizerImpl::PerTensor,
+        ],
+    };
+    let mut out = Vec::new();
+    for &precision in &precisions {
+        for &checkpoint in &checkpoints {
+            for &micro_batch in micro_batches.iter().rev() {
+                for &optimizer_impl in &impls {
+                    out.push(Variant {
+                        precision,
+                        checkpoint,
+                        micro_batch,
+                        accumulation: global / micro_batch,
+                        optimizer_impl,
+                    });
+                }
+            }
+        }
+    }
+    let largest = *micro_batches.last().unwrap_or(&1);
+    let configured = Variant {
+        precision: pins.precision.unwrap_or(Precision::Fp32),
+        checkpoint: pins.checkpoint.unwrap_or(Checkpoint::None),
+        micro_batch: largest,
+        accumulation: global / largest,
+        optimizer_impl: args.optimizer_impl.unwrap_or_default(),
+    };
+    Ok((out, configured))
+}
+
+/// The directory the traces are written to, removed with everything in it when dropped.
+struct TraceDir(PathBuf);
+
+impl TraceDir {
+    fn new() -> Result<TraceDir> {
+        let path = std::env::temp_dir().join(format!("headroom-plan-trace-{}", std::process::id()));
+        std::fs::create_dir_all(&path)
+            .with_context(|| format!("cannot make {} for the traces", path.display()))?;
+        Ok(TraceDir(path))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TraceDir {
+    fn drop(&mut self) {
+        // Best effort: a leftover directory in the temporary folder harms nothing.
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[derive(Deserialize)]
+struct SweepResult {
+    trace: Option<PathBuf>,
+    error: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct SweepOutput {
+    variants: Vec<SweepResult>,
+}
+
+/// The allocated and reserved peaks of a trace replayed through the caching allocator with no
+/// capacity limit.
+pub fn replay_peaks(path: &Path) -> Result<(u64, u64)> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let trace = parse_trace(&bytes)
+        .with_context(|| format!("{} is not a replayable trace", path.display()))?;
+    let mut allocator = CachingAllocator::new(
+        1 << 50,
+        AllocatorConfig::default(),
+        Box::new(VirtualSource::default()),
+    );
+    replay(&trace, &mut allocator);
+    let s = allocator.stats();
+    Ok((
+        s.allocated_bytes.all.peak.max(0) as u64,
+        s.reserved_bytes.all.peak.max(0) as u64,
+    ))
+}
+
+/// Index of the recommended row: among those that fit, the best fidelity tier, then the
+/// fastest; within [`SAME_SPEED`] of it, the fewest levers changed from `configured`.
+pub fn recommend(rows: &[Row], configured: &Variant) -> Option<usize> {
+    let mut fitting: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].fits()).collect();
+    fitting.sort_by(|&a, &b| rows[a].rank(&rows[b]));
+    let best = &rows[*fitting.first()?];
+    let (tier, limit) = (best.tier, best.time.step_s * (1.0 + SAME_SPEED));
+    fitting
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| rows[**i].tier == tier && rows[**i].time.step_s <= limit)
+        .min_by_key(|(k, i)| (rows[**i].variant.changes(configured), *k))
+        .map(|(_, i)| *i)
+}
+
+pub fn run(args: &PlanArgs, traced: &str, emits: &[(String, PathBuf)]) -> Result<()> {
+    let hw = build_hardware(args)?;
+    if hw.world_size() > 1 {
+        bail!(
+            "--trace plans one GPU; FSDP and DDP ranks are not traced yet (drop --gpus-per-node and --nodes)"
+        );
+    }
+    let arch_source = match &args.model {
+        Some(m) => m.clone(),
+        None if traced.contains(':') && !Path::new(traced).exists() => bail!(
+            "--trace {traced} is a model factory; give --model CONFIG.json, the Hugging Face config the planner's speed model reads"
+        ),
+        None if Path::new(traced).is_dir() => {
+            Path::new(traced).join("config.json").display().to_string()
+        }
+        None => traced.to_string(),
+    };
+    let spec =
+        hugging_face_model(&arch_source).with_context(|| format!("--model {arch_source}"))?;
+    let Some(seq_len) = args.seq_len else {
+        bail!("--seq-len is required with --trace (e.g. --seq-len 2048)");
+    };
+    let (micro_batch, accumulation) = args.split();
+    let global = match (args.global_batch, args.global_batch_tokens) {
+        (Some(b), _) => b,
+        (None, Some(t)) if t.is_multiple_of(seq_len) && t > 0 => t / seq_len,
+        (None, Some(t)) => {
+            bail!("--global-batch-tokens {t} is not a multiple of --seq-len {seq_len}")
+        }
+        (None, None) => micro_batch.unwrap_or(1) * accumulation.unwrap_or(1),
+    };
+    if global == 0 {
+        bail!("the global batch is 0 samples; accepted: at least 1");
+    }
+    let lora = match args.lora()? {
+        Some(_) if args.lora_targets.is_some() => bail!(
+            "--lora-targets is not traced yet: with --trace, peft adapts its default modules for the model type"
+        ),
+        Some(l) if l.base != BaseWeights::default() => {
+            bail!("--lora-base nf4 is not traced yet (bitsandbytes needs a GPU)")
+        }
+        other => other,
+    };
+    let (variants, configured) = variants(args, global)?;
+
+    let mut cost = CostModel::default();
+    if let Some(m) = args.margin {
+        if !(0.0..1.0).contains(&m) {
+            bail!("--margin {m} is out of range; accepted: a fraction in [0, 1)");
+        }
+        cost.margin = m;
+    }
+    if let Some(e) = args.efficiency {
+        cost.efficiency = Some(e);
+    }
+    let mut workload = Workload::new(&spec, seq_len, BatchSpec::Samples(global), None, None, 1)?;
+    if let Some(l) = lora.clone() {
+        workload = workload.with_lora(&spec, l)?;
+    }
+    let framework = args.framework.unwrap_or_else(|| default_framework(emits));
+    let problem = Problem::new(spec, hw, workload, cost)
+        .with_framework(framework)
+        .with_loss_impl(LossImpl::HuggingFace)
+        .with_compile(args.compile);
+    let budget = match args.device_memory {
+        Some(b) => Budget {
+            bytes: b.0,
+            context: 0,
+            explicit: true,
+        },
+        None => Budget {
+            bytes: problem.usable_device_bytes(),
+            context: problem.hardware.cuda_context_bytes,
+            explicit: false,
+        },
+    };
+
+    let python = tracer_python()?;
+    let dir = TraceDir::new()?;
+    let spec_path = dir.path().join("sweep.json");
+    let sweep = serde_json::json!({
+        "model": traced,
+        "seq_len": seq_len,
+        "steps": args.trace_steps,
+        "output_dir": dir.path(),
+        "variants": variants.iter().map(|v| v.tracer_settings(lora.as_ref().map(|l| (l.rank, l.alpha)))).collect::<Vec<_>>(),
+    });
+    std::fs::write(&spec_path, serde_json::to_vec(&sweep)?)?;
+    eprintln!("tracing {} settings of {traced}", variants.len());
+    let started = Instant::now();
+    let out = Command::new(&python)
+        .args(["-m", "headroom.trace.sweep"])
+        .arg(&spec_path)
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot run Python '{python}'"))?;
+    if !out.status.success() {
+        bail!("the tracer failed (its message is above); nothing was planned");
+    }
+    let results: SweepOutput = serde_json::from_slice(&out.stdout)
+        .context("the tracer's sweep printed no result; run it again with HEADROOM_PYTHON set to the interpreter that has torch")?;
+    if results.variants.len() != variants.len() {
+        bail!(
+            "the tracer returned {} results for {} settings",
+            results.variants.len(),
+            variants.len()
+        );
+    }
+    let has_attention = problem.spec.has_attention();
+    let mut rows = Vec::new();
+    for (variant, result) in variants.iter().zip(results.variants) {
+        let strategy = variant.strategy(has_attention);
+        let timed = problem.clone().with_optimizer_impl(variant.optimizer_impl);
+        let peaks = match (&result.trace, &result.error) {
+            (Some(path), _) => Ok(replay_peaks(path)?),
+            (None, Some(e)) => Err(e.clone()),
+            (None, None) => Err("the tracer wrote no trace".to_string()),
+        };
+        rows.push(Row {
+            variant: *variant,
+            peaks,
+            budget,
+            time: time::predict(&timed, &strategy),
+            tier: strategy.fidelity_tier(),
+        });
+    }
+    let traced_s = started.elapsed().as_secs_f64();
+    if rows.iter().all(|r| r.peaks.is_err()) {
+        let first = rows[0].peaks.as_ref().err().cloned().unwrap_or_default();
+        bail!("no setting could be traced: {first}");
+    }
+    let recommended = recommend(&rows, &configured);
+    let title = format!(
+        "{} settings of {traced} traced in {traced_s:.1} s (seq {seq_len}, global batch {global}{})",
+        rows.len(),
+        lora.as_ref()
+            .map_or(String::new(), |l| format!(", LoRA rank {}", l.rank))
+    );
+    if args.json {
+        crate::json_out::print_json(&to_json(
+            &rows,
+            recommended,
+            &configured,
+            &problem,
+            &budget,
+            &title,
+        ))?;
+    } else {
+        print_text(&rows, recommended, &problem, &budget, &title, args.top);
+    }
+    let Some(best) = recommended else {
+        bail!(
+            "no traced setting fits: the smallest reserved peak is over the budget (see the table)"
+        );
+    };
+    let row = &rows[best];
+    let timed = problem
+        .clone()
+        .with_optimizer_impl(row.variant.optimizer_impl);
+    let plan = headroom_plan::cost::Plan {
+        fits: true,
+        ..evaluate(&timed, &row.variant.strategy(has_attention))
+    };
+    write_emits(&timed, &plan, emits, args)
+}

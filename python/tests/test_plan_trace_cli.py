@@ -1,0 +1,53 @@
+"""`headroom plan --trace`: every lever setting traced and replayed, ranked as `plan` ranks."""
+
+import json
+import subprocess
+
+SAME_SPEED = 0.05
+
+
+def plan(cli, env, config, *extra):
+    out = subprocess.run(
+        [cli, "plan", "--trace", str(config), "--gpu", "H100-80GB", "--seq-len", "16",
+         "--global-batch", "2", "--trace-steps", "1", "--checkpoint", "none",
+         "--optimizer-impl", "foreach", "--json", *extra],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_plan_trace_recommends_a_fitting_setting_no_slower_than_five_percent(gpt2_config, headroom_cli, cli_env):
+    free = plan(headroom_cli, cli_env, gpt2_config)
+    # fp32, bf16 autocast, pure bf16 × micro-batch 2 × 1 and 1 × 2.
+    assert len(free["variants"]) == 6 and all("error" not in v for v in free["variants"])
+    assert {(v["precision"], v["micro_batch"], v["accumulation"]) for v in free["variants"]} == {
+        (p, m, 2 // m) for p in ("fp32", "bf16-mixed", "bf16") for m in (1, 2)
+    }
+    # The reserved peak is the allocator's: never below the allocated peak.
+    assert all(v["reserved_peak_bytes"] >= v["allocated_peak_bytes"] for v in free["variants"])
+    # A budget between the smallest and the largest reserved peaks leaves some settings out.
+    reserved = sorted(v["reserved_peak_bytes"] for v in free["variants"])
+    budget = (reserved[0] + reserved[-1]) // 2
+    assert reserved[0] < budget < reserved[-1]
+    report = plan(headroom_cli, cli_env, gpt2_config, "--device-memory", str(budget))
+    variants = report["variants"]
+    for v in variants:
+        assert v["fits"] == (v["reserved_peak_bytes"] <= budget)
+    fitting = [v for v in variants if v["fits"]]
+    assert fitting and len(fitting) < len(variants)
+    best = variants[report["recommended"]]
+    assert best["fits"]
+    # plan's rule: no fitting setting of the same fidelity tier is more than 5 % faster.
+    for v in fitting:
+        if v["fidelity_tier"] == best["fidelity_tier"]:
+            assert v["step_s"] >= best["step_s"] / (1 + SAME_SPEED) - 1e-12
+    assert all(v["fidelity_tier"] >= best["fidelity_tier"] for v in fitting)
+
+
+def test_plan_trace_of_a_factory_needs_the_config_for_the_speed_model(headroom_cli, cli_env):
+    out = subprocess.run(
+        [headroom_cli, "plan", "--trace", "mypackage.models:build", "--gpu", "H100-80GB", "--seq-len", "16"],
+        capture_output=True, text=True, env=cli_env, timeout=60,
+    )
+    assert out.returncode != 0 and "give --model CONFIG.json" in out.stderr
