@@ -389,3 +389,80 @@ pub fn run(args: &PlanArgs, traced: &str, emits: &[(String, PathBuf)]) -> Result
     };
     write_emits(&timed, &plan, emits, args)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headroom_plan::cost::StepTime;
+
+    const BUDGET: Budget = Budget {
+        bytes: 1000,
+        context: 100,
+        explicit: false,
+    };
+
+    fn row(precision: Precision, checkpoint: Checkpoint, reserved: u64, step_s: f64) -> Row {
+        let variant = Variant {
+            precision,
+            checkpoint,
+            micro_batch: 2,
+            accumulation: 1,
+            optimizer_impl: OptimizerImpl::Foreach,
+        };
+        Row {
+            variant,
+            peaks: Ok((reserved, reserved)),
+            budget: BUDGET,
+            time: StepTime {
+                step_s,
+                tokens_per_s: 1.0 / step_s,
+                ..StepTime::default()
+            },
+            tier: variant.strategy(true).fidelity_tier(),
+        }
+    }
+
+    #[test]
+    fn recommends_the_fewest_changes_within_five_percent_of_the_fastest_fitting() {
+        let configured = row(Precision::Fp32, Checkpoint::None, 0, 1.0).variant;
+        let mut rows = vec![
+            // The configuration itself: 800 reserved + 100 context ≤ 1000 fits.
+            row(Precision::Fp32, Checkpoint::None, 800, 1.00),
+            // One lever changed, 1/0.97 = 3.1 % faster: within 5 %, so not worth the change.
+            row(Precision::Bf16Mixed, Checkpoint::None, 700, 0.97),
+            // Faster still but over the budget: 950 + 100 > 1000.
+            row(Precision::Bf16Mixed, Checkpoint::ALL_BLOCKS, 950, 0.90),
+            // Pure bf16 is the next fidelity tier: ranked after any tier-0 plan that fits.
+            row(Precision::Bf16, Checkpoint::None, 500, 0.50),
+        ];
+        assert!(!rows[2].fits() && rows[3].tier == 1);
+        assert_eq!(recommend(&rows, &configured), Some(0));
+        // 1/0.90 = 11 % faster is more than 5 %: the faster plan wins.
+        rows[1].time.step_s = 0.90;
+        assert_eq!(recommend(&rows, &configured), Some(1));
+        // Nothing of tier 0 fits: the tier-1 plan is the recommendation.
+        rows[0].peaks = Ok((950, 950));
+        rows[1].peaks = Err("untraceable".into());
+        assert_eq!(recommend(&rows, &configured), Some(3));
+        rows[3].peaks = Ok((901, 901));
+        assert_eq!(recommend(&rows, &configured), None);
+    }
+
+    #[test]
+    fn tracer_settings_name_the_tracer_values() {
+        let v = Variant {
+            precision: Precision::Bf16Mixed,
+            checkpoint: Checkpoint::ALL_BLOCKS,
+            micro_batch: 4,
+            accumulation: 2,
+            optimizer_impl: OptimizerImpl::PerTensor,
+        };
+        assert_eq!(
+            v.tracer_settings(Some((8, 16.0))),
+            serde_json::json!({
+                "dtype": "bf16-autocast", "micro_batch": 4, "optimizer_impl": "for-loop",
+                "gradient_checkpointing": true, "lora_rank": 8, "lora_alpha": 16.0,
+            })
+        );
+    }
+}
