@@ -6,10 +6,10 @@ import subprocess
 SAME_SPEED = 0.05
 
 
-def plan(cli, env, config, *extra):
+def plan(cli, env, config, *extra, global_batch=2):
     out = subprocess.run(
         [cli, "plan", "--trace", str(config), "--gpu", "H100-80GB", "--seq-len", "16",
-         "--global-batch", "2", "--trace-steps", "1", "--checkpoint", "none",
+         "--global-batch", str(global_batch), "--trace-steps", "1", "--checkpoint", "none",
          "--optimizer-impl", "foreach", "--json", *extra],
         capture_output=True, text=True, env=env, timeout=600,
     )
@@ -51,3 +51,20 @@ def test_plan_trace_of_a_factory_needs_the_config_for_the_speed_model(headroom_c
         capture_output=True, text=True, env=cli_env, timeout=60,
     )
     assert out.returncode != 0 and "give --model CONFIG.json" in out.stderr
+
+
+def test_max_context_reports_the_longest_fitting_sequence(gpt2_config, headroom_cli, cli_env):
+    budget = 64 << 20
+    report = plan(headroom_cli, cli_env, gpt2_config, "--precision", "fp32", "--device-memory", str(budget), "--max-context", global_batch=1)
+    assert len(report["variants"]) == 1 and report["recommended"] == 0
+    context = report["max_context"]
+    probes = context["probes"]
+    # --seq-len 16 doubled six times: 32, 64, …, 1024.
+    assert [p["seq_len"] for p in probes] == [16 << k for k in range(1, 7)]
+    for p in probes:
+        assert p["fits"] == (p["reserved_peak_bytes"] <= budget)
+    # Longer sequences never need fewer bytes.
+    reserved = [p["reserved_peak_bytes"] for p in probes]
+    assert reserved == sorted(reserved)
+    fitting = [p["seq_len"] for p in probes if p["fits"]]
+    assert context["longest_fitting_seq_len"] == (fitting[-1] if fitting else 16)

@@ -25,6 +25,7 @@ from headroom.trace import TraceError, trace
 
 # The settings a variant may give, as `headroom.trace` names its keyword arguments.
 VARIANT_KEYS = (
+    "seq_len",
     "dtype",
     "micro_batch",
     "optimizer_impl",
@@ -51,7 +52,7 @@ def sweep(
     """Traces `model` once per variant and writes each trace to `output_dir/variant-I.json`.
 
     variants: dicts of `headroom.trace` settings (`VARIANT_KEYS`); unset keys take trace's
-        defaults. Returns, per variant in order, its settings with `trace` (the file written),
+        defaults, and `seq_len` the sweep's. Returns, per variant in order, its settings with `trace` (the file written),
         `allocs` (allocations recorded) and `seconds`, or with `error` (the TraceError's
         message) when that setting cannot be traced; the other variants still run.
     """
@@ -69,14 +70,13 @@ def sweep(
         try:
             events = trace(
                 model,
-                seq_len=seq_len,
+                **{"seq_len": seq_len, **variant},
                 steps=steps,
                 vocab_size=vocab_size,
                 loss=loss,
                 device=device,
                 cuda_arch=cuda_arch,
                 output=path,
-                **variant,
             )
         except TraceError as e:
             results.append({**variant, "error": str(e)})

@@ -45,6 +45,11 @@ pub struct PlanArgs {
     /// optimizer states already allocated, the steady state).
     #[arg(long, value_name = "K", default_value_t = 2, requires = "trace")]
     pub trace_steps: u64,
+    /// With --trace: also trace the recommended setting at twice, four times, … 64 times
+    /// --seq-len (no further than the model's max_position_embeddings) and report the longest
+    /// sequence that fits.
+    #[arg(long, requires = "trace")]
+    pub max_context: bool,
     /// Device budget for headroom's own models (e.g. 64MiB, 2GiB); a --gpu preset's memory less
     /// its CUDA context otherwise. With --trace: the bytes the caching allocator may reserve.
     #[arg(long, value_name = "SIZE")]

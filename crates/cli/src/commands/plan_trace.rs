@@ -14,11 +14,10 @@
 //! (FSDP and DDP are not traced yet).
 
 use super::plan::{PlanArgs, build_hardware, default_framework, write_emits};
+use super::plan_trace_context as context;
 use super::plan_trace_output::{Budget, Row, print_text, to_json};
-use super::trace::tracer_python;
+use super::plan_trace_sweep::trace_peaks;
 use anyhow::{Context, Result, bail};
-use headroom_memory::replay::{parse_trace, replay};
-use headroom_memory::{AllocatorConfig, CachingAllocator, VirtualSource};
 use headroom_plan::cost::{CostModel, Problem, evaluate, time};
 use headroom_plan::search::SAME_SPEED;
 use headroom_plan::strategy::{
@@ -27,9 +26,7 @@ use headroom_plan::strategy::{
 };
 use headroom_plan::workload::{BatchSpec, Workload};
 use headroom_train::models::hugging_face_model;
-use serde::Deserialize;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
 /// One lever setting, as the planner names it.
@@ -61,7 +58,7 @@ impl Variant {
     }
 
     /// The settings `headroom.trace` takes for this variant.
-    fn tracer_settings(&self, lora: Option<(usize, f32)>) -> serde_json::Value {
+    pub fn tracer_settings(&self, lora: Option<(usize, f32)>) -> serde_json::Value {
         let mut v = serde_json::json!({
             "dtype": match self.precision {
                 Precision::Bf16Mixed => "bf16-autocast",
@@ -156,59 +153,6 @@ pub fn variants(args: &PlanArgs, global: u64) -> Result<(Vec<Variant>, Variant)>
     Ok((out, configured))
 }
 
-/// The directory the traces are written to, removed with everything in it when dropped.
-struct TraceDir(PathBuf);
-
-impl TraceDir {
-    fn new() -> Result<TraceDir> {
-        let path = std::env::temp_dir().join(format!("headroom-plan-trace-{}", std::process::id()));
-        std::fs::create_dir_all(&path)
-            .with_context(|| format!("cannot make {} for the traces", path.display()))?;
-        Ok(TraceDir(path))
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TraceDir {
-    fn drop(&mut self) {
-        // Best effort: a leftover directory in the temporary folder harms nothing.
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-#[derive(Deserialize)]
-struct SweepResult {
-    trace: Option<PathBuf>,
-    error: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct SweepOutput {
-    variants: Vec<SweepResult>,
-}
-
-/// The allocated and reserved peaks of a trace replayed through the caching allocator with no
-/// capacity limit.
-pub fn replay_peaks(path: &Path) -> Result<(u64, u64)> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let trace = parse_trace(&bytes)
-        .with_context(|| format!("{} is not a replayable trace", path.display()))?;
-    let mut allocator = CachingAllocator::new(
-        1 << 50,
-        AllocatorConfig::default(),
-        Box::new(VirtualSource::default()),
-    );
-    replay(&trace, &mut allocator);
-    let s = allocator.stats();
-    Ok((
-        s.allocated_bytes.all.peak.max(0) as u64,
-        s.reserved_bytes.all.peak.max(0) as u64,
-    ))
-}
-
 /// Index of the recommended row: among those that fit, the best fidelity tier, then the
 /// fastest; within [`SAME_SPEED`] of it, the fewest levers changed from `configured`.
 pub fn recommend(rows: &[Row], configured: &Variant) -> Option<usize> {
@@ -301,47 +245,19 @@ pub fn run(args: &PlanArgs, traced: &str, emits: &[(String, PathBuf)]) -> Result
         },
     };
 
-    let python = tracer_python()?;
-    let dir = TraceDir::new()?;
-    let spec_path = dir.path().join("sweep.json");
-    let sweep = serde_json::json!({
-        "model": traced,
-        "seq_len": seq_len,
-        "steps": args.trace_steps,
-        "output_dir": dir.path(),
-        "variants": variants.iter().map(|v| v.tracer_settings(lora.as_ref().map(|l| (l.rank, l.alpha)))).collect::<Vec<_>>(),
-    });
-    std::fs::write(&spec_path, serde_json::to_vec(&sweep)?)?;
+    let lora_settings = lora.as_ref().map(|l| (l.rank, l.alpha));
+    let settings: Vec<serde_json::Value> = variants
+        .iter()
+        .map(|v| v.tracer_settings(lora_settings))
+        .collect();
     eprintln!("tracing {} settings of {traced}", variants.len());
     let started = Instant::now();
-    let out = Command::new(&python)
-        .args(["-m", "headroom.trace.sweep"])
-        .arg(&spec_path)
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("cannot run Python '{python}'"))?;
-    if !out.status.success() {
-        bail!("the tracer failed (its message is above); nothing was planned");
-    }
-    let results: SweepOutput = serde_json::from_slice(&out.stdout)
-        .context("the tracer's sweep printed no result; run it again with HEADROOM_PYTHON set to the interpreter that has torch")?;
-    if results.variants.len() != variants.len() {
-        bail!(
-            "the tracer returned {} results for {} settings",
-            results.variants.len(),
-            variants.len()
-        );
-    }
+    let traced_peaks = trace_peaks(traced, seq_len, args.trace_steps, &settings)?;
     let has_attention = problem.spec.has_attention();
     let mut rows = Vec::new();
-    for (variant, result) in variants.iter().zip(results.variants) {
+    for (variant, peaks) in variants.iter().zip(traced_peaks) {
         let strategy = variant.strategy(has_attention);
         let timed = problem.clone().with_optimizer_impl(variant.optimizer_impl);
-        let peaks = match (&result.trace, &result.error) {
-            (Some(path), _) => Ok(replay_peaks(path)?),
-            (None, Some(e)) => Err(e.clone()),
-            (None, None) => Err("the tracer wrote no trace".to_string()),
-        };
         rows.push(Row {
             variant: *variant,
             peaks,
@@ -362,17 +278,28 @@ pub fn run(args: &PlanArgs, traced: &str, emits: &[(String, PathBuf)]) -> Result
         lora.as_ref()
             .map_or(String::new(), |l| format!(", LoRA rank {}", l.rank))
     );
+    let limit = problem.spec.trained_context;
+    let probes = match recommended {
+        Some(best) if args.max_context => context::probe(
+            traced,
+            args.trace_steps,
+            &rows[best],
+            lora_settings,
+            &context::lengths(seq_len, limit),
+        )?,
+        _ => Vec::new(),
+    };
     if args.json {
-        crate::json_out::print_json(&to_json(
-            &rows,
-            recommended,
-            &configured,
-            &problem,
-            &budget,
-            &title,
-        ))?;
+        let mut v = to_json(&rows, recommended, &configured, &problem, &budget, &title);
+        if args.max_context {
+            v["max_context"] = context::to_json(seq_len, &probes);
+        }
+        crate::json_out::print_json(&v)?;
     } else {
         print_text(&rows, recommended, &problem, &budget, &title, args.top);
+        if args.max_context && recommended.is_some() {
+            print!("{}", context::to_text(seq_len, limit, &probes));
+        }
     }
     let Some(best) = recommended else {
         bail!(

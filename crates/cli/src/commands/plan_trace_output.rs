@@ -191,10 +191,14 @@ pub fn print_text(
         Some(i) => {
             let r = &rows[i];
             let [p, c, m, o] = r.levers();
+            let context = if budget.explicit {
+                String::new()
+            } else {
+                format!(" + CUDA context {}", format_bytes(budget.context))
+            };
             println!(
-                "Recommended: {p}, checkpoint {c}, micro-batch {m}, {o} AdamW: reserved peak {} + CUDA context {} of {}, {:.0} tokens/s predicted.",
+                "Recommended: {p}, checkpoint {c}, micro-batch {m}, {o} AdamW: reserved peak {}{context} of {}, {:.0} tokens/s predicted.",
                 format_bytes(r.peaks.as_ref().map_or(0, |p| p.1)),
-                format_bytes(budget.context),
                 format_bytes(budget.bytes),
                 r.time.tokens_per_s
             );
