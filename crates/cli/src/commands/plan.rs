@@ -46,7 +46,7 @@ pub struct PlanArgs {
     #[arg(long, value_name = "K", default_value_t = 2, requires = "trace")]
     pub trace_steps: u64,
     /// With --trace: also trace the recommended setting at twice, four times, … 64 times
-    /// --seq-len (no further than the model's max_position_embeddings) and report the longest
+    /// --seq-len (no further than the model's position limit) and report the longest
     /// sequence that fits.
     #[arg(long, requires = "trace")]
     pub max_context: bool,

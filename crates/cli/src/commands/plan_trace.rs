@@ -278,7 +278,12 @@ pub fn run(args: &PlanArgs, traced: &str, emits: &[(String, PathBuf)]) -> Result
         lora.as_ref()
             .map_or(String::new(), |l| format!(", LoRA rank {}", l.rank))
     );
-    let limit = problem.spec.trained_context;
+    // A learned position table (GPT-2's `n_positions`) cannot be read past its end; a rotary
+    // model's trained length bounds what its quality was measured on.
+    let limit = problem
+        .spec
+        .max_learned_positions
+        .or(problem.spec.trained_context);
     let probes = match recommended {
         Some(best) if args.max_context => context::probe(
             traced,

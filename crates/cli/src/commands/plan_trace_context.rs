@@ -1,8 +1,9 @@
 //! `headroom plan --trace MODEL --max-context`: the longest sequence the recommended setting
 //! fits. Its levers are kept (precision, checkpointing, micro-batch, the optimizer's
 //! implementation, LoRA) and the sequence doubled from `--seq-len` up to 64 times, no further
-//! than the model's `max_position_embeddings` where its config states one (fake tensors hold no
-//! values, so a position embedding would be read past its end without an error); every length
+//! than the model's position limit where its config states one (GPT-2's `n_positions`, else
+//! `max_position_embeddings`: fake tensors hold no values, so a position embedding would be read
+//! past its end without an error); every length
 //! is traced in the one sweep and replayed, and the longest that fits is reported.
 //!
 //! Not for: the ranking of the settings at `--seq-len` (`plan_trace`).
@@ -100,10 +101,10 @@ pub fn to_text(seq_len: u64, limit: Option<u64>, probes: &[Probe]) -> String {
     let best = longest(seq_len, probes);
     let bound = match (probes.last(), limit) {
         (Some(last), Some(l)) if last.fits && last.seq_len * 2 > l => {
-            format!(" (the model's max_position_embeddings is {l})")
+            format!(" (the model's position limit is {l})")
         }
         (Some(last), _) if last.fits => " (the longest tried)".to_string(),
-        (None, Some(l)) => format!(" (the model's max_position_embeddings is {l})"),
+        (None, Some(l)) => format!(" (the model's position limit is {l})"),
         _ => String::new(),
     };
     out.push_str(&format!(
