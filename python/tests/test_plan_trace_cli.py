@@ -19,10 +19,10 @@ def plan(cli, env, config, *extra, global_batch=2):
 
 def test_plan_trace_recommends_a_fitting_setting_no_slower_than_five_percent(gpt2_config, headroom_cli, cli_env):
     free = plan(headroom_cli, cli_env, gpt2_config)
-    # fp32, bf16 autocast, pure bf16 × micro-batch 2 × 1 and 1 × 2.
-    assert len(free["variants"]) == 6 and all("error" not in v for v in free["variants"])
+    # fp32, bf16 autocast, fp16 autocast, pure bf16 × micro-batch 2 × 1 and 1 × 2.
+    assert len(free["variants"]) == 8 and all("error" not in v for v in free["variants"])
     assert {(v["precision"], v["micro_batch"], v["accumulation"]) for v in free["variants"]} == {
-        (p, m, 2 // m) for p in ("fp32", "bf16-mixed", "bf16") for m in (1, 2)
+        (p, m, 2 // m) for p in ("fp32", "bf16-mixed", "fp16-mixed", "bf16") for m in (1, 2)
     }
     # The reserved peak is the allocator's: never below the allocated peak.
     assert all(v["reserved_peak_bytes"] >= v["allocated_peak_bytes"] for v in free["variants"])

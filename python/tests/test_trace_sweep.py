@@ -15,6 +15,7 @@ VARIANTS = [
     {"dtype": "bf16", "micro_batch": 2},
     {"dtype": "fp32", "micro_batch": 2, "gradient_checkpointing": True},
     {"dtype": "fp32", "micro_batch": 1, "lora_rank": 4},
+    {"dtype": "fp16-autocast", "micro_batch": 2},
 ]
 
 
@@ -40,7 +41,7 @@ def test_sweep_variants_match_single_traces_and_move_the_right_bytes(gpt2_config
         assert live_peak(events) == live_peak(alone), variant
         assert sum(1 for e in events if e["action"] == "alloc") == sum(1 for e in alone if e["action"] == "alloc")
 
-    fp32, bf16, checkpointed, lora = traces
+    fp32, bf16, checkpointed, lora, fp16 = traces
     # Pure bf16 stores every parameter in 2 bytes instead of 4.
     params = sum(gpt2_tensors())
     assert allocated(fp32, "parameter") == F32 * params
@@ -51,6 +52,13 @@ def test_sweep_variants_match_single_traces_and_move_the_right_bytes(gpt2_config
     # r x 3d, the only gradients: 2 blocks x (64*4 + 4*192) x 4 bytes = 8192.
     d, r = GPT2["n_embd"], 4
     assert allocated(lora, "gradient") == GPT2["n_layer"] * (d * r + r * 3 * d) * F32 == 8192
+    # fp16 autocast keeps fp32 parameters, computes in fp16, and GradScaler adds its growth
+    # tracker (one int32 scalar, 4 bytes), which no other precision allocates.
+    assert allocated(fp16, "parameter") == F32 * params
+    assert any(e["action"] == "alloc" and e["dtype"] == "float16" for e in fp16)
+    growth = [e for e in fp16 if e["action"] == "alloc" and e["dtype"] == "int32" and e["size"] == 4]
+    assert len(growth) == 1
+    assert not any(e["action"] == "alloc" and e["dtype"] == "int32" for e in fp32)
 
 
 def test_a_variant_that_cannot_be_traced_is_reported_and_the_rest_run(gpt2_config, tmp_path):

@@ -50,7 +50,9 @@ def trace(
     model: a Hugging Face config.json (or its directory), `package.module:function`, or a
         callable returning a torch.nn.Module (called under the fake mode).
     micro_batch, seq_len: the batch of random token ids, shape (micro_batch, seq_len).
-    dtype: "fp32", "bf16" (pure: weights, gradients and states in bf16) or "bf16-autocast".
+    dtype: "fp32", "bf16" (pure: weights, gradients and states in bf16), "bf16-autocast", or
+        "fp16-autocast" (with torch.amp.GradScaler's loss scaling; the step that finds no
+        infinity is traced).
     optimizer_impl: AdamW's "foreach", "fused" or "for-loop".
     gradient_checkpointing: the model's `gradient_checkpointing_enable()` (non-reentrant).
     lora_rank: a LoRA fine-tune through `peft` (`get_peft_model` with a `LoraConfig` of this
@@ -82,7 +84,7 @@ def trace(
     from headroom.trace import model as model_mod
     from headroom.trace.modules import ModulePaths
     from headroom.trace.recorder import StorageRecorder
-    from headroom.trace.step import DTYPES, Clock, claim_model, make_optimizer, run_steps
+    from headroom.trace.step import AUTOCAST, DTYPES, Clock, claim_model, make_optimizer, run_steps
 
     from headroom.trace.cuda import CUDA_ARCHS, DEVICES, CudaKernels
 
@@ -131,7 +133,7 @@ def trace(
                     batch=(micro_batch, seq_len),
                     vocab_size=int(vocab),
                     steps=steps,
-                    autocast=dtype == "bf16-autocast",
+                    autocast=AUTOCAST.get(dtype),
                     loss_fn=loss,
                 )
         finally:

@@ -1,5 +1,6 @@
 //! `headroom plan --trace MODEL`: the levers of the user's own PyTorch program as re-traces.
-//! Every setting of precision (fp32, bf16 autocast, pure bf16), activation checkpointing (none,
+//! Every setting of precision (fp32, bf16 autocast, fp16 autocast with a GradScaler, pure
+//! bf16), activation checkpointing (none,
 //! Hugging Face's of every block), micro-batch (the powers of two that divide the global batch,
 //! the rest accumulated) and AdamW's implementation (foreach, fused, for-loop), with a LoRA
 //! fine-tune through peft under --lora-rank, is traced by one Python process
@@ -62,6 +63,7 @@ impl Variant {
         let mut v = serde_json::json!({
             "dtype": match self.precision {
                 Precision::Bf16Mixed => "bf16-autocast",
+                Precision::Fp16Mixed => "fp16-autocast",
                 Precision::Bf16 => "bf16",
                 _ => "fp32",
             },
@@ -92,12 +94,12 @@ impl Variant {
 pub fn variants(args: &PlanArgs, global: u64) -> Result<(Vec<Variant>, Variant)> {
     let pins = args.levers.pins();
     let precisions = match pins.precision {
-        None => vec![Precision::Fp32, Precision::Bf16Mixed, Precision::Bf16],
-        Some(Precision::Fp16Mixed) => {
-            bail!(
-                "--precision fp16-mixed is not traced yet; accepted with --trace: fp32, bf16-mixed, bf16"
-            )
-        }
+        None => vec![
+            Precision::Fp32,
+            Precision::Bf16Mixed,
+            Precision::Fp16Mixed,
+            Precision::Bf16,
+        ],
         Some(p) => vec![p],
     };
     let checkpoints = match pins.checkpoint {

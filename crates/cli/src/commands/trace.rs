@@ -27,8 +27,9 @@ pub struct TraceArgs {
     /// Training steps to trace (forward, backward, optimizer step, zero_grad).
     #[arg(long, default_value_t = 2)]
     pub steps: u64,
-    /// The precision: fp32, pure bf16 (weights, gradients and states in bf16) or bf16 autocast
-    /// (fp32 weights, bf16 compute).
+    /// The precision: fp32, pure bf16 (weights, gradients and states in bf16), bf16 autocast
+    /// (fp32 weights, bf16 compute) or fp16 autocast (fp32 weights, fp16 compute, the loss scaled
+    /// by torch.amp.GradScaler).
     #[arg(long, value_enum, default_value = "fp32")]
     pub dtype: TraceDtype,
     /// AdamW's implementation (torch.optim.AdamW's foreach and fused flags).
@@ -68,6 +69,7 @@ pub enum TraceDtype {
     Fp32,
     Bf16,
     Bf16Autocast,
+    Fp16Autocast,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
