@@ -45,14 +45,6 @@ def test_plan_trace_recommends_a_fitting_setting_no_slower_than_five_percent(gpt
     assert all(v["fidelity_tier"] >= best["fidelity_tier"] for v in fitting)
 
 
-def test_plan_trace_of_a_factory_needs_the_config_for_the_speed_model(headroom_cli, cli_env):
-    out = subprocess.run(
-        [headroom_cli, "plan", "--trace", "mypackage.models:build", "--gpu", "H100-80GB", "--seq-len", "16"],
-        capture_output=True, text=True, env=cli_env, timeout=60,
-    )
-    assert out.returncode != 0 and "give --model CONFIG.json" in out.stderr
-
-
 def test_max_context_reports_the_longest_fitting_sequence(gpt2_config, headroom_cli, cli_env):
     budget = 64 << 20
     report = plan(headroom_cli, cli_env, gpt2_config, "--precision", "fp32", "--device-memory", str(budget), "--max-context", global_batch=1)
