@@ -53,7 +53,10 @@ def llama_config(tmp_path):
 
 @pytest.fixture(scope="session")
 def headroom_cli():
-    """The console script installed next to this interpreter."""
+    """The console script installed next to this interpreter (HEADROOM_CLI, when set, names
+    another build of the command line: a cargo build's binary)."""
+    if os.environ.get("HEADROOM_CLI"):
+        return os.environ["HEADROOM_CLI"]
     path = Path(sys.executable).parent / "headroom"
     if not path.exists():
         found = shutil.which("headroom")

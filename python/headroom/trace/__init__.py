@@ -35,6 +35,9 @@ def trace(
     dtype: str = "fp32",
     optimizer_impl: str = "foreach",
     gradient_checkpointing: bool = False,
+    lora_rank: Optional[int] = None,
+    lora_alpha: Optional[float] = None,
+    lora_targets: Optional[list[str]] = None,
     loss: Optional[Callable[[Any, Any], Any]] = None,
     vocab_size: Optional[int] = None,
     output: Optional[Union[str, os.PathLike]] = None,
@@ -47,9 +50,15 @@ def trace(
     model: a Hugging Face config.json (or its directory), `package.module:function`, or a
         callable returning a torch.nn.Module (called under the fake mode).
     micro_batch, seq_len: the batch of random token ids, shape (micro_batch, seq_len).
-    dtype: "fp32", "bf16" (pure: weights, gradients and states in bf16) or "bf16-autocast".
+    dtype: "fp32", "bf16" (pure: weights, gradients and states in bf16), "bf16-autocast", or
+        "fp16-autocast" (with torch.amp.GradScaler's loss scaling; the step that finds no
+        infinity is traced).
     optimizer_impl: AdamW's "foreach", "fused" or "for-loop".
     gradient_checkpointing: the model's `gradient_checkpointing_enable()` (non-reentrant).
+    lora_rank: a LoRA fine-tune through `peft` (`get_peft_model` with a `LoraConfig` of this
+        rank): the base frozen, only the adapters trained. lora_alpha defaults to the rank;
+        lora_targets (module names) to peft's default for the model type (Llama's q_proj and
+        v_proj, GPT-2's c_attn).
     loss: f(model, input_ids) -> scalar tensor; default the model's own `labels=` loss.
     vocab_size: the token range when the model has no `config.vocab_size`.
     device: "cuda" (the default) rewrites what the CPU kernels allocate into what the CUDA
@@ -75,7 +84,7 @@ def trace(
     from headroom.trace import model as model_mod
     from headroom.trace.modules import ModulePaths
     from headroom.trace.recorder import StorageRecorder
-    from headroom.trace.step import DTYPES, Clock, claim_model, make_optimizer, run_steps
+    from headroom.trace.step import AUTOCAST, DTYPES, Clock, claim_model, make_optimizer, run_steps
 
     from headroom.trace.cuda import CUDA_ARCHS, DEVICES, CudaKernels
 
@@ -85,6 +94,8 @@ def trace(
         raise TraceError(f"unknown cuda_arch {cuda_arch!r}; accepted: {', '.join(CUDA_ARCHS)}")
     if dtype not in DTYPES:
         raise TraceError(f"unknown dtype {dtype!r}; accepted: {', '.join(DTYPES)}")
+    if lora_rank is not None and (not isinstance(lora_rank, int) or lora_rank < 1):
+        raise TraceError(f"lora_rank must be a positive integer, got {lora_rank!r}")
     for name, value in (("micro_batch", micro_batch), ("seq_len", seq_len), ("steps", steps)):
         if not isinstance(value, int) or value < 1:
             raise TraceError(f"{name} must be a positive integer, got {value!r}")
@@ -98,6 +109,8 @@ def trace(
             raise untraceable(e, "building the model") from None
         if gradient_checkpointing:
             _enable_checkpointing(net)
+        if lora_rank is not None:
+            net = model_mod.with_lora(net, lora_rank, lora_alpha, lora_targets)
         vocab = vocab_size or getattr(getattr(net, "config", None), "vocab_size", None)
         if not vocab:
             raise TraceError("the model has no config.vocab_size; give vocab_size (--vocab-size)")
@@ -120,7 +133,7 @@ def trace(
                     batch=(micro_batch, seq_len),
                     vocab_size=int(vocab),
                     steps=steps,
-                    autocast=dtype == "bf16-autocast",
+                    autocast=AUTOCAST.get(dtype),
                     loss_fn=loss,
                 )
         finally:

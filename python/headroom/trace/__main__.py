@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--micro-batch", type=_positive, default=1)
     parser.add_argument("--seq-len", type=_positive, required=True)
     parser.add_argument("--steps", type=_positive, default=2)
-    parser.add_argument("--dtype", choices=["fp32", "bf16", "bf16-autocast"], default="fp32")
+    parser.add_argument("--dtype", choices=["fp32", "bf16", "bf16-autocast", "fp16-autocast"], default="fp32")
     parser.add_argument("--optimizer-impl", choices=["foreach", "fused", "for-loop"], default="foreach")
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--loss", help="package.module:function called as f(model, input_ids)")

@@ -179,3 +179,45 @@ def to_dtype(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
                 module._buffers[name] = done[id(b)]
     return model
 
+
+
+def with_lora(
+    model: torch.nn.Module, rank: int, alpha: Optional[float], targets: Optional[list[str]]
+) -> torch.nn.Module:
+    """The model wrapped for a LoRA fine-tune by `peft` (`get_peft_model`): adapters of `rank`
+    on `targets` (peft's default modules for the model type when None), the base frozen. Call
+    under the fake mode, after checkpointing is enabled (peft keeps the base model's setting).
+
+    peft moves each new module to its base layer's device and dtype with `Module.to`, which
+    swaps tensors, and fake tensors refuse the swap; the moves are skipped (a `Module.to` that
+    names a dtype casts as `to_dtype` does). Nothing is lost: the trace has one device, and the
+    adapters are built in the default dtype (fp32), which is where peft leaves them
+    (`autocast_adapter_dtype=True` upcasts 16-bit adapters back to fp32).
+    """
+    try:
+        from peft import LoraConfig, get_peft_model
+        from peft.tuners.tuners_utils import BaseTunerLayer
+    except ImportError:
+        raise TraceError(
+            "a LoRA trace needs peft, which this Python does not have; install it with: "
+            "pip install peft"
+        ) from None
+    config = LoraConfig(r=rank, lora_alpha=alpha if alpha is not None else rank, target_modules=targets)
+    move, module_to = BaseTunerLayer._move_adapter_to_device_of_base_layer, torch.nn.Module.to
+
+    def to(self: torch.nn.Module, *args: Any, **kwargs: Any) -> torch.nn.Module:
+        dtype = torch._C._nn._parse_to(*args, **kwargs)[1]
+        return to_dtype(self, dtype) if dtype is not None else self
+
+    BaseTunerLayer._move_adapter_to_device_of_base_layer = lambda self, *args, **kwargs: None
+    torch.nn.Module.to = to
+    try:
+        return get_peft_model(model, config)
+    except ValueError as e:
+        raise TraceError(
+            f"peft cannot add LoRA adapters to {type(model).__name__} ({e}); name the modules "
+            "to adapt (lora_targets, e.g. ['q_proj', 'v_proj'])"
+        ) from None
+    finally:
+        BaseTunerLayer._move_adapter_to_device_of_base_layer = move
+        torch.nn.Module.to = module_to

@@ -17,7 +17,21 @@ import torch
 from headroom.trace.errors import TraceError, untraceable
 from headroom.trace.recorder import StorageRecorder
 
-DTYPES = ("fp32", "bf16", "bf16-autocast")
+DTYPES = ("fp32", "bf16", "bf16-autocast", "fp16-autocast")
+
+# The autocast dtype of each autocast precision.
+AUTOCAST = {"bf16-autocast": torch.bfloat16, "fp16-autocast": torch.float16}
+
+
+class TracedGradScaler(torch.amp.GradScaler):
+    """PyTorch's GradScaler, whose step runs the optimizer without reading `found_inf`: its
+    `.item()` has no value under fake tensors, and a trace follows the step that found no
+    infinity (every step but the rare overflow). Its tensors (the scale, the growth tracker,
+    `found_inf`, the inverse scale) and its in-place unscaling are PyTorch's own."""
+
+    def _maybe_opt_step(self, optimizer: Any, optimizer_state: Any, *args: Any, **kwargs: Any) -> Any:
+        return optimizer.step(*args, **kwargs)
+
 OPTIMIZER_IMPLS = ("foreach", "fused", "for-loop")
 
 
@@ -67,17 +81,19 @@ def run_steps(
     batch: tuple[int, int],
     vocab_size: int,
     steps: int,
-    autocast: bool,
+    autocast: Optional[torch.dtype],
     loss_fn: Optional[Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]],
 ) -> None:
     micro_batch, seq_len = batch
     params = [p for p in model.parameters() if p.requires_grad]
+    # fp16 autocast needs loss scaling (torch.amp.GradScaler); bf16's range does not.
+    scaler = TracedGradScaler("cpu") if autocast == torch.float16 else None
     for step in range(steps):
         clock.step = step
         clock.phase = "forward"
         input_ids = torch.randint(0, vocab_size, (micro_batch, seq_len))
         recorder.claim(input_ids, "input", op="input")
-        cast = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+        cast = torch.autocast("cpu", dtype=autocast) if autocast is not None else contextlib.nullcontext()
         try:
             with cast:
                 loss = _loss(model, input_ids, loss_fn)
@@ -89,7 +105,7 @@ def run_steps(
 
         clock.phase = "backward"
         try:
-            loss.backward()
+            (scaler.scale(loss) if scaler is not None else loss).backward()
         except TraceError:
             raise
         except Exception as e:
@@ -101,7 +117,11 @@ def run_steps(
 
         clock.phase = "optimizer"
         try:
-            optimizer.step()
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
         except TraceError:
             raise
         except Exception as e:

@@ -3,7 +3,7 @@
 //! and the exports; rendering lives in `plan_output`.
 
 use super::plan_mesh::{MeshArgs, MeshReport};
-use super::{plan_emit, plan_output, plan_own};
+use super::{plan_emit, plan_output, plan_own, plan_trace};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use headroom_memory::ByteSize;
@@ -27,11 +27,29 @@ use std::time::Instant;
 pub struct PlanArgs {
     /// A built-in model (see `headroom params --help`), a Hugging Face config.json, or one of
     /// headroom's own models (gpt-small, gpt-tiny, gpt-medium, resmlp, or a model TOML), which
-    /// are planned by dry runs on the real allocator within --device-memory.
-    #[arg(long)]
-    pub model: String,
+    /// are planned by dry runs on the real allocator within --device-memory. With --trace: the
+    /// Hugging Face config.json the speed model reads when the traced model is a factory.
+    #[arg(long, required_unless_present = "trace")]
+    pub model: Option<String>,
+    /// Plan the user's own PyTorch program by tracing it under every lever setting (precision,
+    /// checkpointing, micro-batch, the optimizer's implementation, LoRA with --lora-rank) and
+    /// replaying each trace through the caching allocator: a Hugging Face config.json (or its
+    /// directory), or a model factory `package.module:function` (then --model names its
+    /// config.json for the speed model). Needs Python with torch and transformers
+    /// (HEADROOM_PYTHON), as `headroom trace` does.
+    #[arg(long, value_name = "MODEL")]
+    pub trace: Option<String>,
+    /// With --trace: training steps traced per setting (the second step runs with the
+    /// optimizer states already allocated, the steady state).
+    #[arg(long, value_name = "K", default_value_t = 2, requires = "trace")]
+    pub trace_steps: u64,
+    /// With --trace: also trace the recommended setting at twice, four times, … 64 times
+    /// --seq-len (no further than the model's position limit) and report the longest
+    /// sequence that fits.
+    #[arg(long, requires = "trace")]
+    pub max_context: bool,
     /// Device budget for headroom's own models (e.g. 64MiB, 2GiB); a --gpu preset's memory less
-    /// its CUDA context otherwise.
+    /// its CUDA context otherwise. With --trace: the bytes the caching allocator may reserve.
     #[arg(long, value_name = "SIZE")]
     pub device_memory: Option<ByteSize>,
     /// GPU preset: V100-16GB, V100-32GB, A100-40GB, A100-80GB, H100-80GB, H200-141GB, L4, A10G,
@@ -113,8 +131,9 @@ pub struct PlanArgs {
     /// How the optimizer steps the parameters, which sets its temporaries: foreach (PyTorch's
     /// default on CUDA: about one copy of the parameters updated), fused (`fused=True`: none),
     /// per-tensor (a loop such as Hugging Face's `adamw_hf` or `foreach=False`: one tensor's).
-    #[arg(long, value_parser = parse_flag::<OptimizerImpl>, default_value = "foreach")]
-    pub optimizer_impl: OptimizerImpl,
+    /// Default foreach; with --trace, unset, all three are traced.
+    #[arg(long, value_parser = parse_flag::<OptimizerImpl>)]
+    pub optimizer_impl: Option<OptimizerImpl>,
     /// How the cross-entropy holds the vocabulary-sized tensors: hugging-face (a Hugging Face
     /// model's causal-LM loss: the model's 16-bit logits kept, upcast to fp32, fp32
     /// log-probabilities and two fp32 gradients in backward), separate (PyTorch's
@@ -178,9 +197,13 @@ pub struct PlanArgs {
 
 pub fn run(args: PlanArgs) -> Result<()> {
     let emits = plan_emit::parse(&args.emit)?;
+    if let Some(traced) = &args.trace {
+        return plan_trace::run(&args, traced, &emits);
+    }
+    let model = args.model_name();
     // A pretrained Llama-family model is planned on headroom's engine when its budget is
     // given, and as a Hugging Face model on GPUs otherwise.
-    if is_own_model(&args.model) || (args.device_memory.is_some() && is_engine_model(&args.model)) {
+    if is_own_model(model) || (args.device_memory.is_some() && is_engine_model(model)) {
         return plan_own::run(&args);
     }
     if args.device_memory.is_some() {
@@ -193,8 +216,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
             "--data-parallel plans headroom's own models; for a Hugging Face model give --gpus-per-node and --nodes"
         );
     }
-    let spec =
-        hugging_face_model(&args.model).with_context(|| format!("--model {}", args.model))?;
+    let spec = hugging_face_model(model).with_context(|| format!("--model {model}"))?;
     let mut notes = Vec::new();
     let seq_len = match (args.seq_len, spec.pretraining_context) {
         (Some(s), _) => s,
@@ -317,7 +339,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
     let framework = args.framework.unwrap_or_else(|| default_framework(&emits));
     let mut problem = Problem::new(spec, hw, workload, cost)
         .with_framework(framework)
-        .with_optimizer_impl(args.optimizer_impl)
+        .with_optimizer_impl(args.optimizer_impl.unwrap_or_default())
         .with_loss_impl(args.loss_impl)
         .with_compile(args.compile);
     let calibration = match &args.calibrate {
@@ -450,15 +472,20 @@ pub fn run(args: PlanArgs) -> Result<()> {
             }
         );
     };
-    let opts = export_options(&args, &emits);
-    plan_emit::write(
-        &problem,
-        Layout::Plain(best),
-        world,
-        &emits,
-        &opts,
-        args.json,
-    )
+    write_emits(&problem, best, &emits, &args)
+}
+
+/// Builds every `--emit` file for the recommended plain data-parallel plan over the problem's
+/// GPUs, holds each to the rules, then writes all of them or none.
+pub(super) fn write_emits(
+    problem: &Problem,
+    best: &headroom_plan::cost::Plan,
+    emits: &[(String, PathBuf)],
+    args: &PlanArgs,
+) -> Result<()> {
+    let opts = export_options(args, emits);
+    let world = problem.hardware.world_size();
+    plan_emit::write(problem, Layout::Plain(best), world, emits, &opts, args.json)
 }
 
 fn export_options(args: &PlanArgs, emits: &[(String, PathBuf)]) -> ExportOptions {
@@ -476,7 +503,7 @@ fn export_options(args: &PlanArgs, emits: &[(String, PathBuf)]) -> ExportOptions
 /// The framework the exports target: DeepSpeed when a ds_config is asked for (an Accelerate
 /// export then uses its DeepSpeed plugin), FSDP when only Accelerate or torchtune files are,
 /// DeepSpeed when none is.
-fn default_framework(emits: &[(String, PathBuf)]) -> Framework {
+pub(super) fn default_framework(emits: &[(String, PathBuf)]) -> Framework {
     let kinds: Vec<&str> = emits.iter().map(|(k, _)| k.as_str()).collect();
     if !kinds.contains(&"deepspeed")
         && kinds
@@ -490,7 +517,7 @@ fn default_framework(emits: &[(String, PathBuf)]) -> Framework {
 }
 
 /// GPU preset, then the `--hardware` TOML, then the flags.
-fn build_hardware(args: &PlanArgs) -> Result<Hardware> {
+pub(super) fn build_hardware(args: &PlanArgs) -> Result<Hardware> {
     let file = match &args.hardware {
         Some(path) => Some(read_hardware(path)?),
         None => None,
@@ -528,6 +555,11 @@ fn read_hardware(path: &Path) -> Result<HardwareOverrides> {
 }
 
 impl PlanArgs {
+    /// The `--model` given (clap requires it unless --trace is given, which is planned apart).
+    pub fn model_name(&self) -> &str {
+        self.model.as_deref().unwrap_or_default()
+    }
+
     /// The pinned micro-batch and accumulation, if given.
     pub fn split(&self) -> (Option<u64>, Option<u64>) {
         let keys = &self.levers.keys;

@@ -166,7 +166,7 @@ fn run_config(args: &PlanArgs, budget: u64) -> Result<RunConfig> {
         (None, _) => (args.levers.keys.micro_batch, args.levers.keys.accumulation),
     };
     let config = TrainConfig {
-        model: Some(args.model.clone()),
+        model: Some(args.model_name().to_string()),
         seq_len: args.seq_len.map(|s| s as usize),
         micro_batch,
         accumulation,

@@ -27,8 +27,9 @@ pub struct TraceArgs {
     /// Training steps to trace (forward, backward, optimizer step, zero_grad).
     #[arg(long, default_value_t = 2)]
     pub steps: u64,
-    /// The precision: fp32, pure bf16 (weights, gradients and states in bf16) or bf16 autocast
-    /// (fp32 weights, bf16 compute).
+    /// The precision: fp32, pure bf16 (weights, gradients and states in bf16), bf16 autocast
+    /// (fp32 weights, bf16 compute) or fp16 autocast (fp32 weights, fp16 compute, the loss scaled
+    /// by torch.amp.GradScaler).
     #[arg(long, value_enum, default_value = "fp32")]
     pub dtype: TraceDtype,
     /// AdamW's implementation (torch.optim.AdamW's foreach and fused flags).
@@ -68,6 +69,7 @@ pub enum TraceDtype {
     Fp32,
     Bf16,
     Bf16Autocast,
+    Fp16Autocast,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -97,7 +99,8 @@ fn python() -> String {
         .unwrap_or_else(|| "python3".to_string())
 }
 
-pub fn run(args: TraceArgs) -> anyhow::Result<()> {
+/// The interpreter that can import headroom's tracer, or an error naming how to install it.
+pub(super) fn tracer_python() -> anyhow::Result<String> {
     let python = python();
     let probe = Command::new(&python)
         .args(["-c", "import headroom.trace"])
@@ -117,6 +120,11 @@ pub fn run(args: TraceArgs) -> anyhow::Result<()> {
                 .trim()
         );
     }
+    Ok(python)
+}
+
+pub fn run(args: TraceArgs) -> anyhow::Result<()> {
+    let python = tracer_python()?;
     let mut cmd = Command::new(&python);
     cmd.args(["-m", "headroom.trace", &args.model])
         .arg("--micro-batch")

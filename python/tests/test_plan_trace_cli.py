@@ -1,0 +1,58 @@
+"""`headroom plan --trace`: every lever setting traced and replayed, ranked as `plan` ranks."""
+
+import json
+import subprocess
+
+SAME_SPEED = 0.05
+
+
+def plan(cli, env, config, *extra, global_batch=2):
+    out = subprocess.run(
+        [cli, "plan", "--trace", str(config), "--gpu", "H100-80GB", "--seq-len", "16",
+         "--global-batch", str(global_batch), "--trace-steps", "1", "--checkpoint", "none",
+         "--optimizer-impl", "foreach", "--json", *extra],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_plan_trace_recommends_a_fitting_setting_no_slower_than_five_percent_and_its_max_context(gpt2_config, headroom_cli, cli_env):
+    free = plan(headroom_cli, cli_env, gpt2_config)
+    # fp32, bf16 autocast, fp16 autocast, pure bf16 × micro-batch 2 × 1 and 1 × 2.
+    assert len(free["variants"]) == 8 and all("error" not in v for v in free["variants"])
+    assert {(v["precision"], v["micro_batch"], v["accumulation"]) for v in free["variants"]} == {
+        (p, m, 2 // m) for p in ("fp32", "bf16-mixed", "fp16-mixed", "bf16") for m in (1, 2)
+    }
+    # The reserved peak is the allocator's: never below the allocated peak.
+    assert all(v["reserved_peak_bytes"] >= v["allocated_peak_bytes"] for v in free["variants"])
+    # A budget between the smallest and the largest reserved peaks leaves some settings out.
+    reserved = sorted(v["reserved_peak_bytes"] for v in free["variants"])
+    budget = (reserved[0] + reserved[-1]) // 2
+    assert reserved[0] < budget < reserved[-1]
+    report = plan(headroom_cli, cli_env, gpt2_config, "--device-memory", str(budget), "--max-context")
+    variants = report["variants"]
+    for v in variants:
+        assert v["fits"] == (v["reserved_peak_bytes"] <= budget)
+    fitting = [v for v in variants if v["fits"]]
+    assert fitting and len(fitting) < len(variants)
+    best = variants[report["recommended"]]
+    assert best["fits"]
+    # plan's rule: no fitting setting of the same fidelity tier is more than 5 % faster.
+    for v in fitting:
+        if v["fidelity_tier"] == best["fidelity_tier"]:
+            assert v["step_s"] >= best["step_s"] / (1 + SAME_SPEED) - 1e-12
+    assert all(v["fidelity_tier"] >= best["fidelity_tier"] for v in fitting)
+
+    # --max-context: the recommended levers at --seq-len 16 doubled, no further than GPT-2's
+    # n_positions (128): 32, 64, 128.
+    context = report["max_context"]
+    probes = context["probes"]
+    assert [p["seq_len"] for p in probes] == [32, 64, 128]
+    for p in probes:
+        assert p["fits"] == (p["reserved_peak_bytes"] <= budget)
+    # Longer sequences never need fewer bytes.
+    reserved = [p["reserved_peak_bytes"] for p in probes]
+    assert reserved == sorted(reserved)
+    fitting = [p["seq_len"] for p in probes if p["fits"]]
+    assert context["longest_fitting_seq_len"] == (fitting[-1] if fitting else 16)
