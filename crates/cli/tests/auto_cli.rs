@@ -209,8 +209,10 @@ fn plan_ranks_the_zero_stages_for_data_parallel_ranks() {
         "fp32",
         "--optimizer",
         "adamw",
+        // Every plan listed: the order follows this machine's measured kernel rates, so a
+        // shorter list need not reach every stage.
         "--top",
-        "40",
+        "1000",
         "--json",
     ];
     let o = headroom(&args, dir.path());
