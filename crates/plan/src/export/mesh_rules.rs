@@ -170,6 +170,7 @@ pub fn megatron(args: &[(String, Option<String>)], dp: u64) -> Result<(), MeshRu
     }
     let layers = get("--num-layers").unwrap_or(0);
     let pp = get("--pipeline-model-parallel-size").unwrap_or(1);
+    let per_chunk = get("--num-layers-per-virtual-pipeline-stage").unwrap_or(layers / pp.max(1));
     let first = get("--decoder-first-pipeline-num-layers");
     let last = get("--decoder-last-pipeline-num-layers");
     let split_ok = if let (Some(first), Some(last)) = (first, last) {
@@ -180,14 +181,11 @@ pub fn megatron(args: &[(String, Option<String>)], dp: u64) -> Result<(), MeshRu
             && layers > first + last
             && (pp == 2 || (layers - first - last).is_multiple_of(pp - 2))
     } else {
-        let per_chunk =
-            get("--num-layers-per-virtual-pipeline-stage").unwrap_or(layers / pp.max(1));
         pp > 0
             && layers.is_multiple_of(pp)
             && per_chunk > 0
             && (layers / pp).is_multiple_of(per_chunk)
     };
-    let per_chunk = get("--num-layers-per-virtual-pipeline-stage").unwrap_or(layers / pp.max(1));
     if !split_ok {
         return Err(MeshRule::LayerSplit {
             layers,

@@ -10,9 +10,7 @@
 use crate::cost::{Plan, Problem};
 use crate::error::{PlanError, Result};
 use crate::mesh::MeshPlan;
-use crate::strategy::{
-    Attention, Checkpoint, Mesh, Offload, Optimizer, PipelineSchedule, Precision, ZeroStage,
-};
+use crate::strategy::{Attention, Checkpoint, Mesh, Offload, Optimizer, Precision, ZeroStage};
 
 /// How much of each layer the run recomputes in backward.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,14 +116,6 @@ impl MeshRun {
             microbatches: s.accumulation,
             seq_len: problem.workload.seq_len,
         })
-    }
-
-    /// Model chunks per pipeline rank (1 without interleaving).
-    pub fn chunks(&self) -> u64 {
-        match self.mesh.schedule {
-            PipelineSchedule::OneFOneB => 1,
-            PipelineSchedule::Interleaved { chunks } => chunks,
-        }
     }
 }
 
