@@ -1,7 +1,7 @@
 //! The `plan`, `params` and `estimate` commands, run as the built binary: exit codes, JSON shape,
 //! exports, and error messages for bad input.
 
-mod common;
+use crate::common;
 
 use common::{headroom, json, stderr};
 use serde_json::Value;

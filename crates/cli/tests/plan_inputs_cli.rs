@@ -2,7 +2,7 @@
 //! sequence beyond the model's trained context (warned), the no-fit message under --json, the
 //! export flags (rank 0's address, the NVMe path), and a measured step to calibrate against.
 
-mod common;
+use crate::common;
 
 use common::{headroom, json, stderr};
 use serde_json::Value;

@@ -2,7 +2,7 @@
 //! data parallelism for a model that outgrows data parallelism, its pins and the constraints
 //! they break, and the report's mesh object (stages, most loaded rank, rejected axes).
 
-mod common;
+use crate::common;
 
 use common::{headroom, json, stderr};
 use serde_json::Value;

@@ -3,7 +3,7 @@
 //! gguf.quants.quantize / dequantize). The decoders use the reference's f32 operations in its
 //! order, so the tolerance is zero: every value is bit-identical.
 
-mod gguf_common;
+use crate::gguf_common;
 
 use gguf_common::{assert_bitwise, fixture, reference};
 use headroom_nn::checkpoint::gguf::{GgufError, GgufFile, Value};

@@ -4,7 +4,7 @@
 //! (u32), the dims (u64 each), the type (u32) and the offset (u64); a metadata pair is the key
 //! (u64 length + bytes), the value type (u32) and the value.
 
-mod gguf_common;
+use crate::gguf_common;
 
 use gguf_common::{find, fixture, scratch};
 use headroom_nn::checkpoint::gguf::{GgufError, GgufFile};

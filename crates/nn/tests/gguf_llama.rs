@@ -4,7 +4,7 @@
 //! tensors, gguf-py's quantise-dequantise round trip of the unpermuted weights for the
 //! quantised ones) and tiny-llama.config.json the Hugging Face config.
 
-mod gguf_common;
+use crate::gguf_common;
 
 use gguf_common::{assert_bitwise, fixture, reference};
 use headroom_memory::{AllocatorConfig, Device};

@@ -1,7 +1,7 @@
 //! The advice says what the levers do at the peak the plan actually has, and speaks of one GPU
 //! as one GPU.
 
-mod support;
+use crate::support;
 
 use headroom_plan::advice::explain;
 use headroom_plan::cost::memory::Phase;

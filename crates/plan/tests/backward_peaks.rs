@@ -3,7 +3,7 @@
 //! (PyTorch's `zero_grad()` sets them to `None`) and no re-run checkpointed block; the blocks'
 //! backward holds the gradients and one re-run block once the loss's tensors are gone.
 
-mod support;
+use crate::support;
 
 use headroom_plan::cost::{Plan, evaluate};
 use headroom_plan::strategy::{

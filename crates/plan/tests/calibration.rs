@@ -4,7 +4,7 @@
 //! Hugging Face's bert-large V100 measurements: calibrated on micro-batch 4, the model must
 //! predict their micro-batch 1 × accumulation 4 run.
 
-mod support;
+use crate::support;
 
 use headroom_plan::calibrate::{Measurement, calibrate};
 use headroom_plan::cost::{Problem, evaluate};

@@ -4,7 +4,7 @@
 //! so with it selective recomputation must cost and save exactly what no checkpointing does —
 //! the case: llama-3-8b on 8 × H100-80GB, 8192 tokens, ZeRO-3, micro-batch 1.
 
-mod support;
+use crate::support;
 
 use headroom_plan::cost::{Problem, evaluate};
 use headroom_plan::strategy::{

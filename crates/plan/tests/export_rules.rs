@@ -3,7 +3,7 @@
 //! flag, PEFT's base model name, and one test per rule of `export::rules` that a broken
 //! configuration is caught.
 
-mod support;
+use crate::support;
 
 use headroom_plan::cost::{Problem, evaluate};
 use headroom_plan::export::rules::{self, Rule};

@@ -4,7 +4,7 @@
 //! multi-node rendezvous and the NVMe paths; every emitted key is checked against the tool's
 //! documented schema (tests/support/schemas.rs, with the source of each list).
 
-mod support;
+use crate::support;
 
 use headroom_memory::format_bytes;
 use headroom_plan::cost::{Problem, evaluate};

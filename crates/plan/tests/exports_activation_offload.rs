@@ -3,7 +3,7 @@
 //! reach instead; every emitted key checked against the tool's documented schema
 //! (tests/support/schemas.rs).
 
-mod support;
+use crate::support;
 
 use headroom_memory::format_bytes;
 use headroom_plan::cost::evaluate;

@@ -3,7 +3,7 @@
 //! (tests/support/mesh_schemas.rs), and refuse with the reason what they cannot run; the
 //! documented working combinations (`export::mesh_rules`) reject broken files.
 
-mod support;
+use crate::support;
 
 use headroom_plan::cost::{CostModel, Problem, evaluate};
 use headroom_plan::export::megatron::megatron_args;

@@ -5,7 +5,7 @@
 //! checkpointed). The optimizer step in backward: the gradient and the step's temporaries of the
 //! largest tensor instead of the model's, on one GPU only (Llama-2-7B on an H100-80GB).
 
-mod support;
+use crate::support;
 
 use headroom_plan::cost::memory::Phase;
 use headroom_plan::cost::{Plan, Problem, activation, evaluate};

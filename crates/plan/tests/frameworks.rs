@@ -2,7 +2,7 @@
 //! DDP/FSDP with autocast or FSDP mixed precision, each category derived by hand; FSDP's
 //! offload rules; the exports follow the plan's framework.
 
-mod support;
+use crate::support;
 
 use headroom_plan::cost::{Plan, Problem, activation, evaluate};
 use headroom_plan::export::{ExportOptions, accelerate::accelerate_config, deepspeed::ds_config};

@@ -1,7 +1,7 @@
 //! The levers ranked for one run: each lever applied alone to the stated strategy, in the order
 //! of Hugging Face's single-GPU guide, and the first that fits, on cases derived by hand.
 
-mod support;
+use crate::support;
 
 use headroom_plan::cost::{CostModel, Problem, evaluate};
 use headroom_plan::levers::{Lever, apply, rank};

@@ -2,7 +2,7 @@
 //! Llama-2-7B (hidden 4,096, MLP 11,008, 32 layers, vocabulary 32,000, untied head) at rank 8
 //! on the query and value projections, the setting of PEFT's and the QLoRA paper's examples.
 
-mod support;
+use crate::support;
 
 use headroom_plan::cost::{Problem, evaluate};
 use headroom_plan::strategy::{BaseWeights, Category, Lora, Precision};

@@ -4,7 +4,7 @@
 //! a loop that computes fp32 logits and releases them before backward (torchtune, torchtitan),
 //! and a benchmark loop's `logits.sum()` (no cross-entropy).
 
-mod support;
+use crate::support;
 
 use headroom_plan::cost::{Problem, activation, evaluate};
 use headroom_plan::strategy::{

@@ -3,7 +3,7 @@
 //! `exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)`, one new list the size and dtype of
 //! the variance, so the step holds one copy of the parameters in the states' format.
 
-mod support;
+use crate::support;
 
 use headroom_plan::cost::memory::Phase;
 use headroom_plan::cost::{Problem, evaluate};

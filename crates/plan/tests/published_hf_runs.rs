@@ -8,9 +8,9 @@
 //! and the measured values where not. Rows marked `excluded` (peak, throughput and verdict) or
 //! `speed_excluded` are shown with their reason and not counted.
 //!
-//! `cargo test -p headroom-plan --test published_hf_runs -- --nocapture` prints the table.
+//! `cargo test -p headroom-plan --test integration published_hf_runs:: -- --nocapture` prints the table.
 
-mod support;
+use crate::support;
 
 use support::published::{Row, error, gib, mean, print_table, rows, worst};
 

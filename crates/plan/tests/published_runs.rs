@@ -5,9 +5,9 @@
 //! their throughput, the fitted efficiencies are what `--calibrate` derives from them, and the
 //! matmul shape's constant is what nanoGPT's row gives (`fitted_constant`).
 //!
-//! `cargo test -p headroom-plan --test published_runs -- --nocapture` prints the table.
+//! `cargo test -p headroom-plan --test integration published_runs:: -- --nocapture` prints the table.
 
-mod support;
+use crate::support;
 
 use headroom_plan::calibrate::{Measurement, calibrate};
 use headroom_plan::cost::{CostModel, Plan, Problem, efficiency, evaluate};

@@ -4,7 +4,7 @@
 //! predicted 210 k tokens/s per GPU for nanoGPT's GPT-2 run, which ran at about 107 k). And
 //! `torch.compile` is an input of the speed model: fused element-wise kernels move fewer bytes.
 
-mod support;
+use crate::support;
 
 use headroom_plan::cost::{Problem, evaluate};
 use headroom_plan::strategy::{Attention, OptimizerImpl, Precision, Strategy};

@@ -3,7 +3,7 @@
 //! whenever a larger one fits (issue: `bert-large-uncased` on a V100 and `gpt2` on an RTX 4090
 //! came out as 1 × 256 and 1 × 32).
 
-mod support;
+use crate::support;
 
 use headroom_plan::cost::time::achieved_efficiency;
 use headroom_plan::cost::{Problem, evaluate};

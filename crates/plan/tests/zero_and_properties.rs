@@ -2,7 +2,7 @@
 //! never raise per-device model states; checkpointing never raises activations; a plan marked
 //! as fitting is under capacity; every plan's categories sum to its peak.
 
-mod support;
+use crate::support;
 
 use headroom_memory::Category;
 use headroom_plan::cost::{Problem, activation, evaluate, memory};

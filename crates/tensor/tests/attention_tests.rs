@@ -10,7 +10,7 @@
 //! outputs round once (2⁻⁸), gradients also use the bf16-rounded output in Dᵢ = dOᵢ·Oᵢ, so we
 //! allow 4 roundings, 0.016, as the precision tests do.
 
-mod common;
+use crate::common;
 
 use common::{check_grads, device, input, tensor, values};
 use headroom_memory::{AllocatorConfig, Category, Device};

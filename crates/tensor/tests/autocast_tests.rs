@@ -2,7 +2,7 @@
 //! f32, mixed binary ops promoted; the saved casts are counted as activations; gradients of f32
 //! parameters stay f32 and close to an f32 run.
 
-mod common;
+use crate::common;
 
 use common::{device, ids, tensor, values};
 use headroom_memory::Category;

@@ -2,7 +2,7 @@
 //! in f32, bf16 and f16 (square and rectangular score matrices, row counts that do not fill the
 //! kernel's 16-row blocks), gradients that match finite differences, and only the output kept.
 
-mod common;
+use crate::common;
 
 use common::{check_grads, device, input, output_and_grad_bits, tensor, values};
 use headroom_memory::{Category, Device};

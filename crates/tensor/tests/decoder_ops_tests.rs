@@ -5,7 +5,7 @@
 //! central finite differences. RMS norm and SiLU have theirs in `forward_tests` and
 //! `grad_tests`.
 
-mod common;
+use crate::common;
 
 use common::{
     Input, assert_close, check_grads_on, device, input, output_and_grad_bits, tensor, values,

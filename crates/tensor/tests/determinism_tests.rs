@@ -1,7 +1,7 @@
 //! Same inputs and seed twice → bitwise identical outputs and gradients, with dropout in the
 //! graph and sizes large enough that kernels run on several rayon threads.
 
-mod common;
+use crate::common;
 
 use common::{device, ids, tensor, values};
 use headroom_tensor::{Gradients, Tape, Tensor, rng};

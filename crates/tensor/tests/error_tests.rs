@@ -1,6 +1,6 @@
 //! Bad input from a user is a typed error, never a panic.
 
-mod common;
+use crate::common;
 
 use common::{device, ids, tensor};
 use headroom_tensor::{DType, Gradients, Tape, TensorError};

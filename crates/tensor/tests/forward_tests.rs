@@ -1,7 +1,7 @@
 //! Forward values of the ops against slow, obviously-correct references written here with
 //! plain loops in f64.
 
-mod common;
+use crate::common;
 
 use common::{assert_close, device, ids, tensor, values};
 use headroom_memory::Category;

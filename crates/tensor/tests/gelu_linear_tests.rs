@@ -2,7 +2,7 @@
 //! `gelu(x).linear(w, b)`, bit for bit in f32 and bf16, gradients that match finite
 //! differences, and one fewer saved tensor of the pre-activation's size.
 
-mod common;
+use crate::common;
 
 use common::{check_grads, device, input, output_and_grad_bits, tensor, values};
 use headroom_memory::{Category, Device};

@@ -1,7 +1,7 @@
 //! Backward of every op against central finite differences (see `common::check_grads`),
 //! including broadcasting and non-contiguous (transposed, sliced) inputs.
 
-mod common;
+use crate::common;
 
 use common::{Input, check_grads, device, ids, input, tensor};
 use headroom_tensor::{Gradients, Tape, Tensor, checkpoint, rng};

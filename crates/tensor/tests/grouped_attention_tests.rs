@@ -12,7 +12,7 @@
 //! arithmetic on the same numbers, so against the fused kernel over the repeated heads they are
 //! equal bit for bit.
 
-mod common;
+use crate::common;
 
 use common::{device, values};
 use headroom_memory::{AllocatorConfig, Category, Device};

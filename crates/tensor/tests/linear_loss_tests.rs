@@ -3,7 +3,7 @@
 //! weight gradient within rounding, in f32 and under bf16 autocast), and the activation bytes it
 //! keeps, derived by hand from the op rules.
 
-mod common;
+use crate::common;
 
 use common::{check_grads, device, ids, input, tensor, values};
 use headroom_memory::{Category, Device};

@@ -4,7 +4,7 @@
 //! edges), with bias values that test the second rounding (subnormal, signed zero, NaN,
 //! overflow); and one output-sized tensor fewer at the forward's peak.
 
-mod common;
+use crate::common;
 
 use common::{device, output_and_grad_bits, tensor, values};
 use headroom_memory::Device;

@@ -5,7 +5,7 @@
 //! Every allocation here is below 1 MiB, so it is served from the small pool as exactly its
 //! request rounded up to a multiple of 512 bytes (`block` below).
 
-mod common;
+use crate::common;
 
 use common::{device, ids, tensor, values};
 use headroom_memory::{Category, Device};

@@ -5,7 +5,7 @@
 //! ≤ 2⁻¹¹ ≈ 0.00049 for f16; multi-op chains (norm, softmax) round intermediates too, so we allow
 //! 4 roundings: 0.016 (bf16) and 0.002 (f16).
 
-mod common;
+use crate::common;
 
 use common::{device, values};
 use headroom_memory::Category;

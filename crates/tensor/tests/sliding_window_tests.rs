@@ -8,7 +8,7 @@
 //! Tolerance (f32): the kernels and the reference sum the same products in different orders
 //! (the fused one rescales once per key tile), a few ulps of the largest value: 1e-5 of it.
 
-mod common;
+use crate::common;
 
 use common::{device, values};
 use headroom_memory::{Category, Device};

@@ -4,7 +4,7 @@
 //! checkpointed input at once (both derived by hand from the block input's size), the dry run
 //! predicts it exactly, and a policy that checkpoints no block is refused with the reason.
 
-mod common;
+use crate::common;
 
 use common::{assert_dry_run_exact, config, run_alone};
 use headroom_memory::Category;

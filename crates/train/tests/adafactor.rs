@@ -3,7 +3,7 @@
 //! bitwise, the step in backward gives the same bits, and ZeRO's shards (which cut weights) are
 //! refused.
 
-mod common;
+use crate::common;
 
 use common::{assert_dry_run_exact, config, outcome, run_alone};
 use headroom_memory::Category;

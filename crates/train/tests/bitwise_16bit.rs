@@ -9,7 +9,7 @@
 //! parameter, or per element of the rank's shard under ZeRO-2/3, only with accumulation > 1),
 //! predicted exactly by the dry run and counted the same by the planner.
 
-mod common;
+use crate::common;
 
 use common::{assert_dry_run_exact, config, rounded, run_alone, run_ranks, zero};
 use headroom_memory::Category;

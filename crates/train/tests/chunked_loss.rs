@@ -3,7 +3,7 @@
 //! peak drops by the bytes derived by hand from the op rules, and the dry run predicts it
 //! exactly.
 
-mod common;
+use crate::common;
 
 use common::{assert_dry_run_exact, config, run_alone};
 use headroom_memory::Category;

@@ -6,7 +6,7 @@
 //! communicates what the method says; ZeRO-1 is bitwise DDP and holds only its shards; saves
 //! resume; the planner's model of a rank agrees but for the framework buckets.
 
-mod common;
+use crate::common;
 
 use common::{config, outcome, run_ranks, run_saving, zero};
 use headroom_comm::{Communicator, ThreadGroup};

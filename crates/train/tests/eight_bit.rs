@@ -2,7 +2,7 @@
 //! are counted exactly by the dry run, it saves and resumes bitwise, offloads bitwise, and is
 //! refused where ZeRO's shards would cut its blocks.
 
-mod common;
+use crate::common;
 
 use common::{assert_dry_run_exact, config, outcome, run_alone, run_ranks, zero};
 use headroom_memory::Category;

@@ -2,7 +2,7 @@
 //! ZeRO-1/2/3 over three ranks, the dry run predicting the run's peaks per category exactly,
 //! and ZeRO's ranks training bitwise the data-parallel run (one micro-batch per rank).
 
-mod common;
+use crate::common;
 
 use common::run_ranks;
 use headroom_train::config::TrainConfig;

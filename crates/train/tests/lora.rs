@@ -5,7 +5,7 @@
 //! QLoRA: the parameter bytes are the NF4 layout's and the 16-bit rest's by hand, the NF4 base
 //! is bitwise unchanged by training, predicted exactly, and resumed bitwise.
 
-mod common;
+use crate::common;
 
 use common::{assert_dry_run_exact, config, rounded, run_alone, run_ranks, zero};
 use headroom_memory::{AllocatorConfig, Category, Device};

@@ -3,7 +3,7 @@
 //! what the tests derive by hand, the dry run predicts every tier, saves resume bitwise, a model
 //! too large for the device trains with offload, and disk errors are named.
 
-mod common;
+use crate::common;
 
 use common::{config, outcome, run_ranks, zero};
 use headroom_memory::{AllocatorConfig, Category, Device};

@@ -3,7 +3,7 @@
 //! (derived by hand from the block sizes), the dry run predicts it exactly, it saves and
 //! resumes bitwise, and it runs with the step in backward.
 
-mod common;
+use crate::common;
 
 use common::{assert_dry_run_exact, config, outcome, rounded, run_alone};
 use headroom_memory::Category;

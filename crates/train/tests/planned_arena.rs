@@ -4,7 +4,7 @@
 //! the arena alone, within 2 % of the peak allocated, and the dry run predicts the peaks
 //! exactly.
 
-mod common;
+use crate::common;
 
 use common::{assert_dry_run_exact, config, run_alone};
 use headroom_memory::AllocatorKind;

@@ -4,7 +4,7 @@
 //! sizes), nothing is held between steps, the dry run predicts it exactly, and what needs every
 //! gradient first is refused with the reason.
 
-mod common;
+use crate::common;
 
 use common::{assert_dry_run_exact, config, run_alone};
 use headroom_memory::Category;

@@ -4,7 +4,7 @@
 //! training are bitwise its slice of the unsplit weights; the dry run predicts every rank's
 //! peak and categories exactly; the combinations it cannot run are refused by name.
 
-mod common;
+use crate::common;
 
 use common::launched;
 use headroom_memory::MemoryPeaks;

@@ -5,7 +5,7 @@
 //! mixed precision, sharded per stage) derived here by hand; the collectives each stage issues
 //! per step; the dry run's prediction of a rank; sharded saves resumed at other rank counts.
 
-mod common;
+use crate::common;
 
 use common::{RankOutcome, config, owned, rounded, run_ranks, run_saving, zero};
 use headroom_memory::Category;

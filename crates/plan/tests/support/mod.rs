@@ -1,7 +1,7 @@
 //! Helpers shared by the integration tests: a planning problem on a GPU preset, the published
 //! runs' tables, and the export schemas.
 
-#![allow(dead_code)] // each test binary uses its own subset
+#![allow(dead_code)] // each test file uses its own subset
 
 pub mod mesh_schemas;
 pub mod published;
