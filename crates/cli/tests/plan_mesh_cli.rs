@@ -413,3 +413,50 @@ fn a_pinned_pipeline_of_8_stages_takes_the_uneven_split() {
     assert_eq!(layers, vec![15, 16, 16, 16, 16, 16, 16, 15]);
     assert_stages_consistent(best);
 }
+
+#[test]
+fn a_micro_batch_plain_data_parallelism_cannot_split_is_left_to_the_meshes() {
+    // torchtitan's 70B run: 512 sequences in micro-batches of 16 on 256 GPUs. Plain data
+    // parallelism would need 2 per GPU, not a multiple of 16; dp 32 × tp 8 takes 16 per
+    // replica in one micro-batch. Pinned or searched, the mesh is planned, not refused.
+    let base = [
+        "plan",
+        "--model",
+        "llama-3.1-70b",
+        "--gpu",
+        "H100-80GB",
+        "--gpus-per-node",
+        "8",
+        "--nodes",
+        "32",
+        "--global-batch",
+        "512",
+        "--micro-batch",
+        "16",
+        "--checkpoint",
+        "all",
+        "--json",
+    ];
+    for pins in [&["--tp", "8", "--pp", "1"][..], &[][..]] {
+        let mut args = base.to_vec();
+        args.extend_from_slice(pins);
+        let o = headroom(&args);
+        assert!(o.status.success(), "{pins:?}: {}", stderr(&o));
+        let best = &json(&o)["mesh"]["recommended"];
+        let mesh = &best["mesh"];
+        assert_eq!(u(&best["micro_batch"]), 16, "{pins:?}");
+        assert_eq!(
+            u(&mesh["dp"]) * u(&mesh["microbatches"]) * 16,
+            512,
+            "{pins:?}"
+        );
+        assert_eq!(u(&mesh["dp"]) * u(&mesh["tp"]) * u(&mesh["pp"]), 256);
+        if pins.is_empty() {
+            assert!(
+                stderr(&o).contains("plain data parallelism cannot split this batch"),
+                "{}",
+                stderr(&o)
+            );
+        }
+    }
+}

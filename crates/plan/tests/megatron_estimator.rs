@@ -18,7 +18,7 @@
 //!    second steady-state forward) 2p of them are of its first chunk (the one with the
 //!    embedding), not p·(1 + (p − 1)/(p·v)).
 
-use headroom_plan::mesh::{MeshModel, Recompute, mesh_memory};
+use headroom_plan::mesh::{MeshFramework, MeshModel, Recompute, mesh_memory};
 use headroom_plan::strategy::{Mesh, PipelineSchedule, ZeroStage};
 
 /// The estimator's inputs, in its argument names.
@@ -185,6 +185,7 @@ fn gpt3_175b_tp8_pp8_matches_megatron_up_to_norms_and_token_ids() {
     let m = mesh_memory(
         &headroom_model(&a),
         &headroom_mesh(&a),
+        MeshFramework::Megatron,
         zero(&a),
         Recompute::Selective,
     );
@@ -230,6 +231,7 @@ fn llama2_70b_interleaved_matches_megatron_up_to_swiglu_norms_and_the_replayed_s
     let m = mesh_memory(
         &headroom_model(&a),
         &headroom_mesh(&a),
+        MeshFramework::Megatron,
         zero(&a),
         Recompute::Selective,
     );

@@ -2,7 +2,7 @@
 //! hand from Korthikanti et al. 2022 (arXiv:2205.05198) and the 1F1B / interleaved schedules
 //! (Narayanan et al. 2021, arXiv:2104.04473).
 
-use headroom_plan::mesh::{MeshModel, Recompute, mesh_memory};
+use headroom_plan::mesh::{MeshFramework, MeshModel, Recompute, mesh_memory};
 use headroom_plan::strategy::{Mesh, PipelineSchedule, ZeroStage};
 
 /// s = 8, b = 2, h = 16, a = 4, L = 4, V = 64, f = 4h = 64, LayerNorm, tied embeddings:
@@ -53,7 +53,13 @@ fn zero1() -> ZeroStage {
 #[test]
 fn one_f_one_b_stages_hold_p_minus_i_micro_batches_and_stage_0_peaks() {
     let mesh = mesh(PipelineSchedule::OneFOneB, 4);
-    let m = mesh_memory(&tiny(), &mesh, zero1(), Recompute::Selective);
+    let m = mesh_memory(
+        &tiny(),
+        &mesh,
+        MeshFramework::Megatron,
+        zero1(),
+        Recompute::Selective,
+    );
     let (s0, s1) = (&m.stages[0], &m.stages[1]);
     assert_eq!(s0.parameters, 3712.0);
     assert_eq!(s0.model_states, 44_544.0);
@@ -78,7 +84,13 @@ fn with_one_micro_batch_the_loss_puts_the_peak_on_the_last_stage() {
     // m = 1: stage 0 holds one micro-batch too: 8704 + 256 = 8960, total 53,504, below stage
     // 1's 56,192. Stage 1's first rank is 1·dp·cp·tp = 4.
     let mesh = mesh(PipelineSchedule::OneFOneB, 1);
-    let m = mesh_memory(&tiny(), &mesh, zero1(), Recompute::Selective);
+    let m = mesh_memory(
+        &tiny(),
+        &mesh,
+        MeshFramework::Megatron,
+        zero1(),
+        Recompute::Selective,
+    );
     assert_eq!(m.stages[0].activations, 8960.0);
     assert_eq!(m.peak_stage, 1);
     assert_eq!(m.peak().total(), 56_192.0);
@@ -95,7 +107,13 @@ fn interleaving_holds_more_on_stage_0_and_follows_the_replayed_schedule() {
     // heavier by one more micro-batch of chunk 0's embedding bytes, so the peak.
     // Stage 1 runs 2 warm-up forwards (chunk 0 of 0–1), then chunk 1 of micro-batch 0: 3.
     let mesh = mesh(PipelineSchedule::Interleaved { chunks: 2 }, 4);
-    let m = mesh_memory(&tiny(), &mesh, zero1(), Recompute::Selective);
+    let m = mesh_memory(
+        &tiny(),
+        &mesh,
+        MeshFramework::Megatron,
+        zero1(),
+        Recompute::Selective,
+    );
     // 5 × 4352 + 4 (chunk 0, which holds the embedding) × 256.
     assert_eq!(m.stages[0].activations, 21_760.0 + 1024.0);
     // 3 × 4352 + 1 (chunk 1, which holds the loss) × 2560.
@@ -113,6 +131,7 @@ fn the_zero_stage_shards_model_states_across_dp() {
         let m = mesh_memory(
             &tiny(),
             &mesh,
+            MeshFramework::Megatron,
             ZeroStage::new(stage).unwrap(),
             Recompute::Selective,
         );
@@ -128,6 +147,7 @@ fn without_a_mesh_the_layer_terms_are_korthikantis_unsplit_ones() {
     let m = mesh_memory(
         &tiny(),
         &Mesh::default(),
+        MeshFramework::Megatron,
         ZeroStage::default(),
         Recompute::None,
     );
@@ -153,7 +173,13 @@ fn an_uneven_split_gives_the_end_stages_one_layer_fewer() {
         fewer_layers_at_ends: 1,
         ..Mesh::default()
     };
-    let m = mesh_memory(&model, &mesh, ZeroStage::new(3).unwrap(), Recompute::Full);
+    let m = mesh_memory(
+        &model,
+        &mesh,
+        MeshFramework::Megatron,
+        ZeroStage::new(3).unwrap(),
+        Recompute::Full,
+    );
     let params: Vec<f64> = m.stages.iter().map(|s| s.parameters).collect();
     // Stage 0: 15 · 398,491,648 + 262,668,288 = 6,240,043,008.
     assert_eq!(params[0], 6_240_043_008.0);

@@ -2,7 +2,9 @@
 //! the planner's independent parameter inventory, the mesh constraints come from the model's
 //! shape, and the models it cannot cost are refused with the reason.
 
-use headroom_plan::mesh::{MeshModel, Recompute, candidate_meshes, mesh_memory, mesh_shape};
+use headroom_plan::mesh::{
+    MeshFramework, MeshModel, Recompute, candidate_meshes, mesh_memory, mesh_shape,
+};
 use headroom_plan::model::{ParamInventory, load_model};
 use headroom_plan::strategy::{Mesh, PipelineSchedule, ZeroStage};
 
@@ -16,6 +18,7 @@ fn the_shards_add_up_to_the_parameter_inventory() {
         let single = mesh_memory(
             &model,
             &Mesh::default(),
+            MeshFramework::Megatron,
             ZeroStage::default(),
             Recompute::Full,
         );
@@ -31,7 +34,13 @@ fn the_shards_add_up_to_the_parameter_inventory() {
             microbatches: 8,
             ..Mesh::default()
         };
-        let split = mesh_memory(&model, &mesh, ZeroStage::default(), Recompute::Full);
+        let split = mesh_memory(
+            &model,
+            &mesh,
+            MeshFramework::Megatron,
+            ZeroStage::default(),
+            Recompute::Full,
+        );
         let sum: f64 = split.stages.iter().map(|s| s.parameters).sum();
         let h = arch.hidden_size as f64;
         let norms = (2 * arch.num_layers) as f64 * h + h;

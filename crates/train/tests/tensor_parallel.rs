@@ -241,7 +241,7 @@ fn the_planners_tensor_parallel_model_follows_a_split_rank() {
     // Korthikanti et al.'s activations) against a rank of the engine's split gpt-small (4 layers,
     // h 128, 4 heads, MLP 512, V 256, context 128), bf16-mixed, one step of 1 × 128 tokens.
     use headroom_memory::Category;
-    use headroom_plan::mesh::{MeshModel, Recompute, mesh_memory};
+    use headroom_plan::mesh::{MeshFramework, MeshModel, Recompute, mesh_memory};
     use headroom_train::strategy::{Mesh, ZeroStage};
     let (l, h, f, s, v) = (4u64, 128u64, 512u64, 128u64, 256u64);
     let model = MeshModel {
@@ -282,9 +282,15 @@ fn the_planners_tensor_parallel_model_follows_a_split_rank() {
             tp: t,
             ..Default::default()
         };
-        mesh_memory(&model, &mesh, ZeroStage::default(), Recompute::None)
-            .peak()
-            .clone()
+        mesh_memory(
+            &model,
+            &mesh,
+            MeshFramework::Megatron,
+            ZeroStage::default(),
+            Recompute::None,
+        )
+        .peak()
+        .clone()
     };
     let whole = engine(1);
     // The activation category's own peak: what forward keeps for backward, at its largest.

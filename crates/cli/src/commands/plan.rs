@@ -7,6 +7,7 @@ use super::{plan_emit, plan_output, plan_own, plan_trace};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use headroom_memory::ByteSize;
+use headroom_plan::PlanError;
 use headroom_plan::calibrate::{Measurement, calibrate};
 use headroom_plan::cost::{CostModel, Problem};
 use headroom_plan::export::ExportOptions;
@@ -274,8 +275,9 @@ pub fn run(args: PlanArgs) -> Result<()> {
         BatchSpec::Tokens(t) => t.is_multiple_of(seq_len).then(|| t / seq_len),
         BatchSpec::Split { .. } => None,
     };
-    let plain_possible =
-        global.is_none_or(|g| g == 0 || g >= world) || world == 1 || args.mesh.pins().only_plain();
+    let early_pins = args.mesh.pins();
+    let mut plain_possible =
+        global.is_none_or(|g| g == 0 || g >= world) || world == 1 || early_pins.only_plain();
     if !plain_possible {
         let note = format!(
             "the global batch of {} sequences is smaller than the {world} GPUs: plain data parallelism cannot run it, only meshes whose dp divides it are searched",
@@ -284,14 +286,31 @@ pub fn run(args: PlanArgs) -> Result<()> {
         eprintln!("note: {note}");
         warnings.push(note);
     }
-    let workload = Workload::new(
-        &spec,
-        seq_len,
-        batch,
-        micro_batch,
-        accumulation,
-        if plain_possible { world } else { 1 },
-    )?;
+    // Pins that rule out plain data parallelism (--tp 8) leave the batch to the mesh's own
+    // rule, global = dp · m · micro-batch, checked by the mesh search.
+    if global.is_some() && !early_pins.admit_plain() {
+        plain_possible = false;
+    }
+    let workload_over =
+        |ranks: u64| Workload::new(&spec, seq_len, batch, micro_batch, accumulation, ranks);
+    let workload = match workload_over(if plain_possible { world } else { 1 }) {
+        Ok(w) => w,
+        // A batch plain data parallelism cannot split (512 sequences of micro-batch 16 over
+        // 256 GPUs) may still suit a mesh, whose dp is smaller: search the meshes alone.
+        Err(PlanError::Batch(why))
+            if plain_possible && global.is_some() && world > 1 && !early_pins.only_plain() =>
+        {
+            let w = workload_over(1)?;
+            let note = format!(
+                "plain data parallelism cannot split this batch ({why}); only meshes whose dp · microbatches · micro-batch equals it are searched"
+            );
+            eprintln!("note: {note}");
+            warnings.push(note);
+            plain_possible = false;
+            w
+        }
+        Err(e) => return Err(e.into()),
+    };
     let workload = match args.workers {
         Some(workers) => workload.with_loader(LoaderSpec {
             workers,

@@ -37,7 +37,7 @@ pub use candidates::candidate_meshes;
 pub use choice::{AxisVerdict, Layout, LayoutSummary, MeshChoice, choose};
 pub use from_model::mesh_shape;
 pub use plan::{MeshPlan, StagePeak, evaluate_mesh};
-pub use rank::{MeshMemory, StageMemory, mesh_memory};
+pub use rank::{MeshFramework, MeshMemory, StageMemory, bytes_per_parameter, mesh_memory};
 pub use schedule::peak_in_flight;
 pub use search::{MeshPins, MeshSearch, rank_meshes, search_meshes, unreachable_values};
 pub use time::{bubble_fraction, pp_bytes_per_microbatch, step_seconds, tp_bytes_per_layer};

@@ -8,6 +8,23 @@
 //! - ZeRO-3 (FSDP) gathers each layer's 16-bit parameters before it runs and prefetches the
 //!   next (two layers' worth in flight), and holds one layer's unsharded fp32 gradients before
 //!   its reduce-scatter; ZeRO-2 holds one layer's fp32 gradients (its reduction bucket).
+//! - torchtitan's FSDP2 under pipeline parallelism keeps the stage gathered for the whole step:
+//!   `apply_fsdp` sets `reshard_after_forward=False` when PP is on (no all-gather per
+//!   micro-batch; pytorch/torchtitan `parallelisms/parallelize_llama.py`), and the pipeline
+//!   stage runs every backward but the last with `set_requires_gradient_sync(False)` and
+//!   `set_reshard_after_backward(False)` (`torch/distributed/pipelining/stage.py`), so FSDP2
+//!   accumulates each unsharded gradient, upcast to the fp32 `reduce_dtype`
+//!   (`FSDPParam.to_accumulated_grad_if_needed`, PyTorch 2.4–2.6). The stage's parameters
+//!   cost 2 (bf16, gathered) + 4 (fp32 accumulated gradient) bytes more, plus one layer's bf16
+//!   gradient before it is added.
+//! - The loss's backward on the last stage, beside the 4sbV/t of fp32 log-probabilities the
+//!   activations hold. torchtitan's eager `cross_entropy` on fp32 logits (tp 1) allocates the
+//!   gradients of the log-probabilities and of the logits, 8sbV (`cost::activation::logits_grad`).
+//!   Under TP it runs loss parallel (`torch.distributed.tensor.parallel.loss_parallel`, on by
+//!   default in torchtitan), whose fused backward `_nll_loss_and_log_softmax_backward` holds a
+//!   zero-filled gradient, `exp` of the log-probabilities, their sum and its product with the
+//!   output gradient, three of them alive at once: 12sbV/t. Megatron-LM's fused vocabulary-parallel cross-entropy writes its gradient in place.
+//!   They are freed before the last layer's recompute begins: the larger of the two counts.
 //! - Full recompute re-runs one layer's forward in backward, holding that layer's activations
 //!   (the selective-recompute bytes of one micro-batch) while its backward runs.
 //!
@@ -29,7 +46,8 @@
 //! Not for: which meshes exist (`candidates`) or which one to recommend (`search`).
 
 use super::{
-    MeshModel, Recompute, bubble_fraction, layer_activation_bytes, mesh_memory, step_seconds,
+    MeshFramework, MeshModel, Recompute, StageMemory, bubble_fraction, layer_activation_bytes,
+    mesh_memory, step_seconds,
 };
 use crate::cost::{Problem, time};
 use crate::strategy::{
@@ -166,18 +184,38 @@ pub fn evaluate_mesh(
     recompute: Recompute,
 ) -> MeshPlan {
     let micro_batch = model.micro_batch;
-    let memory = mesh_memory(model, mesh, zero_stage, recompute);
+    let framework = MeshFramework::of(problem.framework);
+    let memory = mesh_memory(model, mesh, framework, zero_stage, recompute);
     let tf = mesh.tp as f64;
     let layer_params = model.layer_matrix_parameters() as f64 / tf;
-    let buffers = match zero_stage.number() {
-        3 => 2.0 * 2.0 * layer_params + 4.0 * layer_params,
-        2 => 4.0 * layer_params,
-        _ => 0.0,
-    } + match recompute {
+    let recomputed = match recompute {
         Recompute::Full => {
             layer_activation_bytes(model, mesh.tp, mesh.sequence_parallel, Recompute::Selective)
         }
         _ => 0.0,
+    };
+    let kept_gathered = framework == MeshFramework::Torchtitan && mesh.pp > 1;
+    let logits = (model.seq * model.micro_batch * model.vocab) as f64 / tf;
+    let loss_grads = match framework {
+        // Under TP, torchtitan's loss parallel: three vocabulary-sized fp32 tensors.
+        MeshFramework::Torchtitan if mesh.tp > 1 => 12.0 * logits,
+        MeshFramework::Torchtitan => 8.0 * logits,
+        MeshFramework::Megatron => 0.0,
+    };
+    let buffers = |st: &StageMemory| {
+        let sharding = match zero_stage.number() {
+            3 if kept_gathered => (2.0 + 4.0) * st.parameters + 2.0 * layer_params,
+            3 => 2.0 * 2.0 * layer_params + 4.0 * layer_params,
+            2 => 4.0 * layer_params,
+            _ => 0.0,
+        };
+        // The loss's gradients are freed before the last layer's recompute begins.
+        let loss = if st.stage == mesh.pp - 1 {
+            loss_grads
+        } else {
+            0.0
+        };
+        sharding + recomputed.max(loss)
     };
     let frag = problem.cost.fragmentation;
     let ctx = problem.hardware.cuda_context_bytes as f64;
@@ -187,6 +225,7 @@ pub fn evaluate_mesh(
         .iter()
         .map(|st| {
             let held = st.in_flight;
+            let buffers = buffers(st);
             let allocated = st.model_states + st.activations + buffers;
             StagePeak {
                 stage: st.stage,

@@ -5,10 +5,14 @@
 //! the tp ranks and their norms replicated. Stage 0 also holds the vocabulary-parallel word
 //! embedding (V·h/t); the last stage the final norm and the output layer (V·h/t; with tied
 //! embeddings and p > 1 Megatron-LM keeps a copy there and all-reduces its gradient). Bytes per
-//! parameter for mixed-precision Adam with fp32 gradients, as Megatron-LM keeps them: 2 (bf16
-//! weight) + 4 (fp32 gradient) + 12 (fp32 master weight, Adam's two moments), with the ZeRO stage
-//! across the dp replicas: 18 at stage 0; 6 + 12/dp at stage 1 (Megatron-LM's distributed
-//! optimizer); 2 + 16/dp at stage 2; 18/dp at stage 3.
+//! parameter for mixed-precision Adam with fp32 gradients, in the framework's layout
+//! ([`MeshFramework`]). Megatron-LM: 2 (bf16 weight) + 4 (fp32 gradient) + 12 (fp32 master
+//! weight, Adam's two moments), with the ZeRO stage across the dp replicas: 18 at stage 0;
+//! 6 + 12/dp at stage 1 (Megatron-LM's distributed optimizer); 2 + 16/dp at stage 2; 18/dp at
+//! stage 3. torchtitan (FSDP2 with `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`):
+//! the fp32 parameters are the master copy, so 4 (fp32 parameter) + 4 (fp32 gradient) + 8 (Adam)
+//! = 16, sharded as the stage says: 16 at stage 0 (DDP), 8 + 8/dp at 1, 4 + 12/dp at 2, 16/dp
+//! at 3 (FSDP). The 16-bit copies FSDP gathers are working buffers (`plan`).
 //!
 //! Activations: the in-flight chunk-micro-batches of `schedule` (at the moment their bytes are
 //! largest) × the layers of their chunk × the per-layer bytes of `activation`; on stage 0, per in-flight micro-batch of its first chunk, the
@@ -21,7 +25,27 @@
 //! Not for: activation offload, communication buffers, CP and EP (not modelled here).
 
 use super::{MeshModel, Recompute, layer_activation_bytes, peak_in_flight};
-use headroom_strategy::{Mesh, ZeroStage};
+use headroom_strategy::{Framework, Mesh, ZeroStage};
+
+/// Whose layout of model states and gathering a mesh run follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MeshFramework {
+    /// Megatron-LM: bf16 weights beside an fp32 master copy; ZeRO-1 is its distributed optimizer.
+    Megatron,
+    /// torchtitan: FSDP2 over fp32 parameters gathered in bf16, DDP at ZeRO-0.
+    Torchtitan,
+}
+
+impl MeshFramework {
+    /// The mesh layout of a planner framework: `fsdp` (PyTorch's stack) is torchtitan's, the
+    /// default `deepspeed` (a 16-bit model beside fp32 master weights) Megatron-LM's.
+    pub fn of(framework: Framework) -> MeshFramework {
+        match framework {
+            Framework::Fsdp => MeshFramework::Torchtitan,
+            Framework::DeepSpeed => MeshFramework::Megatron,
+        }
+    }
+}
 
 /// The memory of one rank of one pipeline stage (every tp rank of a stage holds the same).
 #[derive(Clone, Debug, PartialEq)]
@@ -72,21 +96,26 @@ impl MeshMemory {
 }
 
 /// Bytes per parameter of weights, gradients and Adam states with the ZeRO stage across dp.
-fn bytes_per_parameter(zero: ZeroStage, dp: u64) -> f64 {
+pub fn bytes_per_parameter(framework: MeshFramework, zero: ZeroStage, dp: u64) -> f64 {
     let dp = dp as f64;
-    match zero.number() {
-        0 => 18.0,
-        1 => 6.0 + 12.0 / dp,
-        2 => 2.0 + 16.0 / dp,
-        _ => 18.0 / dp,
+    match (framework, zero.number()) {
+        (MeshFramework::Megatron, 0) => 18.0,
+        (MeshFramework::Megatron, 1) => 6.0 + 12.0 / dp,
+        (MeshFramework::Megatron, 2) => 2.0 + 16.0 / dp,
+        (MeshFramework::Megatron, _) => 18.0 / dp,
+        (MeshFramework::Torchtitan, 0) => 16.0,
+        (MeshFramework::Torchtitan, 1) => 8.0 + 8.0 / dp,
+        (MeshFramework::Torchtitan, 2) => 4.0 + 12.0 / dp,
+        (MeshFramework::Torchtitan, _) => 16.0 / dp,
     }
 }
 
 /// The memory of every stage of `mesh` for `model` (one micro-batch of `model.micro_batch`
-/// sequences per forward) with the ZeRO stage `zero` across dp.
+/// sequences per forward) with the ZeRO stage `zero` across dp, in `framework`'s layout.
 pub fn mesh_memory(
     model: &MeshModel,
     mesh: &Mesh,
+    framework: MeshFramework,
     zero: ZeroStage,
     recompute: Recompute,
 ) -> MeshMemory {
@@ -142,7 +171,7 @@ pub fn mesh_memory(
                 layers: layers as u64,
                 in_flight: held.iter().sum(),
                 parameters,
-                model_states: parameters * bytes_per_parameter(zero, mesh.dp),
+                model_states: parameters * bytes_per_parameter(framework, zero, mesh.dp),
                 activations,
             }
         })

@@ -3,8 +3,8 @@
 //! memory and throughput. Shared by the tests that hold the planner to those tables.
 
 use headroom_plan::cost::{CostModel, Plan, Problem, evaluate};
-use headroom_plan::hardware::{self, HardwareOverrides};
-use headroom_plan::model::load_model;
+use headroom_plan::hardware::{self, Hardware, HardwareOverrides};
+use headroom_plan::model::{Architecture, load_model};
 use headroom_plan::strategy::{
     BaseDtype, BaseWeights, Category, Framework, Lora, LoraTargets, LossImpl, OptimizerImpl,
     Strategy,
@@ -104,21 +104,32 @@ impl Row {
     }
 }
 
+/// A row's model: a built-in name, or a config.json in [`DATA`].
+pub fn model_of(name: &str) -> Architecture {
+    let path = match name.ends_with(".json") {
+        true => Path::new(DATA).join(name).display().to_string(),
+        false => name.to_string(),
+    };
+    load_model(&path).unwrap()
+}
+
+/// A row's hardware: its GPU preset with the row's overrides applied.
+pub fn hardware_of(overrides: &HardwareOverrides) -> Hardware {
+    let gpu = overrides.gpu.clone().unwrap();
+    let mut hw = hardware::resolve(&gpu, &[overrides]).unwrap();
+    hw.apply(&HardwareOverrides {
+        gpu: None,
+        ..overrides.clone()
+    })
+    .unwrap();
+    hw
+}
+
 /// The planning problem a row describes: its model, its hardware (a preset with the row's
 /// overrides), its batch, LoRA and implementation choices.
 pub fn problem_of(run: &Run) -> Problem {
-    let model = match run.model.ends_with(".json") {
-        true => Path::new(DATA).join(&run.model).display().to_string(),
-        false => run.model.clone(),
-    };
-    let spec = load_model(&model).unwrap();
-    let gpu = run.hardware.gpu.clone().unwrap();
-    let mut hw = hardware::resolve(&gpu, &[&run.hardware]).unwrap();
-    hw.apply(&HardwareOverrides {
-        gpu: None,
-        ..run.hardware.clone()
-    })
-    .unwrap();
+    let spec = model_of(&run.model);
+    let hw = hardware_of(&run.hardware);
     let s = &run.strategy;
     let split = BatchSpec::Split {
         micro_batch: s.micro_batch,
