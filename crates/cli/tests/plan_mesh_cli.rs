@@ -460,3 +460,60 @@ fn a_micro_batch_plain_data_parallelism_cannot_split_is_left_to_the_meshes() {
         }
     }
 }
+
+#[test]
+fn context_parallelism_is_planned_when_pinned_and_exported_to_torchtitan() {
+    // torchtitan's Table 2 layout, FSDP 4 × CP 2 on 8 GPUs, for Llama 3.1 8B at 32,768 tokens
+    // (the table's 65,536 on its 96 GB parts would not fit the 80 GB preset).
+    let dir = tempfile::tempdir().unwrap();
+    let titan = dir.path().join("job.toml");
+    let plan = |seq: &str, extra: &[&str]| {
+        let mut args = vec![
+            "plan",
+            "--model",
+            "llama-3.1-8b",
+            "--gpu",
+            "H100-80GB",
+            "--gpus-per-node",
+            "8",
+            "--seq-len",
+            seq,
+            "--global-batch",
+            "4",
+            "--micro-batch",
+            "1",
+            "--checkpoint",
+            "all",
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--cp",
+            "2",
+        ];
+        args.extend_from_slice(extra);
+        headroom(&args)
+    };
+    let o = plan(
+        "32768",
+        &["--json", "--emit", "torchtitan", titan.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let best = &json(&o)["mesh"]["recommended"];
+    assert_eq!(u(&best["mesh"]["cp"]), 2);
+    assert_eq!(u(&best["mesh"]["dp"]), 4);
+    assert!(best["cp_s"].as_f64().unwrap() > 0.0, "{best}");
+    let job: toml::Table = std::fs::read_to_string(&titan).unwrap().parse().unwrap();
+    assert_eq!(
+        job["parallelism"]["context_parallel_degree"].as_integer(),
+        Some(2)
+    );
+    // A sequence that does not split into 2·cp load-balanced chunks is refused with the rule.
+    let o = plan("32770", &[]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("2·cp = 4 load-balanced chunks"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -110,7 +110,7 @@ fn the_candidate_space_of_a_70b_model_on_64_gpus() {
     // 80 with tp·pp dividing 64, so pp ∈ {1, 2, 4, 8, 16}.
     let arch = load_model("llama-2-70b").unwrap();
     let shape = mesh_shape(&arch, 512, 1, 8);
-    let all = candidate_meshes(&shape, 64);
+    let all = candidate_meshes(&shape, 64, 1);
     for m in &all {
         assert_eq!(m.world_size(), 64, "{m:?}");
         assert_eq!(m.validate(&shape), Ok(()), "{m:?}");

@@ -1,12 +1,14 @@
 //! torchtitan's layout on a mesh (`--framework fsdp`), derived by hand beside Megatron-LM's:
 //! FSDP2's fp32 parameters as the master copy (16 bytes per parameter sharded across dp), the
 //! stage kept gathered with fp32-accumulated gradients under pipeline parallelism, and the
-//! loss's gradients on the last stage.
+//! loss's gradients on the last stage; context parallelism's sequence shard and its attention
+//! over the whole sequence.
 
 use headroom_plan::cost::{CostModel, Problem};
 use headroom_plan::hardware;
 use headroom_plan::mesh::{
-    MeshFramework, MeshModel, Recompute, bytes_per_parameter, evaluate_mesh,
+    MeshFramework, MeshModel, Recompute, bytes_per_parameter, context_attention_bytes,
+    cp_bytes_per_layer, evaluate_mesh,
 };
 use headroom_plan::model::load_model;
 use headroom_plan::strategy::{Framework, Mesh, Precision, ZeroStage};
@@ -127,5 +129,55 @@ fn without_pipeline_parallelism_fsdp2_gathers_two_layers_and_the_loss_is_the_lar
     assert_eq!(
         plan.stages[0].buffer_bytes,
         (8.0 * LAYER + LOSS_GRADS) as u64
+    );
+}
+
+#[test]
+fn context_parallelism_shards_the_sequence_and_gathers_the_keys_and_values_by_hand() {
+    // dp 4 × cp 2 on 8 GPUs, no tp or pp, ZeRO-3, full recompute: each rank holds 512 of the
+    // 1,024 tokens. d_kv = 4096 · 8/32 = 1024.
+    let mesh = Mesh {
+        dp: 4,
+        cp: 2,
+        ..Mesh::default()
+    };
+    let p = problem(Framework::Fsdp);
+    let model = MeshModel::from_architecture(&p.spec, 1024, 1).unwrap();
+    let plan = evaluate_mesh(
+        &p,
+        &model,
+        &mesh,
+        Precision::Bf16Mixed,
+        zero(3),
+        Recompute::Full,
+    );
+    let stage = &plan.stages[0];
+    // 8,030,261,248 parameters (Llama 3.1 8B), sharded over dp·cp = 8: 16/8 bytes each.
+    assert_eq!(stage.parameters, 8_030_261_248.0);
+    assert_eq!(stage.model_states_bytes, 2 * 8_030_261_248);
+    // Activations at s = 512: 32 layer inputs 2sbh = 4,194,304 each; the token ids 8sb = 4,096
+    // and the embedding's mask sbh = 2,097,152; the final norm's and output layer's inputs 4sbh
+    // = 8,388,608 and the fp32 logits 4sbV = 262,668,288.
+    assert_eq!(
+        stage.activation_bytes,
+        32 * 4_194_304 + 4_096 + 2_097_152 + 8_388_608 + 262_668_288
+    );
+    // The attention under CP: keys and values of all 1,024 tokens in bf16, 2·2·1024·1024 =
+    // 4,194,304; fp32 gradient accumulators of the local q, k, v, 4·512·(4096 + 2048) =
+    // 12,582,912; key and value gradients in flight, 2·2·4·512·1024 = 8,388,608.
+    let attention = 25_165_824.0;
+    assert_eq!(context_attention_bytes(&model, &mesh), attention);
+    // Buffers: two gathered layers and one layer's fp32 gradients (8 · 218,103,808), and the
+    // larger of the recomputed layer with its attention (81,788,928 + 25,165,824) and the
+    // loss's two fp32 gradients at tp 1 (8sbV = 525,336,576).
+    assert_eq!(
+        stage.buffer_bytes,
+        (8.0 * 218_103_808.0 + (8.0 * 512.0 * 128_256.0_f64).max(RECOMPUTED + attention)) as u64
+    );
+    // Per layer and micro-batch a rank receives half of the 2·2·1024·1024 gathered bytes three
+    // times (forward, recompute, backward) and passes 2·4·512·1024 bytes of gradients on once.
+    assert_eq!(
+        cp_bytes_per_layer(&model, &mesh, Recompute::Full),
+        3.0 * 2_097_152.0 + 4_194_304.0
     );
 }

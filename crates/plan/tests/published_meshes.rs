@@ -1,6 +1,6 @@
 //! The mesh planner held to published runs on meshes (`tests/data/published/meshes.toml`):
-//! torchtitan's H100 benchmarks of Llama 3.1 70B (FSDP × TP) and 405B (FSDP × TP × PP, 1F1B and
-//! interleaved) and the Llama 3 paper's 405B pre-training meshes. Each row is planned as
+//! torchtitan's H100 benchmarks of Llama 3.1 8B (FSDP × CP), 70B (FSDP × TP) and 405B (FSDP × TP
+//! × PP, 1F1B and interleaved; × CP) and the Llama 3 paper's 405B pre-training meshes. Each row is planned as
 //! `headroom plan` plans it with the row's pins (the mesh search, the absent axes and levers
 //! searched), and must fit: every one of them ran. The goals (issue: the planner for runs that
 //! outgrow data parallelism): memory within 10 % mean and 20 % worst, throughput within 25 %
@@ -64,6 +64,7 @@ struct MeshRow {
     pp: Option<u64>,
     schedule: Option<String>,
     microbatches: Option<u64>,
+    cp: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -121,6 +122,7 @@ fn planned(run: Run) -> Row {
             .map(|s| s.parse::<PipelineSchedule>().unwrap()),
         microbatches: run.mesh.microbatches,
         sequence_parallel: None,
+        cp: run.mesh.cp,
     };
     let search = search_meshes(&problem, &pins, &mesh_pins).unwrap();
     let plan = search

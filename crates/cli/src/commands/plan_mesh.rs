@@ -43,6 +43,12 @@ pub struct MeshArgs {
     /// whenever tp > 1 unless pinned off; on needs tp ≥ 2.
     #[arg(long, value_name = "on|off", value_parser = on_off)]
     pub sequence_parallel: Option<bool>,
+    /// Context-parallel ranks (PyTorch's context parallelism, as torchtitan runs it for long
+    /// sequences): each rank holds 1/N of every sequence's activations and gathers the keys and
+    /// values of the whole sequence for each layer's attention. Not searched: 1 unless given.
+    /// The sequence length must divide into 2·N load-balanced chunks, and tp·pp·N the GPUs.
+    #[arg(long, value_name = "N")]
+    pub cp: Option<u64>,
 }
 
 fn on_off(text: &str) -> Result<bool, String> {
@@ -61,6 +67,7 @@ impl MeshArgs {
             schedule: self.pp_schedule,
             microbatches: self.microbatches,
             sequence_parallel: self.sequence_parallel,
+            cp: self.cp,
         }
     }
 }
@@ -126,13 +133,18 @@ impl MeshReport<'_> {
             s.layout, s.zero_stage, s.checkpoint, s.micro_batch
         );
         out += &format!(
-            "  {:.2} s per step, {} tokens/s, MFU {:.0}%, bubble {:.1}% ((p − 1)/(v·m)); per step: compute {:.2} s, TP {:.2} s, PP {:.2} s, exposed DP {:.2} s\n",
+            "  {:.2} s per step, {} tokens/s, MFU {:.0}%, bubble {:.1}% ((p − 1)/(v·m)); per step: compute {:.2} s, TP {:.2} s, {}PP {:.2} s, exposed DP {:.2} s\n",
             m.step_s,
             group_digits(m.tokens_per_s.round() as u64),
             100.0 * m.mfu,
             100.0 * m.bubble,
             m.compute_s,
             m.tp_s,
+            if m.mesh.cp > 1 {
+                format!("CP {:.2} s, ", m.cp_s)
+            } else {
+                String::new()
+            },
             m.pp_s,
             m.dp_exposed_s
         );

@@ -104,6 +104,10 @@ fn parallel_args(run: &MeshRun, layers: u64, args: &mut Args) -> Result<()> {
         switch(args, "--sequence-parallel");
     }
     push(args, "--pipeline-model-parallel-size", m.pp);
+    if m.cp > 1 {
+        // `ModelParallelConfig.context_parallel_size` (megatron/core/model_parallel_config.py).
+        push(args, "--context-parallel-size", m.cp);
+    }
     let k = m.fewer_layers_at_ends;
     let per_chunk = (layers + 2 * k) / m.virtual_stages();
     if k > 0 {

@@ -10,7 +10,10 @@
 //! interleaved schedule is listed for every v ≥ 2 that splits the same way, when m is a multiple
 //! of pp. Every candidate passes `Mesh::validate`.
 //!
-//! Not for: costing or ranking the candidates (`rank`, `time`), or cp and ep (kept at 1).
+//! Context parallelism is not searched: `cp` (pinned by the caller, 1 otherwise) takes its ranks
+//! before dp, as torchtitan's mesh does (dp × cp × tp within each pipeline stage).
+//!
+//! Not for: costing or ranking the candidates (`rank`, `time`), or ep (kept at 1).
 
 use headroom_strategy::{Mesh, MeshShape, PipelineSchedule};
 
@@ -31,12 +34,13 @@ pub(crate) fn fewer_at_ends(layers: u64, pp: u64, chunks: u64) -> Option<u64> {
     }
 }
 
-/// The valid meshes on `world` GPUs for `shape`, in the order tp, pp, schedule (1F1B first).
-pub fn candidate_meshes(shape: &MeshShape, world: u64) -> Vec<Mesh> {
+/// The valid meshes on `world` GPUs for `shape` with `cp` context-parallel ranks, in the order
+/// tp, pp, schedule (1F1B first).
+pub fn candidate_meshes(shape: &MeshShape, world: u64, cp: u64) -> Vec<Mesh> {
     let mut out = Vec::new();
     for tp in divisors(shape.gpus_per_node) {
-        for pp in (1..=shape.layers).filter(|pp| world.is_multiple_of(tp * pp)) {
-            let dp = world / (tp * pp);
+        for pp in (1..=shape.layers).filter(|pp| world.is_multiple_of(tp * pp * cp)) {
+            let dp = world / (tp * pp * cp);
             let per_step = dp * shape.micro_batch;
             if !shape.global_batch.is_multiple_of(per_step) {
                 continue;
@@ -48,6 +52,7 @@ pub fn candidate_meshes(shape: &MeshShape, world: u64) -> Vec<Mesh> {
                 pp,
                 schedule: PipelineSchedule::OneFOneB,
                 microbatches: shape.global_batch / per_step,
+                cp,
                 ..Mesh::default()
             };
             let schedules = (1..=shape.layers / pp).filter_map(|chunks| {
@@ -88,7 +93,7 @@ mod tests {
             micro_batch: 1,
             gpus_per_node: 2,
         };
-        let got: Vec<_> = candidate_meshes(&shape, 4)
+        let got: Vec<_> = candidate_meshes(&shape, 4, 1)
             .iter()
             .map(|m| (m.tp, m.pp, m.dp, m.microbatches, m.schedule.chunks()))
             .collect();

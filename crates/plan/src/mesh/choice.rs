@@ -107,8 +107,12 @@ impl Layout<'_> {
                 let mesh = &m.mesh;
                 LayoutSummary {
                     layout: format!(
-                        "dp {} × tp {} × pp {}, {}, m {}, SP {}{}",
+                        "dp {}{} × tp {} × pp {}, {}, m {}, SP {}{}",
                         mesh.dp,
+                        match mesh.cp {
+                            1 => String::new(),
+                            c => format!(" × cp {c}"),
+                        },
                         mesh.tp,
                         mesh.pp,
                         mesh.schedule,

@@ -36,11 +36,16 @@ pub use activation::{Recompute, layer_activation_bytes};
 pub use candidates::candidate_meshes;
 pub use choice::{AxisVerdict, Layout, LayoutSummary, MeshChoice, choose};
 pub use from_model::mesh_shape;
-pub use plan::{MeshPlan, StagePeak, evaluate_mesh};
-pub use rank::{MeshFramework, MeshMemory, StageMemory, bytes_per_parameter, mesh_memory};
+pub use plan::{MeshPlan, StagePeak, context_attention_bytes, evaluate_mesh};
+pub use rank::{
+    MeshFramework, MeshMemory, StageMemory, bytes_per_parameter, context_shard, mesh_memory,
+};
 pub use schedule::peak_in_flight;
 pub use search::{MeshPins, MeshSearch, rank_meshes, search_meshes, unreachable_values};
-pub use time::{bubble_fraction, pp_bytes_per_microbatch, step_seconds, tp_bytes_per_layer};
+pub use time::{
+    LinkBandwidths, bubble_fraction, cp_bytes_per_layer, pp_bytes_per_microbatch, step_seconds,
+    tp_bytes_per_layer,
+};
 
 /// The dimensions of a decoder-only transformer that the mesh memory model needs, in
 /// Korthikanti et al.'s notation.

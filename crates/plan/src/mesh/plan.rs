@@ -27,6 +27,11 @@
 //!   They are freed before the last layer's recompute begins: the larger of the two counts.
 //! - Full recompute re-runs one layer's forward in backward, holding that layer's activations
 //!   (the selective-recompute bytes of one micro-batch) while its backward runs.
+//! - Context parallelism's attention over the whole sequence (`context_attention_bytes`): the
+//!   keys and values all-gathered, the fp32 gradient accumulators and the gradients in flight
+//!   around the ring, held while a layer's attention backward runs.
+//!
+//! Every term above is per context-parallel rank: s/cp of each sequence (`rank`).
 //!
 //! Time (one optimizer step): the compute and memory-bound seconds `cost::time` predicts for the
 //! step's tokens on every GPU (the same FLOPs, recompute included, the same efficiency for the
@@ -46,8 +51,8 @@
 //! Not for: which meshes exist (`candidates`) or which one to recommend (`search`).
 
 use super::{
-    MeshFramework, MeshModel, Recompute, StageMemory, bubble_fraction, layer_activation_bytes,
-    mesh_memory, step_seconds,
+    LinkBandwidths, MeshFramework, MeshModel, Recompute, StageMemory, bubble_fraction,
+    context_shard, cp_bytes_per_layer, layer_activation_bytes, mesh_memory, step_seconds,
 };
 use crate::cost::{Problem, time};
 use crate::strategy::{
@@ -99,6 +104,8 @@ pub struct MeshPlan {
     pub compute_s: f64,
     /// Tensor-parallel collectives per step (not overlapped).
     pub tp_s: f64,
+    /// Context parallelism's key/value exchanges per step (not overlapped).
+    pub cp_s: f64,
     /// Pipeline sends per step.
     pub pp_s: f64,
     /// Data-parallel traffic not hidden behind compute.
@@ -173,6 +180,30 @@ fn link_bandwidth(problem: &Problem, span: u64) -> f64 {
     gbps * 1e9
 }
 
+/// What one layer's attention under context parallelism holds beside the layer's activations
+/// while its backward runs (`model` the whole sequence), from PyTorch's
+/// `_templated_ring_attention_backward`: the whole sequence's keys and values all-gathered in
+/// 16 bits (2 · 2 · s·b·d_kv/t), fp32 accumulators of the local queries', keys' and values'
+/// gradients (4 · (s/cp)·b·(h + 2·d_kv)/t), and the fp32 key and value gradients in flight
+/// around the ring, the one being sent and the one received (2 · 2 · 4 · (s/cp)·b·d_kv/t).
+/// None without context parallelism.
+pub fn context_attention_bytes(model: &MeshModel, mesh: &Mesh) -> f64 {
+    if mesh.cp <= 1 {
+        return 0.0;
+    }
+    let (c, t) = (mesh.cp as f64, mesh.tp as f64);
+    let (s, b, h) = (
+        model.seq as f64,
+        model.micro_batch as f64,
+        model.hidden as f64,
+    );
+    let kv = h * model.kv_heads as f64 / model.heads as f64;
+    let gathered = 2.0 * 2.0 * s * b * kv / t;
+    let accumulators = 4.0 * s / c * b * (h + 2.0 * kv) / t;
+    let in_flight = 2.0 * 2.0 * 4.0 * s / c * b * kv / t;
+    gathered + accumulators + in_flight
+}
+
 /// Costs `mesh` for `problem`'s model, at micro-batches of `micro_batch` sequences of the
 /// workload's length, with the ZeRO stage across dp and the recompute level.
 pub fn evaluate_mesh(
@@ -188,14 +219,19 @@ pub fn evaluate_mesh(
     let memory = mesh_memory(model, mesh, framework, zero_stage, recompute);
     let tf = mesh.tp as f64;
     let layer_params = model.layer_matrix_parameters() as f64 / tf;
+    // What one context-parallel rank computes on: s/cp of each sequence.
+    let shard = context_shard(model, mesh);
     let recomputed = match recompute {
-        Recompute::Full => {
-            layer_activation_bytes(model, mesh.tp, mesh.sequence_parallel, Recompute::Selective)
-        }
+        Recompute::Full => layer_activation_bytes(
+            &shard,
+            mesh.tp,
+            mesh.sequence_parallel,
+            Recompute::Selective,
+        ),
         _ => 0.0,
-    };
+    } + context_attention_bytes(model, mesh);
     let kept_gathered = framework == MeshFramework::Torchtitan && mesh.pp > 1;
-    let logits = (model.seq * model.micro_batch * model.vocab) as f64 / tf;
+    let logits = (shard.seq * shard.micro_batch * shard.vocab) as f64 / tf;
     let loss_grads = match framework {
         // Under TP, torchtitan's loss parallel: three vocabulary-sized fp32 tensors.
         MeshFramework::Torchtitan if mesh.tp > 1 => 12.0 * logits,
@@ -270,26 +306,33 @@ pub fn evaluate_mesh(
     let single = time::predict(problem, &strategy);
     let compute_s = single.compute_s + single.memory_bound_s;
     let m = mesh.microbatches as f64;
-    let tp_bw = link_bandwidth(problem, mesh.tp);
-    let pp_bw = link_bandwidth(problem, mesh.tp * mesh.dp * 2);
-    let slots = step_seconds(model, mesh, recompute, compute_s / m, tp_bw, pp_bw);
+    // torchtitan's rank order within a pipeline stage is dp × cp × tp, tp fastest.
+    let links = LinkBandwidths {
+        tp: link_bandwidth(problem, mesh.tp),
+        cp: link_bandwidth(problem, mesh.tp * mesh.cp),
+        pp: link_bandwidth(problem, mesh.tp * mesh.cp * mesh.dp * 2),
+    };
+    let slots = step_seconds(model, mesh, recompute, compute_s / m, links);
     let bubble = bubble_fraction(mesh);
     let layers = mesh.max_stage_layers(model.layers) as f64;
-    let tp_bytes = m * layers * super::tp_bytes_per_layer(model, mesh, recompute);
-    let pp_bytes = m * super::pp_bytes_per_microbatch(model, mesh);
-    let tp_s = tp_bytes / tp_bw;
-    let pp_s = pp_bytes / pp_bw;
+    let tp_bytes = m * layers * super::tp_bytes_per_layer(&shard, mesh, recompute);
+    let cp_bytes = m * layers * cp_bytes_per_layer(model, mesh, recompute);
+    let pp_bytes = m * super::pp_bytes_per_microbatch(&shard, mesh);
+    let tp_s = tp_bytes / links.tp;
+    let cp_s = cp_bytes / links.cp;
+    let pp_s = pp_bytes / links.pp;
 
+    // The weights' replicas: the dp·cp ranks of a stage's tp rank.
     let psi = stages[peak_stage].parameters;
-    let dp = mesh.dp as f64;
-    let ring = if mesh.dp > 1 { (dp - 1.0) / dp } else { 0.0 };
+    let dp = (mesh.dp * mesh.cp) as f64;
+    let ring = if dp > 1.0 { (dp - 1.0) / dp } else { 0.0 };
     let (pb, gb) = (precision.param_bytes() as f64, 4.0);
     let (overlapped, exposed, window) = match zero_stage.number() {
         0 | 1 => (2.0 * psi * gb, 0.0, compute_s * 2.0 / 3.0),
         2 => (m * psi * gb, psi * pb, compute_s * 2.0 / 3.0),
         _ => (m * 3.0 * psi * pb, 0.0, compute_s),
     };
-    let dp_bw = link_bandwidth(problem, mesh.tp * mesh.dp);
+    let dp_bw = link_bandwidth(problem, mesh.tp * mesh.cp * mesh.dp);
     let dp_exposed_s = (overlapped * ring / dp_bw - window).max(0.0) + exposed * ring / dp_bw;
     let step_s = slots + dp_exposed_s;
     let peak_flops = time::peak_flops(problem, precision);
@@ -310,9 +353,13 @@ pub fn evaluate_mesh(
         bubble,
         compute_s,
         tp_s,
+        cp_s,
         pp_s,
         dp_exposed_s,
-        communication_bytes_per_device: tp_bytes + pp_bytes + (overlapped + exposed) * ring,
+        communication_bytes_per_device: tp_bytes
+            + cp_bytes
+            + pp_bytes
+            + (overlapped + exposed) * ring,
         mfu: single.model_flops / (step_s * world * peak_flops),
         stages,
     }

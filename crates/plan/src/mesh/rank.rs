@@ -22,7 +22,14 @@
 //! output layer's inputs, split by t under SP, and the fp32 logits of the vocabulary-parallel
 //! cross-entropy; without SP the 4sbh part is not split).
 //!
-//! Not for: activation offload, communication buffers, CP and EP (not modelled here).
+//! Context parallelism (cp ranks): each rank holds s/cp of every sequence (PyTorch's context
+//! parallelism shards the sequence dimension of every activation), so every term above takes
+//! s/cp, except the attention core kept without recompute, whose local queries meet the whole
+//! sequence's keys (5a·(s/cp)·s·b/t); the model states are sharded across dp·cp, the ranks that
+//! hold the same weights (torchtitan's FSDP mesh `dp_shard_cp`, Megatron-LM's data-parallel
+//! group with context parallelism).
+//!
+//! Not for: activation offload, communication buffers (`plan`), EP (not modelled here).
 
 use super::{MeshModel, Recompute, layer_activation_bytes, peak_in_flight};
 use headroom_strategy::{Framework, Mesh, ZeroStage};
@@ -95,7 +102,16 @@ impl MeshMemory {
     }
 }
 
-/// Bytes per parameter of weights, gradients and Adam states with the ZeRO stage across dp.
+/// The part of `model` one context-parallel rank holds: s/cp of each sequence.
+pub fn context_shard(model: &MeshModel, mesh: &Mesh) -> MeshModel {
+    MeshModel {
+        seq: model.seq / mesh.cp.max(1),
+        ..*model
+    }
+}
+
+/// Bytes per parameter of weights, gradients and Adam states with the ZeRO stage across the
+/// `dp` ranks that share the weights (dp·cp under context parallelism).
 pub fn bytes_per_parameter(framework: MeshFramework, zero: ZeroStage, dp: u64) -> f64 {
     let dp = dp as f64;
     match (framework, zero.number()) {
@@ -121,13 +137,21 @@ pub fn mesh_memory(
 ) -> MeshMemory {
     let (p, t, v) = (mesh.pp, mesh.tp, mesh.schedule.chunks());
     let tf = t as f64;
+    let full_seq = model.seq as f64;
+    let model = &context_shard(model, mesh);
     let sp = if mesh.sequence_parallel { tf } else { 1.0 };
     let (s, b, h) = (
         model.seq as f64,
         model.micro_batch as f64,
         model.hidden as f64,
     );
-    let per_layer = layer_activation_bytes(model, t, mesh.sequence_parallel, recompute);
+    let local = model.seq as f64;
+    let core_beyond_shard = match recompute {
+        Recompute::None => 5.0 * model.heads as f64 * local * (full_seq - local) * b / tf,
+        _ => 0.0,
+    };
+    let per_layer =
+        layer_activation_bytes(model, t, mesh.sequence_parallel, recompute) + core_beyond_shard;
     let embedding = model.embedding_parameters() as f64 / tf;
     let stages = (0..p)
         .map(|i| {
@@ -171,7 +195,7 @@ pub fn mesh_memory(
                 layers: layers as u64,
                 in_flight: held.iter().sum(),
                 parameters,
-                model_states: parameters * bytes_per_parameter(framework, zero, mesh.dp),
+                model_states: parameters * bytes_per_parameter(framework, zero, mesh.dp * mesh.cp),
                 activations,
             }
         })

@@ -33,6 +33,8 @@ pub struct MeshPins {
     pub schedule: Option<PipelineSchedule>,
     pub microbatches: Option<u64>,
     pub sequence_parallel: Option<bool>,
+    /// Context-parallel ranks; `None`: 1 (context parallelism is planned only when asked for).
+    pub cp: Option<u64>,
 }
 
 impl MeshPins {
@@ -49,11 +51,12 @@ impl MeshPins {
                 .is_none_or(|s| s == PipelineSchedule::OneFOneB)
             && self.sequence_parallel != Some(true)
             && self.microbatches.is_none()
+            && self.cp.is_none_or(|c| c == 1)
     }
 
     /// Whether pins leave only plain data parallelism (no mesh to search).
     pub fn only_plain(&self) -> bool {
-        self.tp == Some(1) && self.pp == Some(1)
+        self.tp == Some(1) && self.pp == Some(1) && self.cp.is_none_or(|c| c == 1)
     }
 
     fn allow(&self, mesh: &Mesh) -> bool {
@@ -64,6 +67,7 @@ impl MeshPins {
             && self
                 .sequence_parallel
                 .is_none_or(|sp| sp == mesh.sequence_parallel)
+            && self.cp.unwrap_or(1) == mesh.cp
     }
 }
 
@@ -142,18 +146,29 @@ fn check_pins(problem: &Problem, mesh_pins: &MeshPins, micro_batch: u64) -> Resu
     let global = problem.workload.global_batch;
     let tp = mesh_pins.tp.unwrap_or(1);
     let pp = mesh_pins.pp.unwrap_or(1);
-    if tp == 0 || pp == 0 || mesh_pins.microbatches == Some(0) {
+    let cp = mesh_pins.cp.unwrap_or(1);
+    if tp == 0 || pp == 0 || cp == 0 || mesh_pins.microbatches == Some(0) {
         return Err(PlanError::Mesh(
-            "--tp, --pp and --microbatches must be at least 1".into(),
+            "--tp, --pp, --cp and --microbatches must be at least 1".into(),
         ));
     }
-    if !world.is_multiple_of(tp * pp) {
+    if !world.is_multiple_of(tp * pp * cp) {
         return Err(PlanError::Mesh(format!(
-            "tp·pp = {tp}·{pp} does not divide the {world} GPUs ({} nodes × {}): pick a tp and pp whose product divides {world}",
+            "tp·pp·cp = {tp}·{pp}·{cp} does not divide the {world} GPUs ({} nodes × {}): pick a tp, pp and cp whose product divides {world}",
             hw.nodes, hw.gpus_per_node
         )));
     }
-    let dp = world / (tp * pp);
+    // PyTorch's context parallelism balances causal attention by cutting each sequence into
+    // 2·cp chunks, rank r taking chunks r and 2·cp − 1 − r (`_HeadTailLoadBalancer`).
+    let seq = problem.workload.seq_len;
+    if cp > 1 && !seq.is_multiple_of(2 * cp) {
+        return Err(PlanError::Mesh(format!(
+            "context parallelism cuts each sequence into 2·cp = {} load-balanced chunks: --seq-len {seq} is not divisible by {}; use a sequence length that is",
+            2 * cp,
+            2 * cp
+        )));
+    }
+    let dp = world / (tp * pp * cp);
     let m = mesh_pins.microbatches.unwrap_or(1);
     let schedule = mesh_pins.schedule.unwrap_or_default();
     let mesh = Mesh {
@@ -172,6 +187,7 @@ fn check_pins(problem: &Problem, mesh_pins: &MeshPins, micro_batch: u64) -> Resu
         microbatches: mesh_pins
             .microbatches
             .unwrap_or((global / (dp * micro_batch)).max(1)),
+        cp,
         ..Mesh::default()
     };
     // The model's and the node's constraints first (against the batch this mesh runs), then
@@ -258,8 +274,8 @@ pub fn search_meshes(
     for &b in &levers.micro_batches {
         let model = MeshModel::from_architecture(&problem.spec, seq, b)?;
         let shape = mesh_shape(&problem.spec, global, b, hw.gpus_per_node);
-        for mut mesh in candidate_meshes(&shape, world) {
-            if mesh.tp == 1 && mesh.pp == 1 {
+        for mut mesh in candidate_meshes(&shape, world, mesh_pins.cp.unwrap_or(1)) {
+            if mesh.tp == 1 && mesh.pp == 1 && mesh.cp == 1 {
                 continue;
             }
             if mesh_pins.sequence_parallel == Some(false) {

@@ -60,25 +60,59 @@ pub fn pp_bytes_per_microbatch(model: &MeshModel, mesh: &Mesh) -> f64 {
     chunks * 2.0 * ACTIVATION_BYTES * (model.seq * model.micro_batch * model.hidden) as f64 / sp
 }
 
-/// Seconds of one optimizer step on the mesh, given the seconds one stage's rank computes one
-/// micro-batch's forward and backward, the tensor-parallel link's and the pipeline link's
-/// bandwidth (bytes per second, per direction): every micro-batch slot is the computation plus
-/// the stage's TP collectives plus its sends, and the step is m + (p − 1)/v slots.
+/// Bytes one context-parallel rank receives per layer and micro-batch for attention over the
+/// whole sequence (`model` the whole sequence, not a rank's shard): PyTorch's context
+/// parallelism all-gathers the keys and values (2 · 2 · s·b·d_kv/t bytes in 16 bits, of which a
+/// rank receives (cp − 1)/cp) before each attention forward — twice under full recompute — and
+/// once more in backward, where it also passes the fp32 gradients of its local keys and values
+/// around the ring, cp − 1 hops of 2 · 4 · (s/cp)·b·d_kv/t (`_templated_ring_attention_backward`:
+/// an all-gather rotater for the keys and values, an all-to-all one for their gradients).
+pub fn cp_bytes_per_layer(model: &MeshModel, mesh: &Mesh, recompute: Recompute) -> f64 {
+    let c = mesh.cp as f64;
+    if mesh.cp <= 1 {
+        return 0.0;
+    }
+    let t = mesh.tp as f64;
+    let kv = (model.seq * model.micro_batch * model.hidden * model.kv_heads / model.heads) as f64;
+    let gathers = if recompute == Recompute::Full {
+        3.0
+    } else {
+        2.0
+    };
+    let gather = (c - 1.0) / c * 2.0 * ACTIVATION_BYTES * kv / t;
+    let gradients = (c - 1.0) * 2.0 * 4.0 * kv / c / t;
+    gathers * gather + gradients
+}
+
+/// Seconds of one optimizer step on the mesh, given `model` (its whole sequence), the seconds
+/// one stage's rank computes one micro-batch's forward and backward, and the tensor-parallel,
+/// pipeline and context-parallel links' bandwidths (bytes per second, per direction): every
+/// micro-batch slot is the computation plus the stage's TP collectives, its CP exchanges and its
+/// sends (TP and sends on each rank's s/cp of the sequence), and the step is m + (p − 1)/v slots.
 pub fn step_seconds(
     model: &MeshModel,
     mesh: &Mesh,
     recompute: Recompute,
     compute_per_microbatch: f64,
-    tp_bandwidth: f64,
-    pp_bandwidth: f64,
+    bandwidths: LinkBandwidths,
 ) -> f64 {
     // The slowest stage sets the slot: its share of the layers against the even L/p.
     let layers = mesh.max_stage_layers(model.layers) as f64;
     let imbalance = layers * mesh.pp as f64 / model.layers as f64;
-    let tp = layers * tp_bytes_per_layer(model, mesh, recompute) / tp_bandwidth;
-    let pp = pp_bytes_per_microbatch(model, mesh) / pp_bandwidth;
-    let slot = compute_per_microbatch * imbalance + tp + pp;
+    let shard = super::context_shard(model, mesh);
+    let tp = layers * tp_bytes_per_layer(&shard, mesh, recompute) / bandwidths.tp;
+    let cp = layers * cp_bytes_per_layer(model, mesh, recompute) / bandwidths.cp;
+    let pp = pp_bytes_per_microbatch(&shard, mesh) / bandwidths.pp;
+    let slot = compute_per_microbatch * imbalance + tp + cp + pp;
     mesh.microbatches as f64 * (1.0 + bubble_fraction(mesh)) * slot
+}
+
+/// Bandwidths, bytes per second per direction, of the links a mesh's groups run over.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinkBandwidths {
+    pub tp: f64,
+    pub cp: f64,
+    pub pp: f64,
 }
 
 #[cfg(test)]
@@ -150,7 +184,12 @@ mod tests {
         // Slot: 1 s compute + 2 layers × 3072 B at 6144 B/s (1 s) + 256 B at 256 B/s (1 s) =
         // 3 s; m + (p − 1) = 5 slots: 15 s.
         let m = mesh(PipelineSchedule::OneFOneB);
-        let t = step_seconds(&tiny(), &m, Recompute::Selective, 1.0, 6144.0, 256.0);
+        let links = LinkBandwidths {
+            tp: 6144.0,
+            cp: 1.0,
+            pp: 256.0,
+        };
+        let t = step_seconds(&tiny(), &m, Recompute::Selective, 1.0, links);
         assert_eq!(t, 15.0);
     }
 }

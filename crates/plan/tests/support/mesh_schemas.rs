@@ -191,6 +191,7 @@ pub fn megatron_flags() -> BTreeMap<&'static str, Option<&'static [&'static str]
         ("--tensor-model-parallel-size", free),
         ("--sequence-parallel", free),
         ("--pipeline-model-parallel-size", free),
+        ("--context-parallel-size", free),
         ("--num-layers-per-virtual-pipeline-stage", free),
         ("--decoder-first-pipeline-num-layers", free),
         ("--decoder-last-pipeline-num-layers", free),
