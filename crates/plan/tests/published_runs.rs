@@ -109,12 +109,39 @@ fn zero_offload_fits_its_v100_by_moving_the_checkpoints_to_the_host() {
     );
 }
 
+#[test]
+fn zero_offload_overlaps_its_copies_and_runs_within_a_quarter_of_40_tflops() {
+    // The tutorial's 40 TFLOP/s over Megatron's 85.121 GFLOP per token with full recompute is
+    // 469.9 tokens/s. ZeRO-Offload's schedule hides the gradients' trip to the host behind
+    // backward and the parameters' trip back inside the CPU Adam step: the step charges
+    // max(CPU step, parameters up) = max(10.28e9 / 3.9e9, 2 · 10.28e9 / 12e9) = 2.64 s of
+    // host time, not the 2.64 + 3.43 s of the copies and the step one after the other.
+    let rows = rows();
+    let row = rows
+        .iter()
+        .find(|r| r.run.id == "zero-offload-10b-1xv100")
+        .unwrap();
+    let p = row.problem.facts.params as f64;
+    let hw = &row.problem.hardware;
+    let host_step = p / hw.cpu_optimizer_params_per_s;
+    let activations = 2.0 * 50.0 * 10.0 * 1024.0 * 4096.0 * 2.0 * row.problem.cost.activation_scale
+        / (hw.pcie_bandwidth_gbps * 1e9);
+    assert!(2.0 * p / (hw.pcie_bandwidth_gbps * 1e9) < host_step);
+    assert!(2.0 * p / (hw.pcie_bandwidth_gbps * 1e9) < row.plan.time.compute_s * 2.0 / 3.0);
+    assert!((row.plan.time.offload_s - (host_step + activations)).abs() < 1e-6);
+    let (measured, predicted) = row.speed.unwrap();
+    assert!(
+        (predicted / measured - 1.0).abs() <= 0.25,
+        "{predicted} against {measured}"
+    );
+}
+
 // The errors docs/planner.md states (the goals: memory 10 % mean and 20 % worst,
 // throughput 25 % mean).
 const MEMORY_MEAN: f64 = 0.06;
 const MEMORY_WORST: f64 = 0.125;
 const SPEED_MEAN: f64 = 0.10;
-const SPEED_WORST: f64 = 0.31;
+const SPEED_WORST: f64 = 0.28;
 
 #[test]
 fn fitted_efficiencies_are_what_calibration_derives_from_their_runs() {

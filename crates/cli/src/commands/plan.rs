@@ -295,10 +295,15 @@ pub fn run(args: PlanArgs) -> Result<()> {
         |ranks: u64| Workload::new(&spec, seq_len, batch, micro_batch, accumulation, ranks);
     let workload = match workload_over(if plain_possible { world } else { 1 }) {
         Ok(w) => w,
-        // A batch plain data parallelism cannot split (512 sequences of micro-batch 16 over
-        // 256 GPUs) may still suit a mesh, whose dp is smaller: search the meshes alone.
+        // A micro-batch plain data parallelism cannot split the batch into (512 sequences in
+        // micro-batches of 16 over 256 GPUs, 2 per GPU) may still suit a mesh, whose dp is
+        // smaller: search the meshes alone. A batch that is not a multiple of the GPUs stays
+        // an error.
         Err(PlanError::Batch(why))
-            if plain_possible && global.is_some() && world > 1 && !early_pins.only_plain() =>
+            if plain_possible
+                && global.is_some_and(|g| g.is_multiple_of(world))
+                && world > 1
+                && !early_pins.only_plain() =>
         {
             let w = workload_over(1)?;
             let note = format!(

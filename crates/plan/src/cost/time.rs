@@ -48,7 +48,7 @@
 //! Not for: memory (see `memory`).
 
 use super::{Problem, activation, elementwise, memory};
-use crate::strategy::{Attention, Checkpoint, Loss, Offload, Precision, Strategy};
+use crate::strategy::{Attention, Checkpoint, Framework, Loss, Offload, Precision, Strategy};
 use serde::Serialize;
 
 /// Time of one optimizer step (all devices in parallel), as either evaluator predicts it: the
@@ -333,8 +333,24 @@ fn offload_s(problem: &Problem, s: &Strategy, compute_s: f64) -> f64 {
     let per_node = hw.gpus_per_node as f64;
     let mut offload_s = 0.0;
     if s.placement.offload_optimizer != Offload::None {
-        offload_s += (k * gb * local + pb * local) / pcie;
-        offload_s += per_node * local / hw.cpu_optimizer_params_per_s;
+        let gradients_down = k * gb * local / pcie;
+        let parameters_up = pb * local / pcie;
+        let host_step = per_node * local / hw.cpu_optimizer_params_per_s;
+        offload_s += match problem.framework {
+            // ZeRO-Offload's schedule (Ren et al. 2021, §4.1): each gradient bucket moves to the
+            // host as backward produces it, overlapped with the backward still running (⅔ of
+            // compute); DeepSpeedCPUAdam copies each updated tile's 16-bit parameters to the GPU
+            // while it updates the next (`DeepSpeedCPUAdam.step(fp16_param_groups=…)`,
+            // "Performing the copy here reduces communication time"), so the step costs the
+            // longer of the two.
+            Framework::DeepSpeed => {
+                (gradients_down - compute_s * 2.0 / 3.0).max(0.0) + host_step.max(parameters_up)
+            }
+            // FSDP's CPU offload: charged one after the other (an upper bound: FSDP moves
+            // gradients on its post-backward stream, but no published FSDP offload run with a
+            // throughput was found to size the overlap against).
+            Framework::Fsdp => gradients_down + parameters_up + host_step,
+        };
         if s.placement.offload_optimizer == Offload::Nvme {
             let states = 4.0 * local + memory::optimizer_state_bytes(problem, s) / n;
             offload_s += 2.0 * per_node * states / nvme;
