@@ -98,6 +98,7 @@ fn headroom_model(a: &Args) -> MeshModel {
         gated: a.swiglu,
         norm_params: a.norm_size as u64,
         tied_embeddings: !a.untie_embeddings_and_output_weights,
+        moe: None,
     }
 }
 

@@ -20,6 +20,7 @@ fn tiny() -> MeshModel {
         gated: false,
         norm_params: 2,
         tied_embeddings: true,
+        moe: None,
     }
 }
 

@@ -123,6 +123,7 @@ fn planned(run: Run) -> Row {
         microbatches: run.mesh.microbatches,
         sequence_parallel: None,
         cp: run.mesh.cp,
+        ep: None,
     };
     let search = search_meshes(&problem, &pins, &mesh_pins).unwrap();
     let plan = search

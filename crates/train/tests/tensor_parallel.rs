@@ -256,6 +256,7 @@ fn the_planners_tensor_parallel_model_follows_a_split_rank() {
         gated: false,
         norm_params: 2,
         tied_embeddings: true,
+        moe: None,
     };
     let engine = |t: usize| {
         let c = TrainConfig {

@@ -49,6 +49,12 @@ pub struct MeshArgs {
     /// The sequence length must divide into 2·N load-balanced chunks, and tp·pp·N the GPUs.
     #[arg(long, value_name = "N")]
     pub cp: Option<u64>,
+    /// Expert-parallel ranks of a mixture of experts (Mixtral, Qwen-MoE): each holds E/N of
+    /// every layer's experts and exchanges tokens with the others in two all-to-alls per layer.
+    /// Taken from the data- and context-parallel ranks (N divides dp·cp and the experts);
+    /// searched unless pinned.
+    #[arg(long, value_name = "N")]
+    pub ep: Option<u64>,
 }
 
 fn on_off(text: &str) -> Result<bool, String> {
@@ -68,6 +74,7 @@ impl MeshArgs {
             microbatches: self.microbatches,
             sequence_parallel: self.sequence_parallel,
             cp: self.cp,
+            ep: self.ep,
         }
     }
 }
@@ -140,11 +147,11 @@ impl MeshReport<'_> {
             100.0 * m.bubble,
             m.compute_s,
             m.tp_s,
-            if m.mesh.cp > 1 {
-                format!("CP {:.2} s, ", m.cp_s)
-            } else {
-                String::new()
-            },
+            [("CP", m.mesh.cp, m.cp_s), ("EP", m.mesh.ep, m.ep_s)]
+                .iter()
+                .filter(|(_, ranks, _)| *ranks > 1)
+                .map(|(name, _, s)| format!("{name} {s:.2} s, "))
+                .collect::<String>(),
             m.pp_s,
             m.dp_exposed_s
         );

@@ -52,10 +52,13 @@ fn switch(args: &mut Args, name: &str) {
 
 /// The model's dimensions as Megatron-Core's GPT model takes them.
 fn model_args(spec: &Architecture, seq_len: u64, args: &mut Args) -> Result<()> {
-    let llama_like = matches!(spec.family, Family::Llama | Family::Mistral | Family::Qwen2);
+    let llama_like = matches!(
+        spec.family,
+        Family::Llama | Family::Mistral | Family::Qwen2 | Family::Mixtral
+    );
     if !llama_like && spec.family != Family::Gpt2 {
         return Err(refuse(format!(
-            "the export writes Megatron-Core GPT models of the Llama (Llama, Mistral, Qwen2) and GPT-2 kinds; {} is a {:?} model",
+            "the export writes Megatron-Core GPT models of the Llama (Llama, Mistral, Qwen2, Mixtral) and GPT-2 kinds; {} is a {:?} model",
             spec.name, spec.family
         )));
     }
@@ -93,6 +96,14 @@ fn model_args(spec: &Architecture, seq_len: u64, args: &mut Args) -> Result<()> 
     if !spec.tie_word_embeddings {
         switch(args, "--untie-embeddings-and-output-weights");
     }
+    if spec.num_experts > 1 {
+        // Megatron-Core's MoE (megatron/core/transformer/moe/README.md, "Quick Start"): the
+        // experts, the router's top-k and the all-to-all token dispatcher the plan's expert
+        // parallelism exchanges tokens with.
+        push(args, "--num-experts", spec.num_experts);
+        push(args, "--moe-router-topk", spec.experts_per_token);
+        push(args, "--moe-token-dispatcher-type", "alltoall");
+    }
     push(args, "--attention-backend", "flash");
     Ok(())
 }
@@ -107,6 +118,9 @@ fn parallel_args(run: &MeshRun, layers: u64, args: &mut Args) -> Result<()> {
     if m.cp > 1 {
         // `ModelParallelConfig.context_parallel_size` (megatron/core/model_parallel_config.py).
         push(args, "--context-parallel-size", m.cp);
+    }
+    if m.ep > 1 {
+        push(args, "--expert-model-parallel-size", m.ep);
     }
     let k = m.fewer_layers_at_ends;
     let per_chunk = (layers + 2 * k) / m.virtual_stages();

@@ -12,6 +12,11 @@
 //!   (Megatron-LM's fused SwiGLU recomputes the SiLU from the former): 6sbf instead of 4sbf;
 //! - with sequence parallelism the replicated 10sbh is split along the sequence too, so the
 //!   whole layer is divided by t;
+//! - a mixture of experts (each token routed to k of E experts of width f) keeps the MLP term
+//!   for each of a token's k experts (k·6sbf/t) and its shared expert's (6sbf_s/t), the k
+//!   routed copies of each token its experts read (k·2sbh, replicated like the MLP input:
+//!   /t under SP) and the router's fp32 logits and probabilities (8sbE, /t under SP); tokens
+//!   are taken as evenly routed, so an expert-parallel rank computes k·s·b token-expert pairs;
 //! - selective recompute recomputes the attention core and drops the 5as²b term;
 //! - full recompute keeps only the layer's input, 2sbh (sequence-split under SP: 2sbh/t).
 //!
@@ -51,8 +56,18 @@ pub fn layer_activation_bytes(
     if recompute == Recompute::Full {
         return 2.0 * sbh / sp;
     }
-    let replicated = 10.0 * sbh / sp;
-    let mlp = if model.gated { 6.0 } else { 4.0 } * s * b * f;
+    let per_width = if model.gated { 6.0 } else { 4.0 } * s * b;
+    let (mlp, routing) = match model.moe {
+        None => (per_width * f, 0.0),
+        Some(moe) => {
+            let k = moe.per_token as f64;
+            (
+                k * per_width * f + per_width * moe.shared_ffn as f64,
+                (k * 2.0 * sbh + 8.0 * s * b * moe.experts as f64) / sp,
+            )
+        }
+    };
+    let replicated = 10.0 * sbh / sp + routing;
     let split = (8.0 * sbh + mlp) / t;
     let core = match recompute {
         Recompute::None => 5.0 * a * s * s * b / t,
@@ -80,6 +95,7 @@ mod tests {
             gated: false,
             norm_params: 2,
             tied_embeddings: true,
+            moe: None,
         }
     }
 
@@ -111,6 +127,34 @@ mod tests {
         // Full: the input 2sbh = 512, split by SP to 128.
         assert_eq!(layer_activation_bytes(&m, 4, false, Recompute::Full), 512.0);
         assert_eq!(layer_activation_bytes(&m, 4, true, Recompute::Full), 128.0);
+    }
+
+    #[test]
+    fn a_mixture_of_experts_keeps_each_tokens_k_experts_its_copies_and_the_router() {
+        // 4 experts of width 64, 2 per token: the MLP term twice (k·4sbf = 8192 for 4096),
+        // the two routed copies of each token 2·2sbh = 1024 and the router's fp32 logits and
+        // probabilities 8sbE = 8·8·2·4 = 512: 11264 − 4096 + 8192 + 1024 + 512.
+        let moe = MeshModel {
+            moe: Some(super::super::MoeShape {
+                experts: 4,
+                per_token: 2,
+                shared_ffn: 0,
+            }),
+            ..gpt()
+        };
+        assert_eq!(
+            layer_activation_bytes(&moe, 1, false, Recompute::None),
+            16896.0
+        );
+        // TP 4 + SP: everything / 4; full recompute keeps the layer input only.
+        assert_eq!(
+            layer_activation_bytes(&moe, 4, true, Recompute::None),
+            16896.0 / 4.0
+        );
+        assert_eq!(
+            layer_activation_bytes(&moe, 4, true, Recompute::Full),
+            128.0
+        );
     }
 
     #[test]

@@ -10,10 +10,13 @@
 //! interleaved schedule is listed for every v ≥ 2 that splits the same way, when m is a multiple
 //! of pp. Every candidate passes `Mesh::validate`.
 //!
+//! Expert parallelism, for a mixture of experts, runs over every ep that divides the experts and
+//! the dp·cp ranks it is taken from (1 for a dense model).
+//!
 //! Context parallelism is not searched: `cp` (pinned by the caller, 1 otherwise) takes its ranks
 //! before dp, as torchtitan's mesh does (dp × cp × tp within each pipeline stage).
 //!
-//! Not for: costing or ranking the candidates (`rank`, `time`), or ep (kept at 1).
+//! Not for: costing or ranking the candidates (`rank`, `time`).
 
 use headroom_strategy::{Mesh, MeshShape, PipelineSchedule};
 
@@ -45,30 +48,39 @@ pub fn candidate_meshes(shape: &MeshShape, world: u64, cp: u64) -> Vec<Mesh> {
             if !shape.global_batch.is_multiple_of(per_step) {
                 continue;
             }
-            let base = Mesh {
-                dp,
-                tp,
-                sequence_parallel: tp > 1,
-                pp,
-                schedule: PipelineSchedule::OneFOneB,
-                microbatches: shape.global_batch / per_step,
-                cp,
-                ..Mesh::default()
+            let eps: Vec<u64> = match shape.experts {
+                0 => vec![1],
+                e => divisors(e)
+                    .filter(|ep| (dp * cp).is_multiple_of(*ep))
+                    .collect(),
             };
-            let schedules = (1..=shape.layers / pp).filter_map(|chunks| {
-                let k = fewer_at_ends(shape.layers, pp, chunks)?;
-                let schedule = if chunks == 1 {
-                    PipelineSchedule::OneFOneB
-                } else {
-                    PipelineSchedule::Interleaved { chunks }
+            for ep in eps {
+                let base = Mesh {
+                    dp,
+                    tp,
+                    sequence_parallel: tp > 1,
+                    pp,
+                    schedule: PipelineSchedule::OneFOneB,
+                    microbatches: shape.global_batch / per_step,
+                    cp,
+                    ep,
+                    ..Mesh::default()
                 };
-                Some(Mesh {
-                    schedule,
-                    fewer_layers_at_ends: k,
-                    ..base
-                })
-            });
-            out.extend(schedules.filter(|m| m.validate(shape).is_ok()));
+                let schedules = (1..=shape.layers / pp).filter_map(|chunks| {
+                    let k = fewer_at_ends(shape.layers, pp, chunks)?;
+                    let schedule = if chunks == 1 {
+                        PipelineSchedule::OneFOneB
+                    } else {
+                        PipelineSchedule::Interleaved { chunks }
+                    };
+                    Some(Mesh {
+                        schedule,
+                        fewer_layers_at_ends: k,
+                        ..base
+                    })
+                });
+                out.extend(schedules.filter(|m| m.validate(shape).is_ok()));
+            }
         }
     }
     out

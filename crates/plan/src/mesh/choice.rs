@@ -32,6 +32,9 @@ pub struct LayoutSummary {
     pub dp: u64,
     pub tp: u64,
     pub pp: u64,
+    /// Context- and expert-parallel ranks (1 for plain data parallelism).
+    pub cp: u64,
+    pub ep: u64,
     pub schedule: String,
     pub microbatches: u64,
     pub sequence_parallel: bool,
@@ -78,6 +81,7 @@ impl Layout<'_> {
                 _ => "interleaved".into(),
             },
             Axis::Zero => s.zero_stage.to_string(),
+            Axis::Ep => s.ep.to_string(),
         }
     }
 
@@ -91,6 +95,8 @@ impl Layout<'_> {
                     dp: world,
                     tp: 1,
                     pp: 1,
+                    cp: 1,
+                    ep: 1,
                     schedule: PipelineSchedule::OneFOneB.to_string(),
                     microbatches: s.accumulation,
                     sequence_parallel: false,
@@ -107,7 +113,7 @@ impl Layout<'_> {
                 let mesh = &m.mesh;
                 LayoutSummary {
                     layout: format!(
-                        "dp {}{} × tp {} × pp {}, {}, m {}, SP {}{}",
+                        "dp {}{} × tp {} × pp {}{}, {}, m {}, SP {}{}",
                         mesh.dp,
                         match mesh.cp {
                             1 => String::new(),
@@ -115,6 +121,10 @@ impl Layout<'_> {
                         },
                         mesh.tp,
                         mesh.pp,
+                        match mesh.ep {
+                            1 => String::new(),
+                            e => format!(" (ep {e} of the dp·cp ranks)"),
+                        },
                         mesh.schedule,
                         mesh.microbatches,
                         if mesh.sequence_parallel { "on" } else { "off" },
@@ -126,6 +136,8 @@ impl Layout<'_> {
                     dp: mesh.dp,
                     tp: mesh.tp,
                     pp: mesh.pp,
+                    cp: mesh.cp,
+                    ep: mesh.ep,
                     schedule: mesh.schedule.to_string(),
                     microbatches: mesh.microbatches,
                     sequence_parallel: mesh.sequence_parallel,
@@ -149,10 +161,11 @@ enum Axis {
     Pp,
     Schedule,
     Zero,
+    Ep,
 }
 
 impl Axis {
-    const ALL: [Axis; 4] = [Axis::Tp, Axis::Pp, Axis::Schedule, Axis::Zero];
+    const ALL: [Axis; 5] = [Axis::Tp, Axis::Pp, Axis::Schedule, Axis::Zero, Axis::Ep];
 
     fn name(self) -> &'static str {
         match self {
@@ -160,6 +173,7 @@ impl Axis {
             Axis::Pp => "pp",
             Axis::Schedule => "schedule",
             Axis::Zero => "zero stage",
+            Axis::Ep => "ep",
         }
     }
 }

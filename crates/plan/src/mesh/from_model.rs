@@ -4,16 +4,16 @@
 //!
 //! Not for: loading models (`model`) or costing the mesh (`rank`).
 
-use super::MeshModel;
+use super::{MeshModel, MoeShape};
 use crate::PlanError;
 use crate::model::{Architecture, Family, MlpKind};
 use headroom_strategy::MeshShape;
 
 impl MeshModel {
     /// The decoder-only dense transformer `arch` at `seq` tokens per sequence and `micro_batch`
-    /// sequences per micro-batch. Refused: encoders and encoder-decoders, mixture-of-experts
-    /// models (expert parallelism is not modelled yet), and attention whose query width
-    /// heads·head_dim differs from the hidden width (Korthikanti et al.'s terms assume equality).
+    /// sequences per micro-batch (a mixture of experts with its experts, `MoeShape`). Refused:
+    /// encoders and encoder-decoders, and attention whose query width heads·head_dim differs
+    /// from the hidden width (Korthikanti et al.'s terms assume equality).
     pub fn from_architecture(
         arch: &Architecture,
         seq: u64,
@@ -31,23 +31,14 @@ impl MeshModel {
             | Family::Qwen2
             | Family::Gemma
             | Family::Gemma2
-            | Family::Phi3 => 1,
+            | Family::Phi3
+            | Family::Mixtral
+            | Family::Qwen2Moe => 1,
             Family::Gpt2 | Family::GptNeox => 2,
-            Family::Mixtral | Family::Qwen2Moe => {
-                return refuse(
-                    "it is a mixture of experts, and expert parallelism is not modelled yet".into(),
-                );
-            }
             Family::Bert | Family::T5 | Family::ResMlp => {
                 return refuse("tensor and pipeline parallelism are modelled for decoder-only transformers only".into());
             }
         };
-        if arch.num_experts > 1 {
-            return refuse(format!(
-                "it has {} experts, and expert parallelism is not modelled yet",
-                arch.num_experts
-            ));
-        }
         if arch.num_heads * arch.head_dim != arch.hidden_size {
             return refuse(format!(
                 "its query width {}·{} differs from its hidden width {}",
@@ -66,6 +57,11 @@ impl MeshModel {
             gated: arch.mlp == MlpKind::Gated,
             norm_params,
             tied_embeddings: arch.tie_word_embeddings,
+            moe: (arch.num_experts > 1).then_some(MoeShape {
+                experts: arch.num_experts,
+                per_token: arch.experts_per_token,
+                shared_ffn: arch.shared_expert_size,
+            }),
         })
     }
 }

@@ -36,15 +36,17 @@ pub use activation::{Recompute, layer_activation_bytes};
 pub use candidates::candidate_meshes;
 pub use choice::{AxisVerdict, Layout, LayoutSummary, MeshChoice, choose};
 pub use from_model::mesh_shape;
-pub use plan::{MeshPlan, StagePeak, context_attention_bytes, evaluate_mesh};
+pub use plan::{
+    MeshPlan, StagePeak, context_attention_bytes, evaluate_mesh, expert_dispatch_bytes,
+};
 pub use rank::{
     MeshFramework, MeshMemory, StageMemory, bytes_per_parameter, context_shard, mesh_memory,
 };
 pub use schedule::peak_in_flight;
 pub use search::{MeshPins, MeshSearch, rank_meshes, search_meshes, unreachable_values};
 pub use time::{
-    LinkBandwidths, bubble_fraction, cp_bytes_per_layer, pp_bytes_per_microbatch, step_seconds,
-    tp_bytes_per_layer,
+    LinkBandwidths, bubble_fraction, cp_bytes_per_layer, ep_bytes_per_layer,
+    pp_bytes_per_microbatch, step_seconds, tp_bytes_per_layer,
 };
 
 /// The dimensions of a decoder-only transformer that the mesh memory model needs, in
@@ -73,6 +75,19 @@ pub struct MeshModel {
     pub norm_params: u64,
     /// The output layer shares the input embedding's weights.
     pub tied_embeddings: bool,
+    /// A mixture of experts in every layer's MLP (`None`: one dense MLP of width `ffn`).
+    pub moe: Option<MoeShape>,
+}
+
+/// The experts of a mixture-of-experts layer: `experts` routed MLPs of width `ffn` each, of
+/// which each token takes `per_token`, and optionally one shared MLP every token passes
+/// through (Qwen2-MoE).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeShape {
+    pub experts: u64,
+    pub per_token: u64,
+    /// The shared expert's width; 0 when there is none.
+    pub shared_ffn: u64,
 }
 
 impl MeshModel {
@@ -81,15 +96,40 @@ impl MeshModel {
     /// Linear biases are left out, as Megatron-LM's Llama and GPT-3 configurations run without
     /// them (`--disable-bias-linear`) and its estimator counts none.
     pub fn layer_matrix_parameters(&self) -> u64 {
+        self.layer_dense_matrix_parameters() + self.layer_expert_parameters()
+    }
+
+    /// The weight matrices of one layer outside its routed experts (split across the tp ranks
+    /// only): attention, and the dense MLP or the shared expert.
+    pub fn layer_dense_matrix_parameters(&self) -> u64 {
         let attention = 2 * self.hidden * self.hidden
             + 2 * self.hidden * self.hidden * self.kv_heads / self.heads;
-        let mlp = if self.gated { 3 } else { 2 } * self.hidden * self.ffn;
+        let mlp = match self.moe {
+            None => self.mlp_matrices(self.ffn),
+            Some(moe) => self.mlp_matrices(moe.shared_ffn),
+        };
         attention + mlp
     }
 
-    /// Parameters of one layer's two norms, replicated on every tensor-parallel rank.
+    /// The routed experts' matrices of one layer, E MLPs of width `ffn` (split across the ep
+    /// ranks, each holding E/ep experts, and the tp ranks); 0 for a dense model.
+    pub fn layer_expert_parameters(&self) -> u64 {
+        self.moe
+            .map_or(0, |moe| moe.experts * self.mlp_matrices(self.ffn))
+    }
+
+    fn mlp_matrices(&self, width: u64) -> u64 {
+        let matrices = if self.gated { 3 } else { 2 };
+        matrices * self.hidden * width
+    }
+
+    /// Parameters of one layer replicated on every tensor-parallel rank: its two norms and,
+    /// in a mixture of experts, the router (E·h) and the shared expert's one-output gate (h).
     pub fn layer_norm_parameters(&self) -> u64 {
-        2 * self.norm_params * self.hidden
+        let router = self.moe.map_or(0, |moe| {
+            (moe.experts + u64::from(moe.shared_ffn > 0)) * self.hidden
+        });
+        2 * self.norm_params * self.hidden + router
     }
 
     /// The word embedding (and an untied output layer): V·h.

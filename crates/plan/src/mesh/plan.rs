@@ -27,6 +27,8 @@
 //!   They are freed before the last layer's recompute begins: the larger of the two counts.
 //! - Full recompute re-runs one layer's forward in backward, holding that layer's activations
 //!   (the selective-recompute bytes of one micro-batch) while its backward runs.
+//! - A mixture of experts' dispatch (`expert_dispatch_bytes`): the routed copies of the tokens
+//!   before and after the all-to-all, while an MoE layer runs.
 //! - Context parallelism's attention over the whole sequence (`context_attention_bytes`): the
 //!   keys and values all-gathered, the fp32 gradient accumulators and the gradients in flight
 //!   around the ring, held while a layer's attention backward runs.
@@ -52,7 +54,8 @@
 
 use super::{
     LinkBandwidths, MeshFramework, MeshModel, Recompute, StageMemory, bubble_fraction,
-    context_shard, cp_bytes_per_layer, layer_activation_bytes, mesh_memory, step_seconds,
+    context_shard, cp_bytes_per_layer, ep_bytes_per_layer, layer_activation_bytes, mesh_memory,
+    step_seconds,
 };
 use crate::cost::{Problem, time};
 use crate::strategy::{
@@ -106,6 +109,8 @@ pub struct MeshPlan {
     pub tp_s: f64,
     /// Context parallelism's key/value exchanges per step (not overlapped).
     pub cp_s: f64,
+    /// Expert parallelism's all-to-alls per step (not overlapped).
+    pub ep_s: f64,
     /// Pipeline sends per step.
     pub pp_s: f64,
     /// Data-parallel traffic not hidden behind compute.
@@ -204,6 +209,21 @@ pub fn context_attention_bytes(model: &MeshModel, mesh: &Mesh) -> f64 {
     gathered + accumulators + in_flight
 }
 
+/// What a mixture-of-experts layer holds beside its activations while it dispatches (`model` a
+/// rank's share of the sequence): the k routed copies of its tokens in 16 bits, before and
+/// after the all-to-all, 2 · 2·s·b·k·h (/t under SP). None for a dense model.
+pub fn expert_dispatch_bytes(model: &MeshModel, mesh: &Mesh) -> f64 {
+    let Some(moe) = model.moe else {
+        return 0.0;
+    };
+    let sp = if mesh.sequence_parallel {
+        mesh.tp as f64
+    } else {
+        1.0
+    };
+    2.0 * 2.0 * (model.seq * model.micro_batch * moe.per_token * model.hidden) as f64 / sp
+}
+
 /// Costs `mesh` for `problem`'s model, at micro-batches of `micro_batch` sequences of the
 /// workload's length, with the ZeRO stage across dp and the recompute level.
 pub fn evaluate_mesh(
@@ -218,7 +238,9 @@ pub fn evaluate_mesh(
     let framework = MeshFramework::of(problem.framework);
     let memory = mesh_memory(model, mesh, framework, zero_stage, recompute);
     let tf = mesh.tp as f64;
-    let layer_params = model.layer_matrix_parameters() as f64 / tf;
+    // One layer on one rank: its dense matrices over tp, its routed experts over tp·ep.
+    let layer_params = model.layer_dense_matrix_parameters() as f64 / tf
+        + model.layer_expert_parameters() as f64 / (tf * mesh.ep as f64);
     // What one context-parallel rank computes on: s/cp of each sequence.
     let shard = context_shard(model, mesh);
     let recomputed = match recompute {
@@ -229,7 +251,8 @@ pub fn evaluate_mesh(
             Recompute::Selective,
         ),
         _ => 0.0,
-    } + context_attention_bytes(model, mesh);
+    } + context_attention_bytes(model, mesh)
+        + expert_dispatch_bytes(&shard, mesh);
     let kept_gathered = framework == MeshFramework::Torchtitan && mesh.pp > 1;
     let logits = (shard.seq * shard.micro_batch * shard.vocab) as f64 / tf;
     let loss_grads = match framework {
@@ -310,6 +333,7 @@ pub fn evaluate_mesh(
     let links = LinkBandwidths {
         tp: link_bandwidth(problem, mesh.tp),
         cp: link_bandwidth(problem, mesh.tp * mesh.cp),
+        ep: link_bandwidth(problem, mesh.tp * mesh.ep),
         pp: link_bandwidth(problem, mesh.tp * mesh.cp * mesh.dp * 2),
     };
     let slots = step_seconds(model, mesh, recompute, compute_s / m, links);
@@ -317,9 +341,11 @@ pub fn evaluate_mesh(
     let layers = mesh.max_stage_layers(model.layers) as f64;
     let tp_bytes = m * layers * super::tp_bytes_per_layer(&shard, mesh, recompute);
     let cp_bytes = m * layers * cp_bytes_per_layer(model, mesh, recompute);
+    let ep_bytes = m * layers * ep_bytes_per_layer(&shard, mesh, recompute);
     let pp_bytes = m * super::pp_bytes_per_microbatch(&shard, mesh);
     let tp_s = tp_bytes / links.tp;
     let cp_s = cp_bytes / links.cp;
+    let ep_s = ep_bytes / links.ep;
     let pp_s = pp_bytes / links.pp;
 
     // The weights' replicas: the dp·cp ranks of a stage's tp rank.
@@ -354,10 +380,12 @@ pub fn evaluate_mesh(
         compute_s,
         tp_s,
         cp_s,
+        ep_s,
         pp_s,
         dp_exposed_s,
         communication_bytes_per_device: tp_bytes
             + cp_bytes
+            + ep_bytes
             + pp_bytes
             + (overlapped + exposed) * ring,
         mfu: single.model_flops / (step_s * world * peak_flops),

@@ -22,6 +22,10 @@
 //! output layer's inputs, split by t under SP, and the fp32 logits of the vocabulary-parallel
 //! cross-entropy; without SP the 4sbh part is not split).
 //!
+//! Expert parallelism (ep ranks, taken from the dp·cp ranks as Megatron-LM and torchtitan take
+//! them): each rank holds E/ep of every layer's routed experts (split across tp too), and the
+//! experts' states are sharded across the dp·cp/ep ranks that hold the same experts.
+//!
 //! Context parallelism (cp ranks): each rank holds s/cp of every sequence (PyTorch's context
 //! parallelism shards the sequence dimension of every activation), so every term above takes
 //! s/cp, except the attention core kept without recompute, whose local queries meet the whole
@@ -29,7 +33,7 @@
 //! hold the same weights (torchtitan's FSDP mesh `dp_shard_cp`, Megatron-LM's data-parallel
 //! group with context parallelism).
 //!
-//! Not for: activation offload, communication buffers (`plan`), EP (not modelled here).
+//! Not for: activation offload, communication buffers (`plan`).
 
 use super::{MeshModel, Recompute, layer_activation_bytes, peak_in_flight};
 use headroom_strategy::{Framework, Mesh, ZeroStage};
@@ -64,6 +68,8 @@ pub struct StageMemory {
     pub in_flight: u64,
     /// Parameters on one rank of this stage.
     pub parameters: f64,
+    /// Of which routed experts' (sharded across dp·cp/ep replicas, not dp·cp).
+    pub expert_parameters: f64,
     /// Weights, gradients and optimizer states, bytes.
     pub model_states: f64,
     /// Activations kept for the backward at the stage's peak, bytes.
@@ -156,9 +162,12 @@ pub fn mesh_memory(
     let stages = (0..p)
         .map(|i| {
             let layers = mesh.stage_layers(model.layers, i) as f64;
+            let expert_parameters =
+                layers * model.layer_expert_parameters() as f64 / (tf * mesh.ep as f64);
             let mut parameters = layers
-                * (model.layer_matrix_parameters() as f64 / tf
-                    + model.layer_norm_parameters() as f64);
+                * (model.layer_dense_matrix_parameters() as f64 / tf
+                    + model.layer_norm_parameters() as f64)
+                + expert_parameters;
             if i == 0 {
                 parameters += embedding;
             }
@@ -195,7 +204,11 @@ pub fn mesh_memory(
                 layers: layers as u64,
                 in_flight: held.iter().sum(),
                 parameters,
-                model_states: parameters * bytes_per_parameter(framework, zero, mesh.dp * mesh.cp),
+                expert_parameters,
+                model_states: (parameters - expert_parameters)
+                    * bytes_per_parameter(framework, zero, mesh.dp * mesh.cp)
+                    + expert_parameters
+                        * bytes_per_parameter(framework, zero, mesh.dp * mesh.cp / mesh.ep),
                 activations,
             }
         })

@@ -35,6 +35,8 @@ pub struct MeshPins {
     pub sequence_parallel: Option<bool>,
     /// Context-parallel ranks; `None`: 1 (context parallelism is planned only when asked for).
     pub cp: Option<u64>,
+    /// Expert-parallel ranks (a mixture of experts); `None`: searched.
+    pub ep: Option<u64>,
 }
 
 impl MeshPins {
@@ -52,11 +54,15 @@ impl MeshPins {
             && self.sequence_parallel != Some(true)
             && self.microbatches.is_none()
             && self.cp.is_none_or(|c| c == 1)
+            && self.ep.is_none_or(|e| e == 1)
     }
 
     /// Whether pins leave only plain data parallelism (no mesh to search).
     pub fn only_plain(&self) -> bool {
-        self.tp == Some(1) && self.pp == Some(1) && self.cp.is_none_or(|c| c == 1)
+        self.tp == Some(1)
+            && self.pp == Some(1)
+            && self.cp.is_none_or(|c| c == 1)
+            && self.ep.is_none_or(|e| e == 1)
     }
 
     fn allow(&self, mesh: &Mesh) -> bool {
@@ -68,6 +74,7 @@ impl MeshPins {
                 .sequence_parallel
                 .is_none_or(|sp| sp == mesh.sequence_parallel)
             && self.cp.unwrap_or(1) == mesh.cp
+            && self.ep.is_none_or(|e| e == mesh.ep)
     }
 }
 
@@ -147,9 +154,10 @@ fn check_pins(problem: &Problem, mesh_pins: &MeshPins, micro_batch: u64) -> Resu
     let tp = mesh_pins.tp.unwrap_or(1);
     let pp = mesh_pins.pp.unwrap_or(1);
     let cp = mesh_pins.cp.unwrap_or(1);
-    if tp == 0 || pp == 0 || cp == 0 || mesh_pins.microbatches == Some(0) {
+    if tp == 0 || pp == 0 || cp == 0 || mesh_pins.ep == Some(0) || mesh_pins.microbatches == Some(0)
+    {
         return Err(PlanError::Mesh(
-            "--tp, --pp, --cp and --microbatches must be at least 1".into(),
+            "--tp, --pp, --cp, --ep and --microbatches must be at least 1".into(),
         ));
     }
     if !world.is_multiple_of(tp * pp * cp) {
@@ -188,7 +196,7 @@ fn check_pins(problem: &Problem, mesh_pins: &MeshPins, micro_batch: u64) -> Resu
             .microbatches
             .unwrap_or((global / (dp * micro_batch)).max(1)),
         cp,
-        ..Mesh::default()
+        ep: mesh_pins.ep.unwrap_or(1),
     };
     // The model's and the node's constraints first (against the batch this mesh runs), then
     // the global batch's.
@@ -275,7 +283,7 @@ pub fn search_meshes(
         let model = MeshModel::from_architecture(&problem.spec, seq, b)?;
         let shape = mesh_shape(&problem.spec, global, b, hw.gpus_per_node);
         for mut mesh in candidate_meshes(&shape, world, mesh_pins.cp.unwrap_or(1)) {
-            if mesh.tp == 1 && mesh.pp == 1 && mesh.cp == 1 {
+            if mesh.tp == 1 && mesh.pp == 1 && mesh.cp == 1 && mesh.ep == 1 {
                 continue;
             }
             if mesh_pins.sequence_parallel == Some(false) {

@@ -84,11 +84,38 @@ pub fn cp_bytes_per_layer(model: &MeshModel, mesh: &Mesh, recompute: Recompute) 
     gathers * gather + gradients
 }
 
+/// Bytes one expert-parallel rank sends per mixture-of-experts layer and micro-batch (`model` a
+/// rank's share of the sequence): each of its tokens goes to k experts, 2·s·b·k·h bytes in 16
+/// bits (/t under SP, where a tp rank routes its own part of the sequence), of which (ep − 1)/ep
+/// leave the rank, in the all-to-all that dispatches them and the one that combines the
+/// results, forward and backward (and once more forward under full recompute).
+pub fn ep_bytes_per_layer(model: &MeshModel, mesh: &Mesh, recompute: Recompute) -> f64 {
+    let Some(moe) = model.moe else {
+        return 0.0;
+    };
+    if mesh.ep <= 1 {
+        return 0.0;
+    }
+    let ep = mesh.ep as f64;
+    let sp = if mesh.sequence_parallel {
+        mesh.tp as f64
+    } else {
+        1.0
+    };
+    let tokens = (model.seq * model.micro_batch * moe.per_token * model.hidden) as f64 / sp;
+    let passes = if recompute == Recompute::Full {
+        6.0
+    } else {
+        4.0
+    };
+    passes * (ep - 1.0) / ep * ACTIVATION_BYTES * tokens
+}
+
 /// Seconds of one optimizer step on the mesh, given `model` (its whole sequence), the seconds
 /// one stage's rank computes one micro-batch's forward and backward, and the tensor-parallel,
 /// pipeline and context-parallel links' bandwidths (bytes per second, per direction): every
-/// micro-batch slot is the computation plus the stage's TP collectives, its CP exchanges and its
-/// sends (TP and sends on each rank's s/cp of the sequence), and the step is m + (p − 1)/v slots.
+/// micro-batch slot is the computation plus the stage's TP collectives, its CP and EP exchanges
+/// and its sends (TP and sends on each rank's s/cp of the sequence), and the step is m + (p − 1)/v slots.
 pub fn step_seconds(
     model: &MeshModel,
     mesh: &Mesh,
@@ -102,8 +129,9 @@ pub fn step_seconds(
     let shard = super::context_shard(model, mesh);
     let tp = layers * tp_bytes_per_layer(&shard, mesh, recompute) / bandwidths.tp;
     let cp = layers * cp_bytes_per_layer(model, mesh, recompute) / bandwidths.cp;
+    let ep = layers * ep_bytes_per_layer(&shard, mesh, recompute) / bandwidths.ep;
     let pp = pp_bytes_per_microbatch(&shard, mesh) / bandwidths.pp;
-    let slot = compute_per_microbatch * imbalance + tp + cp + pp;
+    let slot = compute_per_microbatch * imbalance + tp + cp + ep + pp;
     mesh.microbatches as f64 * (1.0 + bubble_fraction(mesh)) * slot
 }
 
@@ -112,6 +140,7 @@ pub fn step_seconds(
 pub struct LinkBandwidths {
     pub tp: f64,
     pub cp: f64,
+    pub ep: f64,
     pub pp: f64,
 }
 
@@ -134,6 +163,7 @@ mod tests {
             gated: false,
             norm_params: 2,
             tied_embeddings: true,
+            moe: None,
         }
     }
 
@@ -187,6 +217,7 @@ mod tests {
         let links = LinkBandwidths {
             tp: 6144.0,
             cp: 1.0,
+            ep: 1.0,
             pp: 256.0,
         };
         let t = step_seconds(&tiny(), &m, Recompute::Selective, 1.0, links);

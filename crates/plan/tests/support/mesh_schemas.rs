@@ -192,6 +192,13 @@ pub fn megatron_flags() -> BTreeMap<&'static str, Option<&'static [&'static str]
         ("--sequence-parallel", free),
         ("--pipeline-model-parallel-size", free),
         ("--context-parallel-size", free),
+        ("--expert-model-parallel-size", free),
+        ("--num-experts", free),
+        ("--moe-router-topk", free),
+        (
+            "--moe-token-dispatcher-type",
+            Some(&["allgather", "alltoall", "flex"][..]),
+        ),
         ("--num-layers-per-virtual-pipeline-stage", free),
         ("--decoder-first-pipeline-num-layers", free),
         ("--decoder-last-pipeline-num-layers", free),
