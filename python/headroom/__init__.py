@@ -13,12 +13,27 @@
   Needs no torch.
 - `replay(trace, allocator=..., capacity=...)`: a trace through the CUDA caching allocator's
   rules (the JSON of `headroom memory replay --json`, as a dict). Needs no torch.
+- `record(path, model=..., optimizer=..., strategy=...)`: a context manager around a real run
+  on a CUDA GPU; writes the allocator's snapshot and a record of the run beside it, which
+  `replay` and `doctor` read. Needs torch with CUDA.
 
 The `headroom` command line comes with the package.
 """
 
 from headroom._commands import HeadroomError, doctor, plan, replay
 from headroom._headroom import __version__
+from headroom.record import RecordError, record
 from headroom.trace import TraceError, trace, tracing
 
-__all__ = ["HeadroomError", "TraceError", "doctor", "plan", "replay", "trace", "tracing", "__version__"]
+__all__ = [
+    "HeadroomError",
+    "RecordError",
+    "TraceError",
+    "doctor",
+    "plan",
+    "record",
+    "replay",
+    "trace",
+    "tracing",
+    "__version__",
+]

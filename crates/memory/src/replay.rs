@@ -9,7 +9,7 @@
 use crate::allocator::CachingAllocator;
 use crate::category::Category;
 use crate::quote::{quote, quote_at_most};
-use crate::replay_labels::{Label, Labels, read_label};
+use crate::replay_labels::{Label, Labels, metadata_label, read_label};
 use crate::rounding::MAX_REQUEST;
 use serde_pickle::{HashableValue, Value};
 use std::collections::HashMap;
@@ -377,6 +377,8 @@ fn parse_pytorch_snapshot(bytes: &[u8]) -> Result<Trace, TraceError> {
     // Replay the first device that has events.
     let entries = first_device_entries(&dict)?;
     let mut events = Vec::with_capacity(entries.len());
+    let mut labels = Labels::default();
+    let mut text = HashMap::new();
     for (index, entry) in entries.iter().enumerate() {
         let err = |reason: String| TraceError::Event { index, reason };
         let Value::Dict(e) = entry else {
@@ -396,6 +398,11 @@ fn parse_pytorch_snapshot(bytes: &[u8]) -> Result<Trace, TraceError> {
                     .ok_or_else(|| err("alloc without a valid size".into()))?;
                 if size >= MAX_REQUEST {
                     return Err(err(format!("absurd size {size} bytes")));
+                }
+                if let Some(Value::String(metadata)) = e.get(&key("user_metadata"))
+                    && let Some(label) = metadata_label(metadata, &mut text)
+                {
+                    labels.push(events.len(), label);
                 }
                 events.push(ReplayEvent::Alloc {
                     id: addr,
@@ -419,7 +426,7 @@ fn parse_pytorch_snapshot(bytes: &[u8]) -> Result<Trace, TraceError> {
     Ok(Trace {
         format: TraceFormat::PytorchSnapshot,
         events,
-        labels: Labels::default(),
+        labels,
     })
 }
 
@@ -670,6 +677,56 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("\"step\" must be a non-negative integer"), "{e}");
+    }
+
+    #[test]
+    fn a_snapshots_user_metadata_labels_its_allocations() {
+        // What `headroom.record` leaves: a user's own metadata that is not a label (ignored, not
+        // an error), the recording thread's allocations tagged with their phase and step, and
+        // autograd's threads' untagged. Live: 512 B, then +1, +2 and +4 MiB: the optimizer's
+        // allocation (event 3) sets the peak.
+        let entry = |addr: i64, size: i64, meta: Option<&str>| {
+            let mut d = std::collections::BTreeMap::new();
+            d.insert(key("action"), Value::String("alloc".into()));
+            d.insert(key("addr"), Value::I64(addr));
+            d.insert(key("size"), Value::I64(size));
+            if let Some(m) = meta {
+                d.insert(key("user_metadata"), Value::String(m.into()));
+            }
+            Value::Dict(d)
+        };
+        let entries = vec![
+            entry(4, 512, Some("my run, attempt 2")),
+            entry(1, 1 << 20, Some(r#"{"phase":"forward","step":3}"#)),
+            entry(2, 2 << 20, None),
+            entry(3, 4 << 20, Some(r#"{"phase":"optimizer","step":3}"#)),
+        ];
+        let mut top = std::collections::BTreeMap::new();
+        top.insert(
+            key("device_traces"),
+            Value::List(vec![Value::List(entries)]),
+        );
+        let bytes =
+            serde_pickle::value_to_vec(&Value::Dict(top), serde_pickle::SerOptions::new()).unwrap();
+        let trace = parse_trace(&bytes).unwrap();
+        assert_eq!(trace.format, TraceFormat::PytorchSnapshot);
+        let forward = trace.labels.of(1).unwrap();
+        assert_eq!(
+            (forward.phase.as_deref(), forward.step),
+            (Some("forward"), Some(3))
+        );
+        assert!(trace.labels.of(0).is_none() && trace.labels.of(2).is_none());
+        let mut a = CachingAllocator::new(
+            1 << 30,
+            crate::AllocatorConfig::default(),
+            Box::new(crate::VirtualSource::default()),
+        );
+        let outcome = replay(&trace, &mut a);
+        assert_eq!(outcome.peak_event, Some(3));
+        assert_eq!(
+            trace.labels.of(3).unwrap().phase.as_deref(),
+            Some("optimizer")
+        );
     }
 
     #[test]

@@ -93,6 +93,16 @@ impl Labels {
     }
 }
 
+/// The label a PyTorch snapshot entry's `user_metadata` carries, where it is a JSON object with
+/// label fields (`headroom.record`'s phases write `{"phase": ..., "step": ...}` through
+/// `torch.cuda.memory._set_memory_metadata`). Metadata is the user's free-form string: anything
+/// else, or a field of the wrong type, is no label rather than an error.
+pub fn metadata_label(metadata: &str, text: &mut HashMap<String, Arc<str>>) -> Option<Label> {
+    let value: serde_json::Value = serde_json::from_str(metadata).ok()?;
+    let label = read_label(value.as_object()?, text).ok()?;
+    (!label.is_empty()).then_some(label)
+}
+
 /// Reads the label fields of a JSON event; a field of the wrong type is an error naming it.
 pub fn read_label(
     obj: &serde_json::Map<String, serde_json::Value>,

@@ -53,8 +53,11 @@ pub struct DoctorArgs {
 pub struct Report {
     #[serde(flatten)]
     pub diagnosis: Diagnosis,
-    /// The side JSON's run (absent without `--side`).
+    /// The side JSON's run (absent without `--side` or a recorded side).
     pub run: Option<RunReport>,
+    /// The record `headroom.record` wrote beside the snapshot, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<serde_json::Value>,
 }
 
 /// The largest source file read for its lines.
@@ -90,9 +93,14 @@ impl SourceFiles {
 }
 
 pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
-    let side = match &args.side {
-        Some(path) => Some(read_side(path).with_context(|| format!("--side {}", path.display()))?),
-        None => None,
+    // A run `headroom.record` recorded carries its own side JSON beside the snapshot.
+    let recorded = crate::commands::recorded::beside(&args.trace)?;
+    let side = match (&args.side, &recorded) {
+        (Some(path), _) => {
+            Some(read_side(path).with_context(|| format!("--side {}", path.display()))?)
+        }
+        (None, Some(r)) => crate::commands::recorded::side(r)?,
+        (None, None) => None,
     };
     if let Some(html) = &args.html {
         headroom_memory::output::check_writable(html)
@@ -135,7 +143,11 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
     let run = side
         .as_ref()
         .map(|s| report(s, &diagnosis, args.capacity.map(|c| c.0)));
-    let r = Report { diagnosis, run };
+    let r = Report {
+        diagnosis,
+        run,
+        recorded: recorded.as_ref().map(|r| r.facts.clone()),
+    };
     if let Some(html) = &args.html {
         let page = crate::commands::doctor_html::page(&args.trace, &r);
         headroom_memory::output::write_output(html, page.as_bytes())
@@ -144,6 +156,9 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
     if args.json {
         crate::json_out::print_json(&serde_json::to_value(&r)?)?;
     } else {
+        if let Some(rec) = &recorded {
+            println!("{}", crate::commands::recorded::text(rec));
+        }
         print!("{}", render(&args.trace, &r.diagnosis));
         if let Some(run) = &r.run {
             print!("{}", render_run(run));

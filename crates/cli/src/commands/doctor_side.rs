@@ -79,12 +79,17 @@ pub struct Side {
 /// Reads and checks `path`; every error names the key and what is accepted.
 pub fn read_side(path: &Path) -> Result<Side> {
     let text = std::fs::read_to_string(path).context("cannot read the side JSON")?;
-    let file: SideFile = serde_json::from_str(&text).context(
+    side_from_text(&text, path.parent().unwrap_or(Path::new(".")))
+}
+
+/// Checks a side JSON's text; a relative model path is read from `base`, the folder it came from.
+pub fn side_from_text(text: &str, base: &Path) -> Result<Side> {
+    let file: SideFile = serde_json::from_str(text).context(
         "not a side JSON: expected an object with \"model\", \"gpu\" or \"capacity\", \"seq_len\", \"micro_batch\" and optionally \"accumulation\", \"precision\", \"optimizer\", \"zero\", \"offload_optimizer\", \"offload_params\", \"checkpoint\", \"attention\", \"loss\", \"framework\", \"gpus_per_node\", \"nodes\" (docs/doctor.md)",
     )?;
     let model = match Path::new(&file.model) {
         p if p.is_relative() && (file.model.ends_with(".json") || file.model.contains('/')) => {
-            let beside = path.parent().unwrap_or(Path::new(".")).join(p);
+            let beside = base.join(p);
             if beside.exists() {
                 beside.display().to_string()
             } else {

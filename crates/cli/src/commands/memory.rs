@@ -96,6 +96,7 @@ pub fn replay_file(path: &Path, args: &ReplayOptions) -> anyhow::Result<()> {
         .with_context(|| format!("cannot read trace file {}", path.display()))?;
     let trace = parse_trace(&bytes)
         .with_context(|| format!("{} is not a replayable trace", path.display()))?;
+    let recorded = crate::commands::recorded::beside(path)?;
     let mut config = match &args.alloc_conf {
         Some(text) => AllocatorConfig::parse(text)?,
         None => AllocatorConfig::default(),
@@ -149,9 +150,13 @@ pub fn replay_file(path: &Path, args: &ReplayOptions) -> anyhow::Result<()> {
             "at_peak": at_peak(&trace, &outcome),
             "stats": allocator.stats().flat(),
             "fragmentation": fragmentation,
+            "recorded": recorded.as_ref().map(|r| &r.facts),
         });
         crate::json_out::print_json(&report)?;
         return Ok(());
+    }
+    if let Some(r) = &recorded {
+        println!("{}", crate::commands::recorded::text(r));
     }
     print_text(path, args, &allocator, &outcome, &fragmentation, &trace);
     Ok(())

@@ -17,6 +17,7 @@ mod plan_trace;
 mod plan_trace_context;
 mod plan_trace_output;
 mod plan_trace_sweep;
+pub mod recorded;
 pub mod trace;
 pub mod train;
 mod train_group;

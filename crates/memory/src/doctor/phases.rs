@@ -75,9 +75,11 @@ pub fn timeline(events: &Events) -> Timeline {
     for e in &events.events {
         let phase = match (e.phase, stated) {
             (Some(p), _) => Some(p),
-            // A trace that states phases leaves the others unknown rather than guessed.
-            (None, true) => None,
-            (None, false) if has_frames => match phase_of_stack(events.stack(e.stack)) {
+            // A trace that states phases and has no stacks leaves the others unknown rather
+            // than guessed; a snapshot whose recording thread tagged its phases
+            // (`headroom.record`) reads the other threads' events from their stacks.
+            (None, true) if !has_frames => None,
+            (None, _) if has_frames => match phase_of_stack(events.stack(e.stack)) {
                 Some(p) => Some(p),
                 // The autograd engine's threads record no Python frame.
                 None if matches!(
@@ -89,7 +91,7 @@ pub fn timeline(events: &Events) -> Timeline {
                 }
                 None => last,
             },
-            (None, false) => None,
+            (None, _) => None,
         };
         if phase.is_some() {
             last = phase;

@@ -1,6 +1,7 @@
 //! Reading a trace for the doctor, with its Python stacks: a PyTorch snapshot pickle
 //! (`torch.cuda.memory._dump_snapshot`: `device_traces` entries with `frames`; `annotate` entries
-//! as phase marks) or headroom's JSON trace (an array of events, each optionally with `frames`,
+//! as phase marks; a `user_metadata` JSON object's `phase` and `step`, as `headroom.record` tags
+//! them) or headroom's JSON trace (an array of events, each optionally with `frames`,
 //! `category`, `phase` and `step`; `{"action": "mark", "phase": ...}` marks a phase that
 //! allocates nothing). Frames headroom's own snapshots write (`headroom`, `category:name [step N
 //! phase]`) give back their category, step and phase. Frames and stacks are interned as read.
@@ -11,6 +12,7 @@ use super::events::{Action, Event, Events, Frame, Phase};
 use crate::category::Category;
 use crate::quote::quote;
 use crate::replay::{TraceError, as_u64, first_device_entries, key, snapshot_dict};
+use crate::replay_labels::metadata_label;
 use crate::rounding::MAX_REQUEST;
 use serde::Deserialize;
 use serde_pickle::Value;
@@ -237,6 +239,7 @@ fn read_snapshot(bytes: &[u8]) -> Result<Events, TraceError> {
     let mut builder = Builder {
         events: Events::new(),
     };
+    let mut text = std::collections::HashMap::new();
     for (index, entry) in entries.iter().enumerate() {
         let Value::Dict(e) = entry else {
             return Err(TraceError::Event {
@@ -262,10 +265,18 @@ fn read_snapshot(bytes: &[u8]) -> Result<Events, TraceError> {
                 .collect(),
             _ => Vec::new(),
         };
-        // `annotate` entries (record_function ranges) name their phase in `stage` or `name`.
+        // `annotate` entries (record_function ranges) name their phase in `stage` or `name`;
+        // `headroom.record` tags what the recording thread allocates in `user_metadata`.
+        let tagged =
+            string(e.get(&key("user_metadata"))).and_then(|m| metadata_label(m, &mut text));
         let phase = string(e.get(&key("stage")))
             .or(string(e.get(&key("name"))))
-            .and_then(Phase::parse);
+            .and_then(Phase::parse)
+            .or_else(|| tagged.as_ref()?.phase.as_deref().and_then(Phase::parse));
+        let step = tagged
+            .as_ref()
+            .and_then(|t| t.step)
+            .and_then(|s| u32::try_from(s).ok());
         let entry = Entry {
             action,
             addr: e.get(&key("addr")).and_then(as_u64),
@@ -273,7 +284,7 @@ fn read_snapshot(bytes: &[u8]) -> Result<Events, TraceError> {
             frames,
             category: None,
             phase,
-            step: None,
+            step,
         };
         builder.push(index, entry)?;
     }
