@@ -56,3 +56,15 @@ def test_plan_trace_recommends_a_fitting_setting_no_slower_than_five_percent_and
     assert reserved == sorted(reserved)
     fitting = [p["seq_len"] for p in probes if p["fits"]]
     assert context["longest_fitting_seq_len"] == (fitting[-1] if fitting else 16)
+
+
+def test_plan_trace_traces_eager_attention_when_asked_and_it_costs_more(gpt2_config, headroom_cli, cli_env):
+    # The same levers with transformers' eager attention: traced as asked, and timed by the
+    # speed model as naive attention, whose scores and probabilities cross memory (slower).
+    pins = ("--precision", "fp32", "--micro-batch", "2")
+    sdpa = plan(headroom_cli, cli_env, gpt2_config, *pins)
+    eager = plan(headroom_cli, cli_env, gpt2_config, *pins, "--attention", "naive")
+    assert [v["attention"] for v in sdpa["variants"]] == ["memory-efficient"]
+    assert [v["attention"] for v in eager["variants"]] == ["naive"]
+    assert eager["configured"]["attention"] == "naive"
+    assert eager["variants"][0]["step_s"] > sdpa["variants"][0]["step_s"]

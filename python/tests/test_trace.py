@@ -107,6 +107,26 @@ def test_checkpointing_keeps_fewer_activations(llama_config):
     assert backward(ckpt) > backward(plain)
 
 
+def test_eager_attention_keeps_its_probabilities_and_sdpa_does_not(gpt2_config, llama_config):
+    # GPT-2 (as many key/value heads as query heads), fp32, 2 sequences of 32: eager attention
+    # saves each layer's softmax output for backward, heads · s² · b · 4 bytes = 4 · 32² · 2 · 4
+    # = 32 KiB a layer; the CUDA memory-efficient kernel SDPA takes there (emulated) keeps its
+    # output and log-sum-exp only.
+    sdpa = headroom.trace(gpt2_config, micro_batch=2, seq_len=32, steps=1, attention="sdpa")
+    eager = headroom.trace(gpt2_config, micro_batch=2, seq_len=32, steps=1, attention="eager")
+    probabilities = GPT2["n_layer"] * GPT2["n_head"] * 32 * 32 * 2 * F32
+    assert allocated(eager, "activation") - allocated(sdpa, "activation") >= probabilities
+    # Llama's grouped key/value heads in fp32 send SDPA to CUDA's math kernel, which keeps the
+    # probabilities as eager attention does: the same activations either way.
+    sdpa = headroom.trace(llama_config, micro_batch=2, seq_len=32, steps=1, attention="sdpa")
+    eager = headroom.trace(llama_config, micro_batch=2, seq_len=32, steps=1, attention="eager")
+    assert allocated(eager, "activation") == allocated(sdpa, "activation")
+    with pytest.raises(headroom.TraceError, match="unknown attention 'flash'"):
+        headroom.trace(llama_config, micro_batch=1, seq_len=8, steps=1, attention="flash")
+    with pytest.raises(headroom.TraceError, match="a model factory builds its own attention"):
+        headroom.trace(lambda: torch.nn.Linear(4, 4), micro_batch=1, seq_len=8, steps=1, vocab_size=4, attention="eager")
+
+
 def test_backward_allocations_name_their_module(gpt2_config):
     events = headroom.trace(gpt2_config, seq_len=8, steps=1)
     backward = [e for e in events if e["action"] == "alloc" and e["phase"] == "backward"]

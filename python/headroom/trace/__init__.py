@@ -35,6 +35,7 @@ def trace(
     dtype: str = "fp32",
     optimizer_impl: str = "foreach",
     gradient_checkpointing: bool = False,
+    attention: Optional[str] = None,
     lora_rank: Optional[int] = None,
     lora_alpha: Optional[float] = None,
     lora_targets: Optional[list[str]] = None,
@@ -55,6 +56,11 @@ def trace(
         infinity is traced).
     optimizer_impl: AdamW's "foreach", "fused" or "for-loop".
     gradient_checkpointing: the model's `gradient_checkpointing_enable()` (non-reentrant).
+    attention: a config's attention implementation in transformers (`attn_implementation`):
+        "sdpa" (PyTorch's scaled_dot_product_attention, whose CUDA flash and memory-efficient
+        kernels `device="cuda"` emulates) or "eager" (the scores and probabilities as tensors);
+        None keeps transformers' default (SDPA where the model supports it). A factory builds
+        its own attention: giving it one is an error.
     lora_rank: a LoRA fine-tune through `peft` (`get_peft_model` with a `LoraConfig` of this
         rank): the base frozen, only the adapters trained. lora_alpha defaults to the rank;
         lora_targets (module names) to peft's default for the model type (Llama's q_proj and
@@ -94,6 +100,8 @@ def trace(
         raise TraceError(f"unknown cuda_arch {cuda_arch!r}; accepted: {', '.join(CUDA_ARCHS)}")
     if dtype not in DTYPES:
         raise TraceError(f"unknown dtype {dtype!r}; accepted: {', '.join(DTYPES)}")
+    if attention is not None and attention not in model_mod.ATTENTIONS:
+        raise TraceError(f"unknown attention {attention!r}; accepted: {', '.join(model_mod.ATTENTIONS)}")
     if lora_rank is not None and (not isinstance(lora_rank, int) or lora_rank < 1):
         raise TraceError(f"lora_rank must be a positive integer, got {lora_rank!r}")
     for name, value in (("micro_batch", micro_batch), ("seq_len", seq_len), ("steps", steps)):
@@ -102,7 +110,7 @@ def trace(
 
     with FakeTensorMode(allow_non_fake_inputs=True):
         try:
-            net = model_mod.build(model, torch.bfloat16 if dtype == "bf16" else None)
+            net = model_mod.build(model, torch.bfloat16 if dtype == "bf16" else None, attention)
         except TraceError:
             raise
         except Exception as e:

@@ -81,12 +81,20 @@ def _is_factory_spec(source: ModelSource) -> bool:
     return ":" in text and not Path(text).exists() and not text.endswith(".json")
 
 
-def build(source: ModelSource, dtype: Optional[torch.dtype] = None) -> torch.nn.Module:
+# transformers' `attn_implementation` values the tracer builds a config with.
+ATTENTIONS = ("sdpa", "eager")
+
+
+def build(
+    source: ModelSource, dtype: Optional[torch.dtype] = None, attention: Optional[str] = None
+) -> torch.nn.Module:
     """Builds the model; call under the fake mode. Returns a module in training mode.
 
     dtype: the parameters' floating dtype (None keeps the model's own). A config is built in it
     as `from_pretrained(dtype=...)` builds it (buffers the model computes in fp32, such as the
     rotary embedding's `inv_freq`, stay fp32); a factory's model is cast (`to_dtype`).
+    attention: a config's `attn_implementation` ("sdpa" or "eager"; None: transformers'
+    default). A factory's model has its own, so giving one is an error.
     """
     if callable(source):
         factory = source
@@ -94,8 +102,13 @@ def build(source: ModelSource, dtype: Optional[torch.dtype] = None) -> torch.nn.
         factory = _factory(str(source))
     else:
         config = load_config(source)
-        model = _from_config(config, dtype)
+        model = _from_config(config, dtype, attention)
         return model.train()
+    if attention is not None:
+        raise TraceError(
+            f"attention={attention!r} applies to a Hugging Face config; a model factory builds "
+            "its own attention: choose it in the factory"
+        )
     model = factory()
     if not isinstance(model, torch.nn.Module):
         raise TraceError(f"the model factory returned {type(model).__name__}, not a torch.nn.Module")
@@ -144,7 +157,7 @@ def head_for(config: Any) -> str:
     )
 
 
-def _from_config(config: Any, dtype: Optional[torch.dtype]) -> torch.nn.Module:
+def _from_config(config: Any, dtype: Optional[torch.dtype], attention: Optional[str] = None) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
 
     auto_class = {
@@ -152,8 +165,9 @@ def _from_config(config: Any, dtype: Optional[torch.dtype]) -> torch.nn.Module:
         "masked-lm": AutoModelForMaskedLM,
         "seq2seq-lm": AutoModelForSeq2SeqLM,
     }[head_for(config)]
+    options = {"attn_implementation": attention} if attention is not None else {}
     try:
-        return auto_class.from_config(config, dtype=dtype)
+        return auto_class.from_config(config, dtype=dtype, **options)
     except ValueError as e:
         raise TraceError(
             f"transformers cannot build {auto_class.__name__} for model_type "

@@ -1,5 +1,6 @@
 """`headroom.trace.sweep`: one training program traced under several settings of its memory
-levers (precision, activation checkpointing, micro-batch, the optimizer's implementation, LoRA),
+levers (precision, activation checkpointing, micro-batch, the optimizer's implementation, the
+attention implementation, LoRA),
 one `headroom.trace` per setting, all in this one process (PyTorch and transformers are
 imported once, which is most of a small trace's time).
 
@@ -30,6 +31,7 @@ VARIANT_KEYS = (
     "micro_batch",
     "optimizer_impl",
     "gradient_checkpointing",
+    "attention",
     "lora_rank",
     "lora_alpha",
     "lora_targets",

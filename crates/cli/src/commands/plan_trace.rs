@@ -38,17 +38,20 @@ pub struct Variant {
     pub micro_batch: u64,
     pub accumulation: u64,
     pub optimizer_impl: OptimizerImpl,
+    /// SDPA (memory-efficient: the tracer emulates its flash and memory-efficient CUDA
+    /// kernels) or transformers' eager attention (naive: scores and probabilities as tensors).
+    pub attention: Attention,
 }
 
 impl Variant {
-    /// The strategy the speed model times: PyTorch's AdamW on one GPU, SDPA attention (the
-    /// tracer emulates its flash and memory-efficient kernels), Hugging Face's loss.
+    /// The strategy the speed model times: PyTorch's AdamW on one GPU, the variant's attention,
+    /// Hugging Face's loss.
     pub fn strategy(&self, has_attention: bool) -> Strategy {
         Strategy {
             precision: self.precision,
             checkpoint: self.checkpoint,
             attention: if has_attention {
-                Attention::MemoryEfficient
+                self.attention
             } else {
                 Attention::Naive
             },
@@ -74,6 +77,10 @@ impl Variant {
                 OptimizerImpl::PerTensor => "for-loop",
             },
             "gradient_checkpointing": self.checkpoint != Checkpoint::None,
+            "attention": match self.attention {
+                Attention::MemoryEfficient => "sdpa",
+                Attention::Naive => "eager",
+            },
         });
         if let Some((rank, alpha)) = lora {
             v["lora_rank"] = rank.into();
@@ -120,6 +127,9 @@ pub fn variants(args: &PlanArgs, global: u64) -> Result<(Vec<Variant>, Variant)>
             .filter(|&m| global.is_multiple_of(m))
             .collect(),
     };
+    // SDPA is transformers' default and the better of the two on every count; eager attention
+    // is traced when asked for (`--attention naive`), to see what a program that uses it costs.
+    let attention = pins.attention.unwrap_or(Attention::MemoryEfficient);
     let impls = match args.optimizer_impl {
         Some(i) => vec![i],
         None => vec![
@@ -139,6 +149,7 @@ pub fn variants(args: &PlanArgs, global: u64) -> Result<(Vec<Variant>, Variant)>
                         micro_batch,
                         accumulation: global / micro_batch,
                         optimizer_impl,
+                        attention,
                     });
                 }
             }
@@ -151,6 +162,7 @@ pub fn variants(args: &PlanArgs, global: u64) -> Result<(Vec<Variant>, Variant)>
         micro_batch: largest,
         accumulation: global / largest,
         optimizer_impl: args.optimizer_impl.unwrap_or_default(),
+        attention,
     };
     Ok((out, configured))
 }
@@ -342,6 +354,7 @@ mod tests {
             micro_batch: 2,
             accumulation: 1,
             optimizer_impl: OptimizerImpl::Foreach,
+            attention: Attention::MemoryEfficient,
         };
         Row {
             variant,
@@ -390,12 +403,14 @@ mod tests {
             micro_batch: 4,
             accumulation: 2,
             optimizer_impl: OptimizerImpl::PerTensor,
+            attention: Attention::Naive,
         };
         assert_eq!(
             v.tracer_settings(Some((8, 16.0))),
             serde_json::json!({
                 "dtype": "bf16-autocast", "micro_batch": 4, "optimizer_impl": "for-loop",
-                "gradient_checkpointing": true, "lora_rank": 8, "lora_alpha": 16.0,
+                "gradient_checkpointing": true, "attention": "eager", "lora_rank": 8,
+                "lora_alpha": 16.0,
             })
         );
     }

@@ -222,6 +222,7 @@ pub fn to_json(
             "micro_batch": v.micro_batch,
             "accumulation": v.accumulation,
             "optimizer_impl": v.optimizer_impl.to_string(),
+            "attention": v.attention.to_string(),
         })
     };
     let ordered = order(rows, recommended);
