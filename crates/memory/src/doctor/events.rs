@@ -90,6 +90,10 @@ pub struct Events {
     /// Each stack lists frame indices, innermost first (PyTorch's order).
     pub stacks: Vec<Vec<u32>>,
     pub events: Vec<Event>,
+    /// Whether an event the trace leaves without a phase takes its stack's even when other
+    /// events state theirs: a PyTorch snapshot, where only the recording thread's allocations
+    /// carry `headroom.record`'s tags and autograd's threads' carry none.
+    pub untagged_from_stacks: bool,
     frame_ids: HashMap<Frame, u32>,
     stack_ids: HashMap<Vec<u32>, u32>,
 }

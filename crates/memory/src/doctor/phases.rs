@@ -75,10 +75,10 @@ pub fn timeline(events: &Events) -> Timeline {
     for e in &events.events {
         let phase = match (e.phase, stated) {
             (Some(p), _) => Some(p),
-            // A trace that states phases and has no stacks leaves the others unknown rather
-            // than guessed; a snapshot whose recording thread tagged its phases
-            // (`headroom.record`) reads the other threads' events from their stacks.
-            (None, true) if !has_frames => None,
+            // A trace that states phases leaves the others unknown rather than guessed, but a
+            // snapshot whose recording thread tagged its phases (`headroom.record`) reads the
+            // other threads' events from their stacks.
+            (None, true) if !(has_frames && events.untagged_from_stacks) => None,
             (None, _) if has_frames => match phase_of_stack(events.stack(e.stack)) {
                 Some(p) => Some(p),
                 // The autograd engine's threads record no Python frame.
@@ -166,6 +166,33 @@ mod tests {
             phase: None,
             step: None,
         });
+    }
+
+    #[test]
+    fn a_recorded_snapshot_reads_its_untagged_events_from_their_stacks() {
+        // `headroom.record` tags the recording thread's forward; an optimizer allocation
+        // outside any tag and an autograd-thread one (no frames) are untagged. A snapshot
+        // reads them from their stacks; a trace that states phases leaves them unknown.
+        let fwd = [frame("train.py", "main")];
+        let opt = [
+            frame("/site-packages/torch/optim/adamw.py", "_multi_tensor_adamw"),
+            frame("train.py", "main"),
+        ];
+        let mut ev = Events::new();
+        push(&mut ev, &fwd);
+        ev.events[0].phase = Some(Phase::Forward);
+        push(&mut ev, &[]);
+        push(&mut ev, &opt);
+        assert_eq!(timeline(&ev).phases, vec![Some(Phase::Forward), None, None]);
+        ev.untagged_from_stacks = true;
+        assert_eq!(
+            timeline(&ev).phases,
+            vec![
+                Some(Phase::Forward),
+                Some(Phase::Backward),
+                Some(Phase::Optimizer)
+            ]
+        );
     }
 
     #[test]

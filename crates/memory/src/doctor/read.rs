@@ -239,6 +239,7 @@ fn read_snapshot(bytes: &[u8]) -> Result<Events, TraceError> {
     let mut builder = Builder {
         events: Events::new(),
     };
+    builder.events.untagged_from_stacks = true;
     let mut text = std::collections::HashMap::new();
     for (index, entry) in entries.iter().enumerate() {
         let Value::Dict(e) = entry else {
