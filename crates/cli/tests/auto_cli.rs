@@ -2,21 +2,8 @@
 //! binary: the planner's JSON shape, the budget respected, the exported config trains inside it,
 //! the automatic choice recorded in the report, and clear errors for inputs that do not apply.
 
+use crate::common::{headroom_in as headroom, stderr};
 use serde_json::Value;
-use std::path::Path;
-use std::process::{Command, Output};
-
-fn headroom(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run headroom")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 fn json(bytes: &[u8]) -> Value {
     serde_json::from_slice(bytes)

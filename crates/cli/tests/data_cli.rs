@@ -2,20 +2,9 @@
 //! does, with any number of loader workers; a damaged token file or an empty directory ends
 //! with a non-zero exit that names the file and the fix.
 
+use crate::common::{headroom_in as headroom, stderr};
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn headroom(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run headroom")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use std::process::Output;
 
 /// 20,000 bytes of text: enough windows of the tiny GPT's 32 tokens.
 fn write_text(dir: &Path) {

@@ -5,6 +5,7 @@
 //! (`--collective-timeout`), naming it, within the deadline + 5 s. The same under `mpirun` is
 //! `scripts/mpi-check.sh`; mismatched collectives are `crates/comm/tests/thread_group.rs`.
 
+use crate::common::stderr;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -36,10 +37,6 @@ fn run(fault: &str, extra: &[&str]) -> (Output, Duration) {
     let started = Instant::now();
     let out = cmd.output().expect("run headroom");
     (out, started.elapsed())
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// How long a healthy run of the same group takes to finish 3 steps (start-up included).

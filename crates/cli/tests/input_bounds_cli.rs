@@ -3,18 +3,15 @@
 //! once; `--prefetch` and `--collective-timeout` out of range end with the limit and the fix
 //! (not an abort or a panic); a huge name in a trace is not echoed whole.
 
+use crate::common::stderr;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 fn headroom(args: &[&str], dir: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_headroom"));
     c.args(args).current_dir(dir);
     c
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// Waits for `child`, failing the test if it runs past `limit`.

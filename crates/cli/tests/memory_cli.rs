@@ -1,15 +1,9 @@
 //! `headroom memory replay` end to end: JSON output with PyTorch's stat keys, OOM events under a
 //! capacity, the expandable allocator serving a fragmented trace, and clear errors for bad traces.
 
+use crate::common::headroom;
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn headroom(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .output()
-        .expect("run headroom")
-}
+use std::process::Command;
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
     let path = dir.join(name);

@@ -2,23 +2,8 @@
 //! placements and directories are refused with the fix, and `headroom bench offload` writes
 //! rates that `headroom plan --hardware` uses.
 
+use crate::common::{headroom, output_text as text};
 use serde_json::Value;
-use std::process::{Command, Output};
-
-fn headroom(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .output()
-        .expect("run headroom")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 #[test]
 fn train_with_states_on_disk_reports_every_tier() {

@@ -3,15 +3,8 @@
 //! stdout (`headroom … | head -1`) ends any command quietly and loses no file, hostile sizes
 //! are clear errors, and an OS error is said once.
 
+use crate::common::headroom_in as headroom;
 use std::process::{Command, Stdio};
-
-fn headroom(args: &[&str], dir: &std::path::Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run headroom")
-}
 
 const TINY: [&str; 9] = [
     "train",

@@ -3,16 +3,9 @@
 //! only what keeps the run's numbers, each change reported; saves keep going to the resumed
 //! directory; the validation history before the resume point is kept.
 
+use crate::common::headroom_in as headroom;
 use std::path::Path;
 use std::process::Output;
-
-fn headroom(args: &[&str], dir: &Path) -> Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run headroom")
-}
 
 fn ok(out: &Output) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();

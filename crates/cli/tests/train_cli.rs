@@ -2,16 +2,9 @@
 //! relations, the timeline picture, resume, and clear non-zero exits for a malformed config and a
 //! budget too small.
 
+use crate::common::headroom_in as headroom;
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn headroom(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run headroom")
-}
+use std::process::Output;
 
 const TINY: [&str; 8] = [
     "train",

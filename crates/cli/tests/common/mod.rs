@@ -13,6 +13,24 @@ pub fn headroom(args: &[&str]) -> Output {
         .expect("run headroom")
 }
 
+/// Runs the built `headroom` binary with `args` in the directory `dir`.
+pub fn headroom_in(args: &[&str], dir: &std::path::Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run headroom")
+}
+
+/// Standard output then standard error, as one text.
+pub fn output_text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
