@@ -24,6 +24,7 @@ mod pickle_depth;
 pub mod quote;
 pub mod replay;
 pub mod replay_labels;
+pub mod replay_snapshot;
 pub mod rounding;
 pub mod size;
 pub mod snapshot;

@@ -11,8 +11,9 @@
 use super::events::{Action, Event, Events, Frame, Phase};
 use crate::category::Category;
 use crate::quote::quote;
-use crate::replay::{TraceError, as_u64, first_device_entries, key, snapshot_dict};
+use crate::replay::TraceError;
 use crate::replay_labels::metadata_label;
+use crate::replay_snapshot::{as_u64, first_device_entries, key, snapshot_dict};
 use crate::rounding::MAX_REQUEST;
 use serde::Deserialize;
 use serde_pickle::Value;
