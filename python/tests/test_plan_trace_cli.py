@@ -68,3 +68,15 @@ def test_plan_trace_traces_eager_attention_when_asked_and_it_costs_more(gpt2_con
     assert [v["attention"] for v in eager["variants"]] == ["naive"]
     assert eager["configured"]["attention"] == "naive"
     assert eager["variants"][0]["step_s"] > sdpa["variants"][0]["step_s"]
+
+
+def test_plan_trace_checkpoints_one_block_in_k_when_asked(gpt2_config, headroom_cli, cli_env):
+    out = subprocess.run(
+        [headroom_cli, "plan", "--trace", str(gpt2_config), "--gpu", "H100-80GB", "--seq-len", "16",
+         "--global-batch", "2", "--trace-steps", "1", "--checkpoint", "every:2", "--precision", "fp32",
+         "--micro-batch", "2", "--optimizer-impl", "foreach", "--json"],
+        capture_output=True, text=True, env=cli_env, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    variants = json.loads(out.stdout)["variants"]
+    assert [v["checkpoint"] for v in variants] == ["every:2"] and "error" not in variants[0]

@@ -127,6 +127,17 @@ def test_eager_attention_keeps_its_probabilities_and_sdpa_does_not(gpt2_config, 
         headroom.trace(lambda: torch.nn.Linear(4, 4), micro_batch=1, seq_len=8, steps=1, vocab_size=4, attention="eager")
 
 
+def test_checkpointing_one_block_in_two_keeps_what_lies_between(llama_config):
+    # Two identical blocks: checkpointing block 0 alone keeps less than none and more than both.
+    acts = {
+        every: allocated(headroom.trace(llama_config, micro_batch=2, seq_len=32, steps=1, gradient_checkpointing=every), "activation")
+        for every in (False, 2, True)
+    }
+    assert acts[True] < acts[2] < acts[False]
+    with pytest.raises(headroom.TraceError, match="positive integer K"):
+        headroom.trace(llama_config, micro_batch=1, seq_len=8, steps=1, gradient_checkpointing=0.5)
+
+
 def test_backward_allocations_name_their_module(gpt2_config):
     events = headroom.trace(gpt2_config, seq_len=8, steps=1)
     backward = [e for e in events if e["action"] == "alloc" and e["phase"] == "backward"]

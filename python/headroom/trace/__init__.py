@@ -34,7 +34,7 @@ def trace(
     steps: int = 2,
     dtype: str = "fp32",
     optimizer_impl: str = "foreach",
-    gradient_checkpointing: bool = False,
+    gradient_checkpointing: Union[bool, int] = False,
     attention: Optional[str] = None,
     lora_rank: Optional[int] = None,
     lora_alpha: Optional[float] = None,
@@ -55,7 +55,10 @@ def trace(
         "fp16-autocast" (with torch.amp.GradScaler's loss scaling; the step that finds no
         infinity is traced).
     optimizer_impl: AdamW's "foreach", "fused" or "for-loop".
-    gradient_checkpointing: the model's `gradient_checkpointing_enable()` (non-reentrant).
+    gradient_checkpointing: the model's `gradient_checkpointing_enable()` (non-reentrant):
+        True for every block; an integer K for one block in K (blocks 0, K, 2K, … of the
+        model's `GradientCheckpointingLayer`s, transformers' per-layer switch), 1 being every
+        block.
     attention: a config's attention implementation in transformers (`attn_implementation`):
         "sdpa" (PyTorch's scaled_dot_product_attention, whose CUDA flash and memory-efficient
         kernels `device="cuda"` emulates) or "eager" (the scores and probabilities as tensors);
@@ -104,6 +107,7 @@ def trace(
         raise TraceError(f"unknown attention {attention!r}; accepted: {', '.join(model_mod.ATTENTIONS)}")
     if lora_rank is not None and (not isinstance(lora_rank, int) or lora_rank < 1):
         raise TraceError(f"lora_rank must be a positive integer, got {lora_rank!r}")
+    every = _checkpoint_every(gradient_checkpointing)
     for name, value in (("micro_batch", micro_batch), ("seq_len", seq_len), ("steps", steps)):
         if not isinstance(value, int) or value < 1:
             raise TraceError(f"{name} must be a positive integer, got {value!r}")
@@ -115,8 +119,8 @@ def trace(
             raise
         except Exception as e:
             raise untraceable(e, "building the model") from None
-        if gradient_checkpointing:
-            _enable_checkpointing(net)
+        if every:
+            _enable_checkpointing(net, every)
         if lora_rank is not None:
             net = model_mod.with_lora(net, lora_rank, lora_alpha, lora_targets)
         vocab = vocab_size or getattr(getattr(net, "config", None), "vocab_size", None)
@@ -156,9 +160,22 @@ def trace(
     return events
 
 
-def _enable_checkpointing(net: Any) -> None:
-    """Hugging Face activation checkpointing of every block, non-reentrant (transformers 5
-    renamed `gradient_checkpointing_enable` to `activation_checkpointing_enable`)."""
+def _checkpoint_every(setting: Union[bool, int]) -> int:
+    """0 for no checkpointing, else K: one block in K checkpointed (1: every block)."""
+    if isinstance(setting, bool):
+        return 1 if setting else 0
+    if isinstance(setting, int) and setting >= 1:
+        return setting
+    raise TraceError(
+        f"gradient_checkpointing must be True, False or a positive integer K (one block in K), got {setting!r}"
+    )
+
+
+def _enable_checkpointing(net: Any, every: int = 1) -> None:
+    """Hugging Face activation checkpointing, non-reentrant (transformers 5 renamed
+    `gradient_checkpointing_enable` to `activation_checkpointing_enable`), of every block, or of
+    one block in `every`: transformers checkpoints each `GradientCheckpointingLayer` whose own
+    `gradient_checkpointing` flag is set, so the others' flags are cleared."""
     kwargs = {"use_reentrant": False}
     if hasattr(net, "activation_checkpointing_enable"):
         net.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
@@ -170,6 +187,18 @@ def _enable_checkpointing(net: Any) -> None:
             "gradient_checkpointing_enable(); wrap its blocks in torch.utils.checkpoint in the "
             "factory instead"
         )
+    if every == 1:
+        return
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    blocks = [m for m in net.modules() if isinstance(m, GradientCheckpointingLayer)]
+    if not blocks:
+        raise TraceError(
+            f"{type(net).__name__} has no GradientCheckpointingLayer blocks to checkpoint one in "
+            f"{every}; checkpoint every block (gradient_checkpointing=True) instead"
+        )
+    for i, block in enumerate(blocks):
+        block.gradient_checkpointing = i % every == 0
 
 
 def write_trace(events: list[dict], path: Union[str, os.PathLike]) -> None:

@@ -76,7 +76,11 @@ impl Variant {
                 OptimizerImpl::Fused => "fused",
                 OptimizerImpl::PerTensor => "for-loop",
             },
-            "gradient_checkpointing": self.checkpoint != Checkpoint::None,
+            // True for every block, K for one block in K (`--checkpoint every:K`).
+            "gradient_checkpointing": match self.checkpoint {
+                Checkpoint::EveryNth(k) if k > 1 => serde_json::json!(k),
+                c => serde_json::json!(c != Checkpoint::None),
+            },
             "attention": match self.attention {
                 Attention::MemoryEfficient => "sdpa",
                 Attention::Naive => "eager",
@@ -111,9 +115,9 @@ pub fn variants(args: &PlanArgs, global: u64) -> Result<(Vec<Variant>, Variant)>
     };
     let checkpoints = match pins.checkpoint {
         None => vec![Checkpoint::None, Checkpoint::ALL_BLOCKS],
-        Some(c @ (Checkpoint::None | Checkpoint::EveryNth(1))) => vec![c],
+        Some(c @ (Checkpoint::None | Checkpoint::EveryNth(_))) => vec![c],
         Some(c) => bail!(
-            "--checkpoint {c} is not traced yet; accepted with --trace: none, all (Hugging Face's gradient checkpointing of every block)"
+            "--checkpoint {c} is not traced yet; accepted with --trace: none, all (Hugging Face's gradient checkpointing of every block), every:K (one block in K)"
         ),
     };
     let micro_batches: Vec<u64> = match pins.micro_batch {
@@ -393,6 +397,22 @@ mod tests {
         assert_eq!(recommend(&rows, &configured), Some(3));
         rows[3].peaks = Ok((901, 901));
         assert_eq!(recommend(&rows, &configured), None);
+    }
+
+    #[test]
+    fn one_block_in_k_is_traced_as_k() {
+        let v = |checkpoint| Variant {
+            precision: Precision::Fp32,
+            checkpoint,
+            micro_batch: 1,
+            accumulation: 1,
+            optimizer_impl: OptimizerImpl::Foreach,
+            attention: Attention::MemoryEfficient,
+        };
+        let setting = |c| v(c).tracer_settings(None)["gradient_checkpointing"].clone();
+        assert_eq!(setting(Checkpoint::EveryNth(3)), serde_json::json!(3));
+        assert_eq!(setting(Checkpoint::ALL_BLOCKS), serde_json::json!(true));
+        assert_eq!(setting(Checkpoint::None), serde_json::json!(false));
     }
 
     #[test]
