@@ -281,6 +281,17 @@ fn plain_data_parallelism_is_the_plan_it_was() {
     assert_eq!(free["recommended"], pinned["recommended"]);
     assert_eq!(free["plans"], pinned["plans"]);
     assert!(pinned["mesh"].is_null());
+    // A mesh's micro-batch count beside plain data parallelism's pins: refused with the flag
+    // plain data parallelism takes instead.
+    let mut counted = pinned_args.clone();
+    counted.extend(["--microbatches", "4"]);
+    let o = headroom(&counted);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("give --accumulation 4"),
+        "{}",
+        stderr(&o)
+    );
     // A 7B model fits with data parallelism, which the meshes do not beat by more than 5 %.
     assert_eq!(free["mesh"]["recommended_layout"], "data-parallel");
 }

@@ -276,6 +276,13 @@ pub fn run(args: PlanArgs) -> Result<()> {
         BatchSpec::Split { .. } => None,
     };
     let early_pins = args.mesh.pins();
+    if early_pins.only_plain()
+        && let Some(m) = early_pins.microbatches
+    {
+        bail!(
+            "--microbatches {m} counts a mesh replica's micro-batches, and --tp 1 --pp 1 leaves plain data parallelism, which accumulates them instead: give --accumulation {m} (with --micro-batch), or drop --tp 1 --pp 1 to plan meshes"
+        );
+    }
     let mut plain_possible =
         global.is_none_or(|g| g == 0 || g >= world) || world == 1 || early_pins.only_plain();
     if !plain_possible {
