@@ -55,4 +55,4 @@ pub use shard::{ShardLayout, shard_range, with_sharding};
 pub use stash::with_activation_offload;
 pub use tape::{Tape, VarId};
 pub use tensor::Tensor;
-pub use threads::on_kernel_threads;
+pub use threads::{on_kernel_threads, on_own_kernel_threads, threads_per_rank};

@@ -207,13 +207,19 @@ fn thread_ranks<T: Send + 'static>(
 ) -> Result<(RunOutcome, Vec<T>), LaunchError> {
     let deadline = collective_deadline(Some(run.prepared.config.collective_timeout_s));
     let (sender, ends) = std::sync::mpsc::channel();
+    let kernel_threads = headroom_tensor::threads_per_rank(world);
     let threads: Vec<_> = ThreadGroup::ranks(world, deadline)
         .into_iter()
         .enumerate()
         .map(|(rank, comm)| {
             let (run, sender) = (Arc::clone(run), sender.clone());
             std::thread::spawn(move || {
-                let end = catch_unwind(AssertUnwindSafe(|| run.train(Some(Box::new(comm)))));
+                // Each rank's kernels on a pool of its own, its share of the cores.
+                let end = catch_unwind(AssertUnwindSafe(|| {
+                    headroom_tensor::on_own_kernel_threads(kernel_threads, || {
+                        run.train(Some(Box::new(comm)))
+                    })
+                }));
                 // The receiver is gone only once the launch has ended on another rank's error.
                 let _ = sender.send((rank, end));
             })
