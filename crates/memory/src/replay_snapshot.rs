@@ -1,7 +1,8 @@
 //! Reading a PyTorch memory snapshot for replay: the pickle `torch.cuda.memory._dump_snapshot`
 //! writes (its nesting checked before it is converted, its first device's `device_traces`
 //! replayed: `alloc`, `free_requested`/`free_completed`; an allocation's `user_metadata` with
-//! label fields labels it, as `headroom.record`'s phases do) and the same dict as JSON. The
+//! label fields labels it, as `headroom.record`'s phases do) and the same dict as JSON, read
+//! the same way. The
 //! pickle helpers are shared with the doctor's reader.
 //!
 //! Not for: headroom's JSON trace or the replay itself (see `replay`).
@@ -25,6 +26,8 @@ pub(crate) fn parse_json_snapshot(value: &serde_json::Value) -> Result<Trace, Tr
         })
         .ok_or(TraceError::NoEvents)?;
     let mut events = Vec::with_capacity(entries.len());
+    let mut labels = Labels::default();
+    let mut text = HashMap::new();
     for (index, e) in entries.iter().enumerate() {
         let err = |reason: String| TraceError::Event { index, reason };
         let action = e["action"]
@@ -45,6 +48,12 @@ pub(crate) fn parse_json_snapshot(value: &serde_json::Value) -> Result<Trace, Tr
                     .and_then(|n| n.split([':', ' ']).next())
                     .and_then(|c| c.parse().ok())
                     .unwrap_or(Category::Other);
+                if let Some(label) = e["user_metadata"]
+                    .as_str()
+                    .and_then(|m| metadata_label(m, &mut text))
+                {
+                    labels.push(events.len(), label);
+                }
                 events.push(ReplayEvent::Alloc { id, size, category });
             }
             "free_requested" | "free_completed" => {
@@ -60,7 +69,7 @@ pub(crate) fn parse_json_snapshot(value: &serde_json::Value) -> Result<Trace, Tr
     Ok(Trace {
         format: TraceFormat::PytorchSnapshot,
         events,
-        labels: Labels::default(),
+        labels,
     })
 }
 
@@ -239,5 +248,20 @@ mod tests {
             trace.labels.of(3).unwrap().phase.as_deref(),
             Some("optimizer")
         );
+    }
+
+    #[test]
+    fn the_json_form_of_a_snapshot_reads_the_same_labels() {
+        let text = br#"{"device_traces": [[
+            {"action": "alloc", "addr": 1, "size": 1024, "user_metadata": "{\"phase\": \"backward\", \"step\": 2}"},
+            {"action": "alloc", "addr": 2, "size": 512, "user_metadata": "not a label"}
+        ]]}"#;
+        let trace = parse_trace(text).unwrap();
+        let label = trace.labels.of(0).unwrap();
+        assert_eq!(
+            (label.phase.as_deref(), label.step),
+            (Some("backward"), Some(2))
+        );
+        assert!(trace.labels.of(1).is_none());
     }
 }
