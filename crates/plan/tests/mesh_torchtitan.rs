@@ -7,7 +7,7 @@
 use headroom_plan::cost::{CostModel, Problem};
 use headroom_plan::hardware;
 use headroom_plan::mesh::{
-    MeshFramework, MeshModel, Recompute, bytes_per_parameter, context_attention_bytes,
+    MeshFramework, MeshModel, MeshPlan, Recompute, bytes_per_parameter, context_attention_bytes,
     cp_bytes_per_layer, evaluate_mesh,
 };
 use headroom_plan::model::load_model;
@@ -25,6 +25,18 @@ fn problem(framework: Framework) -> Problem {
 
 fn zero(stage: u8) -> ZeroStage {
     ZeroStage::new(stage).unwrap()
+}
+
+/// `mesh` costed for `p` in bf16-mixed, ZeRO-3, full recompute (every plan here).
+fn full_zero3(p: &Problem, model: &MeshModel, mesh: &Mesh) -> MeshPlan {
+    evaluate_mesh(
+        p,
+        model,
+        mesh,
+        Precision::Bf16Mixed,
+        zero(3),
+        Recompute::Full,
+    )
 }
 
 // One layer's matrices over tp 2: (2·4096² + 2·4096·1024 + 3·4096·14336)/2 = 109,051,904; its
@@ -68,14 +80,7 @@ fn under_pipeline_parallelism_the_stage_stays_gathered_with_fp32_gradient_accumu
     };
     let p = problem(Framework::Fsdp);
     let model = MeshModel::from_architecture(&p.spec, 1024, 1).unwrap();
-    let plan = evaluate_mesh(
-        &p,
-        &model,
-        &mesh,
-        Precision::Bf16Mixed,
-        zero(3),
-        Recompute::Full,
-    );
+    let plan = full_zero3(&p, &model, &mesh);
     let first = 16.0 * (LAYER + NORMS) + EMBEDDING;
     let last = 16.0 * (LAYER + NORMS) + 4096.0 + EMBEDDING;
     assert_eq!(plan.stages[0].parameters, first);
@@ -93,14 +98,7 @@ fn under_pipeline_parallelism_the_stage_stays_gathered_with_fp32_gradient_accumu
     // Megatron-LM's layout on the same mesh: 18/dp, two layers gathered and one layer's fp32
     // gradients (8 bytes per layer parameter), and the fused loss's gradient written in place.
     let m = problem(Framework::DeepSpeed);
-    let plan = evaluate_mesh(
-        &m,
-        &model,
-        &mesh,
-        Precision::Bf16Mixed,
-        zero(3),
-        Recompute::Full,
-    );
+    let plan = full_zero3(&m, &model, &mesh);
     assert_eq!(plan.stages[0].model_states_bytes, (9.0 * first) as u64);
     for stage in &plan.stages {
         assert_eq!(stage.buffer_bytes, (8.0 * LAYER + RECOMPUTED) as u64);
@@ -118,14 +116,7 @@ fn without_pipeline_parallelism_fsdp2_gathers_two_layers_and_the_loss_is_the_lar
     };
     let p = problem(Framework::Fsdp);
     let model = MeshModel::from_architecture(&p.spec, 1024, 1).unwrap();
-    let plan = evaluate_mesh(
-        &p,
-        &model,
-        &mesh,
-        Precision::Bf16Mixed,
-        zero(3),
-        Recompute::Full,
-    );
+    let plan = full_zero3(&p, &model, &mesh);
     assert_eq!(
         plan.stages[0].buffer_bytes,
         (8.0 * LAYER + LOSS_GRADS) as u64
@@ -143,14 +134,7 @@ fn context_parallelism_shards_the_sequence_and_gathers_the_keys_and_values_by_ha
     };
     let p = problem(Framework::Fsdp);
     let model = MeshModel::from_architecture(&p.spec, 1024, 1).unwrap();
-    let plan = evaluate_mesh(
-        &p,
-        &model,
-        &mesh,
-        Precision::Bf16Mixed,
-        zero(3),
-        Recompute::Full,
-    );
+    let plan = full_zero3(&p, &model, &mesh);
     let stage = &plan.stages[0];
     // 8,030,261,248 parameters (Llama 3.1 8B), sharded over dp·cp = 8: 16/8 bytes each.
     assert_eq!(stage.parameters, 8_030_261_248.0);
