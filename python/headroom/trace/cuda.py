@@ -39,9 +39,18 @@ Emulated:
   (sm90: `4096 * 8 * 1024`) and `:4096:2:16:8` (8 MiB + 128 KiB) elsewhere
   (`parseChosenWorkspaceSize`). Recorded as `other`, op `cublas_workspace`.
 
-Not emulated here, and why: cross-entropy's dtype needs nothing (CUDA's `log_softmax`, like the
-CPU's, returns the input's dtype; transformers' `ForCausalLMLoss` upcasts logits to fp32 itself
-on either device). The cuBLASLt workspace (`CUBLASLT_WORKSPACE_SIZE`, 1 MiB by default,
+- `softmax` and `log_softmax` of an fp16 tensor with `dtype=torch.float32` (what autocast asks
+  for, and what transformers' eager attention asks for): CUDA runs `_softmax(x, dim,
+  half_to_float=True)` on the fp16 input where the CPU first makes an fp32 copy
+  (`aten/src/ATen/native/SoftMax.cpp`, `softmax` and `log_softmax`).
+
+- Autocast's op policy: CUDA's lists, not the CPU's (`autocast.py`): under autocast CUDA runs
+  `pow`, `exp`, `rsqrt`, `layer_norm` and the losses in fp32 and gives `softmax`, `log_softmax`
+  and `sum` an fp32 result.
+
+Not emulated here, and why: cross-entropy outside autocast needs nothing (CUDA's `log_softmax`,
+like the CPU's, returns the input's dtype; transformers' `ForCausalLMLoss` upcasts logits to fp32
+itself on either device). The cuBLASLt workspace (`CUBLASLT_WORKSPACE_SIZE`, 1 MiB by default,
 `parseCUDABlasLtWorkspaceSize`) depends on which matmuls cuBLAS routes to cuBLASLt and is left
 out. The CUDA context (driver, kernels' code) lives outside the caching allocator
 (`torch.cuda.memory_allocated` and `memory_reserved` never count it), so no allocator event can
@@ -59,6 +68,7 @@ from typing import Any, Optional
 import torch
 from torch.overrides import TorchFunctionMode
 
+from headroom.trace.autocast import CudaAutocast
 from headroom.trace.recorder import StorageRecorder
 
 DEVICES = ("cuda", "cpu")
@@ -130,14 +140,37 @@ def cublas_workspace_bytes(arch: str, config: Optional[str] = None) -> int:
     return CUBLAS_WORKSPACE_SM90 if arch == "sm90" else CUBLAS_WORKSPACE_OTHER
 
 
+def _half_to_float(op: Any, fused: Any) -> Any:
+    """`softmax.int` / `log_softmax.int` as CUDA runs them: fp16 to fp32 in the kernel itself,
+    anything else as PyTorch's own composite."""
+
+    def kernel(x: torch.Tensor, dim: int, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+        if x.dtype == torch.float16 and dtype == torch.float32:
+            return fused(x, dim, True)
+        return op.decompose(x, dim, dtype)
+
+    return kernel
+
+
+def half_to_float_library() -> torch.library.Library:
+    """The CUDA kernels' fp16-to-fp32 softmax, registered for the CPU's autograd key (where the
+    composite would otherwise copy to fp32 first); destroy the library to restore PyTorch's."""
+    library = torch.library.Library("aten", "IMPL")
+    library.impl("softmax.int", _half_to_float(_aten.softmax.int, _aten._softmax), "AutogradCPU")
+    library.impl("log_softmax.int", _half_to_float(_aten.log_softmax.int, _aten._log_softmax), "AutogradCPU")
+    return library
+
+
 class CudaKernels(TorchFunctionMode):
     """While active, the functions with a CUDA kernel of their own run that kernel's ATen op,
-    and the first cuBLAS op allocates the cuBLAS workspace."""
+    the first cuBLAS op allocates the cuBLAS workspace, and autocast follows CUDA's op policy
+    (`autocast.py`)."""
 
     def __init__(self, recorder: StorageRecorder, arch: str = "sm90"):
         super().__init__()
         self._recorder = recorder
         self._workspace = cublas_workspace_bytes(arch, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+        self._autocast = CudaAutocast()
         recorder.op_hooks.append(self._first_matmul)
 
     def _first_matmul(self, func: Any) -> None:
@@ -150,16 +183,25 @@ class CudaKernels(TorchFunctionMode):
         # The module attribute is what transformers and most code call at run time (a
         # checkpoint's recomputation included); the mode catches names bound before the trace.
         self._original_sdpa = torch.nn.functional.scaled_dot_product_attention
+        self._softmax = half_to_float_library()
+        self._autocast.__enter__()
         torch.nn.functional.scaled_dot_product_attention = self._sdpa
         try:
             return super().__enter__()
         except BaseException:
-            torch.nn.functional.scaled_dot_product_attention = self._original_sdpa
+            self._restore()
             raise
 
     def __exit__(self, *exc: Any) -> Any:
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._restore()
+
+    def _restore(self) -> None:
         torch.nn.functional.scaled_dot_product_attention = self._original_sdpa
-        return super().__exit__(*exc)
+        self._autocast.__exit__(None, None, None)
+        self._softmax._destroy()
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None):
         kwargs = kwargs or {}
