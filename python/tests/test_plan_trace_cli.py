@@ -80,3 +80,21 @@ def test_plan_trace_checkpoints_one_block_in_k_when_asked(gpt2_config, headroom_
     assert out.returncode == 0, out.stderr
     variants = json.loads(out.stdout)["variants"]
     assert [v["checkpoint"] for v in variants] == ["every:2"] and "error" not in variants[0]
+
+
+def test_plan_trace_runs_torchtitan_selective_op_checkpointing_between_none_and_all(llama_config, headroom_cli, cli_env):
+    # selective-op recomputes three of a Llama block's seven matmuls (and the elementwise ops),
+    # full checkpointing the whole block: the speed model puts its step between the two.
+    def step(checkpoint):
+        out = subprocess.run(
+            [headroom_cli, "plan", "--trace", str(llama_config), "--gpu", "H100-80GB", "--seq-len", "16",
+             "--global-batch", "2", "--trace-steps", "1", "--checkpoint", checkpoint, "--precision", "bf16",
+             "--micro-batch", "2", "--optimizer-impl", "foreach", "--json"],
+            capture_output=True, text=True, env=cli_env, timeout=600,
+        )
+        assert out.returncode == 0, out.stderr
+        [variant] = json.loads(out.stdout)["variants"]
+        assert variant["checkpoint"] == checkpoint and "error" not in variant
+        return variant["step_s"]
+
+    assert step("none") < step("selective-op") < step("all")

@@ -23,6 +23,9 @@ from typing import Any, Callable, Optional, Union
 from headroom.trace.errors import TraceError, untraceable
 from headroom.trace.session import StopTracing, Tracing, tracing
 
+# torchtitan's per-operator selective activation checkpointing (`selective.py`).
+SELECTIVE_OP = "selective-op"
+
 __all__ = ["StopTracing", "TraceError", "Tracing", "trace", "tracing", "write_trace"]
 
 
@@ -34,7 +37,7 @@ def trace(
     steps: int = 2,
     dtype: str = "fp32",
     optimizer_impl: str = "foreach",
-    gradient_checkpointing: Union[bool, int] = False,
+    gradient_checkpointing: Union[bool, int, str] = False,
     attention: Optional[str] = None,
     lora_rank: Optional[int] = None,
     lora_alpha: Optional[float] = None,
@@ -58,7 +61,9 @@ def trace(
     gradient_checkpointing: the model's `gradient_checkpointing_enable()` (non-reentrant):
         True for every block; an integer K for one block in K (blocks 0, K, 2K, … of the
         model's `GradientCheckpointingLayer`s, transformers' per-layer switch), 1 being every
-        block.
+        block; "selective-op" for torchtitan's per-operator selective checkpointing of every
+        block (`selective.py`: the outputs of every other matmul and of the attention kernel
+        kept, the rest recomputed).
     attention: a config's attention implementation in transformers (`attn_implementation`):
         "sdpa" (PyTorch's scaled_dot_product_attention, whose CUDA flash and memory-efficient
         kernels `device="cuda"` emulates) or "eager" (the scores and probabilities as tensors);
@@ -120,7 +125,7 @@ def trace(
         except Exception as e:
             raise untraceable(e, "building the model") from None
         if every:
-            _enable_checkpointing(net, every)
+            _enable_checkpointing(net, every, selective_op=gradient_checkpointing == SELECTIVE_OP)
         if lora_rank is not None:
             net = model_mod.with_lora(net, lora_rank, lora_alpha, lora_targets)
         vocab = vocab_size or getattr(getattr(net, "config", None), "vocab_size", None)
@@ -160,23 +165,33 @@ def trace(
     return events
 
 
-def _checkpoint_every(setting: Union[bool, int]) -> int:
-    """0 for no checkpointing, else K: one block in K checkpointed (1: every block)."""
+def _checkpoint_every(setting: Union[bool, int, str]) -> int:
+    """0 for no checkpointing, else K: one block in K checkpointed (1: every block, and
+    selective-op's blocks)."""
     if isinstance(setting, bool):
         return 1 if setting else 0
     if isinstance(setting, int) and setting >= 1:
         return setting
+    if setting == SELECTIVE_OP:
+        return 1
     raise TraceError(
-        f"gradient_checkpointing must be True, False or a positive integer K (one block in K), got {setting!r}"
+        "gradient_checkpointing must be True, False, a positive integer K (one block in K) or "
+        f"{SELECTIVE_OP!r}, got {setting!r}"
     )
 
 
-def _enable_checkpointing(net: Any, every: int = 1) -> None:
+def _enable_checkpointing(net: Any, every: int = 1, selective_op: bool = False) -> None:
     """Hugging Face activation checkpointing, non-reentrant (transformers 5 renamed
     `gradient_checkpointing_enable` to `activation_checkpointing_enable`), of every block, or of
     one block in `every`: transformers checkpoints each `GradientCheckpointingLayer` whose own
-    `gradient_checkpointing` flag is set, so the others' flags are cleared."""
-    kwargs = {"use_reentrant": False}
+    `gradient_checkpointing` flag is set, so the others' flags are cleared. With `selective_op`
+    each checkpoint runs under torchtitan's per-operator policy (transformers passes the
+    keyword arguments on to `torch.utils.checkpoint.checkpoint`, `context_fn` among them)."""
+    kwargs: dict[str, Any] = {"use_reentrant": False}
+    if selective_op:
+        from headroom.trace.selective import selective_op_context
+
+        kwargs["context_fn"] = selective_op_context
     if hasattr(net, "activation_checkpointing_enable"):
         net.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     elif hasattr(net, "gradient_checkpointing_enable"):

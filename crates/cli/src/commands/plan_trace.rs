@@ -76,9 +76,11 @@ impl Variant {
                 OptimizerImpl::Fused => "fused",
                 OptimizerImpl::PerTensor => "for-loop",
             },
-            // True for every block, K for one block in K (`--checkpoint every:K`).
+            // True for every block, K for one block in K (`--checkpoint every:K`), and
+            // torchtitan's per-operator policy on every block (`--checkpoint selective-op`).
             "gradient_checkpointing": match self.checkpoint {
                 Checkpoint::EveryNth(k) if k > 1 => serde_json::json!(k),
+                Checkpoint::SelectiveOp => serde_json::json!("selective-op"),
                 c => serde_json::json!(c != Checkpoint::None),
             },
             "attention": match self.attention {
@@ -115,9 +117,9 @@ pub fn variants(args: &PlanArgs, global: u64) -> Result<(Vec<Variant>, Variant)>
     };
     let checkpoints = match pins.checkpoint {
         None => vec![Checkpoint::None, Checkpoint::ALL_BLOCKS],
-        Some(c @ (Checkpoint::None | Checkpoint::EveryNth(_))) => vec![c],
+        Some(c @ (Checkpoint::None | Checkpoint::EveryNth(_) | Checkpoint::SelectiveOp)) => vec![c],
         Some(c) => bail!(
-            "--checkpoint {c} is not traced yet; accepted with --trace: none, all (Hugging Face's gradient checkpointing of every block), every:K (one block in K)"
+            "--checkpoint {c} is not traced yet; accepted with --trace: none, all (Hugging Face's gradient checkpointing of every block), every:K (one block in K), selective-op (torchtitan's per-operator policy on every block)"
         ),
     };
     let micro_batches: Vec<u64> = match pins.micro_batch {
@@ -400,7 +402,7 @@ mod tests {
     }
 
     #[test]
-    fn one_block_in_k_is_traced_as_k() {
+    fn each_checkpoint_policy_is_traced_as_the_tracer_names_it() {
         let v = |checkpoint| Variant {
             precision: Precision::Fp32,
             checkpoint,
@@ -413,6 +415,7 @@ mod tests {
         assert_eq!(setting(Checkpoint::EveryNth(3)), serde_json::json!(3));
         assert_eq!(setting(Checkpoint::ALL_BLOCKS), serde_json::json!(true));
         assert_eq!(setting(Checkpoint::None), serde_json::json!(false));
+        assert_eq!(setting(Checkpoint::SelectiveOp), serde_json::json!("selective-op"));
     }
 
     #[test]
