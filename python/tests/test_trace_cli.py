@@ -74,3 +74,20 @@ def test_bad_inputs_are_one_clear_line(tmp_path, headroom_cli, cli_env):
     out = run(headroom_cli, env, "trace", str(bad), "--seq-len", "8")
     assert out.returncode != 0
     assert "cannot run Python" in out.stderr and "HEADROOM_PYTHON" in out.stderr
+
+
+def test_trace_of_an_fsdp2_rank_replays_its_shards(llama_config, tmp_path, headroom_cli, cli_env):
+    from test_trace_fsdp import BLOCK, LAYERS, RANKS, ROOT, rows
+
+    trace = tmp_path / "fsdp.json"
+    out = run(
+        headroom_cli, cli_env, "trace", str(llama_config), "--micro-batch", "2", "--seq-len", "16",
+        "--steps", "1", "--device", "cpu", "--fsdp", str(RANKS), "--output", str(trace), "--json",
+    )
+    assert out.returncode == 0, out.stderr
+    # After the step only each parameter's padded shard is held, each rounded to 512 bytes.
+    shards = sum(rounded(rows(d0) * rest * F32) for d0, rest in ROOT + BLOCK * LAYERS)
+    assert json.loads(out.stdout)["stats"]["category_bytes.parameter.current"] == shards
+    refused = run(headroom_cli, cli_env, "trace", str(llama_config), "--seq-len", "16",
+                  "--no-reshard-after-forward", "--output", str(tmp_path / "x.json"))
+    assert refused.returncode == 2 and "--fsdp" in refused.stderr

@@ -48,6 +48,8 @@ def trace(
     snapshot: Optional[Union[str, os.PathLike]] = None,
     device: str = "cuda",
     cuda_arch: str = "sm90",
+    fsdp: Optional[int] = None,
+    reshard_after_forward: bool = True,
 ) -> list[dict]:
     """Traces `steps` training steps and returns the events (written to `output` too if given).
 
@@ -75,6 +77,11 @@ def trace(
         v_proj, GPT-2's c_attn).
     loss: f(model, input_ids) -> scalar tensor; default the model's own `labels=` loss.
     vocab_size: the token range when the model has no `config.vocab_size`.
+    fsdp: trace rank 0 of an FSDP2 run of this many ranks (`fully_shard` on each block, then
+        the root, under PyTorch's fake process group; `fsdp.py`): parameters, gradients and
+        optimizer states sharded, each unit's parameters all-gathered around its forward and
+        backward. reshard_after_forward: FSDP2's option of that name (False keeps every unit
+        gathered from its forward to its backward, ZeRO-2's layout).
     device: "cuda" (the default) rewrites what the CPU kernels allocate into what the CUDA
         kernels allocate where the two differ (`cuda.py`: attention's flash and
         memory-efficient kernels, the cuBLAS workspace); "cpu" keeps the CPU kernels' trace
@@ -117,7 +124,10 @@ def trace(
         if not isinstance(value, int) or value < 1:
             raise TraceError(f"{name} must be a positive integer, got {value!r}")
 
-    with FakeTensorMode(allow_non_fake_inputs=True):
+    from headroom.trace.fsdp import fake_world, recording_resizes, shard
+
+    world = fake_world(fsdp) if fsdp is not None else contextlib.nullcontext()
+    with world as mesh, FakeTensorMode(allow_non_fake_inputs=True):
         try:
             net = model_mod.build(model, torch.bfloat16 if dtype == "bf16" else None, attention)
         except TraceError:
@@ -128,6 +138,13 @@ def trace(
             _enable_checkpointing(net, every, selective_op=gradient_checkpointing == SELECTIVE_OP)
         if lora_rank is not None:
             net = model_mod.with_lora(net, lora_rank, lora_alpha, lora_targets)
+        if fsdp is not None:
+            try:
+                shard(net, mesh, reshard_after_forward)
+            except TraceError:
+                raise
+            except Exception as e:
+                raise untraceable(e, "sharding the model with fully_shard") from None
         vocab = vocab_size or getattr(getattr(net, "config", None), "vocab_size", None)
         if not vocab:
             raise TraceError("the model has no config.vocab_size; give vocab_size (--vocab-size)")
@@ -140,7 +157,8 @@ def trace(
         recorder = StorageRecorder(lambda: (clock.phase, clock.step, paths.current()))
         try:
             kernels = CudaKernels(recorder, cuda_arch) if device == "cuda" else contextlib.nullcontext()
-            with recorder, kernels:
+            resizes = recording_resizes(recorder) if fsdp is not None else contextlib.nullcontext()
+            with recorder, kernels, resizes:
                 claim_model(recorder, net)
                 run_steps(
                     net,

@@ -53,8 +53,20 @@ def main(argv: list[str] | None = None) -> int:
         help="the GPU generation the cuBLAS workspace is sized for: sm90 (Hopper, 32 MiB) or "
         "sm80 (any other, 8 MiB + 128 KiB)",
     )
+    parser.add_argument(
+        "--fsdp", type=_positive, metavar="RANKS",
+        help="trace rank 0 of an FSDP2 run of this many ranks (fully_shard on each block and the "
+        "root, under PyTorch's fake process group)",
+    )
+    parser.add_argument(
+        "--no-reshard-after-forward", action="store_true",
+        help="with --fsdp: keep each unit gathered from its forward to its backward "
+        "(fully_shard's reshard_after_forward=False)",
+    )
     parser.add_argument("--output", "-o", required=True, help="where to write the trace JSON")
     args = parser.parse_args(argv)
+    if args.no_reshard_after_forward and args.fsdp is None:
+        parser.error("--no-reshard-after-forward applies to an FSDP2 trace; give --fsdp RANKS")
     started = time.perf_counter()
     try:
         events = trace(
@@ -69,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
             vocab_size=args.vocab_size,
             device=args.device,
             cuda_arch=args.cuda_arch,
+            fsdp=args.fsdp,
+            reshard_after_forward=not args.no_reshard_after_forward,
             output=args.output,
         )
     except TraceError as e:

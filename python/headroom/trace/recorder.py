@@ -50,6 +50,13 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """The tensor that owns memory: a DTensor's local shard (FSDP2's parameters, gradients and
+    optimizer states), else `t`."""
+    local = getattr(t, "_local_tensor", None)
+    return local if isinstance(local, torch.Tensor) else t
+
+
 class StorageRecorder(TorchDispatchMode):
     """Records allocation events while active; `where` gives (phase, step, module) for an op."""
 
@@ -72,8 +79,10 @@ class StorageRecorder(TorchDispatchMode):
         self._stack = stack
         self._zero_scalar_reads = zero_scalar_reads
         self._next_addr = 1
-        # id(storage) -> (addr, alloc event, finalizer); the finalizer removes the entry.
-        self._live: dict[int, tuple[int, dict[str, Any], weakref.finalize]] = {}
+        # id(storage) -> (addr, alloc event, finalizer); the finalizer removes the entry. addr
+        # is None while the storage is resized to nothing (FSDP's unsharded parameters between
+        # their all-gathers).
+        self._live: dict[int, tuple[Optional[int], dict[str, Any], weakref.finalize]] = {}
         self._host: set[int] = set()
         self._recording = True
         # Called with each op before it runs (the CUDA kernels' fixed allocations, `cuda.py`).
@@ -113,13 +122,21 @@ class StorageRecorder(TorchDispatchMode):
 
     def see(self, t: torch.Tensor, op: str, category: str = "temporary") -> Optional[dict]:
         """Registers `t`'s storage if it is new; returns its alloc event (None for 0 bytes)."""
-        st = t.untyped_storage()
+        st = _local(t).untyped_storage()
         entry = self._live.get(id(st))
         if entry is not None:
             return entry[1]
         size = st.nbytes()
         if size == 0:
             return None
+        addr, event = self._alloc_event(size, category, _dtype_name(t.dtype), op)
+        key = id(st)
+        fin = weakref.finalize(st, self._freed, key)
+        fin.atexit = False
+        self._live[key] = (addr, event, fin)
+        return event
+
+    def _alloc_event(self, size: int, category: str, dtype: str, op: str) -> tuple[int, dict[str, Any]]:
         phase, step, module = self._where()
         addr = self._next_addr
         self._next_addr += 1
@@ -128,7 +145,7 @@ class StorageRecorder(TorchDispatchMode):
             "addr": addr,
             "size": size,
             "category": category,
-            "dtype": _dtype_name(t.dtype),
+            "dtype": dtype,
             "op": op,
             "phase": phase,
             "step": step,
@@ -140,11 +157,25 @@ class StorageRecorder(TorchDispatchMode):
             if frames:
                 event["frames"] = frames
         self.events.append(event)
-        key = id(st)
-        fin = weakref.finalize(st, self._freed, key)
-        fin.atexit = False
-        self._live[key] = (addr, event, fin)
-        return event
+        return addr, event
+
+    def resized(self, storage: Any, size: int, category: str, op: str) -> None:
+        """A seen storage resized in place (`UntypedStorage.resize_`, as FSDP frees and
+        re-allocates its unsharded parameters): its bytes freed, and allocated again at the new
+        size as a new allocation of `category`."""
+        key = id(storage)
+        entry = self._live.get(key)
+        if entry is None or not self._recording:
+            return
+        addr, event, fin = entry
+        if addr is not None:
+            phase, step, _ = self._where_free()
+            self.events.append({"action": "free", "addr": addr, "phase": phase, "step": step})
+        if size == 0:
+            self._live[key] = (None, event, fin)
+            return
+        new_addr, new_event = self._alloc_event(size, category, event["dtype"], op)
+        self._live[key] = (new_addr, new_event, fin)
 
     def allocate_fixed(self, size: int, category: str, op: str) -> None:
         """An allocation no tensor owns, live until the trace ends (a library's workspace)."""
@@ -166,7 +197,7 @@ class StorageRecorder(TorchDispatchMode):
 
     def _freed(self, key: int) -> None:
         entry = self._live.pop(key, None)
-        if entry is None or not self._recording:
+        if entry is None or entry[0] is None or not self._recording:
             return
         phase, step, _ = self._where_free()
         self.events.append({"action": "free", "addr": entry[0], "phase": phase, "step": step})
@@ -180,15 +211,15 @@ class StorageRecorder(TorchDispatchMode):
     def keep_on_host(self, t: torch.Tensor) -> None:
         """`t`'s storage lives in host memory on a real run (AdamW's non-fused step counts):
         its events are left out of the trace."""
-        entry = self._live.get(id(t.untyped_storage()))
-        if entry is not None:
+        entry = self._live.get(id(_local(t).untyped_storage()))
+        if entry is not None and entry[0] is not None:
             self._host.add(entry[0])
 
     def promote_live(self, phase: str, step: int, frm: str, to: str) -> None:
         """Every live storage allocated in (`phase`, `step`) still in category `frm` becomes
         `to` (the forward pass's survivors become activations)."""
-        for _, event, _ in self._live.values():
-            if event["phase"] == phase and event["step"] == step and event["category"] == frm:
+        for addr, event, _ in self._live.values():
+            if addr is not None and event["phase"] == phase and event["step"] == step and event["category"] == frm:
                 event["category"] = to
 
     def mark(self, phase: str, step: int) -> None:
@@ -197,7 +228,7 @@ class StorageRecorder(TorchDispatchMode):
             self.events.append({"action": "mark", "phase": phase, "step": step})
 
     def live_addrs(self) -> set[int]:
-        return {addr for addr, _, _ in self._live.values()}
+        return {addr for addr, _, _ in self._live.values() if addr is not None}
 
     def stop(self) -> list[dict[str, Any]]:
         """Stops recording (later frees are not events) and returns the trace's events."""

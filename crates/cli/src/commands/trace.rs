@@ -57,6 +57,16 @@ pub struct TraceArgs {
     /// environment overrides both.
     #[arg(long, value_enum, default_value = "sm90")]
     pub cuda_arch: CudaArch,
+    /// Trace rank 0 of a PyTorch FSDP2 run of this many ranks: `fully_shard` on each block and
+    /// then the root, under PyTorch's fake process group (no peers, no GPU). Parameters,
+    /// gradients and AdamW's states are sharded; each unit's parameters are all-gathered around
+    /// its forward and backward.
+    #[arg(long, value_name = "RANKS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub fsdp: Option<u64>,
+    /// With --fsdp: keep each unit gathered from its forward to its backward (fully_shard's
+    /// `reshard_after_forward=False`, ZeRO-2's layout).
+    #[arg(long, requires = "fsdp")]
+    pub no_reshard_after_forward: bool,
     /// Where to write the trace (headroom's replay JSON).
     #[arg(long, short, default_value = "headroom-trace.json")]
     pub output: PathBuf,
@@ -151,6 +161,12 @@ pub fn run(args: TraceArgs) -> anyhow::Result<()> {
     }
     if let Some(v) = args.vocab_size {
         cmd.arg("--vocab-size").arg(v.to_string());
+    }
+    if let Some(ranks) = args.fsdp {
+        cmd.arg("--fsdp").arg(ranks.to_string());
+    }
+    if args.no_reshard_after_forward {
+        cmd.arg("--no-reshard-after-forward");
     }
     // The tracer reports on stderr; stdout stays the replay's (for --json).
     let status = cmd
