@@ -229,10 +229,11 @@ def cuda_correction(st: dict, cfg) -> tuple[int, str]:
       bool mask (`is_fused_kernel_acceptable`, aten/src/ATen/native/Dropout.cpp). GPT-2 eager
       drops the attention probabilities (a·s² per sequence and block), both residual branches
       (2·s·h per block) and the embeddings (s·h).
-    - Autocast: CUDA autocast runs `pow` in fp32 (its fp32 op list,
-      aten/src/ATen/autocast_mode.cpp), so GPT-2's Python gelu_new computes tanh and 1 + tanh
-      in fp32; CPU autocast leaves them bf16: 2 more bytes for each of the two FFN-wide
-      tensors per block.
+    - Autocast: CUDA autocast runs `pow` in fp32 (its fp32 op list, `AT_FORALL_FP32` in
+      aten/src/ATen/autocast_mode.h), so GPT-2's Python gelu_new saves an fp32 copy of its
+      input for pow's backward and computes tanh and 1 + tanh in fp32; CPU autocast leaves all
+      three bf16: 2 more bytes for each of the three FFN-wide tensors per block. (The tracer's
+      CUDA autocast policy, python/headroom/trace/autocast.py, reproduces this op for op.)
     """
     b, s = st["micro_batch"], st["seq_len"]
     e = 2 if st["precision"] == "bf16" else 4
@@ -251,7 +252,7 @@ def cuda_correction(st: dict, cfg) -> tuple[int, str]:
         masks = n * (b * a * s * s + 2 * b * s * h) + b * s * h
         return -(e - 1) * masks, "CPU dropout keeps its mask in the input's dtype, CUDA's 1 byte"
     if st["precision"] == "bf16-mixed" and cfg.activation_function == "gelu_new":
-        return 2 * 2 * n * b * s * f, "CUDA autocast computes gelu_new's tanh chain in fp32"
+        return 3 * 2 * n * b * s * f, "CUDA autocast computes gelu_new's pow input and tanh chain in fp32"
     return 0, ""
 
 

@@ -229,16 +229,18 @@ pub fn block(
         None if spec.recomputed_mlp_activation => 0.0,
         None => 1.0,
     };
-    // transformers' Python GELU (`gelu_new`) saves 0.5·x, tanh and 1 + tanh besides its input;
-    // under autocast `pow` runs in fp32 (CUDA autocast's fp32 list), so tanh and 1 + tanh are
-    // fp32.
-    let gelu_parts = match spec.python_gelu && spec.transformers_modules {
-        true => e + 2.0 * w.softmax,
-        false => 0.0,
+    // transformers' Python GELU (`gelu_new`: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))))
+    // saves pow's input, 0.5·x, tanh and 1 + tanh. Under autocast CUDA runs `pow` in fp32 (its
+    // fp32 list, aten/src/ATen/autocast_mode.h), so pow saves an fp32 copy of x rather than x,
+    // and the chain after it is fp32 up to the product (softmax's width: 4 under autocast, else
+    // e); 0.5·x stays in the compute dtype.
+    let (act_in, gelu_parts) = match spec.python_gelu && spec.transformers_modules {
+        true => (w.softmax, e + 2.0 * w.softmax),
+        false => (e, 0.0),
     };
     let mlp = match spec.mlp {
         MlpKind::Plain => {
-            e * sb * h * mlp_in + k * ((1.0 + act_out) * e + gelu_parts) * sb * f + drop * sb * h
+            e * sb * h * mlp_in + k * (act_in + act_out * e + gelu_parts) * sb * f + drop * sb * h
         }
         // Gate out, activation out and up out always; their product (down's input) as above.
         MlpKind::Gated => {
