@@ -2,6 +2,7 @@
 //! each derived by hand from the module's code: GPT-2's KV cache in training under SDPA, and
 //! eager attention's mask kept by checkpointed blocks.
 
+use headroom_plan::cost::Width;
 use headroom_plan::cost::activation;
 use headroom_plan::model::{Architecture, load_model};
 use headroom_plan::strategy::{Attention, Checkpoint, Loss};
@@ -52,4 +53,31 @@ fn checkpointed_eager_blocks_keep_the_additive_mask() {
     );
     // The block inputs and the terms outside the blocks do not depend on the attention.
     assert_eq!(eager - sdpa, 2.0 * 8.0 * 1024.0 * 1024.0);
+}
+
+#[test]
+fn gpt2_gelu_new_under_autocast_saves_pow_input_and_the_tanh_chain_in_fp32() {
+    // GPT-2's Python gelu_new, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), keeps beyond a fused
+    // GELU (its input and output at the compute width): pow's saved input, 0.5·x, tanh and
+    // 1 + tanh, less the input it replaces. Pure bf16: 0 + 2 + 2 + 2 = 6 bytes per FFN element.
+    // Under autocast CUDA runs pow in fp32 (its fp32 list), so pow saves an fp32 copy of x and
+    // the chain is fp32 up to the product: (4 − 2) + 2 + 4 + 4 = 12.
+    let python = load_model("gpt2").unwrap();
+    let fused = Architecture {
+        python_gelu: false,
+        ..python.clone()
+    };
+    let (s, b) = (1024.0, 8.0);
+    let sbf = s * b * 3072.0;
+    let extra = |w: Width| {
+        activation::block(&python, s, b, w, Attention::MemoryEfficient).full()
+            - activation::block(&fused, s, b, w, Attention::MemoryEfficient).full()
+    };
+    let autocast = Width {
+        e: 2.0,
+        softmax: 4.0,
+        residual: 2.0,
+    };
+    assert_eq!(extra(Width::from(2.0)), 6.0 * sbf);
+    assert_eq!(extra(autocast), 12.0 * sbf);
 }

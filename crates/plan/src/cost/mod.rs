@@ -22,6 +22,7 @@ use serde::Serialize;
 
 pub use memory::MemoryPrediction;
 pub use time::StepTime;
+pub use width::Width;
 
 /// Tunable assumptions of the cost model.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
