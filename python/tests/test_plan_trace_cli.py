@@ -98,3 +98,25 @@ def test_plan_trace_runs_torchtitan_selective_op_checkpointing_between_none_and_
         return variant["step_s"]
 
     assert step("none") < step("selective-op") < step("all")
+
+
+def test_plan_trace_on_several_gpus_traces_rank_0_of_fsdp2_at_zero_3_and_2(llama_config, headroom_cli, cli_env):
+    def variants(*gpus):
+        out = subprocess.run(
+            [headroom_cli, "plan", "--trace", str(llama_config), "--gpu", "H100-80GB", "--seq-len", "16",
+             "--global-batch", "8", "--trace-steps", "1", "--checkpoint", "none", "--precision", "bf16",
+             "--micro-batch", "2", "--optimizer-impl", "foreach", "--json", *gpus],
+            capture_output=True, text=True, env=cli_env, timeout=600,
+        )
+        assert out.returncode == 0, out.stderr
+        return {v["zero"]: v for v in json.loads(out.stdout)["variants"]}
+
+    sharded = variants("--gpus-per-node", "4")
+    assert sorted(sharded) == [2, 3]
+    assert all(v["ranks"] == 4 and "error" not in v and v["accumulation"] == 1 for v in sharded.values())
+    # ZeRO-3 frees each block's gathered parameters after its forward, ZeRO-2 keeps them until
+    # backward; one GPU holds every state whole (accumulating the batch of 8 in micro-batches
+    # of 2, the same micro-batch as each rank).
+    [single] = variants().values()
+    assert single["ranks"] == 1 and single["accumulation"] == 4
+    assert sharded[3]["allocated_peak_bytes"] < sharded[2]["allocated_peak_bytes"] < single["allocated_peak_bytes"]

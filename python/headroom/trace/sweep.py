@@ -35,6 +35,8 @@ VARIANT_KEYS = (
     "lora_rank",
     "lora_alpha",
     "lora_targets",
+    "fsdp",
+    "reshard_after_forward",
 )
 
 

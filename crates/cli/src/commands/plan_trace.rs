@@ -11,8 +11,12 @@
 //! fewest levers of the plain configuration (fp32, no checkpointing, the whole batch in one
 //! micro-batch, foreach) is recommended (`headroom_plan::search`).
 //!
-//! Not for: the tracer's rules (Python), the analytical search (`plan`), or several ranks
-//! (FSDP and DDP are not traced yet).
+//! On several GPUs (`--gpus-per-node`, `--nodes`) each setting is rank 0 of an FSDP2 run
+//! under PyTorch's fake process group (`headroom.trace(fsdp=N)`), at ZeRO-3 (`fully_shard`'s
+//! `reshard_after_forward=True`) and ZeRO-2 (`False`); the global batch is split over the ranks.
+//!
+//! Not for: the tracer's rules (Python), the analytical search (`plan`), or DDP (its buckets
+//! are not traced yet).
 
 use super::plan::{PlanArgs, build_hardware, default_framework, write_emits};
 use super::plan_trace_context as context;
@@ -22,8 +26,8 @@ use anyhow::{Context, Result, bail};
 use headroom_plan::cost::{CostModel, Problem, evaluate, time};
 use headroom_plan::search::SAME_SPEED;
 use headroom_plan::strategy::{
-    Attention, BaseWeights, Checkpoint, LossImpl, OptimizerImpl, Precision, Strategy,
-    changed_levers,
+    Attention, BaseWeights, Checkpoint, LossImpl, OptimizerImpl, Placement, Precision, Strategy,
+    ZeroStage, changed_levers,
 };
 use headroom_plan::workload::{BatchSpec, Workload};
 use headroom_train::models::hugging_face_model;
@@ -41,14 +45,22 @@ pub struct Variant {
     /// SDPA (memory-efficient: the tracer emulates its flash and memory-efficient CUDA
     /// kernels) or transformers' eager attention (naive: scores and probabilities as tensors).
     pub attention: Attention,
+    /// Ranks of the FSDP2 run traced (1: one GPU, no sharding) and its ZeRO stage: 3 reshards
+    /// each unit after its forward, 2 keeps it gathered until its backward.
+    pub ranks: u64,
+    pub zero: ZeroStage,
 }
 
 impl Variant {
-    /// The strategy the speed model times: PyTorch's AdamW on one GPU, the variant's attention,
-    /// Hugging Face's loss.
+    /// The strategy the speed model times: PyTorch's AdamW, the variant's ZeRO stage and
+    /// attention, Hugging Face's loss.
     pub fn strategy(&self, has_attention: bool) -> Strategy {
         Strategy {
             precision: self.precision,
+            placement: Placement {
+                zero_stage: self.zero,
+                ..Placement::default()
+            },
             checkpoint: self.checkpoint,
             attention: if has_attention {
                 self.attention
@@ -92,6 +104,10 @@ impl Variant {
             v["lora_rank"] = rank.into();
             v["lora_alpha"] = alpha.into();
         }
+        if self.ranks > 1 {
+            v["fsdp"] = self.ranks.into();
+            v["reshard_after_forward"] = self.zero.shards_parameters().into();
+        }
         v
     }
 
@@ -102,10 +118,30 @@ impl Variant {
     }
 }
 
-/// The settings to trace, and the plain configuration they are compared with: the pinned
-/// levers kept, the others searched.
-pub fn variants(args: &PlanArgs, global: u64) -> Result<(Vec<Variant>, Variant)> {
+/// The settings to trace on `ranks` GPUs, and the plain configuration they are compared with:
+/// the pinned levers kept, the others searched.
+pub fn variants(args: &PlanArgs, global: u64, ranks: u64) -> Result<(Vec<Variant>, Variant)> {
     let pins = args.levers.pins();
+    if !global.is_multiple_of(ranks) {
+        bail!(
+            "the global batch of {global} samples does not split over {ranks} GPUs; give a multiple of {ranks}"
+        );
+    }
+    let per_rank = global / ranks;
+    let zeros = match (ranks, pins.zero_stage) {
+        (1, None) => vec![ZeroStage::default()],
+        (1, Some(z)) if z.number() == 0 => vec![z],
+        (1, Some(z)) => bail!(
+            "--zero {} shards over data-parallel ranks; --trace plans one GPU here (give --gpus-per-node N to trace rank 0 of an FSDP2 run)",
+            z.number()
+        ),
+        (_, None) => vec![ZeroStage::new(3)?, ZeroStage::new(2)?],
+        (_, Some(z)) if z.shards_gradients() => vec![z],
+        (_, Some(z)) => bail!(
+            "--zero {} is not traced on several GPUs yet (DDP's buckets and ZeRO-1 are not traced); accepted with --trace: --zero 2 or 3 (FSDP2 without or with resharding after forward)",
+            z.number()
+        ),
+    };
     let precisions = match pins.precision {
         None => vec![
             Precision::Fp32,
@@ -123,14 +159,14 @@ pub fn variants(args: &PlanArgs, global: u64) -> Result<(Vec<Variant>, Variant)>
         ),
     };
     let micro_batches: Vec<u64> = match pins.micro_batch {
-        Some(m) if m == 0 || !global.is_multiple_of(m) => {
-            bail!("--micro-batch {m} does not divide the global batch of {global} samples")
+        Some(m) if m == 0 || !per_rank.is_multiple_of(m) => {
+            bail!("--micro-batch {m} does not divide the {per_rank} samples per GPU")
         }
         Some(m) => vec![m],
         None => (0..u64::BITS)
             .map(|k| 1u64 << k)
-            .take_while(|&m| m <= global)
-            .filter(|&m| global.is_multiple_of(m))
+            .take_while(|&m| m <= per_rank)
+            .filter(|&m| per_rank.is_multiple_of(m))
             .collect(),
     };
     // SDPA is transformers' default and the better of the two on every count; eager attention
@@ -145,18 +181,22 @@ pub fn variants(args: &PlanArgs, global: u64) -> Result<(Vec<Variant>, Variant)>
         ],
     };
     let mut out = Vec::new();
-    for &precision in &precisions {
-        for &checkpoint in &checkpoints {
-            for &micro_batch in micro_batches.iter().rev() {
-                for &optimizer_impl in &impls {
-                    out.push(Variant {
-                        precision,
-                        checkpoint,
-                        micro_batch,
-                        accumulation: global / micro_batch,
-                        optimizer_impl,
-                        attention,
-                    });
+    for &zero in &zeros {
+        for &precision in &precisions {
+            for &checkpoint in &checkpoints {
+                for &micro_batch in micro_batches.iter().rev() {
+                    for &optimizer_impl in &impls {
+                        out.push(Variant {
+                            precision,
+                            checkpoint,
+                            micro_batch,
+                            accumulation: per_rank / micro_batch,
+                            optimizer_impl,
+                            attention,
+                            ranks,
+                            zero,
+                        });
+                    }
                 }
             }
         }
@@ -166,9 +206,12 @@ pub fn variants(args: &PlanArgs, global: u64) -> Result<(Vec<Variant>, Variant)>
         precision: pins.precision.unwrap_or(Precision::Fp32),
         checkpoint: pins.checkpoint.unwrap_or(Checkpoint::None),
         micro_batch: largest,
-        accumulation: global / largest,
+        accumulation: per_rank / largest,
         optimizer_impl: args.optimizer_impl.unwrap_or_default(),
         attention,
+        ranks,
+        // FSDP's default is full sharding.
+        zero: zeros[0],
     };
     Ok((out, configured))
 }
@@ -190,11 +233,7 @@ pub fn recommend(rows: &[Row], configured: &Variant) -> Option<usize> {
 
 pub fn run(args: &PlanArgs, traced: &str, emits: &[(String, PathBuf)]) -> Result<()> {
     let hw = build_hardware(args)?;
-    if hw.world_size() > 1 {
-        bail!(
-            "--trace plans one GPU; FSDP and DDP ranks are not traced yet (drop --gpus-per-node and --nodes)"
-        );
-    }
+    let ranks = hw.world_size();
     let arch_source = match &args.model {
         Some(m) => m.clone(),
         None if traced.contains(':') && !Path::new(traced).exists() => bail!(
@@ -231,7 +270,7 @@ pub fn run(args: &PlanArgs, traced: &str, emits: &[(String, PathBuf)]) -> Result
         }
         other => other,
     };
-    let (variants, configured) = variants(args, global)?;
+    let (variants, configured) = variants(args, global, ranks)?;
 
     let mut cost = CostModel::default();
     if let Some(m) = args.margin {
@@ -361,6 +400,8 @@ mod tests {
             accumulation: 1,
             optimizer_impl: OptimizerImpl::Foreach,
             attention: Attention::MemoryEfficient,
+            ranks: 1,
+            zero: ZeroStage::default(),
         };
         Row {
             variant,
@@ -410,12 +451,17 @@ mod tests {
             accumulation: 1,
             optimizer_impl: OptimizerImpl::Foreach,
             attention: Attention::MemoryEfficient,
+            ranks: 1,
+            zero: ZeroStage::default(),
         };
         let setting = |c| v(c).tracer_settings(None)["gradient_checkpointing"].clone();
         assert_eq!(setting(Checkpoint::EveryNth(3)), serde_json::json!(3));
         assert_eq!(setting(Checkpoint::ALL_BLOCKS), serde_json::json!(true));
         assert_eq!(setting(Checkpoint::None), serde_json::json!(false));
-        assert_eq!(setting(Checkpoint::SelectiveOp), serde_json::json!("selective-op"));
+        assert_eq!(
+            setting(Checkpoint::SelectiveOp),
+            serde_json::json!("selective-op")
+        );
     }
 
     #[test]
@@ -427,6 +473,8 @@ mod tests {
             accumulation: 2,
             optimizer_impl: OptimizerImpl::PerTensor,
             attention: Attention::Naive,
+            ranks: 1,
+            zero: ZeroStage::default(),
         };
         assert_eq!(
             v.tracer_settings(Some((8, 16.0))),
@@ -436,5 +484,19 @@ mod tests {
                 "lora_alpha": 16.0,
             })
         );
+        // Rank 0 of an FSDP2 run: ZeRO-3 reshards after forward, ZeRO-2 does not.
+        for (zero, reshard) in [(3, true), (2, false)] {
+            let fsdp = Variant {
+                ranks: 4,
+                zero: ZeroStage::new(zero).unwrap(),
+                ..v
+            };
+            let settings = fsdp.tracer_settings(None);
+            assert_eq!(settings["fsdp"], serde_json::json!(4));
+            assert_eq!(
+                settings["reshard_after_forward"],
+                serde_json::json!(reshard)
+            );
+        }
     }
 }

@@ -66,7 +66,10 @@ impl Row {
             v.precision.to_string(),
             v.checkpoint.to_string(),
             format!("{} × {}", v.micro_batch, v.accumulation),
-            v.optimizer_impl.to_string(),
+            match v.ranks {
+                1 => v.optimizer_impl.to_string(),
+                _ => format!("{}, ZeRO-{}", v.optimizer_impl, v.zero.number()),
+            },
         ]
     }
 }
@@ -190,14 +193,22 @@ pub fn print_text(
     match recommended {
         Some(i) => {
             let r = &rows[i];
-            let [p, c, m, o] = r.levers();
+            let [p, c, m, _] = r.levers();
+            let o = match r.variant.ranks {
+                1 => format!("{} AdamW", r.variant.optimizer_impl),
+                n => format!(
+                    "{} AdamW, FSDP2 ZeRO-{} on {n} GPUs",
+                    r.variant.optimizer_impl,
+                    r.variant.zero.number()
+                ),
+            };
             let context = if budget.explicit {
                 String::new()
             } else {
                 format!(" + CUDA context {}", format_bytes(budget.context))
             };
             println!(
-                "Recommended: {p}, checkpoint {c}, micro-batch {m}, {o} AdamW: reserved peak {}{context} of {}, {:.0} tokens/s predicted.",
+                "Recommended: {p}, checkpoint {c}, micro-batch {m}, {o}: reserved peak {}{context} of {}, {:.0} tokens/s predicted.",
                 format_bytes(r.peaks.as_ref().map_or(0, |p| p.1)),
                 format_bytes(budget.bytes),
                 r.time.tokens_per_s
@@ -223,6 +234,8 @@ pub fn to_json(
             "accumulation": v.accumulation,
             "optimizer_impl": v.optimizer_impl.to_string(),
             "attention": v.attention.to_string(),
+            "ranks": v.ranks,
+            "zero": v.zero.number(),
         })
     };
     let ordered = order(rows, recommended);
