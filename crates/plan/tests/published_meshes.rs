@@ -23,10 +23,11 @@ use std::path::Path;
 // Memory: the goals (measured 8.6 % mean, 13.2 % worst).
 const MEMORY_MEAN: f64 = 0.10;
 const MEMORY_WORST: f64 = 0.20;
-// Throughput: measured 27.4 % mean over the Llama 3 rows, above the 25 % goal; both are low
-// because the memory model plans full recompute where the run's own is not published (see
-// docs/planner.md, "Meshes held to published runs").
-const SPEED_MEAN: f64 = 0.28;
+// Throughput: the goal. Measured 11.2 % mean over the eight Megatron-LM README rows and the two
+// Llama 3 rows (those two are low, 25.5 and 29.3 %, because the memory model plans full
+// recompute where the run's own is not published: docs/planner.md, "Meshes held to published
+// runs").
+const SPEED_MEAN: f64 = 0.25;
 
 #[derive(Deserialize)]
 struct Runs {
