@@ -599,3 +599,60 @@ fn expert_parallelism_splits_a_mixture_of_experts_and_exports_to_megatron() {
         assert!(stderr(&o).contains(why), "{}", stderr(&o));
     }
 }
+
+#[test]
+fn overlapping_tensor_parallelism_hides_its_collectives_behind_the_matmuls() {
+    // Every lever pinned, so both plans run the same mesh: dp 8 × tp 8 × pp 8, m 8 of one
+    // sequence. Overlap changes the step's time, not its memory.
+    let pins = [
+        "--global-batch",
+        "64",
+        "--tp",
+        "8",
+        "--pp",
+        "8",
+        "--pp-schedule",
+        "1f1b",
+        "--zero",
+        "1",
+        "--checkpoint",
+        "all",
+        "--micro-batch",
+        "1",
+        "--precision",
+        "bf16-mixed",
+        "--json",
+    ];
+    let plain = plan_405b(&pins);
+    let overlapped = plan_405b(&[&pins[..], &["--tp-comm-overlap"]].concat());
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    assert!(overlapped.status.success(), "{}", stderr(&overlapped));
+    let (plain, overlapped) = (
+        &json(&plain)["mesh"]["recommended"],
+        &json(&overlapped)["mesh"]["recommended"],
+    );
+    assert_eq!(plain["mesh"]["tp_comm_overlap"], false);
+    assert_eq!(overlapped["mesh"]["tp_comm_overlap"], true);
+    assert!(
+        overlapped["summary"]["layout"]
+            .as_str()
+            .unwrap()
+            .contains("TP overlapped")
+    );
+    assert_eq!(u(&plain["peak_bytes"]), u(&overlapped["peak_bytes"]));
+    assert!(overlapped["tokens_per_s"].as_f64().unwrap() > plain["tokens_per_s"].as_f64().unwrap());
+    // Overlap runs TP's collectives as sequence parallelism's all-gathers and reduce-scatters.
+    let o = plan_405b(
+        &[
+            &pins[..],
+            &["--tp-comm-overlap", "--sequence-parallel", "off"],
+        ]
+        .concat(),
+    );
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("sequence parallelism"),
+        "{}",
+        stderr(&o)
+    );
+}

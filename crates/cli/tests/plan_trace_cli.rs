@@ -43,7 +43,7 @@ fn inputs_it_cannot_trace_are_refused_before_tracing() {
     let dir = tempfile::tempdir().unwrap();
     let python = dir.path().join("no-such-python");
     let model = config(dir.path());
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (
             &["pkg.models:build", "--gpu", "H100-80GB", "--seq-len", "8"],
             "give --model CONFIG.json",
@@ -72,7 +72,7 @@ fn inputs_it_cannot_trace_are_refused_before_tracing() {
                 "--micro-batch",
                 "4",
             ],
-            "--micro-batch 4 does not divide the global batch of 6",
+            "--micro-batch 4 does not divide the 6 samples per GPU",
         ),
         (
             &[
@@ -83,8 +83,26 @@ fn inputs_it_cannot_trace_are_refused_before_tracing() {
                 "8",
                 "--seq-len",
                 "8",
+                "--global-batch",
+                "8",
+                "--zero",
+                "0",
             ],
-            "FSDP and DDP ranks are not traced yet",
+            "--zero 0 is not traced on several GPUs yet",
+        ),
+        (
+            &[
+                &model,
+                "--gpu",
+                "H100-80GB",
+                "--gpus-per-node",
+                "8",
+                "--seq-len",
+                "8",
+                "--global-batch",
+                "6",
+            ],
+            "the global batch of 6 samples does not split over 8 GPUs",
         ),
     ];
     for (args, message) in cases {

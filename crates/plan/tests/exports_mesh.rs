@@ -272,6 +272,48 @@ fn the_rules_reject_what_torchtitan_and_megatron_refuse() {
         ),
         Err(MeshRule::SequenceParallelWithoutTp)
     );
+    assert_eq!(
+        mesh_rules::megatron(
+            &args(&[
+                ("--tensor-model-parallel-size", "8"),
+                ("--tp-comm-overlap", ""),
+                ("--num-layers", "8")
+            ]),
+            1
+        ),
+        Err(MeshRule::TpCommOverlapWithoutSp)
+    );
+    assert_eq!(
+        mesh_rules::torchtitan(
+            &job(
+                "[parallelism]\ntensor_parallel_degree = 8\nenable_async_tensor_parallel = true\n"
+            ),
+            32
+        ),
+        Err(MeshRule::AsyncTpWithoutCompile)
+    );
+}
+
+#[test]
+fn overlapped_tensor_parallelism_is_written_for_each_framework() {
+    let (mut p, mut run) = interleaved_70b(1, mesh::Recompute::Full);
+    run.mesh.tp_comm_overlap = true;
+    // Megatron-LM: the switch, beside the sequence parallelism it needs.
+    let v = check_megatron(&megatron_args(&p, &run).unwrap());
+    assert_eq!(v.get("--tp-comm-overlap").map(String::as_str), Some(""));
+    assert_eq!(v.get("--sequence-parallel").map(String::as_str), Some(""));
+    // torchtitan's async TP needs a compiled model: refused without --compile, written with.
+    run.zero_stage = ZeroStage::new(3).unwrap();
+    let e = torchtitan_toml(&p, &run).unwrap_err().to_string();
+    assert!(e.contains("--compile"), "{e}");
+    p = p.with_compile(true);
+    let v = check_torchtitan(&torchtitan_toml(&p, &run).unwrap());
+    assert_eq!(
+        v.get("parallelism.enable_async_tensor_parallel")
+            .map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(v.get("compile.enable").map(String::as_str), Some("true"));
 }
 
 #[test]

@@ -103,6 +103,12 @@ pub struct Mesh {
     /// `--decoder-first-pipeline-num-layers`. 0 splits the layers evenly.
     #[serde(default)]
     pub fewer_layers_at_ends: u64,
+    /// Tensor parallelism's collectives overlapped with the layer's matmuls (Megatron-LM's
+    /// `--tp-comm-overlap`, which needs sequence parallelism; torchtitan's async TP,
+    /// `enable_async_tensor_parallel`, which needs torch.compile): the all-gather before and
+    /// the reduce-scatter after each projection run in chunks under its GEMM.
+    #[serde(default)]
+    pub tp_comm_overlap: bool,
 }
 
 impl Default for Mesh {
@@ -117,6 +123,7 @@ impl Default for Mesh {
             cp: 1,
             ep: 1,
             fewer_layers_at_ends: 0,
+            tp_comm_overlap: false,
         }
     }
 }
@@ -205,6 +212,15 @@ impl Mesh {
         if self.sequence_parallel && self.tp == 1 {
             return bad(
                 "sequence parallelism shards across the tensor-parallel ranks: it needs tp ≥ 2"
+                    .into(),
+            );
+        }
+        if self.tp_comm_overlap && !self.sequence_parallel {
+            return bad(
+                "overlapping tensor parallelism's communication runs its all-gathers and \
+                 reduce-scatters under the matmuls, which needs sequence parallelism on (and \
+                 tp ≥ 2; Megatron-LM: \"Tensor parallel communication/GEMM overlap can happen \
+                 only when sequence parallelism is enabled\")"
                     .into(),
             );
         }

@@ -55,6 +55,13 @@ pub struct MeshArgs {
     /// searched unless pinned.
     #[arg(long, value_name = "N")]
     pub ep: Option<u64>,
+    /// Overlap tensor parallelism's communication with the matmuls (Megatron-LM's
+    /// --tp-comm-overlap, torchtitan's async TP): the sequence-parallel all-gathers and
+    /// reduce-scatters run in chunks under each projection's GEMM, so a layer pays the larger
+    /// of the two rather than their sum. Needs tp ≥ 2 with sequence parallelism; torchtitan's
+    /// needs --compile. Off unless given, as in both frameworks.
+    #[arg(long)]
+    pub tp_comm_overlap: bool,
 }
 
 fn on_off(text: &str) -> Result<bool, String> {
@@ -75,6 +82,7 @@ impl MeshArgs {
             sequence_parallel: self.sequence_parallel,
             cp: self.cp,
             ep: self.ep,
+            tp_comm_overlap: self.tp_comm_overlap.then_some(true),
         }
     }
 }

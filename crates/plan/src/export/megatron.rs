@@ -114,6 +114,11 @@ fn parallel_args(run: &MeshRun, layers: u64, args: &mut Args) -> Result<()> {
     if m.sequence_parallel {
         switch(args, "--sequence-parallel");
     }
+    if m.tp_comm_overlap {
+        // Megatron-Core's userbuffer overlap of TP's all-gathers and reduce-scatters with the
+        // GEMMs (Transformer Engine), `ModelParallelConfig.tp_comm_overlap`.
+        switch(args, "--tp-comm-overlap");
+    }
     push(args, "--pipeline-model-parallel-size", m.pp);
     if m.cp > 1 {
         // `ModelParallelConfig.context_parallel_size` (megatron/core/model_parallel_config.py).

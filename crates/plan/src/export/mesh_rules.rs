@@ -22,8 +22,8 @@ pub enum MeshRule {
     /// The local batch is cut into micro-batches of `pipeline_parallel_microbatch_size`
     /// (`job_config.py`, `Parallelism.pipeline_parallel_microbatch_size`).
     MicrobatchSplit { local: i64, size: i64 },
-    /// "currently only effective when compile is enabled" (`job_config.py`,
-    /// `Parallelism.enable_async_tensor_parallel`).
+    /// "Async TP requires 'model' in --compile.components and --compile.enable"
+    /// (`torchtitan/distributed/tensor_parallel.py`, `maybe_enable_async_tp`).
     AsyncTpWithoutCompile,
     /// Megatron-LM's micro-batch calculator asserts that the global batch is divisible by the
     /// micro-batch size times the data-parallel size (`megatron/core/num_microbatches_calculator.py`).
@@ -41,6 +41,9 @@ pub enum MeshRule {
     /// (`arguments.py`: "Disabling sequence parallelism because tensor model parallelism is
     /// disabled"), so the plan's sharded activations would not be.
     SequenceParallelWithoutTp,
+    /// "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is
+    /// enabled" (`megatron/training/arguments.py`).
+    TpCommOverlapWithoutSp,
 }
 
 impl fmt::Display for MeshRule {
@@ -60,7 +63,7 @@ impl fmt::Display for MeshRule {
             ),
             MeshRule::AsyncTpWithoutCompile => write!(
                 f,
-                "enable_async_tensor_parallel without [compile] enable, where torchtitan ignores it"
+                "enable_async_tensor_parallel without [compile] enable, which torchtitan refuses (\"Async TP requires 'model' in --compile.components and --compile.enable\")"
             ),
             MeshRule::GlobalBatchSplit { global, micro, dp } => write!(
                 f,
@@ -77,6 +80,10 @@ impl fmt::Display for MeshRule {
             MeshRule::SequenceParallelWithoutTp => write!(
                 f,
                 "--sequence-parallel with --tensor-model-parallel-size 1, which Megatron-LM turns off (\"Disabling sequence parallelism because tensor model parallelism is disabled\")"
+            ),
+            MeshRule::TpCommOverlapWithoutSp => write!(
+                f,
+                "--tp-comm-overlap without --sequence-parallel, which Megatron-LM refuses (\"Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is enabled\")"
             ),
         }
     }
@@ -162,6 +169,9 @@ pub fn megatron(args: &[(String, Option<String>)], dp: u64) -> Result<(), MeshRu
     let tp = get("--tensor-model-parallel-size").unwrap_or(1);
     if has("--sequence-parallel") && tp == 1 {
         return Err(MeshRule::SequenceParallelWithoutTp);
+    }
+    if has("--tp-comm-overlap") && !has("--sequence-parallel") {
+        return Err(MeshRule::TpCommOverlapWithoutSp);
     }
     let micro = get("--micro-batch-size").unwrap_or(1);
     let global = get("--global-batch-size").unwrap_or(micro * dp);

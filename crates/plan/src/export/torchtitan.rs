@@ -92,7 +92,7 @@ fn text(v: &str) -> Value {
 }
 
 /// The `[parallelism]` section, after refusing what torchtitan cannot run.
-fn parallelism(run: &MeshRun, layers: u64) -> Result<Value> {
+fn parallelism(run: &MeshRun, layers: u64, compile: bool) -> Result<Value> {
     let m = &run.mesh;
     let mut p = vec![("tensor_parallel_degree", int(m.tp))];
     if m.tp > 1 && !m.sequence_parallel {
@@ -139,7 +139,15 @@ fn parallelism(run: &MeshRun, layers: u64) -> Result<Value> {
         p.push(("pipeline_parallel_last_stage_less_layers", int(k)));
     }
     p.push(("context_parallel_degree", int(m.cp)));
-    p.push(("enable_async_tensor_parallel", Value::Boolean(false)));
+    if m.tp_comm_overlap && !compile {
+        return Err(refuse(
+            "torchtitan's async tensor parallelism runs only in a compiled model (\"Async TP requires 'model' in --compile.components and --compile.enable\", torchtitan/distributed/tensor_parallel.py); add --compile, or use --emit megatron (--tp-comm-overlap)".into(),
+        ));
+    }
+    p.push((
+        "enable_async_tensor_parallel",
+        Value::Boolean(m.tp_comm_overlap),
+    ));
     Ok(table(p))
 }
 
@@ -197,7 +205,10 @@ pub fn torchtitan_toml(problem: &Problem, run: &MeshRun) -> Result<String> {
             ("mixed_precision_reduce", text("float32")),
         ]),
     );
-    job.insert("parallelism".into(), parallelism(run, layers)?);
+    job.insert(
+        "parallelism".into(),
+        parallelism(run, layers, problem.compile)?,
+    );
     job.insert("activation_checkpoint".into(), activation_checkpoint(run));
     job.insert(
         "compile".into(),

@@ -113,7 +113,7 @@ impl Layout<'_> {
                 let mesh = &m.mesh;
                 LayoutSummary {
                     layout: format!(
-                        "dp {}{} × tp {} × pp {}{}, {}, m {}, SP {}{}",
+                        "dp {}{} × tp {} × pp {}{}, {}, m {}, SP {}{}{}",
                         mesh.dp,
                         match mesh.cp {
                             1 => String::new(),
@@ -128,6 +128,11 @@ impl Layout<'_> {
                         mesh.schedule,
                         mesh.microbatches,
                         if mesh.sequence_parallel { "on" } else { "off" },
+                        if mesh.tp_comm_overlap {
+                            ", TP overlapped"
+                        } else {
+                            ""
+                        },
                         match mesh.fewer_layers_at_ends {
                             0 => String::new(),
                             k => format!(", ends −{k} layer"),

@@ -37,6 +37,9 @@ pub struct MeshPins {
     pub cp: Option<u64>,
     /// Expert-parallel ranks (a mixture of experts); `None`: searched.
     pub ep: Option<u64>,
+    /// TP's collectives overlapped with the matmuls (`Mesh::tp_comm_overlap`); `None`: off,
+    /// the frameworks' default.
+    pub tp_comm_overlap: Option<bool>,
 }
 
 impl MeshPins {
@@ -55,6 +58,7 @@ impl MeshPins {
             && self.microbatches.is_none()
             && self.cp.is_none_or(|c| c == 1)
             && self.ep.is_none_or(|e| e == 1)
+            && self.tp_comm_overlap != Some(true)
     }
 
     /// Whether pins leave only plain data parallelism (no mesh to search).
@@ -197,6 +201,7 @@ fn check_pins(problem: &Problem, mesh_pins: &MeshPins, micro_batch: u64) -> Resu
             .unwrap_or((global / (dp * micro_batch)).max(1)),
         cp,
         ep: mesh_pins.ep.unwrap_or(1),
+        tp_comm_overlap: mesh_pins.tp_comm_overlap.unwrap_or(false),
     };
     // The model's and the node's constraints first (against the batch this mesh runs), then
     // the global batch's.
@@ -288,6 +293,14 @@ pub fn search_meshes(
             }
             if mesh_pins.sequence_parallel == Some(false) {
                 mesh.sequence_parallel = false;
+            }
+            if mesh_pins.tp_comm_overlap == Some(true) {
+                // Overlapping needs TP's collectives to be the all-gather and reduce-scatter
+                // of sequence parallelism (Megatron-LM's check).
+                if mesh.tp == 1 || !mesh.sequence_parallel {
+                    continue;
+                }
+                mesh.tp_comm_overlap = true;
             }
             if !mesh_pins.allow(&mesh) {
                 continue;

@@ -12,8 +12,15 @@
 //! - Bubble: a step of m micro-batches on p stages lasts m + (p − 1)/v micro-batch slots instead
 //!   of m, so the bubble is (p − 1)/(v·m) of the ideal time (Narayanan et al. 2021, §2.2).
 //!
-//! No overlap of communication with computation is assumed (Megatron-LM's default without
-//! `--tp-comm-overlap`).
+//! - TP overlap (`Mesh::tp_comm_overlap`: Megatron-LM's `--tp-comm-overlap`, torchtitan's async
+//!   TP): the sequence-parallel all-gathers and reduce-scatters run in chunks under the
+//!   projections' matmuls (Wang et al. 2023, "Overlap communication with dependent computation
+//!   via decomposition", ASPLOS; PyTorch's "Distributed w/ TorchTitan: Introducing Async Tensor
+//!   Parallelism"), so a slot pays the larger of the compute and TP's communication rather than
+//!   their sum.
+//!
+//! Otherwise no overlap of communication with computation is assumed (Megatron-LM's default
+//! without `--tp-comm-overlap`).
 //!
 //! Not for: the compute time of a layer (the planner's efficiency model) or data parallelism's
 //! gradient reduction (`cost::time`).
@@ -131,7 +138,12 @@ pub fn step_seconds(
     let cp = layers * cp_bytes_per_layer(model, mesh, recompute) / bandwidths.cp;
     let ep = layers * ep_bytes_per_layer(&shard, mesh, recompute) / bandwidths.ep;
     let pp = pp_bytes_per_microbatch(&shard, mesh) / bandwidths.pp;
-    let slot = compute_per_microbatch * imbalance + tp + cp + ep + pp;
+    let compute = compute_per_microbatch * imbalance;
+    let compute_and_tp = match mesh.tp_comm_overlap {
+        true => compute.max(tp),
+        false => compute + tp,
+    };
+    let slot = compute_and_tp + cp + ep + pp;
     mesh.microbatches as f64 * (1.0 + bubble_fraction(mesh)) * slot
 }
 
@@ -222,5 +234,15 @@ mod tests {
         };
         let t = step_seconds(&tiny(), &m, Recompute::Selective, 1.0, links);
         assert_eq!(t, 15.0);
+        // With TP's communication under the matmuls the slot is max(1 s, 1 s) + 1 s = 2 s:
+        // 10 s; and a TP exchange longer than the compute shows only its excess.
+        let overlapped = Mesh {
+            tp_comm_overlap: true,
+            ..m
+        };
+        let t = step_seconds(&tiny(), &overlapped, Recompute::Selective, 1.0, links);
+        assert_eq!(t, 10.0);
+        let t = step_seconds(&tiny(), &overlapped, Recompute::Selective, 0.5, links);
+        assert_eq!(t, 10.0);
     }
 }

@@ -203,6 +203,7 @@ pub fn megatron_flags() -> BTreeMap<&'static str, Option<&'static [&'static str]
         ("--decoder-first-pipeline-num-layers", free),
         ("--decoder-last-pipeline-num-layers", free),
         ("--use-distributed-optimizer", free),
+        ("--tp-comm-overlap", free),
         ("--use-megatron-fsdp", free),
         (
             "--data-parallel-sharding-strategy",
