@@ -86,9 +86,9 @@ fn inputs_it_cannot_trace_are_refused_before_tracing() {
                 "--global-batch",
                 "8",
                 "--zero",
-                "0",
+                "1",
             ],
-            "--zero 0 is not traced on several GPUs yet",
+            "--zero 1 is not traced on several GPUs yet",
         ),
         (
             &[

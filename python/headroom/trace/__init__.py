@@ -50,6 +50,7 @@ def trace(
     cuda_arch: str = "sm90",
     fsdp: Optional[int] = None,
     reshard_after_forward: bool = True,
+    ddp: bool = False,
 ) -> list[dict]:
     """Traces `steps` training steps and returns the events (written to `output` too if given).
 
@@ -82,6 +83,9 @@ def trace(
         optimizer states sharded, each unit's parameters all-gathered around its forward and
         backward. reshard_after_forward: FSDP2's option of that name (False keeps every unit
         gathered from its forward to its backward, ZeRO-2's layout).
+    ddp: trace one rank of a PyTorch DDP run (default options): beside the gradients, DDP's
+        flat gradient buckets, one at construction and rebuilt in backward's order at the
+        second step (`ddp.py`). A rank's bytes do not depend on the number of ranks.
     device: "cuda" (the default) rewrites what the CPU kernels allocate into what the CUDA
         kernels allocate where the two differ (`cuda.py`: attention's flash and
         memory-efficient kernels, the cuBLAS workspace); "cpu" keeps the CPU kernels' trace
@@ -124,7 +128,11 @@ def trace(
         if not isinstance(value, int) or value < 1:
             raise TraceError(f"{name} must be a positive integer, got {value!r}")
 
+    from headroom.trace.ddp import buckets_for
     from headroom.trace.fsdp import fake_world, recording_resizes, shard
+
+    if fsdp is not None and ddp:
+        raise TraceError("fsdp and ddp are two ways to run data parallelism; give one of them")
 
     world = fake_world(fsdp) if fsdp is not None else contextlib.nullcontext()
     with world as mesh, FakeTensorMode(allow_non_fake_inputs=True):
@@ -160,6 +168,7 @@ def trace(
             resizes = recording_resizes(recorder) if fsdp is not None else contextlib.nullcontext()
             with recorder, kernels, resizes:
                 claim_model(recorder, net)
+                buckets = buckets_for(recorder, net) if ddp else None
                 run_steps(
                     net,
                     optimizer,
@@ -170,7 +179,10 @@ def trace(
                     steps=steps,
                     autocast=AUTOCAST.get(dtype),
                     loss_fn=loss,
+                    on_forward=buckets.before_forward if buckets is not None else None,
                 )
+                if buckets is not None:
+                    buckets.close()
         finally:
             events = recorder.stop()
             paths.remove()

@@ -63,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         help="with --fsdp: keep each unit gathered from its forward to its backward "
         "(fully_shard's reshard_after_forward=False)",
     )
+    parser.add_argument(
+        "--ddp", action="store_true",
+        help="trace one rank of a DDP run: its gradient buckets beside the gradients",
+    )
     parser.add_argument("--output", "-o", required=True, help="where to write the trace JSON")
     args = parser.parse_args(argv)
     if args.no_reshard_after_forward and args.fsdp is None:
@@ -83,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             cuda_arch=args.cuda_arch,
             fsdp=args.fsdp,
             reshard_after_forward=not args.no_reshard_after_forward,
+            ddp=args.ddp,
             output=args.output,
         )
     except TraceError as e:

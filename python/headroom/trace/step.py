@@ -83,7 +83,9 @@ def run_steps(
     steps: int,
     autocast: Optional[torch.dtype],
     loss_fn: Optional[Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]],
+    on_forward: Optional[Callable[[int], None]] = None,
 ) -> None:
+    """`on_forward(step)` runs as each step's forward begins (DDP's bucket rebuild)."""
     micro_batch, seq_len = batch
     params = [p for p in model.parameters() if p.requires_grad]
     # fp16 autocast needs loss scaling (torch.amp.GradScaler); bf16's range does not.
@@ -91,6 +93,8 @@ def run_steps(
     for step in range(steps):
         clock.step = step
         clock.phase = "forward"
+        if on_forward is not None:
+            on_forward(step)
         input_ids = torch.randint(0, vocab_size, (micro_batch, seq_len))
         recorder.claim(input_ids, "input", op="input")
         cast = torch.autocast("cpu", dtype=autocast) if autocast is not None else contextlib.nullcontext()

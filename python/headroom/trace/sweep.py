@@ -37,6 +37,7 @@ VARIANT_KEYS = (
     "lora_targets",
     "fsdp",
     "reshard_after_forward",
+    "ddp",
 )
 
 

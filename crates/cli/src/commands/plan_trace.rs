@@ -11,12 +11,14 @@
 //! fewest levers of the plain configuration (fp32, no checkpointing, the whole batch in one
 //! micro-batch, foreach) is recommended (`headroom_plan::search`).
 //!
-//! On several GPUs (`--gpus-per-node`, `--nodes`) each setting is rank 0 of an FSDP2 run
-//! under PyTorch's fake process group (`headroom.trace(fsdp=N)`), at ZeRO-3 (`fully_shard`'s
-//! `reshard_after_forward=True`) and ZeRO-2 (`False`); the global batch is split over the ranks.
+//! On several GPUs (`--gpus-per-node`, `--nodes`) each setting is one rank of a data-parallel
+//! run: FSDP2 under PyTorch's fake process group (`headroom.trace(fsdp=N)`) at ZeRO-3
+//! (`fully_shard`'s `reshard_after_forward=True`) and ZeRO-2 (`False`), and DDP with its
+//! gradient buckets (`headroom.trace(ddp=True)`) at ZeRO-0; the global batch is split over the
+//! ranks.
 //!
-//! Not for: the tracer's rules (Python), the analytical search (`plan`), or DDP (its buckets
-//! are not traced yet).
+//! Not for: the tracer's rules (Python), the analytical search (`plan`), or ZeRO-1 (not
+//! traced).
 
 use super::plan::{PlanArgs, build_hardware, default_framework, write_emits};
 use super::plan_trace_context as context;
@@ -104,7 +106,9 @@ impl Variant {
             v["lora_rank"] = rank.into();
             v["lora_alpha"] = alpha.into();
         }
-        if self.ranks > 1 {
+        if self.ranks > 1 && self.zero.number() == 0 {
+            v["ddp"] = true.into();
+        } else if self.ranks > 1 {
             v["fsdp"] = self.ranks.into();
             v["reshard_after_forward"] = self.zero.shards_parameters().into();
         }
@@ -135,11 +139,10 @@ pub fn variants(args: &PlanArgs, global: u64, ranks: u64) -> Result<(Vec<Variant
             "--zero {} shards over data-parallel ranks; --trace plans one GPU here (give --gpus-per-node N to trace rank 0 of an FSDP2 run)",
             z.number()
         ),
-        (_, None) => vec![ZeroStage::new(3)?, ZeroStage::new(2)?],
-        (_, Some(z)) if z.shards_gradients() => vec![z],
-        (_, Some(z)) => bail!(
-            "--zero {} is not traced on several GPUs yet (DDP's buckets and ZeRO-1 are not traced); accepted with --trace: --zero 2 or 3 (FSDP2 without or with resharding after forward)",
-            z.number()
+        (_, None) => vec![ZeroStage::new(3)?, ZeroStage::new(2)?, ZeroStage::new(0)?],
+        (_, Some(z)) if z.number() != 1 => vec![z],
+        (_, Some(_)) => bail!(
+            "--zero 1 is not traced on several GPUs yet (PyTorch's ZeroRedundancyOptimizer is not traced); accepted with --trace: --zero 0 (DDP), 2 or 3 (FSDP2 without or with resharding after forward)"
         ),
     };
     let precisions = match pins.precision {
@@ -484,6 +487,15 @@ mod tests {
                 "lora_alpha": 16.0,
             })
         );
+        // One rank of DDP at ZeRO-0.
+        let ddp = Variant {
+            ranks: 4,
+            zero: ZeroStage::default(),
+            ..v
+        }
+        .tracer_settings(None);
+        assert_eq!(ddp["ddp"], serde_json::json!(true));
+        assert!(ddp.get("fsdp").is_none());
         // Rank 0 of an FSDP2 run: ZeRO-3 reshards after forward, ZeRO-2 does not.
         for (zero, reshard) in [(3, true), (2, false)] {
             let fsdp = Variant {

@@ -68,6 +68,7 @@ impl Row {
             format!("{} × {}", v.micro_batch, v.accumulation),
             match v.ranks {
                 1 => v.optimizer_impl.to_string(),
+                _ if v.zero.number() == 0 => format!("{}, DDP", v.optimizer_impl),
                 _ => format!("{}, ZeRO-{}", v.optimizer_impl, v.zero.number()),
             },
         ]
@@ -196,6 +197,9 @@ pub fn print_text(
             let [p, c, m, _] = r.levers();
             let o = match r.variant.ranks {
                 1 => format!("{} AdamW", r.variant.optimizer_impl),
+                n if r.variant.zero.number() == 0 => {
+                    format!("{} AdamW, DDP on {n} GPUs", r.variant.optimizer_impl)
+                }
                 n => format!(
                     "{} AdamW, FSDP2 ZeRO-{} on {n} GPUs",
                     r.variant.optimizer_impl,

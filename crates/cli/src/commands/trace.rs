@@ -67,6 +67,11 @@ pub struct TraceArgs {
     /// `reshard_after_forward=False`, ZeRO-2's layout).
     #[arg(long, requires = "fsdp")]
     pub no_reshard_after_forward: bool,
+    /// Trace one rank of a PyTorch DDP run: beside each gradient, DDP's flat gradient buckets
+    /// (one at construction, rebuilt in backward's order at the second step, both live for a
+    /// moment). A rank's bytes do not depend on the number of ranks.
+    #[arg(long, conflicts_with = "fsdp")]
+    pub ddp: bool,
     /// Where to write the trace (headroom's replay JSON).
     #[arg(long, short, default_value = "headroom-trace.json")]
     pub output: PathBuf,
@@ -167,6 +172,9 @@ pub fn run(args: TraceArgs) -> anyhow::Result<()> {
     }
     if args.no_reshard_after_forward {
         cmd.arg("--no-reshard-after-forward");
+    }
+    if args.ddp {
+        cmd.arg("--ddp");
     }
     // The tracer reports on stderr; stdout stays the replay's (for --json).
     let status = cmd
