@@ -162,3 +162,43 @@ def test_the_first_matmul_allocates_the_cublas_workspace(monkeypatch):
     first = next(e for e in events if e["action"] == "alloc" and e["op"] == "cublas_workspace")
     assert first["phase"] == "forward" and first["category"] == "other"
     assert first["module"] == "model.proj"
+
+
+def adamw_ops(device, impl):
+    """Every op two AdamW steps run (outputs' dtypes and shapes), on fake tensors of `device`."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class OpLog(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            outs = out if isinstance(out, (tuple, list)) else [out]
+            shapes = tuple((o.dtype, tuple(o.shape)) for o in outs if isinstance(o, torch.Tensor))
+            self.ops.append((func.overloadpacket.__name__, shapes))
+            return out
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        with torch.device(device):
+            params = [torch.nn.Parameter(torch.empty(64, 32)), torch.nn.Parameter(torch.empty(32))]
+        for p in params:
+            p.grad = torch.empty_like(p)
+        opt = torch.optim.AdamW(params, lr=1e-3, foreach=impl == "foreach",
+                                fused=True if impl == "fused" else None)
+        log = OpLog()
+        with log:
+            opt.step()
+            opt.step()
+    return log.ops
+
+
+def test_adamw_steps_allocate_on_the_cpu_what_they_allocate_on_cuda():
+    # PyTorch's own optimizer code on fake CUDA tensors (which need no GPU) runs the same ops
+    # with the same outputs as on the CPU, so the trace needs no emulation there: foreach's
+    # intermediate lists and fused's in-place kernel (its on-device step counts included).
+    for impl in ("foreach", "fused"):
+        cpu, cuda = adamw_ops("cpu", impl), adamw_ops("cuda", impl)
+        assert cpu == cuda and len(cpu) > 10, impl
