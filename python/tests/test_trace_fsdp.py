@@ -90,3 +90,48 @@ def test_each_block_is_gathered_again_for_its_backward(llama_config):
 def test_a_world_that_is_no_positive_count_is_refused(llama_config, ranks):
     with pytest.raises(TraceError, match="fsdp must be a positive number of ranks"):
         headroom.trace(llama_config, micro_batch=1, seq_len=8, fsdp=ranks)
+
+
+def test_a_users_own_fsdp2_loop_under_headroom_tracing_frees_its_gathers(llama_config):
+    # The program makes its fake world and mesh, then builds, shards and trains inside
+    # headroom.tracing: FSDP2's storage resizes are frees there too, so after the step only
+    # the parameters' padded shards are held, as in headroom.trace(fsdp=3).
+    import json as json_module
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = json_module.loads(llama_config.read_text())
+    cfg = AutoConfig.for_model(config.pop("model_type"), **config)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=RANKS)
+    try:
+        mesh = init_device_mesh("cpu", (RANKS,))
+        with headroom.tracing(steps=1) as t:
+            model = AutoModelForCausalLM.from_config(cfg)
+            for block in model.model.layers:
+                fully_shard(block, mesh=mesh)
+            fully_shard(model, mesh=mesh)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+            ids = torch.randint(0, VOCAB, (2, 16))
+            model(input_ids=ids, labels=ids).loss.backward()
+            opt.step()
+    finally:
+        dist.destroy_process_group()
+    live = {}
+    for e in t.events:
+        if e["action"] == "alloc":
+            live[e["addr"]] = e
+        elif e["action"] == "free":
+            live.pop(e["addr"], None)
+    held = {}
+    for e in live.values():
+        if e["dtype"] == "float32":
+            held[e["category"]] = held.get(e["category"], 0) + e["size"]
+    assert held["parameter"] == SHARDS
+    # Nothing of the fp32 gathers is left: every fp32 byte still held is a shard's, a sharded
+    # gradient's, AdamW's or a buffer's (the int64 batch the program made is not counted here).
+    assert set(held) <= {"parameter", "gradient", "optimizer_state", "other"}, held

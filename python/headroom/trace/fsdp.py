@@ -65,8 +65,9 @@ def blocks_of(net: torch.nn.Module) -> list[torch.nn.Module]:
     if not blocks:
         raise TraceError(
             f"{type(net).__name__} has no transformers blocks (GradientCheckpointingLayer) to "
-            "shard one by one; apply torch.distributed.fsdp.fully_shard in the factory and trace "
-            "with headroom.tracing instead"
+            "shard one by one; trace your own program with headroom.tracing instead (its "
+            "fully_shard calls included; make the process group and the device mesh before "
+            "entering it)"
         )
     return blocks
 
@@ -88,11 +89,14 @@ def shard(net: torch.nn.Module, mesh: Any, reshard_after_forward: bool) -> None:
 @contextlib.contextmanager
 def recording_resizes(recorder: StorageRecorder) -> Iterator[None]:
     """While active, FSDP2's in-place storage resizes and its all-gather buffers reach the
-    recorder (see the module's doc)."""
-    from torch.distributed.fsdp._fully_shard._fsdp_param import FSDPParam
+    recorder (see the module's doc). Without FSDP2 in this PyTorch build only the resizes do."""
+    try:
+        from torch.distributed.fsdp._fully_shard._fsdp_param import FSDPParam
+    except ImportError:
+        FSDPParam = None
 
     original_resize = torch.UntypedStorage.resize_
-    original_init = FSDPParam.init_all_gather_outputs
+    original_init = FSDPParam.init_all_gather_outputs if FSDPParam is not None else None
 
     def resize_(storage: Any, size: int) -> Any:
         out = original_resize(storage, size)
@@ -107,9 +111,11 @@ def recording_resizes(recorder: StorageRecorder) -> Iterator[None]:
                 event.update(category="parameter", op=ALL_GATHER)
 
     torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign]
-    FSDPParam.init_all_gather_outputs = init_all_gather_outputs  # type: ignore[method-assign]
+    if FSDPParam is not None:
+        FSDPParam.init_all_gather_outputs = init_all_gather_outputs  # type: ignore[method-assign]
     try:
         yield
     finally:
         torch.UntypedStorage.resize_ = original_resize  # type: ignore[method-assign]
-        FSDPParam.init_all_gather_outputs = original_init  # type: ignore[method-assign]
+        if FSDPParam is not None:
+            FSDPParam.init_all_gather_outputs = original_init  # type: ignore[method-assign]

@@ -22,6 +22,10 @@ Reading a value (`loss.item()`, `float(t)`, `if t > 0:`) gives 1 (True): fake te
 values, so a loop whose control flow depends on data follows that branch (1 rather than 0 keeps
 divisions such as AdamW's bias correction finite).
 
+A program that shards its model with FSDP2 is traced as it runs (under PyTorch's fake process
+group, its mesh made before the block): FSDP2's in-place storage resizes are recorded as frees
+and allocations (`fsdp.py`).
+
 Not for: the fixed K-step training loop of a Hugging Face config (`headroom.trace`).
 """
 
@@ -200,6 +204,7 @@ class Tracing:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         from headroom.trace.frames import user_frames
+        from headroom.trace.fsdp import recording_resizes
         from headroom.trace.recorder import StorageRecorder
 
         if self._active:
@@ -220,6 +225,8 @@ class Tracing:
         try:
             self._exits.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
             self._exits.enter_context(self._recorder)
+            # FSDP2 frees and re-gathers parameters by resizing storages in place (`fsdp.py`).
+            self._exits.enter_context(recording_resizes(self._recorder))
             self._exits.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack))
             for handle in (
                 torch.nn.modules.module.register_module_forward_pre_hook(self._forward_pre),
