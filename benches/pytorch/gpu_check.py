@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tracer_vs_memtracker import MODELS, SETTINGS, relative  # noqa: E402
+from tracer_vs_memtracker import MODELS, SETTINGS, relative, train_steps  # noqa: E402
 
 ALLOCATED_GOAL = 0.03
 RESERVED_GOAL = 0.05
@@ -59,17 +59,7 @@ def real_peaks(config: dict, st: dict) -> tuple[int, int]:
     optim = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
-    for _ in range(2):
-        ids = torch.randint(0, cfg.vocab_size, (st["micro_batch"], st["seq_len"]), device="cuda")
-        if st["dtype"] == "bf16-autocast":
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = model(input_ids=ids, labels=ids).loss
-        else:
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        del loss
-        optim.step()
-        optim.zero_grad(set_to_none=True)
+    train_steps(model, optim, cfg.vocab_size, st, "cuda")
     torch.cuda.synchronize()
     peaks = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
     del model, optim

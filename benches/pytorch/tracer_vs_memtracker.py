@@ -195,21 +195,30 @@ def _steps(mt: Any, model: Any, optim: Any, vocab_size: int, st: dict) -> None:
     import torch
 
     with mt:
-        for i in range(2):
-            ids = torch.randint(0, vocab_size, (st["micro_batch"], st["seq_len"]))
-            if st["dtype"] == "bf16-autocast":
-                with torch.autocast("cpu", dtype=torch.bfloat16):
-                    loss = model(input_ids=ids, labels=ids).loss
-            else:
+        # MemTracker refuses a second forward of the same modules without a reset between.
+        train_steps(model, optim, vocab_size, st, "cpu", after_first=mt.reset_mod_stats)
+
+
+def train_steps(model: Any, optim: Any, vocab_size: int, st: dict, device: str,
+                after_first: Optional[Any] = None) -> None:
+    """The program every side runs: two steps of forward with the labels (under `device`'s
+    bf16 autocast for bf16-autocast settings), backward, `step()` and `zero_grad()`."""
+    import torch
+
+    for i in range(2):
+        ids = torch.randint(0, vocab_size, (st["micro_batch"], st["seq_len"]), device=device)
+        if st["dtype"] == "bf16-autocast":
+            with torch.autocast(device, dtype=torch.bfloat16):
                 loss = model(input_ids=ids, labels=ids).loss
-            loss.backward()
-            del loss
-            optim.step()
-            optim.zero_grad(set_to_none=True)
-            del ids
-            if i == 0:
-                # MemTracker refuses a second forward of the same modules otherwise.
-                mt.reset_mod_stats()
+        else:
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        del loss
+        optim.step()
+        optim.zero_grad(set_to_none=True)
+        del ids
+        if i == 0 and after_first is not None:
+            after_first()
 
 
 def memtracker_category(event: dict) -> str:

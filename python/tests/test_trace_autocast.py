@@ -17,17 +17,19 @@ from headroom.trace.cuda import half_to_float_library
 
 
 class OpLog(TorchDispatchMode):
-    """Every ATen op that returns tensors, with their dtypes and shapes, in order."""
+    """Every ATen op that returns tensors, with their dtypes and shapes, in order; with
+    `every_op` the in-place ones that return nothing too."""
 
-    def __init__(self):
+    def __init__(self, every_op: bool = False):
         super().__init__()
         self.ops = []
+        self.every_op = every_op
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         outs = out if isinstance(out, (tuple, list)) else [out]
         tensors = tuple((o.dtype, tuple(o.shape)) for o in outs if isinstance(o, torch.Tensor))
-        if tensors:
+        if tensors or self.every_op:
             self.ops.append((func.overloadpacket.__name__, tensors))
         return out
 

@@ -167,19 +167,8 @@ def test_the_first_matmul_allocates_the_cublas_workspace(monkeypatch):
 def adamw_ops(device, impl):
     """Every op two AdamW steps run (outputs' dtypes and shapes), on fake tensors of `device`."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils._python_dispatch import TorchDispatchMode
 
-    class OpLog(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            outs = out if isinstance(out, (tuple, list)) else [out]
-            shapes = tuple((o.dtype, tuple(o.shape)) for o in outs if isinstance(o, torch.Tensor))
-            self.ops.append((func.overloadpacket.__name__, shapes))
-            return out
+    from test_trace_autocast import OpLog
 
     with FakeTensorMode(allow_non_fake_inputs=True):
         with torch.device(device):
@@ -188,7 +177,7 @@ def adamw_ops(device, impl):
             p.grad = torch.empty_like(p)
         opt = torch.optim.AdamW(params, lr=1e-3, foreach=impl == "foreach",
                                 fused=True if impl == "fused" else None)
-        log = OpLog()
+        log = OpLog(every_op=True)
         with log:
             opt.step()
             opt.step()
