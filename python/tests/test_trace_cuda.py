@@ -124,8 +124,12 @@ def test_gpt2_config_traced_for_cuda_holds_no_attention_probabilities(gpt2_confi
     size = 2 * 4 * 128 * 128 * F32
     assert any(e["action"] == "alloc" and e["size"] == size for e in cpu)
     assert not any(e["action"] == "alloc" and e["size"] == size for e in cuda)
-    workspace = [e for e in cuda if e["action"] == "alloc" and e["op"] == "cublas_workspace"]
-    assert [(e["size"], e["category"]) for e in workspace] == [(32 << 20, "other")]
+    # Conv1D's four addmms a block run with their bias in cuBLASLt's epilogue: one 1 MiB
+    # cuBLASLt workspace, kept. Every other matmul takes a 32 MiB cuBLAS workspace for its call:
+    # the tied LM head's mm, then in backward two mms per Conv1D (2 blocks x 4) and two for the
+    # head: 1 + 16 + 2 = 19, each freed as soon as it is made.
+    assert workspaces(cuda, "cublaslt_workspace") == [(1 << 20, "other")]
+    assert workspaces(cuda, "cublas_workspace") == [(32 << 20, "other")] * 19
     assert peak(cuda) - (32 << 20) < peak(cpu)
 
 
@@ -146,22 +150,122 @@ def traced_linear(device, **options):
                           **options)
 
 
-def test_the_first_matmul_allocates_the_cublas_workspace(monkeypatch):
-    # PyTorch's default (CublasHandlePool.cpp): 4096 KiB x 8 = 32 MiB on Hopper, and
-    # ":4096:2:16:8" = 4096 KiB x 2 + 16 KiB x 8 = 8,519,680 bytes elsewhere. It is allocated at
-    # the forward's matmul and never freed, so every later peak carries it: the peaks differ by
-    # exactly its size.
-    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    cpu = peak(traced_linear("cpu"))
-    assert peak(traced_linear("cuda")) - cpu == 33_554_432
-    assert peak(traced_linear("cuda", cuda_arch="sm80")) - cpu == 8_519_680
-    # The deterministic setting PyTorch documents, ":16:8": 16 KiB x 8 = 131,072 bytes.
+def live_at_end(events):
+    live = {}
+    for e in events:
+        if e["action"] == "alloc":
+            live[e["addr"]] = e
+        elif e["action"] == "free":
+            del live[e["addr"]]
+    return list(live.values())
+
+
+def workspaces(events, op):
+    return [(e["size"], e["category"]) for e in events if e["action"] == "alloc" and e["op"] == op]
+
+
+def freed_at_once(events, op):
+    """Whether each `op` allocation is freed by the very next event (within its call)."""
+    for i, e in enumerate(events):
+        if e["action"] == "alloc" and e["op"] == op:
+            after = events[i + 1]
+            if (after["action"], after["addr"]) != ("free", e["addr"]):
+                return False
+    return True
+
+
+# Linear's mm in forward, then in backward the gradients of its input (the embedding's) and of
+# its weight: three cuBLAS calls a step.
+MATMULS_PER_STEP = 3
+
+
+def test_each_matmul_takes_a_cublas_workspace_for_its_call(monkeypatch):
+    # PyTorch 2.15's default (TORCH_CUBLAS_WORKSPACE_CACHE unset, CublasHandlePool.cpp): each
+    # ATen matmul allocates its workspace after its output and frees it on return. 4096 KiB x 8
+    # = 32 MiB on Hopper, ":4096:2:16:8" = 4096 KiB x 2 + 16 KiB x 8 = 8,519,680 bytes
+    # elsewhere, and the deterministic setting PyTorch documents, ":16:8", 131,072.
+    for var in ("CUBLAS_WORKSPACE_CONFIG", "TORCH_CUBLAS_WORKSPACE_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    for options, size in (({}, 33_554_432), ({"cuda_arch": "sm80"}, 8_519_680)):
+        events = traced_linear("cuda", **options)
+        assert workspaces(events, "cublas_workspace") == [(size, "other")] * MATMULS_PER_STEP
+        assert freed_at_once(events, "cublas_workspace")
+        assert not any(e["op"] == "cublas_workspace" for e in live_at_end(events))
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
     events = traced_linear("cuda")
-    assert peak(events) - cpu == 131_072
-    first = next(e for e in events if e["action"] == "alloc" and e["op"] == "cublas_workspace")
-    assert first["phase"] == "forward" and first["category"] == "other"
-    assert first["module"] == "model.proj"
+    assert workspaces(events, "cublas_workspace") == [(131_072, "other")] * MATMULS_PER_STEP
+    # The forward's comes after the mm's output, in the projection.
+    mm = next(i for i, e in enumerate(events) if e["action"] == "alloc" and e["op"] == "aten::mm")
+    first = next(i for i, e in enumerate(events) if e["action"] == "alloc" and e["op"] == "cublas_workspace")
+    assert first == mm + 1
+    assert events[first]["phase"] == "forward" and events[first]["module"] == "model.proj"
+
+
+def test_a_cached_cublas_workspace_is_made_once_and_kept(monkeypatch):
+    # TORCH_CUBLAS_WORKSPACE_CACHE=1: the first matmul on the stream allocates the workspace
+    # and every later call reuses it, so every later peak carries it: the peaks differ by
+    # exactly its size.
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setenv("TORCH_CUBLAS_WORKSPACE_CACHE", "1")
+    cpu = peak(traced_linear("cpu"))
+    events = traced_linear("cuda")
+    assert workspaces(events, "cublas_workspace") == [(33_554_432, "other")]
+    assert peak(events) - cpu == 33_554_432
+    assert peak(traced_linear("cuda", cuda_arch="sm80")) - cpu == 8_519_680
+
+
+class BiasedLinear(torch.nn.Module):
+    """An embedding through a linear layer with a bias, summed: `addmm` with a 1-D bias."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(V, 64)
+        self.proj = torch.nn.Linear(64, 64)
+
+    def forward(self, input_ids, labels=None):
+        return {"loss": self.proj(self.embed(input_ids)).sum()}
+
+
+def traced_biased(**options):
+    return headroom.trace(BiasedLinear, micro_batch=B, seq_len=T, steps=2, vocab_size=V, **options)
+
+
+def test_a_biased_linear_runs_on_cublaslt_with_its_own_workspace(monkeypatch):
+    # The forward's addmm has a 1-D bias of the output's width, beta 1, fp32: cuBLASLt with
+    # the bias in its epilogue (isInputCompliesAddmmCudaLt). Its 1 MiB workspace
+    # (CUBLASLT_WORKSPACE_SIZE's default, 1,024 KiB) is made once and kept; the two backward
+    # mms of each of the 2 steps take cuBLAS workspaces for their calls.
+    for var in ("CUBLAS_WORKSPACE_CONFIG", "TORCH_CUBLAS_WORKSPACE_CACHE", "CUBLASLT_WORKSPACE_SIZE",
+                "DISABLE_ADDMM_CUDA_LT", "TORCH_CUBLASLT_UNIFIED_WORKSPACE"):
+        monkeypatch.delenv(var, raising=False)
+    events = traced_biased()
+    assert workspaces(events, "cublaslt_workspace") == [(1_048_576, "other")]
+    assert workspaces(events, "cublas_workspace") == [(33_554_432, "other")] * 4
+    assert any(e["op"] == "cublaslt_workspace" for e in live_at_end(events))
+    monkeypatch.setenv("CUBLASLT_WORKSPACE_SIZE", "256")
+    assert workspaces(traced_biased(), "cublaslt_workspace") == [(262_144, "other")]
+    # DISABLE_ADDMM_CUDA_LT=1 sends the addmm to cuBLAS: six per-call workspaces, no cuBLASLt.
+    monkeypatch.setenv("DISABLE_ADDMM_CUDA_LT", "1")
+    events = traced_biased()
+    assert workspaces(events, "cublaslt_workspace") == []
+    assert workspaces(events, "cublas_workspace") == [(33_554_432, "other")] * 6
+
+
+def test_cached_workspaces_are_unified_unless_asked_apart(monkeypatch):
+    # With caching on, cuBLASLt shares the stream's cuBLAS workspace (unified by default on
+    # CUDA builds): one 32 MiB allocation for the run. TORCH_CUBLASLT_UNIFIED_WORKSPACE=0
+    # keeps them apart: 32 MiB and 1 MiB, both kept.
+    for var in ("CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE", "DISABLE_ADDMM_CUDA_LT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TORCH_CUBLAS_WORKSPACE_CACHE", "1")
+    monkeypatch.delenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", raising=False)
+    events = traced_biased()
+    assert workspaces(events, "cublas_workspace") == [(33_554_432, "other")]
+    assert workspaces(events, "cublaslt_workspace") == []
+    monkeypatch.setenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "0")
+    events = traced_biased()
+    assert workspaces(events, "cublaslt_workspace") == [(1_048_576, "other")]
+    assert workspaces(events, "cublas_workspace") == [(33_554_432, "other")]
 
 
 def adamw_ops(device, impl):

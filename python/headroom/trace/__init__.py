@@ -88,11 +88,12 @@ def trace(
         second step (`ddp.py`). A rank's bytes do not depend on the number of ranks.
     device: "cuda" (the default) rewrites what the CPU kernels allocate into what the CUDA
         kernels allocate where the two differ (`cuda.py`: attention's flash and
-        memory-efficient kernels, the cuBLAS workspace); "cpu" keeps the CPU kernels' trace
+        memory-efficient kernels, the cuBLAS workspaces, `cublas.py`); "cpu" keeps the CPU kernels' trace
         as it ran.
     cuda_arch: the GPU generation the cuBLAS workspace is sized for: "sm90" (Hopper: H100,
         H200; 32 MiB) or "sm80" (any other: 8 MiB + 128 KiB); CUBLAS_WORKSPACE_CONFIG in the
-        environment overrides both, as it does PyTorch's.
+        environment overrides both, as it does PyTorch's. Each matmul takes it for its own
+        call unless TORCH_CUBLAS_WORKSPACE_CACHE=1 keeps one for the run, as in PyTorch.
     snapshot: also replay the trace through headroom's caching allocator and write the result
         as a PyTorch memory snapshot pickle (`torch.cuda.memory._snapshot()`'s segments and
         device_traces; pytorch.org/memory_viz opens it), as `headroom trace --snapshot` does.
@@ -109,9 +110,9 @@ def trace(
     from headroom.trace import model as model_mod
     from headroom.trace.modules import ModulePaths
     from headroom.trace.recorder import StorageRecorder
+    from headroom.trace.cublas import CUDA_ARCHS
+    from headroom.trace.cuda import DEVICES, CudaKernels
     from headroom.trace.step import AUTOCAST, DTYPES, Clock, claim_model, make_optimizer, run_steps
-
-    from headroom.trace.cuda import CUDA_ARCHS, DEVICES, CudaKernels
 
     if device not in DEVICES:
         raise TraceError(f"unknown device {device!r}; accepted: {', '.join(DEVICES)}")

@@ -32,12 +32,9 @@ Emulated:
   transformers calls, and a checkpoint's recomputation with it) and caught by a torch function
   mode where a program bound the name before the trace.
 
-- The cuBLAS workspace: the first matrix multiply on a stream allocates, through the caching
-  allocator, a workspace kept for the process's life (`getCurrentCUDABlasHandle` and
-  `getNewWorkspace` in pytorch/pytorch `aten/src/ATen/cuda/CublasHandlePool.cpp`). Its size is
-  `CUBLAS_WORKSPACE_CONFIG` (`:SIZE_KIB:COUNT` pairs summed) when set, else 32 MiB on Hopper
-  (sm90: `4096 * 8 * 1024`) and `:4096:2:16:8` (8 MiB + 128 KiB) elsewhere
-  (`parseChosenWorkspaceSize`). Recorded as `other`, op `cublas_workspace`.
+- The cuBLAS and cuBLASLt workspaces (`cublas.py`): per call by default in PyTorch 2.15, once
+  per stream with `TORCH_CUBLAS_WORKSPACE_CACHE=1`; 1 MiB kept for the bias-epilogue `addmm`s
+  that run on cuBLASLt. Recorded as `other`.
 
 - `softmax` and `log_softmax` of an fp16 tensor with `dtype=torch.float32` (what autocast asks
   for, and what transformers' eager attention asks for): CUDA runs `_softmax(x, dim,
@@ -50,9 +47,7 @@ Emulated:
 
 Not emulated here, and why: cross-entropy outside autocast needs nothing (CUDA's `log_softmax`,
 like the CPU's, returns the input's dtype; transformers' `ForCausalLMLoss` upcasts logits to fp32
-itself on either device). The cuBLASLt workspace (`CUBLASLT_WORKSPACE_SIZE`, 1 MiB by default,
-`parseCUDABlasLtWorkspaceSize`) depends on which matmuls cuBLAS routes to cuBLASLt and is left
-out. The CUDA context (driver, kernels' code) lives outside the caching allocator
+itself on either device). The CUDA context (driver, kernels' code) lives outside the caching allocator
 (`torch.cuda.memory_allocated` and `memory_reserved` never count it), so no allocator event can
 hold it; a device's capacity for the replay is what is left after it.
 
@@ -61,26 +56,16 @@ Not for: recording (`recorder.py`) or running the steps (`step.py`).
 
 from __future__ import annotations
 
-import os
-import re
 from typing import Any, Optional
 
 import torch
 from torch.overrides import TorchFunctionMode
 
 from headroom.trace.autocast import CudaAutocast
+from headroom.trace.cublas import CublasWorkspaces
 from headroom.trace.recorder import StorageRecorder
 
 DEVICES = ("cuda", "cpu")
-CUDA_ARCHS = ("sm90", "sm80")
-
-# `parseChosenWorkspaceSize`: the cuBLAS workspace when CUBLAS_WORKSPACE_CONFIG is unset.
-CUBLAS_WORKSPACE_SM90 = 4096 * 8 * 1024  # 32 MiB on Hopper
-CUBLAS_WORKSPACE_OTHER = 4096 * 1024 * 2 + 16 * 1024 * 8  # ":4096:2:16:8": 8 MiB + 128 KiB
-# The ops that run on cuBLAS (aten/src/ATen/native/cuda/Blas.cpp).
-_CUBLAS_OPS = frozenset(
-    {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "_addmm_activation"}
-)
 
 # `check_head_dim_size_flash` (sm80 and later): flash takes head sizes up to 256.
 FLASH_MAX_HEAD_DIM = 256
@@ -130,16 +115,6 @@ def _autocast_inputs(*tensors: Optional[torch.Tensor]) -> tuple[Optional[torch.T
     )
 
 
-def cublas_workspace_bytes(arch: str, config: Optional[str] = None) -> int:
-    """The cuBLAS workspace PyTorch allocates: `config` (CUBLAS_WORKSPACE_CONFIG, `:SIZE:COUNT`
-    pairs, SIZE in KiB) when it has one, else the default for `arch`."""
-    if config:
-        pairs = re.findall(r":([0-9]+):([0-9]+)", config)
-        if pairs:
-            return sum(int(size) * 1024 * int(count) for size, count in pairs)
-    return CUBLAS_WORKSPACE_SM90 if arch == "sm90" else CUBLAS_WORKSPACE_OTHER
-
-
 def _half_to_float(op: Any, fused: Any) -> Any:
     """`softmax.int` / `log_softmax.int` as CUDA runs them: fp16 to fp32 in the kernel itself,
     anything else as PyTorch's own composite."""
@@ -163,21 +138,14 @@ def half_to_float_library() -> torch.library.Library:
 
 class CudaKernels(TorchFunctionMode):
     """While active, the functions with a CUDA kernel of their own run that kernel's ATen op,
-    the first cuBLAS op allocates the cuBLAS workspace, and autocast follows CUDA's op policy
+    the cuBLAS ops take their workspaces (`cublas.py`), and autocast follows CUDA's op policy
     (`autocast.py`)."""
 
     def __init__(self, recorder: StorageRecorder, arch: str = "sm90"):
         super().__init__()
         self._recorder = recorder
-        self._workspace = cublas_workspace_bytes(arch, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+        self._workspaces = CublasWorkspaces(recorder, arch)
         self._autocast = CudaAutocast()
-        recorder.op_hooks.append(self._first_matmul)
-
-    def _first_matmul(self, func: Any) -> None:
-        packet = getattr(func, "overloadpacket", None)
-        if packet is not None and packet.__name__ in _CUBLAS_OPS:
-            self._recorder.op_hooks.remove(self._first_matmul)
-            self._recorder.allocate_fixed(self._workspace, "other", "cublas_workspace")
 
     def __enter__(self) -> "CudaKernels":
         # The module attribute is what transformers and most code call at run time (a

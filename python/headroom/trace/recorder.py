@@ -85,8 +85,9 @@ class StorageRecorder(TorchDispatchMode):
         self._live: dict[int, tuple[Optional[int], dict[str, Any], weakref.finalize]] = {}
         self._host: set[int] = set()
         self._recording = True
-        # Called with each op before it runs (the CUDA kernels' fixed allocations, `cuda.py`).
-        self.op_hooks: list[Callable[[Any], None]] = []
+        # Called with each op, its args and kwargs after its outputs are recorded (the cuBLAS
+        # workspaces, `cublas.py`).
+        self.after_op: list[Callable[[Any, tuple, dict], None]] = []
 
     # -- the dispatch hook -------------------------------------------------------------------
 
@@ -94,8 +95,6 @@ class StorageRecorder(TorchDispatchMode):
         if self._zero_scalar_reads and func is torch.ops.aten._local_scalar_dense.default:
             dtype = args[0].dtype
             return True if dtype == torch.bool else 1.0 if dtype.is_floating_point else 1
-        for hook in list(self.op_hooks):
-            hook(func)
         try:
             out = func(*args, **(kwargs or {}))
         except (DataDependentOutputException, DynamicOutputShapeException) as e:
@@ -116,6 +115,8 @@ class StorageRecorder(TorchDispatchMode):
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
                 self.see(t, f"aten::{op}")
+        for hook in self.after_op:
+            hook(func, args, kwargs or {})
         return out
 
     # -- storages ----------------------------------------------------------------------------
@@ -179,21 +180,16 @@ class StorageRecorder(TorchDispatchMode):
 
     def allocate_fixed(self, size: int, category: str, op: str) -> None:
         """An allocation no tensor owns, live until the trace ends (a library's workspace)."""
-        phase, step, module = self._where()
-        event: dict[str, Any] = {
-            "action": "alloc",
-            "addr": self._next_addr,
-            "size": size,
-            "category": category,
-            "dtype": "uint8",
-            "op": op,
-            "phase": phase,
-            "step": step,
-        }
-        if module:
-            event["module"] = module
-        self._next_addr += 1
-        self.events.append(event)
+        if self._recording:
+            self._alloc_event(size, category, "uint8", op)
+
+    def allocate_scratch(self, size: int, category: str, op: str) -> None:
+        """An allocation no tensor owns, made and freed within one op (a per-call workspace)."""
+        if not self._recording:
+            return
+        addr, _ = self._alloc_event(size, category, "uint8", op)
+        phase, step, _ = self._where_free()
+        self.events.append({"action": "free", "addr": addr, "phase": phase, "step": step})
 
     def _freed(self, key: int) -> None:
         entry = self._live.pop(key, None)
