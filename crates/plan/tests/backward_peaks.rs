@@ -67,3 +67,38 @@ fn no_checkpointed_block_is_re_run_at_the_loss_node() {
         at(&p, Category::Activation)
     );
 }
+
+/// GPT-2's parameters outside the blocks: token and position embeddings (the head is tied) and
+/// the final norm, 50,257·768 + 1,024·768 + 2·768; and in one block, 12·h² + 13·h (q, k, v and
+/// the projection with biases, the two norms, the 4h FFN with biases). 12 blocks and the root
+/// make Ψ.
+const ROOT: f64 = 50_257.0 * 768.0 + 1024.0 * 768.0 + 2.0 * 768.0;
+const BLOCK: f64 = 12.0 * H * H + 13.0 * H;
+
+#[test]
+fn the_blocks_make_their_gradients_as_they_release_their_activations() {
+    assert_eq!(ROOT + 12.0 * BLOCK, PSI);
+    // A loss in 64 chunks holds one chunk's vocabulary-sized tensors at its node, so the
+    // blocks' backward sets the peak. Backward frees a block's saved tensors once it has run it
+    // and gives its parameters their gradients there: the fullest moment is the first block
+    // back, every block's activations beside the root's gradients (the tied embedding, made at
+    // the head, and the final norm) and that one block's, 4·(ROOT + BLOCK) bytes in fp32. Both
+    // held whole (12 blocks' activations beside 12 blocks' gradients) never happens.
+    let p = problem("gpt2", "A100-80GB", 1, 1, 1024, 8).with_framework(Framework::Fsdp);
+    let chunked = |accumulation| Strategy {
+        precision: Precision::Fp32,
+        optimizer: Optimizer::AdamW,
+        placement: Placement::default(),
+        checkpoint: Checkpoint::None,
+        attention: Attention::MemoryEfficient,
+        loss: Loss::Chunked(64),
+        optimizer_in_backward: false,
+        micro_batch: 8,
+        accumulation,
+    };
+    let one = evaluate(&p, &chunked(1));
+    assert_eq!(at(&one, Category::Gradient), 4.0 * (ROOT + BLOCK));
+    // With two micro-batches the first one's gradients are all there throughout: 4·Ψ.
+    let two = evaluate(&p, &chunked(2));
+    assert_eq!(at(&two, Category::Gradient), 4.0 * PSI);
+}

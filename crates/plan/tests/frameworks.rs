@@ -48,9 +48,15 @@ fn at(p: &Plan, c: Category) -> f64 {
 #[test]
 fn zero_3_bf16_mixed_per_framework_by_hand() {
     // Micro-batch 4 of 4096 tokens: the peak is in backward, where the gathered units live.
-    let ds = problem("llama-2-7b", "A100-80GB", 8, 1, 4096, 32);
+    // Two micro-batches a step, so under both frameworks every gradient shard is there from
+    // the first micro-batch's backward on (with one, PyTorch's zero_grad leaves none before
+    // the blocks make theirs).
+    let ds = problem("llama-2-7b", "A100-80GB", 8, 1, 4096, 64);
     let fsdp = ds.clone().with_framework(Framework::Fsdp);
-    let s = strategy(Precision::Bf16Mixed, 3, 4);
+    let s = Strategy {
+        accumulation: 2,
+        ..strategy(Precision::Bf16Mixed, 3, 4)
+    };
     let (d, f) = (evaluate(&ds, &s), evaluate(&fsdp, &s));
     use headroom_plan::cost::memory::Phase;
     assert_eq!(d.memory.peak_phase, Phase::ForwardBackward);
@@ -68,17 +74,21 @@ fn zero_3_bf16_mixed_per_framework_by_hand() {
     assert_eq!(at(&f, Category::OptimizerState), 8.0 * PSI / 8.0);
     // DeepSpeed: bf16 shards; the largest module gathered whole plus Hugging Face's "auto"
     // prefetch of 0.9·h² elements and the persistent tensors of ≤ 10·h elements (65 norms of
-    // 4096); the largest module's gradient; fp32 master shards.
+    // 4096); the largest module's gradient; fp32 master shards; and, over the two
+    // micro-batches, fp32 sums of the gradient shard (DeepSpeed's `grad_accum_dtype`).
     let prefetch = (0.9 * 4096.0 * 4096.0_f64).floor();
     let persistent = 65.0 * 4096.0;
     assert_eq!(
         at(&d, Category::Parameter),
         2.0 * PSI / 8.0 + 2.0 * (LARGEST + prefetch + persistent)
     );
-    assert_eq!(at(&d, Category::Gradient), 2.0 * PSI / 8.0 + 2.0 * LARGEST);
+    assert_eq!(
+        at(&d, Category::Gradient),
+        2.0 * PSI / 8.0 + 4.0 * PSI / 8.0 + 2.0 * LARGEST
+    );
     assert_eq!(at(&d, Category::MasterWeight), 4.0 * PSI / 8.0);
     assert_eq!(at(&d, Category::OptimizerState), 8.0 * PSI / 8.0);
-    // Both keep 16 bytes per parameter of sharded model states.
+    // Both keep 16 bytes per parameter of sharded model states, DeepSpeed 4 more for its sums.
     let sharded = |p: &Plan, gathered: f64, grad_unit: f64| {
         at(p, Category::Parameter)
             + at(p, Category::Gradient)
@@ -89,19 +99,21 @@ fn zero_3_bf16_mixed_per_framework_by_hand() {
     };
     let fsdp_states = sharded(&f, 2.0 * (ROOT + 2.0 * BLOCK), 2.0 * ROOT);
     let ds_states = sharded(&d, 2.0 * (LARGEST + prefetch + persistent), 2.0 * LARGEST);
-    assert_eq!(fsdp_states, ds_states);
+    assert_eq!(fsdp_states, ds_states - 4.0 * PSI / 8.0);
     assert_eq!(fsdp_states, 16.0 * PSI / 8.0);
 }
 
 #[test]
 fn ddp_autocast_keeps_fp32_weights_grads_casts_and_fp32_islands() {
-    // bert-large-uncased, fp16 autocast under DDP (stage 0) on one V100, micro-batch 4 × 512,
-    // naive attention, no checkpointing.
-    let ds = problem("bert-large-uncased", "V100-16GB", 1, 1, 512, 4);
+    // bert-large-uncased, fp16 autocast under DDP (stage 0) on one V100, micro-batch 4 × 512
+    // accumulated twice (so every gradient is there through backward under both), naive
+    // attention, no checkpointing.
+    let ds = problem("bert-large-uncased", "V100-16GB", 1, 1, 512, 8);
     let torch = ds.clone().with_framework(Framework::Fsdp);
     let s = Strategy {
         checkpoint: Checkpoint::None,
         attention: Attention::Naive,
+        accumulation: 2,
         ..strategy(Precision::Fp16Mixed, 0, 4)
     };
     let (d, t) = (evaluate(&ds, &s), evaluate(&torch, &s));
@@ -115,9 +127,10 @@ fn ddp_autocast_keeps_fp32_weights_grads_casts_and_fp32_islands() {
     );
     assert_eq!(at(&t, Category::Gradient), 4.0 * psi);
     assert_eq!(at(&t, Category::MasterWeight), 0.0);
-    // DeepSpeed's fp16 engine: 16-bit parameters and gradients, fp32 master.
+    // DeepSpeed's fp16 engine: 16-bit parameters and gradients and, over the two
+    // micro-batches, their fp32 sums (`grad_accum_dtype`); fp32 master.
     assert_eq!(at(&d, Category::Parameter), 2.0 * psi);
-    assert_eq!(at(&d, Category::Gradient), 2.0 * psi);
+    assert_eq!(at(&d, Category::Gradient), 2.0 * psi + 4.0 * psi);
     assert_eq!(at(&d, Category::MasterWeight), 4.0 * psi);
     // Activations, autocast against a 16-bit model, per block: two fp32 norm inputs (+2 bytes
     // each), separate q, k, v each saving a cast of the fp32 norm output (+2 casts of 2 bytes),

@@ -26,7 +26,7 @@
 //!
 //! Not for: step time (see `time`).
 
-use super::{Problem, activation, gather};
+use super::{Problem, activation, backward, gather};
 use crate::strategy::{
     Attention, Framework, LossImpl, Offload, Optimizer, OptimizerImpl, Strategy,
 };
@@ -439,12 +439,34 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
         input,
         communication,
     ]);
+    // With no gradient before backward, the blocks make theirs as they release their saved
+    // activations (`backward`); otherwise every gradient is there throughout.
+    let fresh = gradients_at_loss_backward(problem, s, &states) == 0.0
+        && !s.placement.offload_activations.is_offloaded();
+    let (blocks_activations, gradients) = match fresh {
+        true => {
+            let held = (activation::held_at_backward_start(
+                spec,
+                seq,
+                b,
+                w,
+                s.attention,
+                s.checkpoint,
+                s.loss,
+            ) - activation::outside_blocks(spec, seq, b, w, s.loss))
+                * problem.cost.activation_scale;
+            let made = states.grad_device * backward::block_share(&problem.facts);
+            let (a, g) = backward::fullest(spec.total_blocks(), held, made);
+            (activations - loss_held - held + a, gradients - made + g)
+        }
+        false => (activations - loss_held, gradients),
+    };
     let fb_blocks = with_other(&[
         (Category::Parameter, parameters),
         (Category::Gradient, gradients),
         (Category::MasterWeight, states.master_device),
         (Category::OptimizerState, states.opt_device),
-        (Category::Activation, activations - loss_held),
+        (Category::Activation, blocks_activations),
         (Category::Temporary, block_backward_bytes(problem, s)),
         input,
         communication,

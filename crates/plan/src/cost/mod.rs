@@ -5,6 +5,7 @@
 //! Not for: choosing among strategies (see `search`).
 
 pub mod activation;
+mod backward;
 pub mod efficiency;
 pub mod elementwise;
 mod evaluator;
