@@ -1,7 +1,8 @@
-//! `headroom plan --emit KIND FILE`: the export kinds, which of them can express a mesh, and
-//! writing the files of the recommended layout — every file built (and held to its documented
-//! rules) before any is written, then all written or none.
+//! `headroom plan --emit KIND FILE`: the export kinds, which of them can express a mesh, the
+//! framework they imply, and writing the files of the recommended layout — every file built (and
+//! held to its documented rules) before any is written, then all written or none.
 
+use super::plan_args::PlanArgs;
 use anyhow::{Context, Result, bail};
 use headroom_plan::cost::Problem;
 use headroom_plan::export::mesh_run::MeshRun;
@@ -10,6 +11,7 @@ use headroom_plan::export::{
     write_exports,
 };
 use headroom_plan::mesh::Layout;
+use headroom_plan::strategy::Framework;
 use std::path::{Path, PathBuf};
 
 /// Every kind `--emit` accepts.
@@ -122,4 +124,45 @@ pub fn write(
         }
     }
     Ok(())
+}
+
+/// Builds every `--emit` file for the recommended plain data-parallel plan over the problem's
+/// GPUs, holds each to the rules, then writes all of them or none.
+pub(super) fn write_emits(
+    problem: &Problem,
+    best: &headroom_plan::cost::Plan,
+    emits: &[(String, PathBuf)],
+    args: &PlanArgs,
+) -> Result<()> {
+    let opts = export_options(args, emits);
+    let world = problem.hardware.world_size();
+    write(problem, Layout::Plain(best), world, emits, &opts, args.json)
+}
+
+pub(super) fn export_options(args: &PlanArgs, emits: &[(String, PathBuf)]) -> ExportOptions {
+    ExportOptions {
+        nvme_path: args.nvme_path.clone(),
+        main_process_ip: args.main_process_ip.clone(),
+        main_process_port: args.main_process_port,
+        deepspeed_config_file: emits
+            .iter()
+            .find(|(k, _)| k == "deepspeed")
+            .map(|(_, p)| p.display().to_string()),
+    }
+}
+
+/// The framework the exports target: DeepSpeed when a ds_config is asked for (an Accelerate
+/// export then uses its DeepSpeed plugin), FSDP when only Accelerate or torchtune files are,
+/// DeepSpeed when none is.
+pub(super) fn default_framework(emits: &[(String, PathBuf)]) -> Framework {
+    let kinds: Vec<&str> = emits.iter().map(|(k, _)| k.as_str()).collect();
+    if !kinds.contains(&"deepspeed")
+        && kinds
+            .iter()
+            .any(|k| ["accelerate", "torchtune", "torchtitan"].contains(k))
+    {
+        Framework::Fsdp
+    } else {
+        Framework::DeepSpeed
+    }
 }

@@ -5,7 +5,7 @@
 //!
 //! Not for: Hugging Face models (the analytical planner in `plan`).
 
-use super::plan::PlanArgs;
+use super::plan_args::PlanArgs;
 use super::plan_output::{group_digits, plan_rows, plans_table, shown_plans};
 use anyhow::{Context, Result, bail};
 use headroom_memory::format_bytes;

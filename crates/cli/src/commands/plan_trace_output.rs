@@ -4,7 +4,7 @@
 //!
 //! Not for: tracing or ranking (`plan_trace`).
 
-use super::plan_trace::Variant;
+use super::plan_trace_variants::Variant;
 use headroom_memory::size::format_bytes;
 use headroom_plan::cost::{Problem, StepTime};
 use std::cmp::Ordering;

@@ -2,7 +2,7 @@
 //! process (`python -m headroom.trace.sweep`) tracing them all into a temporary directory, and
 //! each trace replayed through the caching allocator for its allocated and reserved peaks.
 //!
-//! Not for: which settings to trace or how to rank them (`plan_trace`).
+//! Not for: which settings to trace (`plan_trace_variants`) or how to rank them (`plan_trace`).
 
 use super::trace::tracer_python;
 use anyhow::{Context, Result, bail};

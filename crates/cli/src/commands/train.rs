@@ -1,33 +1,28 @@
 //! `headroom train`: trains a model on headroom's engine inside a device budget and reports
 //! where every byte went. With no arguments it runs the embedded default (a small GPT on the
 //! bundled corpus); every lever is a flag or a key of `--config FILE` (flags win).
+//!
+//! Not for: what rank 0 prints (`train_console`), the run's files (`train_outputs`), resuming
+//! (`train_resume`) or the errors' fixes (`train_errors`).
 
-use super::plan_output::group_digits;
+use super::train_console::{lead_observer, print_prediction};
+use super::train_errors::{explain_launch, explain_prepare};
 use super::train_group::mpi_rank;
-use crate::report::progress::Progress;
-use crate::report::timeline::write_timeline_svg;
-use crate::report::train_report::print_report;
-use crate::signals::{Interrupted, StopSignals, name};
+use super::train_outputs::{check_outputs, write_outputs};
+use super::train_resume::{print_resume_hint, resumed_config};
+use crate::signals::{Interrupted, StopSignals};
 use anyhow::{Context, bail};
 use clap::Args;
-use headroom_memory::Snapshot;
-use headroom_memory::output::{check_writable, write_output};
 use headroom_memory::size::format_bytes;
-use headroom_memory::timeline::timeline;
 use headroom_train::config::{RunConfig, TrainConfig};
 use headroom_train::data::Corpus;
 use headroom_train::data::token_file::is_token_file;
-use headroom_train::launch::{
-    LaunchError, LaunchEvent, LaunchOptions, Observer, RunOutcome, Stopped, launch,
-};
+use headroom_train::launch::{LaunchOptions, launch};
 use headroom_train::predict::Prediction;
-use headroom_train::prepare::{PrepareError, PrepareOptions, prepare};
-use headroom_train::recompute::policy::BudgetDecision;
-use headroom_train::save;
+use headroom_train::prepare::{PrepareOptions, prepare};
 use headroom_train::strategy::Pins;
-use headroom_train::{TrainError, Trainer};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
+use std::sync::Arc;
 
 #[derive(Debug, Args)]
 pub struct TrainArgs {
@@ -199,77 +194,6 @@ fn configure(
     Ok((merged.resolve()?, pins, options))
 }
 
-/// How a run stopped by `signal` and saved continues.
-fn print_resume_hint(signal: i32, stopped: &Stopped, steps: u64) {
-    eprintln!(
-        "{} after step {} of {steps}: saved to {}; continue with: headroom train --resume {}",
-        name(signal),
-        stopped.step,
-        stopped.save.display(),
-        stopped.root.display()
-    );
-}
-
-/// Rank 0's progress: how a `budget:SIZE` checkpoint policy was met, what runs, then a bar or
-/// lines as it trains; with `hint_on_save`, how to continue as soon as a stopped run is saved.
-fn lead_observer(config: &RunConfig, corpus: &str, hint_on_save: Option<StopSignals>) -> Observer {
-    let (config, corpus) = (config.clone(), corpus.to_string());
-    let progress = Mutex::new(None::<Progress>);
-    Arc::new(move |event| match event {
-        LaunchEvent::Ready(trainer) => {
-            if let Some(d) = trainer.budget_decision() {
-                print_budget_decision(d, trainer.model().depth());
-            }
-            print_start(trainer, &config, &corpus);
-            *lock(&progress) = Some(Progress::new(config.steps, trainer.step(), true));
-        }
-        LaunchEvent::Train(event) => {
-            if let Some(p) = lock(&progress).as_ref() {
-                p.event(event);
-            }
-        }
-        LaunchEvent::Trained => {
-            if let Some(p) = lock(&progress).take() {
-                p.finish();
-            }
-        }
-        LaunchEvent::Stopped(stopped) => {
-            if let Some(signal) = hint_on_save.as_ref().and_then(StopSignals::received) {
-                print_resume_hint(signal, stopped, config.steps);
-            }
-        }
-    })
-}
-
-/// The progress display, whichever thread last held it (drawing cannot leave it half-updated).
-fn lock(progress: &Mutex<Option<Progress>>) -> std::sync::MutexGuard<'_, Option<Progress>> {
-    progress
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// The line that says what runs: model, parameters, precision, data, split, steps and budget.
-fn print_start(trainer: &Trainer, config: &RunConfig, corpus: &str) {
-    eprintln!(
-        "headroom train: {} ({}), {} on {}, micro-batch {} × accumulation {}{} × {} tokens, {} steps, device budget {}{}",
-        trainer.model().name(),
-        describe_parameters(trainer, config.lora.as_ref()),
-        config.strategy.precision,
-        corpus,
-        config.micro_batch(),
-        config.accumulation(),
-        match (config.data_parallel, config.tensor_parallel) {
-            (_, Some(n)) => format!(" on a mesh of tp {n} × dp 1 (the model split over {n} ranks)"),
-            (1, None) => String::new(),
-            (n, None) => format!(" × {n} ranks"),
-        },
-        trainer.seq_len(),
-        config.steps,
-        format_bytes(config.device_memory),
-        if config.ranks() > 1 { " per rank" } else { "" },
-    );
-}
-
 /// The CPU backend's device memory is host memory: a run predicted to reserve more than the
 /// host has available would exhaust the machine, so it is refused before it starts.
 fn refuse_beyond_host(prediction: &Prediction) -> anyhow::Result<()> {
@@ -284,198 +208,12 @@ fn refuse_beyond_host(prediction: &Prediction) -> anyhow::Result<()> {
     }
 }
 
-/// Refuses, before any work, output paths that cannot be written: the JSON report, the
-/// timeline, the snapshot and the save directory.
-fn check_outputs(args: &TrainArgs, keys: &TrainConfig) -> anyhow::Result<()> {
-    let timeline = (!args.no_timeline).then_some(&args.timeline);
-    for (flag, path) in [
-        ("--json-report", args.json_report.as_ref()),
-        ("--timeline", timeline),
-        ("--snapshot", args.snapshot.as_ref()),
-    ] {
-        if let Some(path) = path {
-            check_writable(path)
-                .with_context(|| format!("{flag} {} cannot be written", path.display()))?;
-        }
-    }
-    if let Some(dir) = &keys.save_dir {
-        std::fs::create_dir_all(dir)
-            .and_then(|()| check_writable(&dir.join("latest")))
-            .with_context(|| format!("--save-dir {} cannot be written", dir.display()))?;
-    }
-    Ok(())
-}
-
-/// The configuration a resumed run continues with: the saved one, changed only where `keys`
-/// (file and flags) soundly may, each change printed; saves go on into the resumed directory
-/// unless a save directory is given.
-fn resumed_config(dir: &Path, keys: &TrainConfig) -> anyhow::Result<RunConfig> {
-    let (manifest, save) = save::read_manifest(dir)?;
-    let saved: RunConfig = serde_json::from_value(manifest.config).with_context(|| {
-        format!(
-            "{}: the saved configuration cannot be read",
-            save.join("manifest.json").display()
-        )
-    })?;
-    let (mut config, changes) = saved.resumed_with(keys)?;
-    if keys.save_dir.is_none() {
-        config.save_dir = Some(save::root_of(&save));
-    }
-    eprintln!(
-        "resume: step {} of {} with the saved strategy ({})",
-        manifest.step,
-        save.display(),
-        config.strategy.describe(true)
-    );
-    for change in &changes {
-        eprintln!("resume: changed {change}");
-    }
-    Ok(config)
-}
-
-/// The dry run's prediction for the run about to start; `recovers`: whether the trainer retries
-/// a step that runs out of memory. A run whose live peak fits but whose reserved peak does not
-/// is told that the planned arena reserves only the live peak.
-fn print_prediction(prediction: &Prediction, config: &RunConfig, recovers: bool) {
-    let budget = config.device_memory;
-    let arena = if !prediction.fits
-        && config.allocator != headroom_memory::AllocatorKind::Planned
-        && prediction.memory.peak_allocated_bytes <= budget
-    {
-        "; its live peak fits: --allocator planned reserves only that"
-    } else {
-        ""
-    };
-    eprintln!(
-        "dry run: predicted peak {} allocated, {} reserved of the {} budget ({}{arena}; {:.0} ms)",
-        format_bytes(prediction.memory.peak_allocated_bytes),
-        format_bytes(prediction.memory.peak_reserved_bytes),
-        format_bytes(budget),
-        match (prediction.fits, recovers) {
-            (true, _) => "fits",
-            (false, true) => "does not fit: expect out-of-memory recovery",
-            (false, false) => "does not fit: expect an out-of-memory error",
-        },
-        prediction.seconds * 1e3
-    );
-}
-
-/// The timeline picture, the snapshot and the JSON report (files first, so a closed stdout
-/// cannot lose them), then the text report. A file that cannot be written (a full disk) does
-/// not cost the others or the text report: each is tried, the report is printed, and then the
-/// failures are returned together.
-fn write_outputs(args: &TrainArgs, outcome: &RunOutcome, config: &RunConfig) -> anyhow::Result<()> {
-    let (report, device) = (&outcome.report, &outcome.device);
-    let timeline_path = (!args.no_timeline).then_some(&args.timeline);
-    let mut failures: Vec<anyhow::Error> = Vec::new();
-    if let Some(path) = timeline_path {
-        let series = timeline(device.lock().trace().entries(), 2000);
-        let title = format!(
-            "headroom train: {} ({}), device memory by category",
-            outcome.model, config.strategy.precision
-        );
-        if let Err(e) = write_timeline_svg(&series, Some(config.device_memory), &title, path) {
-            failures.push(e);
-        }
-    }
-    if let Some(path) = &args.snapshot {
-        let written = Snapshot::capture(&device.lock()).write_pickle(path);
-        if let Err(e) = written {
-            failures
-                .push(anyhow::Error::new(e).context(format!("cannot write {}", path.display())));
-        }
-    }
-    if let Some(path) = &args.json_report {
-        let written = serde_json::to_vec_pretty(report)
-            .map_err(anyhow::Error::new)
-            .and_then(|json| write_output(path, &json).map_err(anyhow::Error::new));
-        match written {
-            Ok(()) => eprintln!("JSON report written to {}", path.display()),
-            Err(e) => failures.push(e.context(format!("cannot write {}", path.display()))),
-        }
-    }
-    print_report(report, device, timeline_path.map(|p| p.as_path()));
-    match failures.len() {
-        0 => Ok(()),
-        1 => Err(failures.remove(0)),
-        n => {
-            let all: Vec<String> = failures.iter().map(|e| format!("{e:#}")).collect();
-            anyhow::bail!("{n} outputs could not be written: {}", all.join("; "))
-        }
-    }
-}
-
-/// How `budget:SIZE` was met, next to Chen et al.'s planner.
-fn print_budget_decision(d: &BudgetDecision, depth: usize) {
-    let (plan, cost, peak) = &d.optimal;
-    eprintln!(
-        "checkpoint budget {}: {} segments recomputing {} of {depth} blocks (activation peak {} in a dry run){}",
-        format_bytes(d.budget),
-        plan.segments.len(),
-        cost.recompute,
-        format_bytes(*peak),
-        match &d.chen {
-            Some((_, c, p)) => format!(
-                "; Chen et al.'s planner: {} blocks, peak {}",
-                c.recompute,
-                format_bytes(*p)
-            ),
-            None => "; Chen et al.'s planner finds no plan within it".to_string(),
-        }
-    );
-}
-
-/// Adds the fix to errors a user can act on.
-fn explain(e: TrainError) -> anyhow::Error {
-    match e {
-        TrainError::OutOfMemory(oom) => anyhow::anyhow!(
-            "{oom}\nThe run needs more than the device budget of {}: raise --device-memory, or lower --micro-batch (raising --accumulation keeps the effective batch, where the optimizer step does not run in backward).",
-            format_bytes(oom.capacity)
-        ),
-        other => anyhow::Error::new(other),
-    }
-}
-
-/// A launch's error, explained as [`explain`] does, naming the rank it happened on.
-fn explain_launch(e: LaunchError) -> anyhow::Error {
-    match e {
-        LaunchError::Train(e) => explain(*e),
-        LaunchError::Rank { rank, source } => explain(*source).context(format!("rank {rank}")),
-        other => anyhow::Error::new(other),
-    }
-}
-
-fn explain_prepare(e: PrepareError) -> anyhow::Error {
-    match e {
-        PrepareError::Train(e) => explain(e),
-        other => anyhow::Error::new(other),
-    }
-}
-
-/// "N parameters", or with LoRA the trainable adapters against the frozen base (as PEFT's
-/// `print_trainable_parameters` puts it).
-fn describe_parameters(trainer: &Trainer, lora: Option<&headroom_train::strategy::Lora>) -> String {
-    let model = trainer.model();
-    let trainable = model.num_params() as u64;
-    match lora {
-        None => format!("{} parameters", group_digits(trainable)),
-        Some(l) => {
-            let frozen = model.num_frozen_params() as u64;
-            format!(
-                "{l}: {} trainable parameters of {} ({:.2} %), the base frozen",
-                group_digits(trainable),
-                group_digits(trainable + frozen),
-                100.0 * trainable as f64 / (trainable + frozen).max(1) as f64
-            )
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::Parser;
     use headroom_train::prepare::PreparedRun;
+    use std::path::Path;
 
     #[derive(Parser)]
     struct Cli {
