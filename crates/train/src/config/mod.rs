@@ -10,14 +10,17 @@
 mod keys;
 mod levers;
 mod mesh;
+mod read;
+mod resolve;
 mod resume;
 mod run;
 #[cfg(test)]
 mod tests;
 
-pub use keys::{MAX_COLLECTIVE_TIMEOUT_S, TrainConfig};
+pub use keys::TrainConfig;
 pub use levers::Levers;
 pub use mesh::DETERMINISTIC_CHUNKS;
+pub use resolve::MAX_COLLECTIVE_TIMEOUT_S;
 pub use run::{DEFAULT_DEVICE_MEMORY, DEFAULT_MODEL, MAX_EFFECTIVE_BATCH, RunConfig};
 
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! The resolved configuration of a run (`RunConfig`): every key filled, the strategy typed and
 //! checked, as reports and saved runs record it; and the embedded defaults.
 //!
-//! Not for: reading files and flags (see `keys`).
+//! Not for: reading files and flags (see `keys`, `read`).
 
 use crate::data::SamplerKind;
 use headroom_strategy::Strategy;

@@ -22,18 +22,20 @@
 //!
 //! Not for: the order of windows (see `order`) or what a window is (see `dataset`).
 
+mod buffers;
+mod prefetch;
+mod report;
+
 use super::dataset::{MapDataset, Windows, collate};
 use super::error::DataError;
 use super::order::{DistributedSampler, EpochOrders};
 use super::sampler::{DataPosition, TokenBatch, TokenSampler};
-use super::staging::{FAULT_MAP_BYTES, budgeted_depth, staging_bytes, worker_bytes};
 pub use super::staging::{StagedBatch, Staging};
+use super::staging::{budgeted_depth, worker_bytes};
 use super::worker::{Done, Job, work};
-use headroom_memory::format_bytes;
-use headroom_memory::host_pool::{
-    HostBuffer, HostPool, HostPoolStats, LOADER_WORKER_STACK_BYTES, loader_host_bytes,
-};
-use serde::{Deserialize, Serialize};
+use headroom_memory::host_pool::{HostPool, LOADER_WORKER_STACK_BYTES};
+use prefetch::Ticket;
+pub use report::LoaderReport;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -54,48 +56,6 @@ pub struct LoaderConfig {
     pub micro_batch: usize,
     /// This rank's shard of the stream.
     pub shard: DistributedSampler,
-}
-
-/// What the loader did and held, for the run report.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct LoaderReport {
-    /// "text" (tokenized in memory) or "token file" (memory-mapped).
-    pub source: String,
-    pub workers: usize,
-    pub prefetch: usize,
-    /// The queue depth used: `prefetch`, or less where --host-memory required it.
-    pub effective_prefetch: usize,
-    pub batches: u64,
-    /// Predictions dropped because the trainer asked for something else.
-    pub restarts: u64,
-    /// The most batches queued or being collated at once (never above the queue depth).
-    pub peak_queue: usize,
-    /// Seconds the trainer waited for batches.
-    pub wait_s: f64,
-    /// The loader's stated host bytes: staging buffers and workers.
-    pub buffer_bytes: u64,
-    pub per_worker_bytes: u64,
-    /// Bytes of the epoch orders kept.
-    pub index_bytes: u64,
-    /// Tokens held in memory (a text corpus); 0 for a memory-mapped file.
-    pub resident_token_bytes: u64,
-    /// Bytes of the memory-mapped token file (not loaded; pages are read as touched).
-    pub mapped_bytes: u64,
-    /// The most bytes of the mapped file resident at once: what the page faults of the
-    /// windows of the batches read since the last release (before each batch) and of the
-    /// queued ones map (`staging::FAULT_MAP_BYTES` each), and never more than the file.
-    pub mapped_resident_bound: u64,
-    pub staging: HostPoolStats,
-}
-
-/// A batch queued ahead: its first stream position, its size, and whether its positions are
-/// consecutive (only then can it be what the trainer asks for next).
-#[derive(Debug, Clone, Copy)]
-struct Ticket {
-    seq: u64,
-    first: u64,
-    size: usize,
-    contiguous: bool,
 }
 
 /// The trainer's source of batches (see the module header).
@@ -276,266 +236,9 @@ impl Loader {
         .map_err(DataError::from)
     }
 
-    /// The batch at stream position `first` from the queue, after predicting it if needed.
-    fn prefetched(
-        &mut self,
-        first: u64,
-        size: usize,
-        windows: &[usize],
-    ) -> Result<Staging, DataError> {
-        let hit = self
-            .pending
-            .front()
-            .is_some_and(|t| t.contiguous && t.first == first && t.size == size);
-        if !hit {
-            if !self.pending.is_empty() {
-                self.report.restarts += 1;
-            }
-            self.drop_predictions();
-            match self.config.shard.local(first) {
-                Some(local) => self.next_local = local,
-                None => {
-                    // Outside this rank's shard: nothing to predict from; collate it here.
-                    let mut s = self.take_buffer()?;
-                    self.fill(windows, &mut s)?;
-                    return Ok(s);
-                }
-            }
-        }
-        self.refill(size)?;
-        let ticket = self.pending.pop_front().ok_or(DataError::BuffersHeld {
-            buffers: self.buffers,
-        })?;
-        let staging = self.wait_for(ticket.seq)?;
-        self.refill(size)?;
-        Ok(staging)
-    }
-
-    /// Forgets the queued predictions; their buffers come back (now, or when their worker is
-    /// done with them).
-    fn drop_predictions(&mut self) {
-        self.generation += 1;
-        self.pending.clear();
-        for s in std::mem::take(&mut self.ready).into_values().flatten() {
-            self.recycle(s);
-        }
-    }
-
-    /// Drops the predictions and waits until every worker has given its buffer back.
-    fn drain(&mut self) -> Result<(), DataError> {
-        self.drop_predictions();
-        while self.in_flight > 0 {
-            let d = self.receive()?;
-            self.recycle(d.staging);
-        }
-        Ok(())
-    }
-
-    /// The next result from any worker.
-    fn receive(&mut self) -> Result<Done, DataError> {
-        let done = self.done.as_ref().expect("workers are running");
-        let d = done.recv().map_err(|_| DataError::WorkerLost {
-            worker: 0,
-            reason: "every worker thread has ended".into(),
-        })?;
-        self.in_flight -= 1;
-        Ok(d)
-    }
-
-    /// Queues predictions until the queue is full or no buffer is free.
-    fn refill(&mut self, size: usize) -> Result<(), DataError> {
-        while self.pending.len() < self.report.effective_prefetch {
-            let staging = match self.try_buffer()? {
-                Some(s) => s,
-                // Only stale predictions are out: wait for one of their buffers.
-                None if self.pending.is_empty() && self.in_flight > 0 => {
-                    let d = self.receive()?;
-                    self.recycle(d.staging);
-                    continue;
-                }
-                None => break,
-            };
-            let shard = self.config.shard;
-            let local = self.next_local;
-            let positions: Vec<u64> = (0..size as u64).map(|i| shard.global(local + i)).collect();
-            let windows = positions
-                .iter()
-                .map(|&g| self.orders.window_at(g))
-                .collect();
-            let ticket = Ticket {
-                seq: self.next_seq,
-                first: positions[0],
-                size,
-                contiguous: positions.windows(2).all(|p| p[1] == p[0] + 1),
-            };
-            let worker = (ticket.seq % self.jobs.len() as u64) as usize;
-            let job = Job {
-                seq: ticket.seq,
-                generation: self.generation,
-                windows,
-                staging,
-            };
-            if self.jobs[worker].send(job).is_err() {
-                return Err(DataError::WorkerLost {
-                    worker,
-                    reason: "its thread has ended".into(),
-                });
-            }
-            self.in_flight += 1;
-            self.next_seq += 1;
-            self.next_local += size as u64;
-            self.pending.push_back(ticket);
-            self.report.peak_queue = self.report.peak_queue.max(self.pending.len());
-        }
-        Ok(())
-    }
-
-    /// Waits for the batch `seq`, recycling the buffers of dropped predictions.
-    fn wait_for(&mut self, seq: u64) -> Result<Staging, DataError> {
-        loop {
-            if let Some(result) = self.ready.remove(&seq) {
-                return result;
-            }
-            let d = self.receive()?;
-            if d.generation != self.generation {
-                self.recycle(d.staging);
-                continue;
-            }
-            let result = match d.result {
-                Ok(()) => Ok(d.staging),
-                Err(e) => {
-                    self.recycle(d.staging);
-                    Err(match e {
-                        DataError::TokenFile(source) => DataError::Worker {
-                            worker: d.worker,
-                            source,
-                        },
-                        other => other,
-                    })
-                }
-            };
-            self.ready.insert(d.seq, result);
-        }
-    }
-
-    fn recycle(&mut self, s: Staging) {
-        if s.rows_of(self.train.seq_len()) >= self.rows {
-            self.free.push(s);
-        } else {
-            self.allocated -= 1;
-        }
-    }
-
-    /// A free staging buffer, allocating one while fewer than allowed exist.
-    fn try_buffer(&mut self) -> Result<Option<Staging>, DataError> {
-        while let Ok(s) = self.returned.try_recv() {
-            self.recycle(s);
-        }
-        if let Some(s) = self.free.pop() {
-            return Ok(Some(s));
-        }
-        if self.allocated >= self.buffers {
-            return Ok(None);
-        }
-        let staging = Staging {
-            ids: self.alloc(2 * self.rows * self.train.seq_len())?,
-        };
-        self.allocated += 1;
-        Ok(Some(staging))
-    }
-
-    fn alloc(&self, n: usize) -> Result<HostBuffer<i64>, DataError> {
-        self.pool.alloc(n).map_err(|e| DataError::HostBudget {
-            budget: format_bytes(e.budget),
-            batch: format_bytes(e.requested),
-        })
-    }
-
-    /// A staging buffer for a batch collated on this thread: free, new, or given back by
-    /// the workers once their predictions are dropped.
-    fn take_buffer(&mut self) -> Result<Staging, DataError> {
-        if let Some(s) = self.try_buffer()? {
-            return Ok(s);
-        }
-        if self.config.workers > 0 {
-            self.drain()?;
-        }
-        self.try_buffer()?.ok_or(DataError::BuffersHeld {
-            buffers: self.buffers,
-        })
-    }
-
-    /// Staging buffers for batches of `rows` sequences: predictions are dropped, every buffer
-    /// comes back, and the queue depth is budgeted again.
-    fn resize(&mut self, rows: usize) -> Result<(), DataError> {
-        if self.config.workers > 0 {
-            self.drain()?;
-        }
-        self.allocated -= self.free.len();
-        self.free.clear();
-        self.rows = rows;
-        let (buffers, depth, warning) = budgeted_depth(&self.config, rows, self.train.seq_len())?;
-        self.buffers = buffers;
-        self.report.effective_prefetch = depth;
-        self.warnings.extend(warning);
-        Ok(())
-    }
-
-    /// Warns once when the host is close to running out of memory.
-    fn check_host(&mut self) {
-        if self.warned_host || !self.report.batches.is_multiple_of(16) {
-            return;
-        }
-        let (Some(available), Some(total)) = (
-            headroom_memory::host::available_bytes(),
-            headroom_memory::host::total_bytes(),
-        ) else {
-            return;
-        };
-        if running_out(available, total) {
-            self.warned_host = true;
-            self.warnings.push(format!(
-                "the host has {} of {} memory left; the OS may kill the run: lower --device-memory, --workers or --prefetch, or set --host-memory",
-                format_bytes(available),
-                format_bytes(total)
-            ));
-        }
-    }
-
     /// Warnings not yet passed on (the budget shrank the queue; the host is running out).
     pub fn take_warnings(&mut self) -> Vec<String> {
         std::mem::take(&mut self.warnings)
-    }
-
-    /// What the loader did and held so far.
-    pub fn report(&self) -> LoaderReport {
-        let tokens = self.train.tokens();
-        let (source, resident, mapped) = match tokens.as_ref() {
-            super::dataset::Tokens::Owned(t) => ("text", 4 * t.len() as u64, 0),
-            super::dataset::Tokens::Mapped(f) => ("token file", 0, f.header().file_bytes()),
-        };
-        let seq_len = self.train.seq_len() as u64;
-        // A window may straddle two of what a fault maps.
-        let window_bytes = (seq_len + 1) * 4 + 2 * FAULT_MAP_BYTES;
-        // Pages are released before every batch: the last batch read, the one being collated
-        // on this thread, and the queued ones are resident.
-        let batches = 2 + self.report.effective_prefetch as u64;
-        let mapped_resident_bound = mapped.min(batches * self.rows as u64 * window_bytes);
-        LoaderReport {
-            mapped_resident_bound,
-            source: source.into(),
-            buffer_bytes: loader_host_bytes(
-                self.config.workers,
-                self.report.effective_prefetch,
-                staging_bytes(self.rows, self.train.seq_len()),
-                4 * (seq_len + 1),
-            ),
-            index_bytes: self.orders.bytes(),
-            resident_token_bytes: resident,
-            mapped_bytes: mapped,
-            staging: self.pool.stats(),
-            ..self.report.clone()
-        }
     }
 }
 
@@ -546,24 +249,5 @@ impl Drop for Loader {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-    }
-}
-
-/// Whether the host is about to run out: less than 5 % of its memory available.
-fn running_out(available: u64, total: u64) -> bool {
-    available < total / 20
-}
-
-#[cfg(test)]
-mod tests {
-    use super::running_out;
-
-    #[test]
-    fn the_host_warning_comes_below_five_percent_available() {
-        // 24 GiB host: 5 % is 1.2 GiB.
-        let total = 24 << 30;
-        assert!(!running_out(total / 20, total));
-        assert!(running_out(total / 20 - 1, total));
-        assert!(!running_out(20 << 30, total));
     }
 }

@@ -10,148 +10,24 @@
 //!
 //! Not for: the file's format (see `token_file`) or reading it back (see `source`).
 
-use super::space::{FreeSpace, free_space};
-use super::token_file::{HEADER_BYTES, Header, TokenFileError, TokenFileWriter};
+mod error;
+mod input;
+mod limits;
+
+pub use error::PrepareError;
+use input::exact_file_bytes;
+pub use input::input_files;
+pub use limits::PrepareLimits;
+
+use super::token_file::{Header, TokenFileWriter};
 use super::tokenizer::{Tokenizer, TokenizerError};
-use headroom_memory::format_bytes;
 use serde::Serialize;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// Bytes of text tokenized at a time.
 const PIECE_BYTES: usize = 1 << 20;
-
-/// A corpus that cannot be prepared.
-#[derive(Debug, thiserror::Error)]
-pub enum PrepareError {
-    #[error("cannot read {path}: {source}; give a text file or a directory of text files")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path} holds no regular files to prepare; give a text file or a directory of them")]
-    Empty { path: PathBuf },
-    #[error("{path}, near byte {offset}: {source}")]
-    Tokenize {
-        path: PathBuf,
-        offset: u64,
-        source: TokenizerError,
-    },
-    #[error(
-        "{path} is {kind}, not a regular file: its length is unknown and it may never end (/dev/zero never does); give a text file or a directory of them, or allow it with --allow-stream (bounded by --max-tokens and the free space of the output's filesystem)"
-    )]
-    NotRegular { path: PathBuf, kind: &'static str },
-    #[error(
-        "{path} gives more than --max-tokens {max} tokens; raise --max-tokens, or prepare less text"
-    )]
-    TooManyTokens { path: PathBuf, max: u64 },
-    #[error(
-        "{out} would need {needed}, but its filesystem has {usable} to spare ({available} free, of which {reserve} is kept free); free space there, write --out on another filesystem, or bound the input with --max-tokens"
-    )]
-    NoSpace {
-        out: PathBuf,
-        needed: String,
-        usable: String,
-        available: String,
-        reserve: String,
-    },
-    #[error("cannot find the free space of the filesystem holding {path}: {source}")]
-    Space {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error(
-        "stopped before the end: the unfinished token file was removed; nothing was written at {out}"
-    )]
-    Stopped { out: PathBuf },
-    #[error(transparent)]
-    TokenFile(#[from] TokenFileError),
-}
-
-/// What bounds a preparation, and what may stop it.
-pub struct PrepareLimits<'a> {
-    /// Read an input that is not a regular file (a FIFO, a character device).
-    pub allow_stream: bool,
-    /// Most tokens to write; a corpus that gives more is an error.
-    pub max_tokens: Option<u64>,
-    /// Set to stop at the next piece (a signal handler sets it).
-    pub stop: Option<&'a AtomicBool>,
-    /// The free space of the filesystem holding a directory (`space::free_space`; a test
-    /// gives its own).
-    pub free_space: &'a dyn Fn(&Path) -> std::io::Result<FreeSpace>,
-}
-
-impl Default for PrepareLimits<'_> {
-    fn default() -> Self {
-        PrepareLimits {
-            allow_stream: false,
-            max_tokens: None,
-            stop: None,
-            free_space: &free_space,
-        }
-    }
-}
-
-impl std::fmt::Debug for PrepareLimits<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PrepareLimits")
-            .field("allow_stream", &self.allow_stream)
-            .field("max_tokens", &self.max_tokens)
-            .field("stop", &self.stop)
-            .finish_non_exhaustive()
-    }
-}
-
-impl PrepareLimits<'_> {
-    fn stopped(&self) -> bool {
-        self.stop.is_some_and(|s| s.load(Ordering::SeqCst))
-    }
-
-    /// Refuses to write `needed` more bytes beside `out` where its filesystem cannot spare them.
-    fn check_space(&self, out: &Path, needed: u64) -> Result<(), PrepareError> {
-        let dir = directory_of(out);
-        let space = (self.free_space)(&dir).map_err(|source| PrepareError::Space {
-            path: dir.clone(),
-            source,
-        })?;
-        if needed <= space.usable() {
-            return Ok(());
-        }
-        Err(PrepareError::NoSpace {
-            out: out.into(),
-            needed: format_bytes(needed),
-            usable: format_bytes(space.usable()),
-            available: format_bytes(space.available),
-            reserve: format_bytes(space.reserve()),
-        })
-    }
-}
-
-/// The directory a file at `path` is written in.
-fn directory_of(path: &Path) -> PathBuf {
-    path.parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
-}
-
-/// What kind of file a metadata describes, for a refusal.
-fn kind_of(meta: &std::fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let t = meta.file_type();
-    if t.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    }
-}
 
 /// What was prepared.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -165,38 +41,6 @@ pub struct Prepared {
     pub file_bytes: u64,
     pub tokenizer: String,
     pub seconds: f64,
-}
-
-/// The files `input` names: itself, or a directory's regular files (not hidden) by name. An
-/// input that is neither a directory nor a regular file is refused unless `allow_stream`.
-pub fn input_files(input: &Path, allow_stream: bool) -> Result<Vec<PathBuf>, PrepareError> {
-    let read = |source| PrepareError::Read {
-        path: input.into(),
-        source,
-    };
-    let meta = std::fs::metadata(input).map_err(read)?;
-    if meta.is_file() || (allow_stream && !meta.is_dir()) {
-        return Ok(vec![input.into()]);
-    }
-    if !meta.is_dir() {
-        return Err(PrepareError::NotRegular {
-            path: input.into(),
-            kind: kind_of(&meta),
-        });
-    }
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(input).map_err(read)? {
-        let entry = entry.map_err(read)?;
-        let hidden = entry.file_name().to_string_lossy().starts_with('.');
-        if !hidden && entry.file_type().map_err(read)?.is_file() {
-            files.push(entry.path());
-        }
-    }
-    files.sort();
-    if files.is_empty() {
-        return Err(PrepareError::Empty { path: input.into() });
-    }
-    Ok(files)
 }
 
 /// Tokenizes `input` (a file or directory) with `tokenizer` into the token file `out`, which
@@ -285,20 +129,6 @@ pub fn prepare(
     })
 }
 
-/// The bytes of the token file when they are known before tokenizing: byte-level tokens of
-/// regular files (one token per byte).
-fn exact_file_bytes(files: &[PathBuf], tokenizer: &Tokenizer, width: u64) -> Option<u64> {
-    if tokenizer.needs_lines() {
-        return None;
-    }
-    let mut bytes = HEADER_BYTES as u64;
-    for f in files {
-        let meta = std::fs::metadata(f).ok().filter(|m| m.is_file())?;
-        bytes += meta.len() * width;
-    }
-    Some(bytes)
-}
-
 /// Where in the piece a UTF-8 error lies (0 for other errors).
 fn utf8_offset(e: &TokenizerError) -> u64 {
     match e {
@@ -321,7 +151,9 @@ fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::space::FreeSpace;
     use crate::data::token_file::{TokenFile, Verify};
+    use std::sync::atomic::AtomicBool;
 
     fn read_all(path: &Path) -> Vec<u32> {
         let f = TokenFile::open(path, Verify::Contents).unwrap();
