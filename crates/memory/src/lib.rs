@@ -23,6 +23,7 @@ pub mod output;
 mod pickle_depth;
 pub mod quote;
 pub mod replay;
+mod replay_json;
 pub mod replay_labels;
 pub mod replay_snapshot;
 pub mod rounding;

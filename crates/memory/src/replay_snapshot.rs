@@ -5,7 +5,7 @@
 //! the same way. The
 //! pickle helpers are shared with the doctor's reader.
 //!
-//! Not for: headroom's JSON trace or the replay itself (see `replay`).
+//! Not for: headroom's JSON trace (see `replay_json`) or the replay itself (see `replay`).
 
 use crate::category::Category;
 use crate::quote::quote_at_most;
@@ -263,5 +263,22 @@ mod tests {
             (Some("backward"), Some(2))
         );
         assert!(trace.labels.of(1).is_none());
+    }
+
+    #[test]
+    fn a_pickle_nested_100000_deep_is_refused_without_recursion() {
+        // 100,000 empty lists appended into each other: `]` × 100,000 then `a` × 99,999.
+        let mut bytes = vec![0x80, 2];
+        bytes.extend(std::iter::repeat_n(b']', 100_000));
+        bytes.extend(std::iter::repeat_n(b'a', 99_999));
+        bytes.push(b'.');
+        let e = parse_trace(&bytes).unwrap_err().to_string();
+        assert!(e.contains("100000 levels deep"), "{e}");
+    }
+
+    #[test]
+    fn truncated_pickle_is_a_clear_error() {
+        let e = parse_trace(&[0x80, 0x03, b'}']).unwrap_err();
+        assert!(matches!(e, TraceError::Pickle(_)), "{e}");
     }
 }

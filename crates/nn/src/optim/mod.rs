@@ -12,6 +12,9 @@ mod adafactor;
 mod adamw;
 mod adamw8bit;
 mod apply;
+mod checkpoint;
+mod config;
+mod external;
 mod lamb;
 mod paged;
 pub mod quant8;
@@ -22,6 +25,7 @@ mod state;
 pub use adafactor::{AdafactorStep, TensorShape, adafactor_update};
 pub use adamw::{AdamStep, adamw_update};
 pub use adamw8bit::adamw8bit_update;
+pub use config::{OptimizerConfig, UpdateRule};
 pub use lamb::{TensorSums, lamb_apply, lamb_sums, lamb_update};
 pub use sgd::{SgdStep, sgd_update};
 pub use square_sum::SquareSum;
@@ -31,107 +35,7 @@ use apply::{apply, sums_of};
 
 use crate::grad::Grads;
 use headroom_memory::{Category, Device, DeviceBuffer, OutOfMemory};
-use serde::{Deserialize, Serialize};
 use std::ops::Range;
-
-/// Which update rule the engine applies (the vocabulary's `Optimizer` picks one, with its
-/// momentum and state format, through [`OptimizerConfig::for_strategy`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum UpdateRule {
-    Sgd,
-    AdamW,
-    Lamb,
-    Adafactor,
-}
-
-impl UpdateRule {
-    /// Full-size state tensors per parameter (Adafactor's factored state has none).
-    pub fn states_per_param(self, momentum: f32) -> usize {
-        match self {
-            UpdateRule::Sgd if momentum == 0.0 => 0,
-            UpdateRule::Sgd => 1,
-            UpdateRule::AdamW | UpdateRule::Lamb => 2,
-            UpdateRule::Adafactor => 0,
-        }
-    }
-
-    fn state_names(self) -> &'static [&'static str] {
-        match self {
-            UpdateRule::Sgd => &["momentum_buffer"],
-            UpdateRule::AdamW | UpdateRule::Lamb => &["exp_avg", "exp_avg_sq"],
-            UpdateRule::Adafactor => &["exp_avg_sq_factored"],
-        }
-    }
-}
-
-/// Optimizer hyperparameters (PyTorch's defaults where they exist).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct OptimizerConfig {
-    pub kind: UpdateRule,
-    pub weight_decay: f32,
-    pub momentum: f32,
-    pub nesterov: bool,
-    pub beta1: f32,
-    pub beta2: f32,
-    pub eps: f32,
-    pub state_dtype: StateDtype,
-    /// States live on the host between updates, paged onto the device per flat buffer
-    /// (`paged-adamw-8bit`; see `paged`).
-    #[serde(default)]
-    pub paged: bool,
-}
-
-impl OptimizerConfig {
-    pub fn new(kind: UpdateRule) -> Self {
-        let (weight_decay, eps) = match kind {
-            UpdateRule::Sgd => (0.0, 1e-8),
-            UpdateRule::AdamW => (0.01, 1e-8),
-            UpdateRule::Lamb => (0.01, 1e-6),
-            // Hugging Face's Adafactor: no decay; its ε₁ is fixed (`adafactor::EPS1`).
-            UpdateRule::Adafactor => (0.0, 1e-30),
-        };
-        OptimizerConfig {
-            kind,
-            weight_decay,
-            momentum: if kind == UpdateRule::Sgd { 0.9 } else { 0.0 },
-            nesterov: false,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps,
-            state_dtype: StateDtype::F32,
-            paged: false,
-        }
-    }
-
-    /// The engine's configuration of a vocabulary optimizer under `precision`: the update rule,
-    /// momentum (none for plain SGD) and the state format (bf16 for `adamw-bf16` and under pure
-    /// bf16; Adafactor's factored state is always f32).
-    pub fn for_strategy(
-        optimizer: headroom_strategy::Optimizer,
-        precision: headroom_strategy::Precision,
-    ) -> Self {
-        use headroom_strategy::{NumberFormat, Optimizer as O};
-        let rule = match optimizer {
-            O::Sgd | O::SgdMomentum => UpdateRule::Sgd,
-            O::AdamW | O::AdamWBf16 | O::AdamW8bit | O::PagedAdamW8bit => UpdateRule::AdamW,
-            O::Lamb => UpdateRule::Lamb,
-            O::Adafactor => UpdateRule::Adafactor,
-        };
-        let mut c = OptimizerConfig::new(rule);
-        if optimizer == O::Sgd {
-            c.momentum = 0.0;
-        }
-        c.state_dtype = match optimizer.state_format(precision) {
-            _ if matches!(optimizer, O::AdamW8bit | O::PagedAdamW8bit) => StateDtype::Int8,
-            _ if optimizer == O::Adafactor => StateDtype::F32,
-            NumberFormat::Bf16 => StateDtype::Bf16,
-            NumberFormat::F32 | NumberFormat::F16 => StateDtype::F32,
-        };
-        c.paged = optimizer == O::PagedAdamW8bit;
-        c
-    }
-}
 
 /// One flat buffer to update: fp32 (master) weights, their gradients, and the ranges of the
 /// individual weights inside it (LAMB's trust ratio is per weight).
@@ -394,141 +298,6 @@ impl Optimizer {
                 parts
             }
         }
-    }
-
-    /// [`Optimizer::update_group_with`] on state held outside the device (an offload tier):
-    /// `state` is the bytes of each state tensor in [`Optimizer::state_layout`]'s order. The
-    /// arithmetic is the device update's, so the results are bitwise equal.
-    pub fn update_external(
-        &self,
-        state: &mut [&mut [u8]],
-        group: &mut FlatParams<'_>,
-        grad_multiplier: f32,
-        lr: f32,
-        sums: Option<&[TensorSums]>,
-    ) {
-        // Offloaded states are AdamW's (the vocabulary refuses other optimizers with offload);
-        // Adafactor's factored layout needs the buffer's index, which this update has not.
-        assert!(
-            self.config.kind != UpdateRule::Adafactor,
-            "Adafactor's states are never offloaded"
-        );
-        let shapes = [TensorShape::Vector(group.params.len())];
-        apply(
-            &self.config,
-            (self.step, &shapes),
-            state,
-            group,
-            grad_multiplier,
-            lr,
-            sums,
-        );
-    }
-
-    /// [`Optimizer::tensor_sums`] on state held outside the device.
-    pub fn tensor_sums_external(
-        &self,
-        state: &[&[u8]],
-        group: &FlatParams<'_>,
-        grad_multiplier: f32,
-        lr: f32,
-    ) -> Vec<TensorSums> {
-        if !self.needs_tensor_sums() {
-            return Vec::new();
-        }
-        sums_of(&self.config, self.step, state, group, grad_multiplier, lr)
-    }
-
-    /// State buffers by name (`group0.exp_avg`, …) with their bytes and element type, for
-    /// checkpoints.
-    pub fn state_bytes(&self) -> Vec<(String, &[u8], StateElement)> {
-        if self.config.paged {
-            return self.paged_state_bytes();
-        }
-        self.state
-            .iter()
-            .enumerate()
-            .flat_map(|(i, bufs)| {
-                let len = bufs.first().map_or(0, |b| {
-                    b.len_bytes() as usize / self.config.state_dtype.size_bytes() as usize
-                });
-                bufs.iter()
-                    .zip(self.state_layout(i, len))
-                    .map(move |(b, part)| {
-                        (
-                            format!("group{i}.{}", part.name),
-                            b.as_bytes().unwrap_or(&[]),
-                            part.element,
-                        )
-                    })
-            })
-            .collect()
-    }
-
-    /// Paged states by name, from their host copies.
-    fn paged_state_bytes(&self) -> Vec<(String, &[u8], StateElement)> {
-        (0..self.state.len())
-            .flat_map(|i| {
-                let pages = self.host.get(i);
-                let len = pages.first().map_or(0, |p| {
-                    p.len() / self.config.state_dtype.size_bytes() as usize
-                });
-                pages
-                    .iter()
-                    .zip(self.state_layout(i, len))
-                    .map(move |(p, part)| (format!("group{i}.{}", part.name), &p[..], part.element))
-            })
-            .collect()
-    }
-
-    /// Restores state saved by [`Optimizer::state_bytes`]; `lens[i]` is buffer i's parameter count.
-    pub fn load_state(
-        &mut self,
-        step: u64,
-        lens: &[usize],
-        saved: &dyn Fn(&str, &StateBuffer) -> Option<Vec<u8>>,
-    ) -> Result<(), String> {
-        for (i, &len) in lens.iter().enumerate() {
-            let layout = self.state_layout(i, len);
-            if self.config.paged {
-                while self.state.len() <= i {
-                    self.state.push(Vec::new());
-                }
-                for (page, part) in self.host.get_mut(i, &layout).iter_mut().zip(&layout) {
-                    let key = format!("group{i}.{}", part.name);
-                    let bytes = saved(&key, part)
-                        .ok_or_else(|| format!("optimizer state {key} is missing"))?;
-                    if bytes.len() != page.len() {
-                        return Err(format!(
-                            "optimizer state {key} has {} bytes, expected {}",
-                            bytes.len(),
-                            page.len()
-                        ));
-                    }
-                    page.copy_from_slice(&bytes);
-                }
-                continue;
-            }
-            self.ensure_state(i, len).map_err(|e| e.to_string())?;
-            for (buffer, part) in self.state[i].iter_mut().zip(&layout) {
-                let key = format!("group{i}.{}", part.name);
-                let bytes =
-                    saved(&key, part).ok_or_else(|| format!("optimizer state {key} is missing"))?;
-                let dst = buffer
-                    .as_bytes_mut()
-                    .ok_or("optimizer state on a shape-only device")?;
-                if bytes.len() != dst.len() {
-                    return Err(format!(
-                        "optimizer state {key} has {} bytes, expected {}",
-                        bytes.len(),
-                        dst.len()
-                    ));
-                }
-                dst.copy_from_slice(&bytes);
-            }
-        }
-        self.step = step;
-        Ok(())
     }
 }
 

@@ -1,125 +1,38 @@
 //! The CPU backend: kernels over host memory handed out by the device allocator, parallel with
-//! rayon, deterministic for a given thread count. This file dispatches on dtype and unpacks
-//! buffers; the kernels live in one file per family.
+//! rayon, deterministic for a given thread count. This file implements `Backend` and dispatches
+//! on dtype (fills, copies and transfers in `transfer`, the elementwise ops in `pointwise`,
+//! buffers unpacked by `buffers`); the kernels live in one file per family.
 //!
 //! Not for: allocation of outputs (the ops layer does that) or autodiff.
 
 pub(crate) mod attention;
 mod attention_tile;
 pub mod bf16_gemm;
+mod buffers;
 mod causal_softmax;
 mod elementwise;
 pub use elementwise::convert_slice;
 mod index;
 pub mod math;
 pub(crate) mod matmul;
+mod pointwise;
 mod reduce;
 mod rotary;
 mod row_sums;
 mod rows;
 mod simd;
+mod transfer;
 mod walk;
 
+pub use buffers::{Scratch, scratch_f32};
+
 use super::{AttentionSpec, Backend, BinaryOp, Dst, ReduceOp, Src, UnaryOp};
-use crate::dtype::{DType, Elem, with_float_type};
-use crate::error::{Result, TensorError};
-use crate::shape::Layout;
-use headroom_memory::{Category, Device, DeviceBuffer};
-use index::Ids;
+use crate::dtype::{DType, with_float_type};
+use crate::error::Result;
+use buffers::{ids, last_dim, last_two, rows_of, slice, slice_mut, unsupported};
 
 #[derive(Debug)]
 pub struct CpuBackend;
-
-/// An f32 scratch buffer from the device allocator, tagged `temporary`.
-#[derive(Debug)]
-pub struct Scratch(DeviceBuffer);
-
-impl Scratch {
-    pub fn slice_mut(&mut self) -> &mut [f32] {
-        bytemuck::cast_slice_mut(self.0.as_bytes_mut().unwrap_or(&mut []))
-    }
-}
-
-pub fn scratch_f32(device: &Device, n: usize, name: &str) -> Result<Scratch> {
-    Ok(Scratch(device.alloc(
-        (n * 4) as u64,
-        Category::Temporary,
-        Some(name),
-    )?))
-}
-
-fn bytes(buf: &DeviceBuffer) -> Result<&[u8]> {
-    buf.as_bytes()
-        .ok_or(TensorError::ShapeOnly { op: "cpu kernel" })
-}
-
-fn slice<'a, T: bytemuck::Pod>(s: &'a Src) -> Result<&'a [T]> {
-    Ok(bytemuck::cast_slice(bytes(&s.buf)?))
-}
-
-fn slice_mut<'a, T: bytemuck::Pod>(d: &'a mut Dst) -> Result<&'a mut [T]> {
-    let b = d
-        .buf
-        .as_bytes_mut()
-        .ok_or(TensorError::ShapeOnly { op: "cpu kernel" })?;
-    Ok(bytemuck::cast_slice_mut(b))
-}
-
-/// The contiguous elements of a source (from its offset, `numel` long).
-fn rows_of<'a, T: bytemuck::Pod>(s: &'a Src) -> Result<&'a [T]> {
-    let all = slice::<T>(s)?;
-    Ok(&all[s.layout.offset()..s.layout.offset() + s.layout.numel()])
-}
-
-fn ids<'a>(s: &'a Src) -> Result<Ids<'a>> {
-    let all = |n: usize| s.layout.offset()..s.layout.offset() + n;
-    match s.dtype {
-        DType::I32 => Ok(Ids::I32(&slice::<i32>(s)?[all(s.layout.numel())])),
-        DType::I64 => Ok(Ids::I64(&slice::<i64>(s)?[all(s.layout.numel())])),
-        other => Err(TensorError::UnsupportedDType {
-            op: "index",
-            dtype: other,
-        }),
-    }
-}
-
-fn unsupported(op: &'static str, dtype: DType) -> TensorError {
-    TensorError::UnsupportedDType { op, dtype }
-}
-
-/// The last two axes (rows, columns) of a rank ≥ 2 source.
-fn last_two(s: &Src) -> (usize, usize) {
-    let shape = s.layout.shape();
-    (shape[shape.len() - 2], shape[shape.len() - 1])
-}
-
-fn last_dim(s: &Src) -> usize {
-    s.layout.shape().last().copied().unwrap_or(1)
-}
-
-impl CpuBackend {
-    fn copy_float<T: Elem>(&self, src: &Src, dst: &mut Dst) -> Result<()> {
-        let x = slice::<T>(src)?;
-        let lo = dst.layout.clone();
-        if src.dtype == dst.dtype && lo.is_contiguous() {
-            // Same dtype: the bits move unchanged (no round trip through f32), as
-            // PyTorch's `copy_` moves them.
-            let out = &mut slice_mut::<T>(dst)?[lo.offset()..lo.offset() + lo.numel()];
-            elementwise::gather(x, src.layout, out);
-            return Ok(());
-        }
-        with_float_type!(dst.dtype, U => {
-            let out = slice_mut::<U>(dst)?;
-            if lo.is_contiguous() {
-                let n = lo.numel();
-                elementwise::map1(x, src.layout, &mut out[lo.offset()..lo.offset() + n], |v| v);
-            } else {
-                elementwise::copy_strided(x, src.layout, out, &lo, |v: T| U::from_f32(v.to_f32()));
-            }
-            Ok(())
-        }, _ => Err(TensorError::DTypeMismatch { op: "copy", lhs: src.dtype, rhs: dst.dtype }))
-    }
-}
 
 impl Backend for CpuBackend {
     fn name(&self) -> &'static str {
@@ -127,176 +40,43 @@ impl Backend for CpuBackend {
     }
 
     fn fill(&self, dst: &mut Dst, value: f32) -> Result<()> {
-        let l = dst.layout.clone();
-        match dst.dtype {
-            DType::I32 => {
-                elementwise::copy_strided(&[value as i32], &splat(&l), slice_mut(dst)?, &l, |v| v)
-            }
-            DType::I64 => {
-                elementwise::copy_strided(&[value as i64], &splat(&l), slice_mut(dst)?, &l, |v| v)
-            }
-            dt => with_float_type!(dt, T => {
-                elementwise::copy_strided(&[T::from_f32(value)], &splat(&l), slice_mut::<T>(dst)?, &l, |v| v)
-            }, _ => unreachable!("int dtypes handled above")),
-        }
-        Ok(())
+        transfer::fill(dst, value)
     }
 
     fn copy(&self, src: &Src, dst: &mut Dst) -> Result<()> {
-        match (src.dtype, dst.dtype) {
-            (DType::I32, DType::I32) => {
-                let l = dst.layout.clone();
-                elementwise::copy_strided(
-                    slice::<i32>(src)?,
-                    src.layout,
-                    slice_mut::<i32>(dst)?,
-                    &l,
-                    |v| v,
-                );
-                Ok(())
-            }
-            (DType::I64, DType::I64) => {
-                let l = dst.layout.clone();
-                elementwise::copy_strided(
-                    slice::<i64>(src)?,
-                    src.layout,
-                    slice_mut::<i64>(dst)?,
-                    &l,
-                    |v| v,
-                );
-                Ok(())
-            }
-            (s, _) => with_float_type!(s, T => self.copy_float::<T>(src, dst),
-                _ => Err(TensorError::DTypeMismatch { op: "copy", lhs: src.dtype, rhs: dst.dtype })),
-        }
+        transfer::copy(src, dst)
     }
 
     fn add_assign(&self, dst: &mut Dst, src: &Src) -> Result<()> {
-        let lo = dst.layout.clone();
-        with_float_type!(dst.dtype, T => {
-            elementwise::update(slice_mut::<T>(dst)?, &lo, slice::<T>(src)?, src.layout, |o, x| o + x);
-            Ok(())
-        }, _ => Err(unsupported("add_assign", dst.dtype)))
+        pointwise::add_assign(dst, src)
     }
 
     fn upload_f32(&self, data: &[f32], dst: &mut Dst) -> Result<()> {
-        let (l, host) = (dst.layout.clone(), Layout::contiguous(dst.layout.shape()));
-        with_float_type!(dst.dtype, T => {
-            let out = slice_mut::<T>(dst)?;
-            if l.is_contiguous() {
-                convert_slice(data, &mut out[l.offset()..l.offset() + l.numel()]);
-            } else {
-                elementwise::copy_strided(data, &host, out, &l, T::from_f32);
-            }
-            Ok(())
-        }, _ => Err(unsupported("upload_f32", dst.dtype)))
+        transfer::upload_f32(data, dst)
     }
 
     fn upload_i64(&self, data: &[i64], dst: &mut Dst) -> Result<()> {
-        let (l, host) = (dst.layout.clone(), Layout::contiguous(dst.layout.shape()));
-        match dst.dtype {
-            DType::I64 => elementwise::copy_strided(data, &host, slice_mut::<i64>(dst)?, &l, |v| v),
-            DType::I32 => {
-                if let Some(&bad) = data.iter().find(|&&v| i32::try_from(v).is_err()) {
-                    return Err(TensorError::IndexOutOfRange {
-                        op: "upload",
-                        index: bad,
-                        size: i32::MAX as usize,
-                    });
-                }
-                elementwise::copy_strided(data, &host, slice_mut::<i32>(dst)?, &l, |v| v as i32)
-            }
-            other => return Err(unsupported("upload_i64", other)),
-        }
-        Ok(())
+        transfer::upload_i64(data, dst)
     }
 
     fn download_f32(&self, src: &Src) -> Result<Vec<f32>> {
-        with_float_type!(src.dtype, T => {
-            let x = slice::<T>(src)?;
-            let l = src.layout;
-            if l.is_contiguous() {
-                let mut out = vec![0.0f32; l.numel()];
-                convert_slice(&x[l.offset()..l.offset() + l.numel()], &mut out);
-                return Ok(out);
-            }
-            Ok((0..l.numel()).map(|i| x[l.index_of(i)].to_f32()).collect())
-        }, _ => Err(unsupported("download_f32", src.dtype)))
+        transfer::download_f32(src)
     }
 
     fn download_i64(&self, src: &Src) -> Result<Vec<i64>> {
-        let l = src.layout;
-        match src.dtype {
-            DType::I64 => Ok((0..l.numel())
-                .map(|i| slice::<i64>(src).map(|x| x[l.index_of(i)]))
-                .collect::<Result<_>>()?),
-            DType::I32 => {
-                let x = slice::<i32>(src)?;
-                Ok((0..l.numel()).map(|i| x[l.index_of(i)] as i64).collect())
-            }
-            other => Err(unsupported("download_i64", other)),
-        }
+        transfer::download_i64(src)
     }
 
     fn unary(&self, op: UnaryOp, x: &Src, dst: &mut Dst) -> Result<()> {
-        with_float_type!(x.dtype, T => {
-            let xs = slice::<T>(x)?;
-            let out = slice_mut::<T>(dst)?;
-            // One monomorphised loop per op: each arm's closure names its op as a constant, so
-            // the op's `match` folds away inside the element loop and the loop can vectorise.
-            macro_rules! go {
-                ($($variant:ident),*) => {
-                    match op {
-                        $(UnaryOp::$variant => elementwise::map1(xs, x.layout, out, |v| math::unary(UnaryOp::$variant, v)),)*
-                        UnaryOp::Affine { mul, add } => elementwise::map1(xs, x.layout, out, move |v| v * mul + add),
-                        UnaryOp::Powf(p) => elementwise::map1(xs, x.layout, out, move |v| math::unary(UnaryOp::Powf(p), v)),
-                    }
-                };
-            }
-            go!(Neg, Exp, Log, Sqrt, Tanh, Sigmoid, Relu, Gelu, Silu);
-            Ok(())
-        }, _ => Err(unsupported("unary", x.dtype)))
+        pointwise::unary(op, x, dst)
     }
 
     fn binary(&self, op: BinaryOp, a: &Src, b: &Src, dst: &mut Dst) -> Result<()> {
-        with_float_type!(a.dtype, T => {
-            let (xa, xb) = (slice::<T>(a)?, slice::<T>(b)?);
-            let out = slice_mut::<T>(dst)?;
-            let (la, lb) = (a.layout, b.layout);
-            match op {
-                BinaryOp::Add => elementwise::map2(xa, la, xb, lb, out, |p, q| p + q),
-                BinaryOp::Sub => elementwise::map2(xa, la, xb, lb, out, |p, q| p - q),
-                BinaryOp::Mul => elementwise::map2(xa, la, xb, lb, out, |p, q| p * q),
-                BinaryOp::Div => elementwise::map2(xa, la, xb, lb, out, |p, q| p / q),
-                BinaryOp::Eq => elementwise::map2(xa, la, xb, lb, out, |p, q| if p == q { 1.0 } else { 0.0 }),
-                BinaryOp::SiluMul => elementwise::map2(xa, la, xb, lb, out, |p, q| {
-                    T::from_f32(math::unary(UnaryOp::Silu, p)).to_f32() * q
-                }),
-                BinaryOp::UnaryGrad(u) => {
-                    // As in `unary`: a constant op per arm, so the derivative's match folds away.
-                    macro_rules! grad {
-                        ($($variant:ident),*) => {
-                            match u {
-                                $(UnaryOp::$variant => elementwise::map2(xa, la, xb, lb, out, |s, g| math::unary_grad(UnaryOp::$variant, s, g)),)*
-                                UnaryOp::Affine { mul, .. } => elementwise::map2(xa, la, xb, lb, out, move |_, g| g * mul),
-                                UnaryOp::Powf(p) => elementwise::map2(xa, la, xb, lb, out, move |s, g| math::unary_grad(UnaryOp::Powf(p), s, g)),
-                            }
-                        };
-                    }
-                    grad!(Neg, Exp, Log, Sqrt, Tanh, Sigmoid, Relu, Gelu, Silu)
-                }
-            }
-            Ok(())
-        }, _ => Err(unsupported("binary", a.dtype)))
+        pointwise::binary(op, a, b, dst)
     }
 
     fn gelu_backward_with_output(&self, x: &Src, grad: &mut Dst, y: &mut Dst) -> Result<()> {
-        with_float_type!(x.dtype, T => {
-            elementwise::gelu_grad_and_value(
-                rows_of::<T>(x)?, slice_mut::<T>(grad)?, slice_mut::<T>(y)?,
-            );
-            Ok(())
-        }, _ => Err(unsupported("gelu_backward", x.dtype)))
+        pointwise::gelu_backward_with_output(x, grad, y)
     }
 
     fn reduce(&self, op: ReduceOp, x: &Src, axes: &[usize], dst: &mut Dst) -> Result<()> {
@@ -542,9 +322,4 @@ impl Backend for CpuBackend {
     ) -> Result<()> {
         attention::backward(saved, d_o, spec, dq, dk, dv)
     }
-}
-
-/// A layout that reads element 0 for every position of `like`.
-fn splat(like: &Layout) -> Layout {
-    Layout::new(like.shape().to_vec(), vec![0; like.rank()], 0)
 }
