@@ -103,6 +103,9 @@ fn every_fit_verdict_is_the_published_one() {
         .map(verdict)
         .collect();
     println!("wrong verdicts: {}", wrong.len());
+    for w in &wrong {
+        println!("  {w}");
+    }
     assert!(
         wrong.len() <= WRONG_VERDICTS,
         "wrong verdicts:\n{}",
