@@ -4,7 +4,11 @@
 
 mod allocator_properties;
 mod allocator_rules;
-mod doctor;
+mod doctor_fragmentation;
+mod doctor_leaks;
+mod doctor_peak;
+mod doctor_support;
+mod doctor_trace_reading;
 mod hostile_traces;
 mod planned_arena;
 mod snapshot_export;
