@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // each test file uses its own subset
 
+pub mod mesh;
+
 use serde_json::Value;
 use std::process::{Command, Output};
 
