@@ -84,15 +84,10 @@ def _documents_workspace_cache() -> bool:
     return "TORCH_CUBLAS_WORKSPACE_CACHE" in (doc or "")
 
 
-def workspace_caching(env: Optional[dict] = None) -> bool:
+def workspace_caching() -> bool:
     """Whether each stream keeps one cuBLAS workspace (`isCUDABlasWorkspaceCachingEnabled`:
     `TORCH_CUBLAS_WORKSPACE_CACHE=1`, or a PyTorch without eager workspaces)."""
-    env = os.environ if env is None else env
-    return env.get("TORCH_CUBLAS_WORKSPACE_CACHE") == "1" or not _documents_workspace_cache()
-
-
-def _scalar(value: Any) -> Any:
-    return value.item() if isinstance(value, torch.Tensor) else value
+    return os.environ.get("TORCH_CUBLAS_WORKSPACE_CACHE") == "1" or not _documents_workspace_cache()
 
 
 def takes_cublaslt(name: str, args: tuple, kwargs: dict) -> bool:
@@ -115,7 +110,7 @@ def takes_cublaslt(name: str, args: tuple, kwargs: dict) -> bool:
         b in (1, o) for b, o in zip(bias.shape, (mat1.size(0), mat2.size(1)))
     )
     return (
-        _scalar(beta) == 1
+        beta == 1
         and (one_row or expandable)
         and mat1.dtype in _LT_DTYPES
         and min(mat1.size(0), mat1.size(1), mat2.size(0), mat2.size(1)) > 1
@@ -126,12 +121,12 @@ class CublasWorkspaces:
     """Records the workspaces each cuBLAS op takes (see the module's doc) after the op's
     outputs, as the kernel allocates them after `resize_output`."""
 
-    def __init__(self, recorder: StorageRecorder, arch: str = "sm90", env: Optional[dict] = None):
-        env = os.environ if env is None else env
+    def __init__(self, recorder: StorageRecorder, arch: str = "sm90"):
+        env = os.environ
         self._recorder = recorder
         self._cublas = cublas_workspace_bytes(arch, env.get("CUBLAS_WORKSPACE_CONFIG"))
         self._lt = cublaslt_workspace_bytes(env.get("CUBLASLT_WORKSPACE_SIZE"))
-        self._cached = workspace_caching(env)
+        self._cached = workspace_caching()
         # `check_env`: "0" is false, "1" true, anything else unset; unset means unified.
         self._unified = self._cached and env.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE") != "0"
         self._lt_enabled = env.get("DISABLE_ADDMM_CUDA_LT") != "1"

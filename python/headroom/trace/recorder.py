@@ -223,9 +223,6 @@ class StorageRecorder(TorchDispatchMode):
         if self._recording:
             self.events.append({"action": "mark", "phase": phase, "step": step})
 
-    def live_addrs(self) -> set[int]:
-        return {addr for addr, _, _ in self._live.values() if addr is not None}
-
     def stop(self) -> list[dict[str, Any]]:
         """Stops recording (later frees are not events) and returns the trace's events."""
         self._recording = False

@@ -126,12 +126,10 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
         true => 0.0,
         false => activation::logits(spec, seq, b, w.e, s.loss) * problem.cost.activation_scale,
     };
+    let gradients_at_loss = gradients_at_loss_backward(problem, s, &states);
     let fb_loss = with_other(&[
         (Category::Parameter, parameters),
-        (
-            Category::Gradient,
-            gradients_at_loss_backward(problem, s, &states),
-        ),
+        (Category::Gradient, gradients_at_loss),
         (Category::MasterWeight, states.master_device),
         (Category::OptimizerState, states.opt_device),
         (Category::Activation, activations_at_loss),
@@ -141,20 +139,14 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
     ]);
     // With no gradient before backward, the blocks make theirs as they release their saved
     // activations (`backward`); otherwise every gradient is there throughout.
-    let fresh = gradients_at_loss_backward(problem, s, &states) == 0.0
-        && !s.placement.offload_activations.is_offloaded();
+    let fresh = gradients_at_loss == 0.0 && !s.placement.offload_activations.is_offloaded();
     let (blocks_activations, gradients) = match fresh {
         true => {
-            let held = (activation::held_at_backward_start(
-                spec,
-                seq,
-                b,
-                w,
-                s.attention,
-                s.checkpoint,
-                s.loss,
-            ) - activation::outside_blocks(spec, seq, b, w, s.loss))
-                * problem.cost.activation_scale;
+            // What the blocks hold when backward starts: the loss's node's activations (no
+            // activation is offloaded here) less those outside the blocks.
+            let held = activations_at_loss
+                - activation::outside_blocks(spec, seq, b, w, s.loss)
+                    * problem.cost.activation_scale;
             let made = states.grad_device * backward::block_share(&problem.facts);
             let (a, g) = backward::fullest(spec.total_blocks(), held, made);
             (activations - loss_held - held + a, gradients - made + g)
