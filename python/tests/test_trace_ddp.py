@@ -54,3 +54,11 @@ def test_ddp_holds_one_bucket_then_rebuilds_it_in_backward_order(llama_8k):
 def test_fsdp_and_ddp_together_are_refused(llama_config):
     with pytest.raises(TraceError, match="give one of them"):
         headroom.trace(llama_config, micro_batch=1, seq_len=8, fsdp=2, ddp=True)
+
+
+def test_the_data_parallel_switches_must_be_bools(llama_config):
+    # A truthy string or 0 would otherwise switch DDP or resharding silently.
+    with pytest.raises(TraceError, match="ddp must be True or False, got 'yes'"):
+        headroom.trace(llama_config, micro_batch=1, seq_len=8, ddp="yes")
+    with pytest.raises(TraceError, match="reshard_after_forward must be True or False, got 0"):
+        headroom.trace(llama_config, micro_batch=1, seq_len=8, fsdp=2, reshard_after_forward=0)

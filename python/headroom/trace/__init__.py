@@ -132,6 +132,9 @@ def trace(
     from headroom.trace.ddp import buckets_for
     from headroom.trace.fsdp import fake_world, recording_resizes, shard
 
+    for name, value in (("ddp", ddp), ("reshard_after_forward", reshard_after_forward)):
+        if not isinstance(value, bool):
+            raise TraceError(f"{name} must be True or False, got {value!r}")
     if fsdp is not None and ddp:
         raise TraceError("fsdp and ddp are two ways to run data parallelism; give one of them")
 
