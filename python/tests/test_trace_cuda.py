@@ -70,6 +70,35 @@ def test_sdpa_with_dropout_keeps_the_log_sum_exp_not_the_probabilities():
     assert any(e["action"] == "alloc" and e["size"] == P and e["category"] == "activation" for e in cpu)
 
 
+def traced_program(device):
+    """The same attention run by the program's own loop under `headroom.tracing`."""
+    with headroom.tracing(device=device, cuda_arch="sm80") as t:
+        model = SelfAttention(0.1)
+        ids = torch.randint(0, V, (B, T))
+        model(ids)["loss"].backward()
+    return t.events
+
+
+def test_a_traced_program_runs_the_cuda_kernels_when_asked():
+    # `headroom.tracing(device="cuda")` swaps in the kernels `headroom.trace` does: the same
+    # difference as above between the CPU's math path and CUDA's memory-efficient attention,
+    # 4 P - A - LSE bytes.
+    cpu, cuda = traced_program("cpu"), traced_program("cuda")
+    assert peak(cpu) - peak(cuda) == 4 * P - A - LSE == 2_027_520
+    ops = {e["op"] for e in cuda if e["action"] == "alloc"}
+    assert "aten::_scaled_dot_product_efficient_attention" in ops
+
+
+def test_a_traced_program_names_an_unknown_device_or_generation():
+    for options, named in (({"device": "tpu"}, "'tpu'"), ({"cuda_arch": "sm75"}, "'sm75'")):
+        try:
+            headroom.tracing(**options)
+        except headroom.TraceError as e:
+            assert named in str(e) and "accepted" in str(e)
+        else:
+            raise AssertionError(f"{options} accepted")
+
+
 def test_sdpa_without_dropout_costs_the_same_on_both():
     # Without dropout the CPU runs its own flash kernel, which saves the output and a (B, H, T)
     # fp32 log-sum-exp as CUDA's memory-efficient kernel does (T = 128 is a multiple of 32, so

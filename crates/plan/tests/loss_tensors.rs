@@ -158,3 +158,48 @@ fn qlora_of_llama_3_1_8b_at_7500_tokens_no_longer_fits_a_24_gb_card() {
         8.0 * 7500.0 * 128_256.0
     );
 }
+
+/// pythia-410m (GPT-NeoX: 24 blocks, hidden 1,024, 16 heads of 64, vocabulary 50,304) under a
+/// benchmark loop's `logits.sum()`, transformers' own modules, one sequence of 2,048 tokens.
+fn pythia_benchmark(use_cache: bool) -> Problem {
+    let path = format!("{}/pythia-410m.json", support::published::DATA);
+    let mut p = problem(&path, "A100-80GB", 1, 1, 2048, 1).with_loss_impl(LossImpl::Sum);
+    p.spec.transformers_modules = true;
+    p.spec.kv_cache_in_training = use_cache;
+    p
+}
+
+#[test]
+fn a_benchmark_loop_ends_the_next_forward_holding_the_previous_output_and_its_cache() {
+    // `out = model(**inputs); out.logits.sum().backward()` in a loop releases the previous
+    // `out` only when the next forward has returned: at the output projection it still holds
+    // the previous fp16 logits, 2·2,048·50,304 = 206,045,184 bytes, and the key/value cache a
+    // decoder returns from a training forward (`use_cache`), K and V of 2,048 × 1,024 fp16 in
+    // each of 24 blocks: 2·2·2,048·1,024·24 = 201,326,592 bytes. Gradient checkpointing turns
+    // the cache off; a loop that keeps only the loss keeps nothing.
+    let (logits, cache) = (206_045_184.0, 201_326_592.0);
+    let spec = &pythia_benchmark(true).spec;
+    let held = |spec, policy| activation::previous_outputs(spec, 2048.0, 1.0, 2.0, policy);
+    assert_eq!(held(spec, Checkpoint::None), logits + cache);
+    assert_eq!(held(spec, Checkpoint::ALL_BLOCKS), logits);
+    let trainer = pythia_benchmark(true).with_loss_impl(LossImpl::HuggingFace);
+    assert_eq!(held(&trainer.spec, Checkpoint::None), 0.0);
+
+    // The plan's peak is that moment: the loss's node's activations with the previous output
+    // in place of the logits' gradient (the same 2·sbv), so the cache is the whole difference
+    // a model that returns none makes, to the byte.
+    let s = Strategy {
+        micro_batch: 1,
+        ..strategy(Precision::Bf16, Loss::Plain)
+    };
+    let with = evaluate(&pythia_benchmark(true), &s).memory;
+    let without = evaluate(&pythia_benchmark(false), &s).memory;
+    let allocated = |m: &headroom_plan::cost::MemoryPrediction| {
+        (m.breakdown.at_peak.total() - m.breakdown.at_peak[Category::Other]) as f64
+    };
+    assert_eq!(
+        with.breakdown.at_peak[Category::Temporary] as f64,
+        logits + cache
+    );
+    assert_eq!(allocated(&with) - allocated(&without), cache);
+}

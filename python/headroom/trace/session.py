@@ -22,6 +22,10 @@ Reading a value (`loss.item()`, `float(t)`, `if t > 0:`) gives 1 (True): fake te
 values, so a loop whose control flow depends on data follows that branch (1 rather than 0 keeps
 divisions such as AdamW's bias correction finite).
 
+PyTorch's CPU kernels run by default (`device="cpu"`); `device="cuda"` runs, where a CUDA
+kernel allocates differently (attention, cuBLAS workspaces, half-to-float softmax), that
+kernel's own op instead, as `headroom.trace` does (`cuda.py`).
+
 A program that shards its model with FSDP2 is traced as it runs (under PyTorch's fake process
 group, its mesh made before the block): FSDP2's in-place storage resizes are recorded as frees
 and allocations (`fsdp.py`).
@@ -49,11 +53,27 @@ class StopTracing(BaseException):
 class Tracing:
     """The context manager `headroom.tracing` returns; `events` holds the trace after exit."""
 
-    def __init__(self, output: Optional[Union[str, os.PathLike]] = None, *, steps: Optional[int] = None):
+    def __init__(
+        self,
+        output: Optional[Union[str, os.PathLike]] = None,
+        *,
+        steps: Optional[int] = None,
+        device: str = "cpu",
+        cuda_arch: str = "sm90",
+    ):
+        from headroom.trace.cublas import CUDA_ARCHS
+        from headroom.trace.cuda import DEVICES
+
         if steps is not None and (not isinstance(steps, int) or steps < 1):
             raise TraceError(f"steps must be a positive integer or None, got {steps!r}")
+        if device not in DEVICES:
+            raise TraceError(f"unknown device {device!r}; accepted: {', '.join(DEVICES)}")
+        if cuda_arch not in CUDA_ARCHS:
+            raise TraceError(f"unknown cuda_arch {cuda_arch!r}; accepted: {', '.join(CUDA_ARCHS)}")
         self.output = output
         self.steps = steps
+        self.device = device
+        self.cuda_arch = cuda_arch
         self.events: list[dict[str, Any]] = []
         self.optimizer_steps = 0
         self._active = False
@@ -228,6 +248,10 @@ class Tracing:
             # FSDP2 frees and re-gathers parameters by resizing storages in place (`fsdp.py`).
             self._exits.enter_context(recording_resizes(self._recorder))
             self._exits.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack))
+            if self.device == "cuda":
+                from headroom.trace.cuda import CudaKernels
+
+                self._exits.enter_context(CudaKernels(self._recorder, self.cuda_arch))
             for handle in (
                 torch.nn.modules.module.register_module_forward_pre_hook(self._forward_pre),
                 torch.nn.modules.module.register_module_forward_hook(self._forward_post, always_call=True),
@@ -278,12 +302,23 @@ class Tracing:
             raise untraceable(exc, f"the program ({self._phase} phase)") from None
 
 
-def tracing(output: Optional[Union[str, os.PathLike]] = None, *, steps: Optional[int] = None) -> Tracing:
+def tracing(
+    output: Optional[Union[str, os.PathLike]] = None,
+    *,
+    steps: Optional[int] = None,
+    device: str = "cpu",
+    cuda_arch: str = "sm90",
+) -> Tracing:
     """Traces the program inside the `with` block under fake tensors (see the module's doc).
 
     output: where to write the trace (headroom's JSON, what `headroom memory doctor` and
         `headroom memory replay` read), when the block ends without an error.
     steps: stop after this many optimizer steps (the block ends there, quietly); None traces
         the whole block.
+    device: "cpu" records the CPU kernels the fake mode runs; "cuda" runs, where a CUDA kernel
+        allocates differently, that kernel's own ATen op instead, and records the cuBLAS
+        workspaces (`cuda.py`, as `headroom.trace(device="cuda")`).
+    cuda_arch: the GPU generation "cuda" emulates: "sm90" (Hopper) or "sm80" (Ampere and the
+        rest; it sets the cuBLAS workspace's size).
     """
-    return Tracing(output, steps=steps)
+    return Tracing(output, steps=steps, device=device, cuda_arch=cuda_arch)

@@ -201,6 +201,7 @@ fn decoder_llama_like(name: &str, family: Family, f: &Fields) -> Result<Architec
         dropout: f.prob_or("attention_dropout", 0.0)? > 0.0,
         bias: f.flag_or("attention_bias", false)?,
         shared_expert_size,
+        kv_cache_in_training: f.flag_or("use_cache", true)?,
         ..base
     })
 }
@@ -251,6 +252,7 @@ fn gpt_neox(name: &str, f: &Fields) -> Result<Architecture> {
         dropout: f.prob_or("hidden_dropout", 0.0)? > 0.0
             || f.prob_or("attention_dropout", 0.0)? > 0.0,
         bias: f.flag_or("attention_bias", true)?,
+        kv_cache_in_training: f.flag_or("use_cache", true)?,
         ..base
     })
 }

@@ -141,10 +141,12 @@ pub struct Architecture {
     /// the `tanh` output and `1 + tanh`, three more FFN-wide tensors per block.
     pub python_gelu: bool,
     /// The attention writes K and V into a `DynamicCache` in training as well (`use_cache`,
-    /// true by default in `GPT2Config`; transformers turns it off under gradient
-    /// checkpointing), whose `torch.cat` copies are what the attention then reads. GPT-2's
-    /// fused `c_attn` output stays alive through the query's view that SDPA saves, so its K and
-    /// V are held twice (`cost::activation`).
+    /// true by default in the decoder configs: `GPT2Config`, `GPTNeoXConfig`, `LlamaConfig`
+    /// and its kin; transformers turns it off under gradient checkpointing), whose
+    /// `torch.cat` copies are what the attention then reads, and the model's output returns
+    /// that cache. GPT-2's fused `c_attn` output stays alive through the query's view that
+    /// SDPA saves, so its K and V are held twice (`cost::activation::kv_cache_copies`); a loop
+    /// that keeps the output holds the cache (`cost::activation::previous_outputs`).
     pub kv_cache_in_training: bool,
     /// The blocks are transformers' eager modules (`modeling_*.py`), whose RMSNorm upcast,
     /// fp32 eager softmax, `repeat_kv` and Python GELU the activation terms count

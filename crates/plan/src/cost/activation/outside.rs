@@ -1,13 +1,13 @@
 //! Activation terms outside the blocks: the embedding's dropout mask, the final norm's and the
-//! output head's inputs, and the loss's vocabulary-sized tensors (held at the start of backward,
-//! and allocated by its backward).
+//! output head's inputs, the loss's vocabulary-sized tensors (held at the start of backward,
+//! and allocated by its backward), and the previous step's output a benchmark loop still holds.
 //!
 //! Not for: a block's terms (`block`).
 
 use super::Width;
 use super::upcasts::norm_upcast;
 use crate::model::Architecture;
-use crate::strategy::Loss;
+use crate::strategy::{Checkpoint, Loss};
 
 /// Whole-model activation terms outside the blocks (Korthikanti §4.3 with p = 1): embedding
 /// dropout mask `sbh`, final-norm input and output-projection input `2·e·sbh`, and the loss's
@@ -83,4 +83,35 @@ pub fn logits_grad(spec: &Architecture, s: f64, b: f64, e: f64, loss: Loss) -> f
     }
     let per_entry = if spec.upcasting_loss { 8.0 } else { 4.0 };
     per_entry * tokens_by_vocab / loss.chunks() as f64
+}
+
+/// What a `logits.sum()` benchmark loop (`Architecture::sum_loss`) still holds of the previous
+/// step when the next forward reaches its output projection: the loop reads
+/// `out = model(**inputs)`, so the previous `out` is released only when the new forward has
+/// returned. That output holds the previous logits (`e·sbv`) and, where the model returns a
+/// key/value cache from a training forward (`Architecture::kv_cache_in_training`: transformers'
+/// decoders with `use_cache`, off under gradient checkpointing, `transformers/utils/generic.py`
+/// and `modeling_layers.py`), the cache's K and V copies of every block, `2·e·sb·kv` each
+/// (`DynamicCache`'s `torch.cat` copies, `transformers/cache_utils.py`; a sliding-window
+/// layer's cache keeps its window only, which this does not shorten). Zero for other losses,
+/// whose loop keeps the loss alone.
+pub fn previous_outputs(
+    spec: &Architecture,
+    s: f64,
+    b: f64,
+    e: f64,
+    checkpoint: Checkpoint,
+) -> f64 {
+    if !spec.sum_loss {
+        return 0.0;
+    }
+    let cache = spec.kv_cache_in_training
+        && spec.transformers_modules
+        && spec.has_attention()
+        && checkpoint == Checkpoint::None;
+    let cache_bytes = match cache {
+        true => 2.0 * e * s * b * spec.kv_dim() as f64 * spec.total_blocks() as f64,
+        false => 0.0,
+    };
+    e * s * b * spec.vocab_size as f64 + cache_bytes
 }

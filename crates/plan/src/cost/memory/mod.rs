@@ -163,10 +163,31 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
         input,
         communication,
     ]);
-    let fb = match fb_loss.total() >= fb_blocks.total() {
-        true => fb_loss,
-        false => fb_blocks,
-    };
+    // A `logits.sum()` benchmark loop's next forward ends, at the output projection, with the
+    // previous step's output still held beside the new logits (`activation::previous_outputs`):
+    // what the loss's node holds, the previous output in place of the logits' gradient.
+    let policy = activation::effective_policy(spec, seq, b, w, s.attention, s.checkpoint, s.loss);
+    let previous = activation::previous_outputs(spec, seq, b, w.e, policy);
+    let forward_end = with_other(&[
+        (Category::Parameter, parameters),
+        (Category::Gradient, gradients_at_loss),
+        (Category::MasterWeight, states.master_device),
+        (Category::OptimizerState, states.opt_device),
+        (Category::Activation, activations_at_loss),
+        (
+            Category::Temporary,
+            previous * problem.cost.activation_scale,
+        ),
+        input,
+        communication,
+    ]);
+    let fb = [fb_loss, fb_blocks, forward_end]
+        .into_iter()
+        .reduce(|a, c| match a.total() >= c.total() {
+            true => a,
+            false => c,
+        })
+        .expect("three candidates");
     let step = with_other(&[
         (Category::Parameter, states.param_device),
         (Category::Gradient, states.grad_device + states.grad_sums),
