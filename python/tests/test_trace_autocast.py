@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import headroom
 from headroom.trace.autocast import CudaAutocast
-from headroom.trace.cuda import half_to_float_library
+from headroom.trace.cuda import cuda_kernels_library
 
 
 class OpLog(TorchDispatchMode):
@@ -96,7 +96,7 @@ def forward_ops(device, dtype):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_the_cpu_trace_runs_the_ops_cuda_autocast_runs(dtype):
     reference = forward_ops("cuda", dtype)  # PyTorch's AutocastCUDA kernels, on fake CUDA tensors
-    softmax = half_to_float_library()
+    softmax = cuda_kernels_library()
     try:
         with CudaAutocast():
             emulated = forward_ops("cpu", dtype)

@@ -324,3 +324,32 @@ def test_adamw_steps_allocate_on_the_cpu_what_they_allocate_on_cuda():
     for impl in ("foreach", "fused"):
         cpu, cuda = adamw_ops("cpu", impl), adamw_ops("cuda", impl)
         assert cpu == cuda and len(cpu) > 10, impl
+
+
+def dropout_allocations(device, inplace=False, p=0.1):
+    """The allocations of one fp16 dropout over 1,024 × 1,024 elements and its backward."""
+    with headroom.tracing(device=device) as t:
+        x = torch.ones(1024, 1024, dtype=torch.float16, requires_grad=True)
+        y = torch.nn.functional.dropout(x * 1, p, True, inplace=inplace)
+        y.sum().backward()
+    return [e for e in t.events if e["action"] == "alloc" and e["size"] >= 2**20]
+
+
+def test_dropout_keeps_a_one_byte_mask_on_cuda_and_a_16_bit_noise_on_the_cpu():
+    # N = 1,048,576 elements. CUDA's fused native_dropout saves a bool mask, N bytes; the CPU's
+    # composite multiplies by a noise tensor in the input's dtype, 2 N bytes, which the
+    # product saves. Both make the 2 N-byte output.
+    n = 1024 * 1024
+    cuda = {(e["op"], e["dtype"], e["size"], e["category"]) for e in dropout_allocations("cuda")}
+    cpu = {(e["op"], e["dtype"], e["size"], e["category"]) for e in dropout_allocations("cpu")}
+    assert ("aten::native_dropout", "bool", n, "activation") in cuda
+    assert not any(dtype == "bool" for _, dtype, _, _ in cpu)
+    assert ("aten::empty_like", "float16", 2 * n, "activation") in cpu
+
+
+def test_in_place_or_zero_probability_dropout_is_the_composite_on_cuda_too():
+    # `dropout_` takes `_dropout_impl` on CUDA as well, and p = 0 returns the input.
+    in_place = dropout_allocations("cuda", inplace=True)
+    assert not any(e["op"] == "aten::native_dropout" for e in in_place)
+    assert any(e["op"] == "aten::empty_like" and e["dtype"] == "float16" for e in in_place)
+    assert not any(e["op"].startswith("aten::native_dropout") for e in dropout_allocations("cuda", p=0.0))

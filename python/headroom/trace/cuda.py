@@ -41,6 +41,13 @@ Emulated:
   half_to_float=True)` on the fp16 input where the CPU first makes an fp32 copy
   (`aten/src/ATen/native/SoftMax.cpp`, `softmax` and `log_softmax`).
 
+- Dropout (`torch.nn.functional.dropout`, `nn.Dropout`, and the dropout inside the math
+  attention): CUDA runs the fused `native_dropout` for a probability strictly between 0 and 1
+  (`is_fused_kernel_acceptable`, `aten/src/ATen/native/Dropout.cpp`), whose autograd saves a
+  one-byte mask; the CPU's `_dropout_impl` multiplies by a noise tensor in the input's dtype,
+  which the product saves (2 bytes an element in 16 bits, 4 in fp32). In-place dropout takes
+  `_dropout_impl` on both.
+
 - Autocast's op policy: CUDA's lists, not the CPU's (`autocast.py`): under autocast CUDA runs
   `pow`, `exp`, `rsqrt`, `layer_norm` and the losses in fp32 and gives `softmax`, `log_softmax`
   and `sum` an fp32 result.
@@ -127,12 +134,22 @@ def _half_to_float(op: Any, fused: Any) -> Any:
     return kernel
 
 
-def half_to_float_library() -> torch.library.Library:
-    """The CUDA kernels' fp16-to-fp32 softmax, registered for the CPU's autograd key (where the
-    composite would otherwise copy to fp32 first); destroy the library to restore PyTorch's."""
+def _fused_dropout(x: torch.Tensor, p: float, train: bool) -> torch.Tensor:
+    """`dropout` as CUDA runs it: `native_dropout` (its mask one byte an element) where
+    `is_fused_kernel_acceptable` holds, else PyTorch's own composite."""
+    if train and 0.0 < p < 1.0 and x.numel() > 0:
+        return _aten.native_dropout(x, p, train)[0]
+    return _aten.dropout.default.decompose(x, p, train)
+
+
+def cuda_kernels_library() -> torch.library.Library:
+    """The CUDA kernels that replace a composite, registered for the CPU's autograd key: the
+    fp16-to-fp32 softmax (where the composite would copy to fp32 first) and the fused dropout;
+    destroy the library to restore PyTorch's."""
     library = torch.library.Library("aten", "IMPL")
     library.impl("softmax.int", _half_to_float(_aten.softmax.int, _aten._softmax), "AutogradCPU")
     library.impl("log_softmax.int", _half_to_float(_aten.log_softmax.int, _aten._log_softmax), "AutogradCPU")
+    library.impl("dropout", _fused_dropout, "AutogradCPU")
     return library
 
 
@@ -151,7 +168,7 @@ class CudaKernels(TorchFunctionMode):
         # The module attribute is what transformers and most code call at run time (a
         # checkpoint's recomputation included); the mode catches names bound before the trace.
         self._original_sdpa = torch.nn.functional.scaled_dot_product_attention
-        self._softmax = half_to_float_library()
+        self._library = cuda_kernels_library()
         self._autocast.__enter__()
         torch.nn.functional.scaled_dot_product_attention = self._sdpa
         try:
@@ -169,7 +186,7 @@ class CudaKernels(TorchFunctionMode):
     def _restore(self) -> None:
         torch.nn.functional.scaled_dot_product_attention = self._original_sdpa
         self._autocast.__exit__(None, None, None)
-        self._softmax._destroy()
+        self._library._destroy()
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None):
         kwargs = kwargs or {}
