@@ -277,13 +277,15 @@ pub fn leaks(
         (bytes_at_step_end[n - 1] - bytes_at_step_end[1]) / (n as u64 - 2)
     });
 
-    // Allocations that outlive the step after the one that made them.
+    // Allocations that outlive the step after the one that made them. Model and optimizer
+    // state live across steps by design, and so does what a trace states as `other`: module
+    // buffers and the library workspaces made once and kept (cuBLASLt's, a cached cuBLAS one).
     let mut retained: HashMap<Option<u32>, Retained> = HashMap::new();
     for l in lifetimes.iter().filter(|l| {
         !matches!(
             l.category,
             Category::Parameter | Category::OptimizerState | Category::Gradient
-        )
+        ) && !(l.stated && l.category == Category::Other)
     }) {
         let step = timeline.steps[l.alloc] as usize;
         let Some(&next_end) = ends.get(step + 1) else {
