@@ -281,12 +281,12 @@ pub fn leaks(
     // state live across steps by design, and so does what a trace states as `other`: module
     // buffers and the library workspaces made once and kept (cuBLASLt's, a cached cuBLAS one).
     let mut retained: HashMap<Option<u32>, Retained> = HashMap::new();
-    for l in lifetimes.iter().filter(|l| {
-        !matches!(
-            l.category,
-            Category::Parameter | Category::OptimizerState | Category::Gradient
-        ) && !(l.stated && l.category == Category::Other)
-    }) {
+    let kept_by_design = |l: &Lifetime| match l.category {
+        Category::Parameter | Category::OptimizerState | Category::Gradient => true,
+        Category::Other => l.stated,
+        _ => false,
+    };
+    for l in lifetimes.iter().filter(|l| !kept_by_design(l)) {
         let step = timeline.steps[l.alloc] as usize;
         let Some(&next_end) = ends.get(step + 1) else {
             continue;
