@@ -5,9 +5,10 @@
 - `trace(...)`: a PyTorch training step run under fake tensors (no weights, no GPU), every
   tensor allocation and free recorded with its category, phase, module and op. Needs torch
   (imported only when called).
-- `tracing(output, steps=None)`: a context manager; the user's own program inside it (model,
-  loop, evaluation) runs under fake tensors and every allocation is recorded with its Python
-  stack, phase and step. Needs torch.
+- `tracing(output, steps=None, device="cuda")`: a context manager; the user's own program
+  inside it (model, loop, evaluation) runs under fake tensors and every allocation is recorded
+  with its Python stack, phase and step, CUDA's kernels emulated as `trace` has them. Needs
+  torch.
 - `doctor(trace, **options)`: a trace explained (the JSON of `headroom memory doctor --json`, as
   a dict): the peak attributed, leaks with the mistake and its fix, fragmentation by replay.
   Needs no torch.

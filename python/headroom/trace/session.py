@@ -22,9 +22,9 @@ Reading a value (`loss.item()`, `float(t)`, `if t > 0:`) gives 1 (True): fake te
 values, so a loop whose control flow depends on data follows that branch (1 rather than 0 keeps
 divisions such as AdamW's bias correction finite).
 
-PyTorch's CPU kernels run by default (`device="cpu"`); `device="cuda"` runs, where a CUDA
-kernel allocates differently (attention, cuBLAS workspaces, half-to-float softmax), that
-kernel's own op instead, as `headroom.trace` does (`cuda.py`).
+Where a CUDA kernel allocates differently from the CPU's (attention, dropout, cuBLAS
+workspaces, half-to-float softmax), that kernel's own op runs instead, as `headroom.trace` does
+(`cuda.py`); `device="cpu"` keeps PyTorch's CPU kernels.
 
 A program that shards its model with FSDP2 is traced as it runs (under PyTorch's fake process
 group, its mesh made before the block): FSDP2's in-place storage resizes are recorded as frees
@@ -58,7 +58,7 @@ class Tracing:
         output: Optional[Union[str, os.PathLike]] = None,
         *,
         steps: Optional[int] = None,
-        device: str = "cpu",
+        device: str = "cuda",
         cuda_arch: str = "sm90",
     ):
         from headroom.trace.cublas import CUDA_ARCHS
@@ -306,7 +306,7 @@ def tracing(
     output: Optional[Union[str, os.PathLike]] = None,
     *,
     steps: Optional[int] = None,
-    device: str = "cpu",
+    device: str = "cuda",
     cuda_arch: str = "sm90",
 ) -> Tracing:
     """Traces the program inside the `with` block under fake tensors (see the module's doc).
@@ -315,9 +315,9 @@ def tracing(
         `headroom memory replay` read), when the block ends without an error.
     steps: stop after this many optimizer steps (the block ends there, quietly); None traces
         the whole block.
-    device: "cpu" records the CPU kernels the fake mode runs; "cuda" runs, where a CUDA kernel
-        allocates differently, that kernel's own ATen op instead, and records the cuBLAS
-        workspaces (`cuda.py`, as `headroom.trace(device="cuda")`).
+    device: "cuda" runs, where a CUDA kernel allocates differently, that kernel's own ATen op
+        instead, and records the cuBLAS workspaces (`cuda.py`, as `headroom.trace` does);
+        "cpu" records the CPU kernels the fake mode runs.
     cuda_arch: the GPU generation "cuda" emulates: "sm90" (Hopper) or "sm80" (Ampere and the
         rest; it sets the cuBLAS workspace's size).
     """
