@@ -8,6 +8,7 @@ use crate::support;
 use headroom_plan::cost::{Plan, evaluate};
 use headroom_plan::strategy::{
     Attention, Category, Checkpoint, Framework, Loss, Optimizer, Placement, Precision, Strategy,
+    ZeroGrad,
 };
 use support::problem;
 
@@ -101,4 +102,28 @@ fn the_blocks_make_their_gradients_as_they_release_their_activations() {
     // With two micro-batches the first one's gradients are all there throughout: 4·Ψ.
     let two = evaluate(&p, &chunked(2));
     assert_eq!(at(&two, Category::Gradient), 4.0 * PSI);
+}
+
+#[test]
+fn a_zero_grad_that_zero_fills_holds_every_gradient_through_the_step() {
+    // Before PyTorch 2.0 `zero_grad()` zero-filled the gradients in place (set_to_none=False):
+    // with one micro-batch a step every gradient of the previous step is still allocated when
+    // the next backward starts, 4·Ψ in fp32, as with accumulation. The default, set_to_none,
+    // frees them: 4·(ROOT + BLOCK) at the first block back (above).
+    let p = problem("gpt2", "A100-80GB", 1, 1, 1024, 8).with_framework(Framework::Fsdp);
+    let s = Strategy {
+        precision: Precision::Fp32,
+        optimizer: Optimizer::AdamW,
+        placement: Placement::default(),
+        checkpoint: Checkpoint::None,
+        attention: Attention::MemoryEfficient,
+        loss: Loss::Chunked(64),
+        optimizer_in_backward: false,
+        micro_batch: 8,
+        accumulation: 1,
+    };
+    let freed = evaluate(&p.clone().with_zero_grad(ZeroGrad::SetToNone), &s);
+    let filled = evaluate(&p.with_zero_grad(ZeroGrad::ZeroFill), &s);
+    assert_eq!(at(&freed, Category::Gradient), 4.0 * (ROOT + BLOCK));
+    assert_eq!(at(&filled, Category::Gradient), 4.0 * PSI);
 }

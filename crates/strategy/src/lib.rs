@@ -33,7 +33,7 @@ pub use framework::Framework;
 pub use lora::{BaseDtype, BaseWeights, Lora, LoraTarget, LoraTargets};
 pub use loss::Loss;
 pub use mesh::{Mesh, MeshShape, PipelineSchedule};
-pub use optimizer::{LossImpl, Optimizer, OptimizerImpl};
+pub use optimizer::{LossImpl, Optimizer, OptimizerImpl, ZeroGrad};
 pub use pins::{Pins, changed_levers};
 pub use placement::{Offload, Placement, ZeroStage};
 pub use precision::{NumberFormat, Precision};

@@ -134,6 +134,24 @@ named_enum!(
 
 named_enum!(
     #[derive(Default)]
+    /// What the loop's `zero_grad()` does to the gradients between steps (PyTorch's
+    /// `set_to_none` of `Optimizer.zero_grad` and `Module.zero_grad`): since PyTorch 2.0 it sets
+    /// them to `None` by default, so with one micro-batch a step no gradient exists when the
+    /// next backward starts and each is made as backward reaches it; before 2.0 (and with
+    /// `set_to_none=False`) it fills them with zeros in place, so every gradient is held through
+    /// the whole step (PyTorch 2.0 release notes, "torch.nn.Module.zero_grad and
+    /// Optimizer.zero_grad now default set_to_none=True").
+    ZeroGrad, "--zero-grad", {
+        /// `set_to_none=True`: the gradients freed between steps (PyTorch 2.0 and later).
+        #[default]
+        SetToNone = "set-to-none",
+        /// `set_to_none=False`: the gradients zero-filled in place, held between steps.
+        ZeroFill = "zero-fill",
+    }
+);
+
+named_enum!(
+    #[derive(Default)]
     /// How a framework's optimizer walks the parameters, which decides the step's temporaries:
     /// PyTorch's `foreach` kernels (its default on CUDA since 2.0) hold intermediates for every
     /// tensor at once, about one copy of the parameters being updated (torchtune PR #389);

@@ -198,6 +198,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
         .with_framework(framework)
         .with_optimizer_impl(args.optimizer_impl.unwrap_or_default())
         .with_loss_impl(args.loss_impl)
+        .with_zero_grad(args.zero_grad)
         .with_compile(args.compile);
     let calibration = match &args.calibrate {
         Some(path) => {

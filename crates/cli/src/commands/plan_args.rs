@@ -9,7 +9,8 @@ use clap::Args;
 use headroom_memory::ByteSize;
 use headroom_plan::hardware::HardwareOverrides;
 use headroom_plan::strategy::{
-    BaseDtype, BaseWeights, Framework, Lora, LoraTargets, LossImpl, OptimizerImpl, parse_flag,
+    BaseDtype, BaseWeights, Framework, Lora, LoraTargets, LossImpl, OptimizerImpl, ZeroGrad,
+    parse_flag,
 };
 use headroom_train::config::Levers;
 use std::path::PathBuf;
@@ -135,6 +136,12 @@ pub struct PlanArgs {
     /// once).
     #[arg(long, value_parser = parse_flag::<LossImpl>, default_value = "hugging-face")]
     pub loss_impl: LossImpl,
+    /// What the loop's zero_grad() does between steps: set-to-none (PyTorch 2.0 and later, the
+    /// default: with one micro-batch a step, backward starts with no gradient and makes each as
+    /// it goes) or zero-fill (set_to_none=False, PyTorch's default before 2.0: every gradient
+    /// held through the whole step).
+    #[arg(long, value_parser = parse_flag::<ZeroGrad>, default_value = "set-to-none")]
+    pub zero_grad: ZeroGrad,
     /// Whether the training step runs under `torch.compile` (torchtitan's `compile`, the Hugging
     /// Face Trainer's `torch_compile`, torchtune's `compile`): its element-wise kernels fused, so
     /// it moves fewer bytes per token (docs/planner.md, "Matmul shape and element-wise kernels").

@@ -170,7 +170,7 @@ impl<'a> Report<'a> {
             group_digits(p.workload.tokens_per_step())
         );
         out += &format!(
-            "Layout    {} ({}), {} optimizer step, {}\n",
+            "Layout    {} ({}), {} optimizer step, {}{}\n",
             p.framework,
             match p.framework {
                 headroom_plan::strategy::Framework::DeepSpeed => {
@@ -184,6 +184,12 @@ impl<'a> Report<'a> {
             match p.compile {
                 true => "compiled (torch.compile)",
                 false => "eager",
+            },
+            match p.zero_grad {
+                headroom_plan::strategy::ZeroGrad::SetToNone => "",
+                headroom_plan::strategy::ZeroGrad::ZeroFill => {
+                    ", gradients zero-filled between steps (held through each step)"
+                }
             }
         );
         out

@@ -17,7 +17,7 @@ mod width;
 
 use crate::hardware::Hardware;
 use crate::model::{Architecture, ParamInventory};
-use crate::strategy::{Framework, LossImpl, OptimizerImpl, Pins, Strategy};
+use crate::strategy::{Framework, LossImpl, OptimizerImpl, Pins, Strategy, ZeroGrad};
 use crate::workload::Workload;
 use serde::Serialize;
 
@@ -149,6 +149,10 @@ pub struct Problem {
     pub optimizer_impl: OptimizerImpl,
     /// How the framework's cross-entropy produces the logits' gradient.
     pub loss_impl: LossImpl,
+    /// Whether the loop's `zero_grad()` frees the gradients between steps (PyTorch 2.0's
+    /// default) or zero-fills them in place (before 2.0), which decides whether a step with one
+    /// micro-batch starts its backward without gradients.
+    pub zero_grad: ZeroGrad,
     /// Whether the training step runs under `torch.compile` (its element-wise kernels fused;
     /// `elementwise`). PyTorch's default, eager, unless the user says so.
     pub compile: bool,
@@ -193,6 +197,7 @@ impl Problem {
             framework: Framework::default(),
             optimizer_impl: OptimizerImpl::default(),
             loss_impl: LossImpl::default(),
+            zero_grad: ZeroGrad::default(),
             compile: false,
         }
     }
@@ -235,6 +240,11 @@ impl Problem {
             loss_impl,
             ..self
         }
+    }
+
+    /// The same problem with the loop's `zero_grad()` behaviour (see `ZeroGrad`).
+    pub fn with_zero_grad(self, zero_grad: ZeroGrad) -> Problem {
+        Problem { zero_grad, ..self }
     }
 
     /// The same problem compiled (`torch.compile`) or eager.

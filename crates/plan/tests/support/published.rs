@@ -7,7 +7,7 @@ use headroom_plan::hardware::{self, Hardware, HardwareOverrides};
 use headroom_plan::model::{Architecture, load_model};
 use headroom_plan::strategy::{
     BaseDtype, BaseWeights, Category, Framework, Lora, LoraTargets, LossImpl, OptimizerImpl,
-    Strategy,
+    Strategy, ZeroGrad,
 };
 use headroom_plan::workload::{BatchSpec, Workload};
 use serde::Deserialize;
@@ -33,6 +33,9 @@ pub struct Run {
     pub optimizer_impl: OptimizerImpl,
     #[serde(default)]
     pub loss_impl: LossImpl,
+    /// What the run's `zero_grad()` did between steps (PyTorch before 2.0: zero-fill).
+    #[serde(default)]
+    pub zero_grad: ZeroGrad,
     /// The GPU's saturated efficiency is fitted to this row: its throughput is reproduced by
     /// construction and not counted in the errors.
     #[serde(default)]
@@ -179,6 +182,7 @@ pub fn problem_of(run: &Run) -> Problem {
         .with_framework(run.framework)
         .with_optimizer_impl(run.optimizer_impl)
         .with_loss_impl(run.loss_impl)
+        .with_zero_grad(run.zero_grad)
         .with_compile(run.compile);
     problem.spec.transformers_modules |= run.transformers_model;
     problem

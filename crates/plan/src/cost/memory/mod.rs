@@ -20,7 +20,7 @@ mod offload;
 mod states;
 
 use super::{Problem, activation, backward};
-use crate::strategy::{Framework, Strategy};
+use crate::strategy::{Framework, Strategy, ZeroGrad};
 use buffers::{
     block_backward_bytes, communication_bytes, loss_backward_bytes, optimizer_step_bytes,
 };
@@ -69,11 +69,16 @@ fn loader_host_bytes(problem: &Problem, s: &Strategy) -> f64 {
 /// Parameter gradients alive when the loss's backward runs, the first node of backward: under
 /// PyTorch (DDP, FSDP) `zero_grad()` sets every `.grad` to `None` (its default since PyTorch
 /// 2.0, and `Trainer`'s), so with one micro-batch per step none exists yet (FSDP's unsharded
-/// unit gradient neither); with accumulation the earlier micro-batches' gradients are held.
-/// DeepSpeed's engines keep their gradient partitions and buckets between steps: all of them.
+/// unit gradient neither); with accumulation the earlier micro-batches' gradients are held,
+/// and a loop whose `zero_grad()` zero-fills them in place (`ZeroGrad::ZeroFill`, PyTorch
+/// before 2.0) holds every one from the previous step. DeepSpeed's engines keep their gradient
+/// partitions and buckets between steps: all of them.
 fn gradients_at_loss_backward(problem: &Problem, s: &Strategy, states: &ModelStates) -> f64 {
     let all = states.grad_device + states.grad_unit + states.grad_sums;
-    match problem.framework == Framework::Fsdp && s.accumulation == 1 {
+    let freed = problem.framework == Framework::Fsdp
+        && s.accumulation == 1
+        && problem.zero_grad == ZeroGrad::SetToNone;
+    match freed {
         true => 0.0,
         false => all,
     }
