@@ -1,10 +1,10 @@
 //! `headroom plan` inputs end to end: a sequence beyond the model's trained context (warned),
 //! a measured step to calibrate against, and the levers planned but not trained or carried into
-//! the step time (selective-op checkpointing, compile).
+//! the step time (selective-op checkpointing, compile, what `zero_grad()` does).
 
 use crate::common;
 
-use common::{headroom, json, stderr};
+use common::{headroom, json, output_text, stderr};
 use serde_json::Value;
 
 #[test]
@@ -222,65 +222,35 @@ fn zero_grad_says_whether_a_step_starts_with_its_gradients() {
     // GPT-2 fp32 under FSDP, one micro-batch a step: `--zero-grad zero-fill` (PyTorch before
     // 2.0) holds every fp32 gradient through the step, 4 × 124,439,808 bytes at the peak; the
     // default frees them between steps, so fewer are held at its peak. The report says so.
-    let run = |zero_grad: &str, json_out: bool| {
-        let mut args = vec![
-            "plan",
-            "--model",
-            "gpt2",
-            "--gpu",
-            "A100-80GB",
-            "--seq-len",
-            "1024",
-            "--framework",
-            "fsdp",
-            "--precision",
-            "fp32",
-            "--optimizer",
-            "adamw",
-            "--zero",
-            "0",
-            "--checkpoint",
-            "none",
-            "--attention",
-            "memory-efficient",
-            "--loss",
-            "chunked:64",
-            "--micro-batch",
-            "8",
-            "--accumulation",
-            "1",
-            "--zero-grad",
-            zero_grad,
-        ];
-        if json_out {
-            args.push("--json");
-        }
+    let pinned = "--seq-len 1024 --framework fsdp --precision fp32 --optimizer adamw --zero 0 \
+                  --checkpoint none --attention memory-efficient --loss chunked:64 \
+                  --micro-batch 8 --accumulation 1";
+    let run = |zero_grad: &str, extra: &[&str]| {
+        let mut args = vec!["plan", "--model", "gpt2", "--gpu", "A100-80GB"];
+        args.extend(pinned.split_whitespace());
+        args.extend(["--zero-grad", zero_grad]);
+        args.extend(extra);
         let o = headroom(&args);
         assert!(o.status.success(), "{}", stderr(&o));
         o
     };
     let gradient = |zero_grad| {
-        let v = json(&run(zero_grad, true));
+        let v = json(&run(zero_grad, &["--json"]));
         v["recommended"]["memory"]["by_category"]["gradient"]
             .as_u64()
             .unwrap()
     };
     assert_eq!(gradient("zero-fill"), 4 * 124_439_808);
     assert!(gradient("set-to-none") < 4 * 124_439_808);
-    let text = String::from_utf8_lossy(&run("zero-fill", false).stdout).to_string();
+    let text = output_text(&run("zero-fill", &[]));
     assert!(
         text.contains("gradients zero-filled between steps"),
         "{text}"
     );
-    let o = headroom(&[
-        "plan",
-        "--model",
-        "gpt2",
-        "--gpu",
-        "A100-80GB",
-        "--zero-grad",
-        "none",
-    ]);
+    let bad: Vec<&str> = "plan --model gpt2 --gpu A100-80GB --zero-grad none"
+        .split_whitespace()
+        .collect();
+    let o = headroom(&bad);
     assert!(!o.status.success());
     assert!(
         stderr(&o).contains("set-to-none, zero-fill"),

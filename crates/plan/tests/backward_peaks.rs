@@ -76,6 +76,22 @@ fn no_checkpointed_block_is_re_run_at_the_loss_node() {
 const ROOT: f64 = 50_257.0 * 768.0 + 1024.0 * 768.0 + 2.0 * 768.0;
 const BLOCK: f64 = 12.0 * H * H + 13.0 * H;
 
+/// GPT-2 fp32 at 8 sequences a micro-batch with a loss in 64 chunks, so that the blocks'
+/// backward, not the loss's node, sets the peak.
+fn chunked(accumulation: u64) -> Strategy {
+    Strategy {
+        precision: Precision::Fp32,
+        optimizer: Optimizer::AdamW,
+        placement: Placement::default(),
+        checkpoint: Checkpoint::None,
+        attention: Attention::MemoryEfficient,
+        loss: Loss::Chunked(64),
+        optimizer_in_backward: false,
+        micro_batch: 8,
+        accumulation,
+    }
+}
+
 #[test]
 fn the_blocks_make_their_gradients_as_they_release_their_activations() {
     assert_eq!(ROOT + 12.0 * BLOCK, PSI);
@@ -86,17 +102,6 @@ fn the_blocks_make_their_gradients_as_they_release_their_activations() {
     // the head, and the final norm) and that one block's, 4·(ROOT + BLOCK) bytes in fp32. Both
     // held whole (12 blocks' activations beside 12 blocks' gradients) never happens.
     let p = problem("gpt2", "A100-80GB", 1, 1, 1024, 8).with_framework(Framework::Fsdp);
-    let chunked = |accumulation| Strategy {
-        precision: Precision::Fp32,
-        optimizer: Optimizer::AdamW,
-        placement: Placement::default(),
-        checkpoint: Checkpoint::None,
-        attention: Attention::MemoryEfficient,
-        loss: Loss::Chunked(64),
-        optimizer_in_backward: false,
-        micro_batch: 8,
-        accumulation,
-    };
     let one = evaluate(&p, &chunked(1));
     assert_eq!(at(&one, Category::Gradient), 4.0 * (ROOT + BLOCK));
     // With two micro-batches the first one's gradients are all there throughout: 4·Ψ.
@@ -111,17 +116,7 @@ fn a_zero_grad_that_zero_fills_holds_every_gradient_through_the_step() {
     // the next backward starts, 4·Ψ in fp32, as with accumulation. The default, set_to_none,
     // frees them: 4·(ROOT + BLOCK) at the first block back (above).
     let p = problem("gpt2", "A100-80GB", 1, 1, 1024, 8).with_framework(Framework::Fsdp);
-    let s = Strategy {
-        precision: Precision::Fp32,
-        optimizer: Optimizer::AdamW,
-        placement: Placement::default(),
-        checkpoint: Checkpoint::None,
-        attention: Attention::MemoryEfficient,
-        loss: Loss::Chunked(64),
-        optimizer_in_backward: false,
-        micro_batch: 8,
-        accumulation: 1,
-    };
+    let s = chunked(1);
     let freed = evaluate(&p.clone().with_zero_grad(ZeroGrad::SetToNone), &s);
     let filled = evaluate(&p.with_zero_grad(ZeroGrad::ZeroFill), &s);
     assert_eq!(at(&freed, Category::Gradient), 4.0 * (ROOT + BLOCK));
