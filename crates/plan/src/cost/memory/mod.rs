@@ -132,16 +132,20 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
         false => activation::logits(spec, seq, b, w.e, s.loss) * problem.cost.activation_scale,
     };
     let gradients_at_loss = gradients_at_loss_backward(problem, s, &states);
-    let fb_loss = with_other(&[
-        (Category::Parameter, parameters),
-        (Category::Gradient, gradients_at_loss),
-        (Category::MasterWeight, states.master_device),
-        (Category::OptimizerState, states.opt_device),
-        (Category::Activation, activations_at_loss),
-        (Category::Temporary, loss_backward_bytes(problem, s)),
-        input,
-        communication,
-    ]);
+    // What the loss's node holds, beside `temporary` (its own, or the moment before it).
+    let at_loss_node = |temporary: f64| {
+        with_other(&[
+            (Category::Parameter, parameters),
+            (Category::Gradient, gradients_at_loss),
+            (Category::MasterWeight, states.master_device),
+            (Category::OptimizerState, states.opt_device),
+            (Category::Activation, activations_at_loss),
+            (Category::Temporary, temporary),
+            input,
+            communication,
+        ])
+    };
+    let fb_loss = at_loss_node(loss_backward_bytes(problem, s));
     // With no gradient before backward, the blocks make theirs as they release their saved
     // activations (`backward`); otherwise every gradient is there throughout.
     let fresh = gradients_at_loss == 0.0 && !s.placement.offload_activations.is_offloaded();
@@ -173,19 +177,7 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
     // what the loss's node holds, the previous output in place of the logits' gradient.
     let policy = activation::effective_policy(spec, seq, b, w, s.attention, s.checkpoint, s.loss);
     let previous = activation::previous_outputs(spec, seq, b, w.e, policy);
-    let forward_end = with_other(&[
-        (Category::Parameter, parameters),
-        (Category::Gradient, gradients_at_loss),
-        (Category::MasterWeight, states.master_device),
-        (Category::OptimizerState, states.opt_device),
-        (Category::Activation, activations_at_loss),
-        (
-            Category::Temporary,
-            previous * problem.cost.activation_scale,
-        ),
-        input,
-        communication,
-    ]);
+    let forward_end = at_loss_node(previous * problem.cost.activation_scale);
     let fb = [fb_loss, fb_blocks, forward_end]
         .into_iter()
         .reduce(|a, c| match a.total() >= c.total() {
