@@ -36,6 +36,56 @@ from pathlib import Path
 MIB = 1024 * 1024
 
 
+def trace_loop(config: dict, attention: str, batch: int, seq_len: int, steps: int = 3,
+               drop_outputs: bool = False) -> list[dict]:
+    """The benchmark's loop under `headroom.tracing` (CUDA kernels, sm80), `steps` times; the
+    events. `config` is a config.json's fields."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+
+    import headroom
+
+    cfg = dict(config)
+    cfg.pop("torch_dtype", None)
+    hf_config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    masked = any(arch.endswith("ForMaskedLM") for arch in cfg.get("architectures", []))
+    auto = AutoModelForMaskedLM if masked else AutoModelForCausalLM
+    with headroom.tracing(device="cuda", cuda_arch="sm80") as t:
+        # `from_pretrained(torch_dtype=torch.float16)` builds under an fp16 default dtype: the
+        # weights are fp16, buffers a model makes in fp32 explicitly stay fp32.
+        torch.set_default_dtype(torch.float16)
+        try:
+            model = auto.from_config(hf_config, attn_implementation=attention)
+        finally:
+            torch.set_default_dtype(torch.float32)
+        model.train()
+        shape = (batch, seq_len)
+        inputs = {"input_ids": torch.randint(0, 1000, shape), "attention_mask": torch.ones(shape, dtype=torch.int64)}
+        for _ in range(steps):
+            model.zero_grad()
+            out = model(**inputs)
+            out.logits.sum().backward()
+            if drop_outputs:
+                del out
+    return t.events
+
+
+def peak(events: list[dict]) -> tuple[int, dict, dict]:
+    """The largest total of live requested bytes leaving `other` out, the event that reached
+    it, and the allocations live then (by address)."""
+    live: dict = {}
+    now, most, at, snapshot = 0, 0, None, {}
+    for e in events:
+        if e["action"] == "alloc" and e["category"] != "other":
+            live[e["addr"]] = e
+            now += e["size"]
+            if now > most:
+                most, at, snapshot = now, e, dict(live)
+        elif e["action"] == "free" and e["addr"] in live:
+            now -= live.pop(e["addr"])["size"]
+    return most, at, snapshot
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", required=True, help="a Hugging Face config.json")
@@ -53,41 +103,10 @@ def main() -> int:
         sys.path.insert(0, str(Path(a.transformers).resolve()))
     import torch
     import transformers
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
 
-    import headroom
-
-    cfg = json.loads(Path(a.config).read_text())
-    cfg.pop("torch_dtype", None)
-    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-    masked = any(arch.endswith("ForMaskedLM") for arch in cfg.get("architectures", []))
-    auto = AutoModelForMaskedLM if masked else AutoModelForCausalLM
-    with headroom.tracing(device="cuda", cuda_arch="sm80") as t:
-        # `from_pretrained(torch_dtype=torch.float16)` builds under an fp16 default dtype: the
-        # weights are fp16, buffers a model makes in fp32 explicitly stay fp32.
-        torch.set_default_dtype(torch.float16)
-        try:
-            model = auto.from_config(config, attn_implementation=a.attention)
-        finally:
-            torch.set_default_dtype(torch.float32)
-        model.train()
-        shape = (a.batch, a.seq_len)
-        inputs = {"input_ids": torch.randint(0, 1000, shape), "attention_mask": torch.ones(shape, dtype=torch.int64)}
-        for _ in range(a.steps):
-            model.zero_grad()
-            out = model(**inputs)
-            out.logits.sum().backward()
-            if a.drop_outputs:
-                del out
-    live, now, most, at = {}, 0, 0, None
-    for e in t.events:
-        if e["action"] == "alloc" and e["category"] != "other":
-            live[e["addr"]] = e["size"]
-            now += e["size"]
-            if now > most:
-                most, at = now, e
-        elif e["action"] == "free" and e["addr"] in live:
-            now -= live.pop(e["addr"])
+    config = json.loads(Path(a.config).read_text())
+    events = trace_loop(config, a.attention, a.batch, a.seq_len, a.steps, a.drop_outputs)
+    most, at, _ = peak(events)
     figures = {
         "transformers": transformers.__version__,
         "torch": torch.__version__,
