@@ -67,6 +67,24 @@ def test_a_correct_loop_shows_no_leak(name, device, tmp_path):
     assert d["leaks"]["unchecked"] is None  # enough steps to judge
     assert d["leaks"]["findings"] == []
     assert d["leaks"]["growth_per_step"] is None
+    assert d["carryover"] is None
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_previous_steps_output_held_through_the_peak_is_named(device, tmp_path):
+    # outputs_held.py's model returns a 1,024 × 16,384 fp32 state (64 MiB) beside its
+    # 1,024 × 10 fp32 logits (40,960 bytes); `out = model(x)` keeps the previous step's until
+    # the next forward has returned, the peak. Both are released in the next step: no leak.
+    name = "outputs_held"
+    d = headroom.doctor(traced(name, tmp_path, device))
+    c = d["carryover"]
+    assert c["bytes"] == 64 * 2**20 + 1024 * 10 * 4
+    assert c["kept_by"]["filename"] == str(CATALOGUE / f"{name}.py")
+    assert c["kept_by"]["line"] == marked_line(name)
+    assert c["code"].startswith("out = model(x)")
+    assert "del out" in c["fix"]
+    assert d["peak"]["phase"] == "forward"
+    assert d["leaks"]["findings"] == []
 
 
 def test_a_fragmentation_bound_oom_is_avoided_by_expandable_segments(tmp_path):

@@ -247,6 +247,28 @@ pub fn render(path: &Path, d: &Diagnosis) -> String {
                     s.category
                 );
             }
+            if let Some(c) = &d.carryover {
+                let _ = writeln!(
+                    o,
+                    "  held from the previous step: {} ({}), made at {}",
+                    format_bytes(c.bytes),
+                    share(c.bytes, p.allocated_bytes),
+                    c.sites
+                        .iter()
+                        .map(|s| format!("{} ({})", frame(&s.frame), format_bytes(s.bytes)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                if let Some(f) = &c.kept_by {
+                    let _ = writeln!(
+                        o,
+                        "    kept by {}{}",
+                        frame(&Some(f.clone())),
+                        c.code.as_ref().map_or(String::new(), |l| format!(": {l}"))
+                    );
+                }
+                let _ = writeln!(o, "    fix: {}", c.fix);
+            }
         }
     }
     let _ = writeln!(o);

@@ -192,6 +192,22 @@ fn peak_section(d: &Diagnosis, o: &mut String) {
         );
     }
     o.push_str("</table>");
+    if let Some(c) = &d.carryover {
+        let made: Vec<String> = c
+            .sites
+            .iter()
+            .map(|s| format!("{} ({})", frame(&s.frame), format_bytes(s.bytes)))
+            .collect();
+        let _ = write!(
+            o,
+            "<p id=\"carryover\">Held from the previous step at the peak: {} ({}), made at <code>{}</code>, kept by <code>{}</code>. Fix: {}</p>",
+            escape(&format_bytes(c.bytes)),
+            escape(&share(c.bytes, p.allocated_bytes)),
+            escape(&made.join(", ")),
+            escape(&c.code.clone().unwrap_or_else(|| frame(&c.kept_by))),
+            escape(c.fix)
+        );
+    }
 }
 
 fn leaks_section(d: &Diagnosis, o: &mut String) {

@@ -277,16 +277,10 @@ pub fn leaks(
         (bytes_at_step_end[n - 1] - bytes_at_step_end[1]) / (n as u64 - 2)
     });
 
-    // Allocations that outlive the step after the one that made them. Model and optimizer
-    // state live across steps by design, and so does what a trace states as `other`: module
-    // buffers and the library workspaces made once and kept (cuBLASLt's, a cached cuBLAS one).
+    // Allocations that outlive the step after the one that made them, but for what lives
+    // across steps by design (`Lifetime::kept_by_design`).
     let mut retained: HashMap<Option<u32>, Retained> = HashMap::new();
-    let kept_by_design = |l: &Lifetime| match l.category {
-        Category::Parameter | Category::OptimizerState | Category::Gradient => true,
-        Category::Other => l.stated,
-        _ => false,
-    };
-    for l in lifetimes.iter().filter(|l| !kept_by_design(l)) {
+    for l in lifetimes.iter().filter(|l| !l.kept_by_design()) {
         let step = timeline.steps[l.alloc] as usize;
         let Some(&next_end) = ends.get(step + 1) else {
             continue;

@@ -29,6 +29,17 @@ impl Lifetime {
     pub fn alive_after(&self, i: usize) -> bool {
         self.alloc <= i && self.free.is_none_or(|f| f > i)
     }
+
+    /// Whether it lives across steps by design: model and optimizer state, and what a trace
+    /// states as `other` (module buffers, the library workspaces made once and kept:
+    /// cuBLASLt's, a cached cuBLAS one).
+    pub fn kept_by_design(&self) -> bool {
+        match self.category {
+            Category::Parameter | Category::OptimizerState | Category::Gradient => true,
+            Category::Other => self.stated,
+            _ => false,
+        }
+    }
 }
 
 /// Pairs allocations with their frees (a free of an unknown address, as a PyTorch ring that

@@ -1,11 +1,13 @@
 //! `memory doctor`: a real run's memory explained from its trace — where the peak comes from
-//! (phase, categories, call sites), what is kept across steps and the mistake it looks like,
+//! (phase, categories, call sites, what the previous step still holds there), what is kept
+//! across steps and the mistake it looks like,
 //! what fragments (by replay through the caching allocator, with expandable segments and with
 //! the cache emptied as alternatives), each finding with its fix.
 //!
 //! Not for: ranking the planner's levers for the run (the binary does that with the plan crate,
 //! from the run's side JSON) or drawing (see `crate::timeline`).
 
+pub mod carryover;
 pub mod curve;
 pub mod events;
 pub mod fragmentation;
@@ -15,6 +17,7 @@ pub mod peak;
 pub mod phases;
 pub mod read;
 
+pub use carryover::Carryover;
 pub use curve::Sample;
 pub use events::{Action, Event, Events, Frame, Phase};
 pub use fragmentation::{FragmentationReport, Oom, ReplayFigures};
@@ -47,6 +50,9 @@ pub struct Diagnosis {
     /// Whether the trace had Python frames to attribute bytes to.
     pub has_frames: bool,
     pub peak: Option<Peak>,
+    /// What the previous step still holds at the peak (a variable reassigned each step), where
+    /// it is worth freeing.
+    pub carryover: Option<Carryover>,
     pub leaks: Leaks,
     pub fragmentation: FragmentationReport,
     /// What could not be attributed, in words.
@@ -74,6 +80,16 @@ pub fn diagnose(events: &Events, options: &DoctorOptions<'_>) -> Diagnosis {
     let lifetimes = lifetimes::lifetimes(events, &timeline);
     let curve = peak::allocated_curve(events, &lifetimes);
     let peak = peak::peak(events, &timeline, &lifetimes, &curve, options.sites);
+    let carryover = peak.as_ref().and_then(|p| {
+        carryover::carryover(
+            events,
+            &timeline,
+            &lifetimes,
+            p,
+            options.sites,
+            options.source,
+        )
+    });
     let leaks = leaks::leaks(events, &timeline, &lifetimes, &curve, options.source);
     let fragmentation =
         fragmentation::fragmentation(events, &timeline, options.capacity, &options.allocator);
@@ -100,6 +116,7 @@ pub fn diagnose(events: &Events, options: &DoctorOptions<'_>) -> Diagnosis {
         phases_stated: timeline.stated,
         has_frames: events.has_frames(),
         peak,
+        carryover,
         leaks,
         fragmentation,
         limits,
