@@ -9,7 +9,8 @@ use anyhow::{Context, bail};
 use clap::Args;
 use headroom_memory::AllocatorConfig;
 use headroom_memory::doctor::{
-    Diagnosis, DoctorOptions, Finding, FragmentationReport, Frame, Mistake, ReplayFigures, diagnose,
+    Carryover, Diagnosis, DoctorOptions, Finding, FragmentationReport, Frame, Mistake,
+    ReplayFigures, diagnose,
 };
 use headroom_memory::size::{ByteSize, format_bytes};
 use serde::Serialize;
@@ -168,6 +169,15 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
 }
 
 /// A frame as `file:line (function)`.
+/// The call sites that made what the previous step holds at the peak, with their bytes.
+pub fn carried_sites(c: &Carryover) -> String {
+    c.sites
+        .iter()
+        .map(|s| format!("{} ({})", frame(&s.frame), format_bytes(s.bytes)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub fn frame(f: &Option<Frame>) -> String {
     match f {
         Some(f) => format!("{}:{} ({})", f.filename, f.line, f.name),
@@ -253,11 +263,7 @@ pub fn render(path: &Path, d: &Diagnosis) -> String {
                     "  held from the previous step: {} ({}), made at {}",
                     format_bytes(c.bytes),
                     share(c.bytes, p.allocated_bytes),
-                    c.sites
-                        .iter()
-                        .map(|s| format!("{} ({})", frame(&s.frame), format_bytes(s.bytes)))
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    carried_sites(c)
                 );
                 if let Some(f) = &c.kept_by {
                     let _ = writeln!(

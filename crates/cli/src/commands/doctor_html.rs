@@ -7,7 +7,8 @@
 //! Not for: the text or JSON reports (see `doctor`), or the analyses themselves.
 
 use crate::commands::doctor::{
-    Report, finding_amount, fragmentation_lines, frame, mistake_name, share, signed_bytes,
+    Report, carried_sites, finding_amount, fragmentation_lines, frame, mistake_name, share,
+    signed_bytes,
 };
 use headroom_memory::Category;
 use headroom_memory::doctor::{Diagnosis, Sample};
@@ -193,17 +194,12 @@ fn peak_section(d: &Diagnosis, o: &mut String) {
     }
     o.push_str("</table>");
     if let Some(c) = &d.carryover {
-        let made: Vec<String> = c
-            .sites
-            .iter()
-            .map(|s| format!("{} ({})", frame(&s.frame), format_bytes(s.bytes)))
-            .collect();
         let _ = write!(
             o,
             "<p id=\"carryover\">Held from the previous step at the peak: {} ({}), made at <code>{}</code>, kept by <code>{}</code>. Fix: {}</p>",
             escape(&format_bytes(c.bytes)),
             escape(&share(c.bytes, p.allocated_bytes)),
-            escape(&made.join(", ")),
+            escape(&carried_sites(c)),
             escape(&c.code.clone().unwrap_or_else(|| frame(&c.kept_by))),
             escape(c.fix)
         );
