@@ -1,8 +1,10 @@
-"""The published SDPA benchmarks' loop (`benches/pytorch/benchmark_loop_trace.py`): `out =
-model(**inputs); out.logits.sum().backward()` keeps the previous step's `out` until the next
-forward has returned, so that forward ends with the previous logits and the key/value cache the
-model returned still allocated. What the planner charges for it (`previous_outputs` in the plan
-crate) is checked here against the loop traced, byte for byte by hand."""
+"""Loops that keep the model's output, traced and counted by hand. The published SDPA
+benchmarks' loop (`benches/pytorch/benchmark_loop_trace.py`): `out = model(**inputs);
+out.logits.sum().backward()` keeps the previous step's `out` until the next forward has
+returned, so that forward ends with the previous logits and the key/value cache the model
+returned still allocated; a Hugging Face loop that keeps `outputs` holds the logits through
+backward. What the planner charges for them (`previous_outputs` and `kept_logits` in the plan
+crate, `--loop-keeps-outputs`) is checked here against the loops traced, byte for byte."""
 
 import importlib.util
 import sys
@@ -68,3 +70,38 @@ def test_without_its_cache_the_model_leaves_only_the_logits():
     bench = _bench()
     events = bench.trace_loop({**CONFIG, "use_cache": False}, "sdpa", B, S)
     assert previous_step_live_at_second_head(events) == 2 * B * S * 1000
+
+
+def _loop_peak(keep_outputs: bool) -> int:
+    """Three AdamW steps of a small Llama in bf16 under the Hugging Face loss, the loop keeping
+    `outputs` or the loss alone (as the Trainer's `compute_loss` does); the peak less `other`."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import headroom
+
+    config = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4)
+    with headroom.tracing() as t:
+        torch.set_default_dtype(torch.bfloat16)
+        model = LlamaForCausalLM(config)
+        torch.set_default_dtype(torch.float32)
+        opt = torch.optim.AdamW(model.parameters())
+        ids = torch.randint(0, 1000, (B, S))
+        for _ in range(3):
+            if keep_outputs:
+                outputs = model(input_ids=ids, labels=ids)
+                outputs.loss.backward()
+            else:
+                loss = model(input_ids=ids, labels=ids).loss
+                loss.backward()
+            opt.step()
+            opt.zero_grad()
+    return _bench().peak(t.events)[0]
+
+
+def test_a_loop_that_keeps_outputs_holds_the_logits_through_backward():
+    # `outputs = model(...)` keeps the bf16 logits, 2·B·S·V = 2·2·32·1000 = 128,000 bytes, through
+    # the loss's backward, the peak; `.loss` alone lets them go before backward. The planner's
+    # `--loop-keeps-outputs` charges the same (`kept_logits`).
+    assert _loop_peak(True) - _loop_peak(False) == 2 * B * S * 1000 == 128_000

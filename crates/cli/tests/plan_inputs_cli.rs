@@ -258,3 +258,36 @@ fn zero_grad_says_whether_a_step_starts_with_its_gradients() {
         stderr(&o)
     );
 }
+
+#[test]
+fn a_loop_that_keeps_outputs_is_an_input_of_the_plan() {
+    // GPT-2 in bf16 at 8 × 1,024 tokens: a loop that keeps `outputs` holds the model's bf16
+    // logits through backward, 2·8·1,024·50,257 = 823,410,688 bytes of activations more at the
+    // peak; the report's layout says so, and a value other than true or false is refused.
+    let pinned = "plan --model gpt2 --gpu A100-80GB --seq-len 1024 --framework fsdp \
+                  --precision bf16 --optimizer adamw --zero 0 --checkpoint none \
+                  --attention memory-efficient --micro-batch 8 --accumulation 1";
+    let run = |kept: &str, extra: &[&str]| {
+        let mut args: Vec<&str> = pinned.split_whitespace().collect();
+        args.extend(["--loop-keeps-outputs", kept]);
+        args.extend(extra);
+        headroom(&args)
+    };
+    let activation = |kept| {
+        let o = run(kept, &["--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        json(&o)["recommended"]["memory"]["by_category"]["activation"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(activation("true") - activation("false"), 823_410_688);
+    let text = output_text(&run("true", &[]));
+    assert!(text.contains("the loop keeps the model's output"), "{text}");
+    let o = run("yes", &[]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--loop-keeps-outputs"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -203,3 +203,31 @@ fn a_benchmark_loop_ends_the_next_forward_holding_the_previous_output_and_its_ca
     );
     assert_eq!(allocated(&with) - allocated(&without), cache);
 }
+
+#[test]
+fn a_loop_that_keeps_the_models_output_holds_its_logits_through_backward() {
+    // `outputs = model(**batch); outputs.loss.backward()` keeps the model's bf16 logits in
+    // `outputs` through backward, where the Trainer's `compute_loss` returns the loss alone:
+    // 2·8·1,024·50,257 = 823,410,688 bytes more at the loss's backward peak, held, the loss's
+    // own tensors unchanged. Into the next step the previous output also holds GPT-2's cache,
+    // K and V of 8·1,024 × 768 bf16 in 12 blocks: 2·2·8,192·768·12 = 301,989,888 bytes.
+    let logits = 2.0 * TOKENS * VOCAB;
+    assert_eq!(logits, 823_410_688.0);
+    let s = strategy(Precision::Bf16, Loss::Plain);
+    let trainer = gpt2(LossImpl::HuggingFace);
+    let kept = gpt2(LossImpl::HuggingFace).with_outputs_kept(true);
+    let (s_, b_) = (1024.0, 8.0);
+    assert_eq!(activation::kept_logits(&trainer.spec, s_, b_, 2.0), 0.0);
+    assert_eq!(activation::kept_logits(&kept.spec, s_, b_, 2.0), logits);
+    assert_eq!(
+        activation::previous_outputs(&kept.spec, s_, b_, 2.0, Checkpoint::None),
+        logits + 301_989_888.0
+    );
+    let at = |m: &headroom_plan::cost::MemoryPrediction, c| m.breakdown.at_peak[c] as f64;
+    let (a, b) = (evaluate(&trainer, &s).memory, evaluate(&kept, &s).memory);
+    assert_eq!(
+        at(&b, Category::Activation) - at(&a, Category::Activation),
+        logits
+    );
+    assert_eq!(at(&b, Category::Temporary), at(&a, Category::Temporary));
+}

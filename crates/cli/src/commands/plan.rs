@@ -199,6 +199,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
         .with_optimizer_impl(args.optimizer_impl.unwrap_or_default())
         .with_loss_impl(args.loss_impl)
         .with_zero_grad(args.zero_grad)
+        .with_outputs_kept(args.loop_keeps_outputs)
         .with_compile(args.compile);
     let calibration = match &args.calibrate {
         Some(path) => {

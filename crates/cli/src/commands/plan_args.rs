@@ -142,6 +142,13 @@ pub struct PlanArgs {
     /// held through the whole step).
     #[arg(long, value_parser = parse_flag::<ZeroGrad>, default_value = "set-to-none")]
     pub zero_grad: ZeroGrad,
+    /// Whether the training loop keeps the model's output through backward and into the next
+    /// step (`outputs = model(**batch); outputs.loss.backward()`, as Hugging Face's
+    /// *_no_trainer.py examples and most hand-written loops do): its logits stay allocated
+    /// through backward and until the next forward returns, beside that forward's. Default
+    /// false: the Trainer keeps the loss alone. `--loss-impl sum` keeps it by construction.
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set)]
+    pub loop_keeps_outputs: bool,
     /// Whether the training step runs under `torch.compile` (torchtitan's `compile`, the Hugging
     /// Face Trainer's `torch_compile`, torchtune's `compile`): its element-wise kernels fused, so
     /// it moves fewer bytes per token (docs/planner.md, "Matmul shape and element-wise kernels").

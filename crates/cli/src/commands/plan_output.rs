@@ -170,7 +170,7 @@ impl<'a> Report<'a> {
             group_digits(p.workload.tokens_per_step())
         );
         out += &format!(
-            "Layout    {} ({}), {} optimizer step, {}{}\n",
+            "Layout    {} ({}), {} optimizer step, {}{}{}\n",
             p.framework,
             match p.framework {
                 headroom_plan::strategy::Framework::DeepSpeed => {
@@ -190,6 +190,10 @@ impl<'a> Report<'a> {
                 headroom_plan::strategy::ZeroGrad::ZeroFill => {
                     ", gradients zero-filled between steps (held through each step)"
                 }
+            },
+            match p.spec.outputs_kept {
+                true => ", the loop keeps the model's output into the next step",
+                false => "",
             }
         );
         out

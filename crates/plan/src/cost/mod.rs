@@ -247,6 +247,14 @@ impl Problem {
         Problem { zero_grad, ..self }
     }
 
+    /// The same problem for a loop that keeps the model's output through backward and into its
+    /// next step (`Architecture::outputs_kept`) or keeps the loss alone.
+    pub fn with_outputs_kept(self, kept: bool) -> Problem {
+        let mut spec = self.spec;
+        spec.outputs_kept = kept;
+        Problem { spec, ..self }
+    }
+
     /// The same problem compiled (`torch.compile`) or eager.
     pub fn with_compile(self, compile: bool) -> Problem {
         Problem { compile, ..self }

@@ -165,6 +165,12 @@ pub struct Architecture {
     /// `Problem::with_loss_impl`): the logits are held by the output the loop keeps and one
     /// logits-shaped gradient exists in backward (see `cost::activation::logits`).
     pub sum_loss: bool,
+    /// The loop keeps the model's output, its compute-dtype logits with it, through backward
+    /// and until its next forward returns (`outputs = model(**batch); outputs.loss.backward()`,
+    /// as Hugging Face's `*_no_trainer.py` examples and most hand-written loops do); the
+    /// Trainer keeps the loss alone (`Problem::with_outputs_kept`; a `logits.sum()` loop keeps
+    /// its output by construction, `sum_loss`).
+    pub outputs_kept: bool,
     /// BERT's `type_vocab_size`; 0 for other families.
     pub type_vocab_size: u64,
     /// Under LoRA, which projection inputs backward still needs (the frozen projections' own
@@ -213,6 +219,7 @@ impl Architecture {
             // Every family but headroom's residual MLP is a Hugging Face model.
             upcasting_loss: family != Family::ResMlp,
             sum_loss: false,
+            outputs_kept: false,
             type_vocab_size: 0,
             lora_saves: None,
             shared_expert_size: 0,

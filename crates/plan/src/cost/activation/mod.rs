@@ -48,4 +48,6 @@ pub use checkpointing::{
     checkpointed_blocks, checkpointed_inputs, checkpointed_mask, effective_policy,
     held_at_backward_start, kv_cache_copies, model_activations, recomputed,
 };
-pub use outside::{logits, logits_grad, outside_blocks, previous_outputs};
+pub use outside::{
+    kept_logits, logits, logits_grad, outside_blocks, previous_outputs, upcast_logits,
+};

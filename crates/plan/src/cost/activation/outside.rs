@@ -51,13 +51,38 @@ pub fn outside_blocks(spec: &Architecture, s: f64, b: f64, w: impl Into<Width>, 
 /// (`Architecture::sum_loss`) computes no log-probabilities: `SumBackward0` saves only the
 /// input's sizes (`tools/autograd/derivatives.yaml`, `sum`), and what stays is the model's
 /// own logits at the compute width `e` (`e·sbv`), held by the output the loop keeps, through
-/// all of backward; a chunked loss does not apply to it.
+/// all of backward; a chunked loss does not apply to it. A loop that keeps the output beside
+/// its cross-entropy (`Architecture::outputs_kept`) holds those logits too ([`kept_logits`]).
 pub fn logits(spec: &Architecture, s: f64, b: f64, e: f64, loss: Loss) -> f64 {
     let tokens_by_vocab = s * b * spec.vocab_size as f64;
     if spec.sum_loss {
         return e * tokens_by_vocab;
     }
-    4.0 * tokens_by_vocab / loss.chunks() as f64
+    4.0 * tokens_by_vocab / loss.chunks() as f64 + kept_logits(spec, s, b, e)
+}
+
+/// The model's compute-dtype logits a loop keeps through backward in its output (`e·sbv`):
+/// a `logits.sum()` loop's (`Architecture::sum_loss`) and a loop that keeps `outputs`
+/// (`Architecture::outputs_kept`); none where the loop keeps the loss alone (the Trainer's
+/// `compute_loss` returns the loss, and the output goes with its frame before backward).
+/// Part of [`logits`], and what of it stays through the blocks' backward.
+pub fn kept_logits(spec: &Architecture, s: f64, b: f64, e: f64) -> f64 {
+    match spec.sum_loss || spec.outputs_kept {
+        true => e * s * b * spec.vocab_size as f64,
+        false => 0.0,
+    }
+}
+
+/// The fp32 copy of the logits that Hugging Face's `ForCausalLMLoss` (`logits.float()`) holds
+/// while `log_softmax` runs, in forward: `4·sbv` under a 16-bit compute dtype (in fp32
+/// `float()` returns the logits themselves), none for other losses. Freed when the loss
+/// returns; it matters where something else is held at that moment
+/// ([`previous_outputs`]).
+pub fn upcast_logits(spec: &Architecture, s: f64, b: f64, e: f64) -> f64 {
+    match spec.upcasting_loss && !spec.sum_loss && e < 4.0 {
+        true => 4.0 * s * b * spec.vocab_size as f64,
+        false => 0.0,
+    }
 }
 
 /// The vocabulary-sized gradients the loss's backward allocates beside [`logits`] at its
@@ -85,16 +110,17 @@ pub fn logits_grad(spec: &Architecture, s: f64, b: f64, e: f64, loss: Loss) -> f
     per_entry * tokens_by_vocab / loss.chunks() as f64
 }
 
-/// What a `logits.sum()` benchmark loop (`Architecture::sum_loss`) still holds of the previous
-/// step when the next forward reaches its output projection: the loop reads
-/// `out = model(**inputs)`, so the previous `out` is released only when the new forward has
-/// returned. That output holds the previous logits (`e·sbv`) and, where the model returns a
+/// What a loop that keeps the model's output (a `logits.sum()` benchmark, `Architecture::sum_loss`,
+/// or `Architecture::outputs_kept`) still holds of the previous step when the next forward
+/// reaches its output projection and loss: the loop reads `out = model(**inputs)`, so the
+/// previous `out` is released only when the new forward has returned. That output holds the
+/// previous logits (`e·sbv`) and, where the model returns a
 /// key/value cache from a training forward (`Architecture::kv_cache_in_training`: transformers'
 /// decoders with `use_cache`, off under gradient checkpointing, `transformers/utils/generic.py`
 /// and `modeling_layers.py`), the cache's K and V copies of every block, `2·e·sb·kv` each
 /// (`DynamicCache`'s `torch.cat` copies, `transformers/cache_utils.py`; a sliding-window
-/// layer's cache keeps its window only, which this does not shorten). Zero for other losses,
-/// whose loop keeps the loss alone.
+/// layer's cache keeps its window only, which this does not shorten). Zero for a loop that
+/// keeps the loss alone.
 pub fn previous_outputs(
     spec: &Architecture,
     s: f64,
@@ -102,7 +128,7 @@ pub fn previous_outputs(
     e: f64,
     checkpoint: Checkpoint,
 ) -> f64 {
-    if !spec.sum_loss {
+    if !(spec.sum_loss || spec.outputs_kept) {
         return 0.0;
     }
     let cache = spec.kv_cache_in_training

@@ -125,12 +125,12 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
     // gradients before any parameter gradient exists (`gradients_at_loss_backward`); the
     // blocks' backward then holds the gradients as they are made and one re-run block, against
     // activations the loss no longer holds (the log-probabilities are released once the loss's
-    // node has run), and a block's own workspace. A `logits.sum()` loop keeps the model's
-    // output, whose logits stay through the blocks' backward too (`activation::logits`).
-    let loss_held = match spec.sum_loss {
-        true => 0.0,
-        false => activation::logits(spec, seq, b, w.e, s.loss) * problem.cost.activation_scale,
-    };
+    // node has run), and a block's own workspace. A loop that keeps the model's output (a
+    // `logits.sum()` benchmark, `outputs = model(...)`) keeps its logits through the blocks'
+    // backward too (`activation::kept_logits`).
+    let loss_held = (activation::logits(spec, seq, b, w.e, s.loss)
+        - activation::kept_logits(spec, seq, b, w.e))
+        * problem.cost.activation_scale;
     let gradients_at_loss = gradients_at_loss_backward(problem, s, &states);
     // What the loss's node holds, beside `temporary` (its own, or the moment before it).
     let at_loss_node = |temporary: f64| {
@@ -172,12 +172,19 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
         input,
         communication,
     ]);
-    // A `logits.sum()` benchmark loop's next forward ends, at the output projection, with the
-    // previous step's output still held beside the new logits (`activation::previous_outputs`):
-    // what the loss's node holds, the previous output in place of the logits' gradient.
+    // A loop that keeps the model's output ends its next forward, at the output projection and
+    // the loss, with the previous step's output still held beside the new logits
+    // (`activation::previous_outputs`): what the loss's node holds, with the previous output
+    // and the loss's fp32 copy of the logits in place of the logits' gradients.
     let policy = activation::effective_policy(spec, seq, b, w, s.attention, s.checkpoint, s.loss);
     let previous = activation::previous_outputs(spec, seq, b, w.e, policy);
-    let forward_end = at_loss_node(previous * problem.cost.activation_scale);
+    let forward_end = match previous > 0.0 {
+        true => at_loss_node(
+            (previous + activation::upcast_logits(spec, seq, b, w.e))
+                * problem.cost.activation_scale,
+        ),
+        false => fb_loss.clone(),
+    };
     let fb = [fb_loss, fb_blocks, forward_end]
         .into_iter()
         .reduce(|a, c| match a.total() >= c.total() {
