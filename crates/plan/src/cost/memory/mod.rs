@@ -183,7 +183,7 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
             (previous + activation::upcast_logits(spec, seq, b, w.e))
                 * problem.cost.activation_scale,
         ),
-        false => fb_loss.clone(),
+        false => fb_loss,
     };
     let fb = [fb_loss, fb_blocks, forward_end]
         .into_iter()
