@@ -3,8 +3,9 @@ benchmarks' loop (`benches/pytorch/benchmark_loop_trace.py`): `out = model(**inp
 out.logits.sum().backward()` keeps the previous step's `out` until the next forward has
 returned, so that forward ends with the previous logits and the key/value cache the model
 returned still allocated; a Hugging Face loop that keeps `outputs` holds the logits through
-backward. What the planner charges for them (`previous_outputs` and `kept_logits` in the plan
-crate, `--loop-keeps-outputs`) is checked here against the loops traced, byte for byte."""
+backward. The bytes are counted by hand here, against the loops traced; the planner's formulas
+for them (`previous_outputs` and `kept_logits` in the plan crate, `--loop-keeps-outputs`) give
+the same bytes, which the plan crate's own tests hold it to."""
 
 import importlib.util
 import sys

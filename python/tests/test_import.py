@@ -63,3 +63,24 @@ def test_trace_without_torch_names_the_install_command(gpt2_config):
     )
     assert out.returncode == 0, out.stderr
     assert "pip install torch transformers" in out.stdout, out.stdout
+
+
+def test_tracing_without_torch_names_a_bad_device_then_the_install_command():
+    # The device is checked without torch; entering the block then says how to install it.
+    out = run(
+        """
+        import headroom
+        try:
+            headroom.tracing(device="tpu")
+        except headroom.TraceError as e:
+            print("device:", e)
+        try:
+            with headroom.tracing():
+                pass
+        except headroom.TraceError as e:
+            print("torch:", e)
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert "device: unknown device 'tpu'; accepted: cuda, cpu" in out.stdout, out.stdout
+    assert "torch:" in out.stdout and "pip install torch" in out.stdout, out.stdout

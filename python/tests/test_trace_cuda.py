@@ -350,6 +350,5 @@ def test_dropout_keeps_a_one_byte_mask_on_cuda_and_a_16_bit_noise_on_the_cpu():
 def test_in_place_or_zero_probability_dropout_is_the_composite_on_cuda_too():
     # `dropout_` takes `_dropout_impl` on CUDA as well, and p = 0 returns the input.
     in_place = dropout_allocations("cuda", inplace=True)
-    assert not any(e["op"] == "aten::native_dropout" for e in in_place)
     assert any(e["op"] == "aten::empty_like" and e["dtype"] == "float16" for e in in_place)
     assert not any(e["op"].startswith("aten::native_dropout") for e in dropout_allocations("cuda", p=0.0))

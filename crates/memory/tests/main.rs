@@ -4,6 +4,7 @@
 
 mod allocator_properties;
 mod allocator_rules;
+mod doctor_carryover;
 mod doctor_fragmentation;
 mod doctor_leaks;
 mod doctor_peak;

@@ -173,7 +173,7 @@ fn pythia_benchmark(use_cache: bool) -> Problem {
 fn a_benchmark_loop_ends_the_next_forward_holding_the_previous_output_and_its_cache() {
     // `out = model(**inputs); out.logits.sum().backward()` in a loop releases the previous
     // `out` only when the next forward has returned: at the output projection it still holds
-    // the previous fp16 logits, 2·2,048·50,304 = 206,045,184 bytes, and the key/value cache a
+    // the previous 16-bit logits, 2·2,048·50,304 = 206,045,184 bytes, and the key/value cache a
     // decoder returns from a training forward (`use_cache`), K and V of 2,048 × 1,024 fp16 in
     // each of 24 blocks: 2·2·2,048·1,024·24 = 201,326,592 bytes. Gradient checkpointing turns
     // the cache off; a loop that keeps only the loss keeps nothing.
@@ -230,4 +230,27 @@ fn a_loop_that_keeps_the_models_output_holds_its_logits_through_backward() {
         logits
     );
     assert_eq!(at(&b, Category::Temporary), at(&a, Category::Temporary));
+}
+
+#[test]
+fn at_the_optimizer_step_the_kept_output_is_still_there() {
+    // One sequence of 128 tokens in fp32: AdamW's step, its foreach copy beside the states, is
+    // the peak, and a loop that keeps `outputs` still holds this step's logits and cache there:
+    // 4·128·50,257 = 25,731,584 bytes of logits, 2·4·128·768·12 = 9,437,184 of cache.
+    let p = problem("gpt2", "A100-80GB", 1, 1, 128, 1).with_loss_impl(LossImpl::HuggingFace);
+    let s = Strategy {
+        micro_batch: 1,
+        ..strategy(Precision::Fp32, Loss::Plain)
+    };
+    let m = evaluate(&p.clone().with_outputs_kept(true), &s).memory;
+    assert_eq!(
+        m.peak_phase,
+        headroom_plan::cost::memory::Phase::OptimizerStep
+    );
+    assert_eq!(
+        m.breakdown.at_peak[Category::Activation] as f64,
+        25_731_584.0 + 9_437_184.0
+    );
+    let trainer = evaluate(&p, &s).memory;
+    assert_eq!(trainer.breakdown.at_peak[Category::Activation], 0);
 }

@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional, Union
 
 from headroom.trace.errors import TraceError, untraceable
 from headroom.trace.session import StopTracing, Tracing, tracing
+from headroom.trace.targets import check_target
 
 # torchtitan's per-operator selective activation checkpointing (`selective.py`).
 SELECTIVE_OP = "selective-op"
@@ -110,14 +111,10 @@ def trace(
     from headroom.trace import model as model_mod
     from headroom.trace.modules import ModulePaths
     from headroom.trace.recorder import StorageRecorder
-    from headroom.trace.cublas import CUDA_ARCHS
-    from headroom.trace.cuda import DEVICES, CudaKernels
+    from headroom.trace.cuda import CudaKernels
     from headroom.trace.step import AUTOCAST, DTYPES, Clock, claim_model, make_optimizer, run_steps
 
-    if device not in DEVICES:
-        raise TraceError(f"unknown device {device!r}; accepted: {', '.join(DEVICES)}")
-    if cuda_arch not in CUDA_ARCHS:
-        raise TraceError(f"unknown cuda_arch {cuda_arch!r}; accepted: {', '.join(CUDA_ARCHS)}")
+    check_target(device, cuda_arch)
     if dtype not in DTYPES:
         raise TraceError(f"unknown dtype {dtype!r}; accepted: {', '.join(DTYPES)}")
     if attention is not None and attention not in model_mod.ATTENTIONS:

@@ -9,6 +9,7 @@ import sys
 import time
 
 from headroom.trace import TraceError, trace
+from headroom.trace.targets import CUDA_ARCHS, DEVICES
 
 
 def _positive(text: str) -> int:
@@ -44,12 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loss", help="package.module:function called as f(model, input_ids)")
     parser.add_argument("--vocab-size", type=_positive)
     parser.add_argument(
-        "--device", choices=["cuda", "cpu"], default="cuda",
+        "--device", choices=list(DEVICES), default="cuda",
         help="cuda: the CUDA kernels' allocations where they differ from the CPU's (default); "
         "cpu: the CPU kernels' trace as it ran",
     )
     parser.add_argument(
-        "--cuda-arch", choices=["sm90", "sm80"], default="sm90",
+        "--cuda-arch", choices=list(CUDA_ARCHS), default="sm90",
         help="the GPU generation the cuBLAS workspace is sized for: sm90 (Hopper, 32 MiB) or "
         "sm80 (any other, 8 MiB + 128 KiB)",
     )

@@ -43,8 +43,6 @@ import torch
 
 from headroom.trace.recorder import StorageRecorder
 
-CUDA_ARCHS = ("sm90", "sm80")
-
 # `parseChosenWorkspaceSize`: the cuBLAS workspace when CUBLAS_WORKSPACE_CONFIG is unset.
 CUBLAS_WORKSPACE_SM90 = 4096 * 8 * 1024  # 32 MiB on Hopper
 CUBLAS_WORKSPACE_OTHER = 4096 * 1024 * 2 + 16 * 1024 * 8  # ":4096:2:16:8": 8 MiB + 128 KiB

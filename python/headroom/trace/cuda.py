@@ -72,7 +72,6 @@ from headroom.trace.autocast import CudaAutocast
 from headroom.trace.cublas import CublasWorkspaces
 from headroom.trace.recorder import StorageRecorder
 
-DEVICES = ("cuda", "cpu")
 
 # `check_head_dim_size_flash` (sm80 and later): flash takes head sizes up to 256.
 FLASH_MAX_HEAD_DIM = 256

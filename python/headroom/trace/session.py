@@ -61,15 +61,11 @@ class Tracing:
         device: str = "cuda",
         cuda_arch: str = "sm90",
     ):
-        from headroom.trace.cublas import CUDA_ARCHS
-        from headroom.trace.cuda import DEVICES
+        from headroom.trace.targets import check_target
 
         if steps is not None and (not isinstance(steps, int) or steps < 1):
             raise TraceError(f"steps must be a positive integer or None, got {steps!r}")
-        if device not in DEVICES:
-            raise TraceError(f"unknown device {device!r}; accepted: {', '.join(DEVICES)}")
-        if cuda_arch not in CUDA_ARCHS:
-            raise TraceError(f"unknown cuda_arch {cuda_arch!r}; accepted: {', '.join(CUDA_ARCHS)}")
+        check_target(device, cuda_arch)
         self.output = output
         self.steps = steps
         self.device = device

@@ -168,7 +168,6 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A frame as `file:line (function)`.
 /// The call sites that made what the previous step holds at the peak, with their bytes.
 pub fn carried_sites(c: &Carryover) -> String {
     c.sites
@@ -178,6 +177,15 @@ pub fn carried_sites(c: &Carryover) -> String {
         .join(", ")
 }
 
+/// The loop's line that keeps what the previous step holds, with its code where the file was
+/// at hand.
+pub fn carried_by(c: &Carryover) -> Option<String> {
+    let f = c.kept_by.as_ref()?;
+    let code = c.code.as_ref().map_or(String::new(), |l| format!(": {l}"));
+    Some(format!("{}:{} ({}){code}", f.filename, f.line, f.name))
+}
+
+/// A frame as `file:line (function)`.
 pub fn frame(f: &Option<Frame>) -> String {
     match f {
         Some(f) => format!("{}:{} ({})", f.filename, f.line, f.name),
@@ -265,13 +273,8 @@ pub fn render(path: &Path, d: &Diagnosis) -> String {
                     share(c.bytes, p.allocated_bytes),
                     carried_sites(c)
                 );
-                if let Some(f) = &c.kept_by {
-                    let _ = writeln!(
-                        o,
-                        "    kept by {}{}",
-                        frame(&Some(f.clone())),
-                        c.code.as_ref().map_or(String::new(), |l| format!(": {l}"))
-                    );
+                if let Some(k) = carried_by(c) {
+                    let _ = writeln!(o, "    kept by {k}");
                 }
                 let _ = writeln!(o, "    fix: {}", c.fix);
             }

@@ -7,8 +7,8 @@
 //! Not for: the text or JSON reports (see `doctor`), or the analyses themselves.
 
 use crate::commands::doctor::{
-    Report, carried_sites, finding_amount, fragmentation_lines, frame, mistake_name, share,
-    signed_bytes,
+    Report, carried_by, carried_sites, finding_amount, fragmentation_lines, frame, mistake_name,
+    share, signed_bytes,
 };
 use headroom_memory::Category;
 use headroom_memory::doctor::{Diagnosis, Sample};
@@ -196,11 +196,14 @@ fn peak_section(d: &Diagnosis, o: &mut String) {
     if let Some(c) = &d.carryover {
         let _ = write!(
             o,
-            "<p id=\"carryover\">Held from the previous step at the peak: {} ({}), made at <code>{}</code>, kept by <code>{}</code>. Fix: {}</p>",
+            "<p id=\"carryover\">Held from the previous step at the peak: {} ({}), made at <code>{}</code>{}. Fix: {}</p>",
             escape(&format_bytes(c.bytes)),
             escape(&share(c.bytes, p.allocated_bytes)),
             escape(&carried_sites(c)),
-            escape(&c.code.clone().unwrap_or_else(|| frame(&c.kept_by))),
+            carried_by(c).map_or(String::new(), |k| format!(
+                ", kept by <code>{}</code>",
+                escape(&k)
+            )),
             escape(c.fix)
         );
     }

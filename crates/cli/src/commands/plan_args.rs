@@ -139,7 +139,9 @@ pub struct PlanArgs {
     /// What the loop's zero_grad() does between steps: set-to-none (PyTorch 2.0 and later, the
     /// default: with one micro-batch a step, backward starts with no gradient and makes each as
     /// it goes) or zero-fill (set_to_none=False, PyTorch's default before 2.0: every gradient
-    /// held through the whole step).
+    /// held through the whole step). It matters under --framework fsdp (PyTorch's own data
+    /// parallelism) with one micro-batch a step; DeepSpeed keeps its gradient partitions
+    /// between steps either way, and accumulation holds them through the step.
     #[arg(long, value_parser = parse_flag::<ZeroGrad>, default_value = "set-to-none")]
     pub zero_grad: ZeroGrad,
     /// Whether the training loop keeps the model's output through backward and into the next

@@ -38,7 +38,8 @@ const FIX: &str = "delete the step's outputs once backward has run (`del out`, o
 
 /// The user's frame that keeps what `stack` made: the frame that called the outermost
 /// `forward` of the user's frames (a model's code returns its outputs to its caller, the loop's
-/// `out = model(x)`), else the innermost user frame (an allocation the loop made itself).
+/// `out = model(x)`); that `forward` itself where no user frame called it (a library's loop);
+/// the innermost user frame where no `forward` is among them (the loop made it itself).
 fn keeper(events: &Events, stack: u32) -> Option<Frame> {
     let user: Vec<&Frame> = events
         .stack(stack)

@@ -116,8 +116,10 @@ pub fn logits_grad(spec: &Architecture, s: f64, b: f64, e: f64, loss: Loss) -> f
 /// previous `out` is released only when the new forward has returned. That output holds the
 /// previous logits (`e·sbv`) and, where the model returns a
 /// key/value cache from a training forward (`Architecture::kv_cache_in_training`: transformers'
-/// decoders with `use_cache`, off under gradient checkpointing, `transformers/utils/generic.py`
-/// and `modeling_layers.py`), the cache's K and V copies of every block, `2·e·sb·kv` each
+/// decoders with `use_cache`, off under gradient checkpointing: `gradient_checkpointing_enable()`
+/// turns it off for the whole model, `transformers/utils/generic.py`; a model whose blocks
+/// alone are switched, `every:K`, keeps the others' cache, which this leaves out,
+/// `modeling_layers.py`), the cache's K and V copies of every block, `2·e·sb·kv` each
 /// (`DynamicCache`'s `torch.cat` copies, `transformers/cache_utils.py`; a sliding-window
 /// layer's cache keeps its window only, which this does not shorten). Zero for a loop that
 /// keeps the loss alone.

@@ -175,14 +175,13 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
     // A loop that keeps the model's output ends its next forward, at the output projection and
     // the loss, with the previous step's output still held beside the new logits
     // (`activation::previous_outputs`): what the loss's node holds, with the previous output
-    // and the loss's fp32 copy of the logits in place of the logits' gradients.
+    // and the loss's fp32 copy of the logits in place of the logits' gradients. Like those
+    // gradients, unscaled by the calibration: a `logits.sum()` loop without a cache ties with
+    // the loss's node, as it should.
     let policy = activation::effective_policy(spec, seq, b, w, s.attention, s.checkpoint, s.loss);
     let previous = activation::previous_outputs(spec, seq, b, w.e, policy);
     let forward_end = match previous > 0.0 {
-        true => at_loss_node(
-            (previous + activation::upcast_logits(spec, seq, b, w.e))
-                * problem.cost.activation_scale,
-        ),
+        true => at_loss_node(previous + activation::upcast_logits(spec, seq, b, w.e)),
         false => fb_loss,
     };
     let fb = [fb_loss, fb_blocks, forward_end]
@@ -192,11 +191,14 @@ pub fn predict(problem: &Problem, s: &Strategy) -> MemoryPrediction {
             false => c,
         })
         .expect("three candidates");
+    // At the optimizer step a loop that keeps the model's output still holds this step's, the
+    // size of the previous one's.
     let step = with_other(&[
         (Category::Parameter, states.param_device),
         (Category::Gradient, states.grad_device + states.grad_sums),
         (Category::MasterWeight, states.master_device),
         (Category::OptimizerState, states.opt_device),
+        (Category::Activation, previous),
         (Category::Temporary, optimizer_step_bytes(problem, s)),
         (Category::Communication, comm),
     ]);
