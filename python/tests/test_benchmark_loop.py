@@ -106,3 +106,22 @@ def test_a_loop_that_keeps_outputs_holds_the_logits_through_backward():
     # the loss's backward, the peak; `.loss` alone lets them go before backward. The planner's
     # `--loop-keeps-outputs` charges the same (`kept_logits`).
     assert _loop_peak(True) - _loop_peak(False) == 2 * B * S * 1000 == 128_000
+
+
+def test_the_doctor_sees_the_benchmark_loops_hold(tmp_path):
+    # The benchmark loop steps no optimizer; its `zero_grad()` after each backward ends a step,
+    # so the doctor finds, at the second forward's end, the first step's output still held:
+    # the logits, 2·2·128·32,768 = 16,777,216 bytes, and the cache's K and V in 2 blocks,
+    # 2·2·2·(2·128·64) = 131,072 bytes; kept by the loop's `out = model(**inputs)`.
+    import headroom
+    from headroom.trace import write_trace
+
+    config = {**CONFIG, "vocab_size": 32768, "max_position_embeddings": 256}
+    events = _bench().trace_loop(config, "sdpa", 2, 128)
+    assert sorted({e["step"] for e in events if "step" in e}) == [0, 1, 2]
+    write_trace(events, tmp_path / "loop.json")
+    d = headroom.doctor(tmp_path / "loop.json")
+    c = d["carryover"]
+    assert c["bytes"] == 2 * 2 * 128 * 32768 + 2 * 2 * 2 * (2 * 128 * 64) == 16_908_288
+    assert c["kept_by"]["filename"] == str(BENCH)
+    assert c["code"] == "out = model(**inputs)"

@@ -8,7 +8,8 @@ innermost first). The program builds its model and runs its own loop; nothing in
 Phases and steps come from PyTorch's own hooks: a module's forward (global forward hooks) is
 `forward`, or `evaluation` when gradients are off (`torch.no_grad()`, `inference_mode`) or the
 module is in `eval()` mode; work the autograd engine runs is `backward`;
-`optimizer.step()` (the global optimizer step hooks) is `optimizer`, and ends a step;
+`optimizer.step()` (the global optimizer step hooks) is `optimizer`, and ends a step (in a loop
+that steps no optimizer, a forward/backward benchmark, a `zero_grad()` after a backward does);
 `Optimizer.zero_grad` and `Module.zero_grad` are `zero_grad` (a `mark` event records it even
 when it frees nothing). `Tracing.phase("evaluation")` marks what the hooks cannot tell.
 
@@ -79,11 +80,14 @@ class Tracing:
     def _advance(self) -> None:
         if self._pending:
             self._pending = False
+            self._backward_since_step = False
             self._step += 1
 
     def _set_phase(self, phase: str) -> None:
         if phase not in ("zero_grad", "optimizer"):
             self._advance()
+        if phase == "backward":
+            self._backward_since_step = True
         self._phase = phase
 
     def _where(self) -> tuple[str, int, Optional[str]]:
@@ -183,6 +187,9 @@ class Tracing:
             tracing._in_zero_grad = True
             tracing._phase = "zero_grad"
             tracing._recorder.mark("zero_grad", tracing._step)
+            # A loop that steps no optimizer (a forward/backward benchmark) ends a step here.
+            if tracing.optimizer_steps == 0 and tracing._backward_since_step:
+                tracing._pending = True
             try:
                 return original(obj, *args, **kwargs)
             finally:
@@ -226,6 +233,7 @@ class Tracing:
         if self._active:
             raise TraceError("this tracing context is already active; make a new headroom.tracing(...)")
         self._phase, self._step, self._pending = "model", 0, False
+        self._backward_since_step = False
         self._override: Optional[str] = None
         self._in_zero_grad = False
         self._stepping: Optional[str] = None
