@@ -6,9 +6,10 @@
 //!
 //! Not for: the text or JSON reports (see `doctor`), or the analyses themselves.
 
-use crate::commands::doctor::{
-    Report, carried_by, carried_sites, finding_amount, fragmentation_lines, frame, mistake_name,
-    share, signed_bytes,
+use crate::commands::doctor::Report;
+use crate::commands::doctor_text::{
+    carried_by, carried_sites, finding_amount, fragmentation_lines, frame, mistake_name, share,
+    signed_bytes,
 };
 use headroom_memory::Category;
 use headroom_memory::doctor::{Diagnosis, Sample};

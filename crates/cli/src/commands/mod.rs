@@ -5,6 +5,7 @@ pub mod data;
 pub mod doctor;
 pub mod doctor_html;
 pub mod doctor_side;
+pub mod doctor_text;
 pub mod estimate;
 pub mod memory;
 pub mod params;
