@@ -104,7 +104,12 @@ def main() -> int:
     import torch
     import transformers
 
-    config = json.loads(Path(a.config).read_text())
+    try:
+        config = json.loads(Path(a.config).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        p.error(f"--config {a.config}: {e}; give a Hugging Face config.json")
+    if not isinstance(config, dict) or "model_type" not in config:
+        p.error(f"--config {a.config}: no model_type; give a Hugging Face config.json")
     events = trace_loop(config, a.attention, a.batch, a.seq_len, a.steps, a.drop_outputs)
     most, at, _ = peak(events)
     figures = {
