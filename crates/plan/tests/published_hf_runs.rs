@@ -51,14 +51,17 @@ const MEMORY_WORST: f64 = 0.555;
 const MEMORY_SIGNED: f64 = 0.114;
 /// Measured 10.8 % over the 6 counted rows: the goal is met.
 const SPEED_MEAN: f64 = 0.20;
-/// Verdicts still wrong (goal: none): Axolotl's SmolLM2-1.7B at 16k on an H100 (out of memory,
-/// predicted 64.8 GiB) and gpt2-large under SDPA at batch 4 × 1024 on the 16 GB laptop GPU (fits
-/// at 13.6 GiB allocated; predicted 13.85 GiB allocated, 16.5 GiB with the 1.31 GiB CUDA context
-/// and the allocator's 10 % margin, over the 15.2 GiB usable). It was 3 while the Hugging Face blog's full
-/// Llama-2-70B under FSDP on 16 A100s was read as foreach AdamW; its script's optimizer is
-/// bitsandbytes' paged 32-bit AdamW, which the planner cannot express, and that row is excluded
-/// with its reason.
-const WRONG_VERDICTS: usize = 2;
+/// Verdicts still wrong (goal: none): gpt2-large under SDPA at batch 4 × 1024 on the 16 GB laptop
+/// GPU (fits at 13.6 GiB allocated; predicted 13.85 GiB allocated, 16.5 GiB with the 1.31 GiB
+/// CUDA context and the allocator's 10 % margin, over the 15.2 GiB usable). It was 2 while
+/// Axolotl's SmolLM2-1.7B at 16k on an H100 (reported out of memory, predicted 64.8 GiB) was
+/// counted: that configuration traced as stated and replayed through the caching allocator fits
+/// with 20 GiB to spare, the planner's bytes at the peak being the trace's
+/// (`python/tests/test_trainer_step_trace.py`), and the row is excluded with those figures. It
+/// was 3 while the Hugging Face blog's full Llama-2-70B under FSDP on 16 A100s was read as
+/// foreach AdamW; its script's optimizer is bitsandbytes' paged 32-bit AdamW, which the planner
+/// cannot express, and that row is excluded with its reason.
+const WRONG_VERDICTS: usize = 1;
 
 fn verdict(r: &Row) -> String {
     format!(
