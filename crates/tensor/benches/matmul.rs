@@ -277,3 +277,87 @@ fn peak_bf16(bencher: Bencher) {
     }
     peak(bencher, 64, peak::dpbf16_chains);
 }
+
+/// One attention product of the GPT above, over its 16 × 6 heads of 256 tokens × 64 features:
+/// `m×k · k×n` per head, the left or right operand a transposed view where backward reads one.
+#[derive(Clone, Copy)]
+struct Heads {
+    name: &'static str,
+    m: usize,
+    k: usize,
+    n: usize,
+    a_t: bool,
+    b_t: bool,
+}
+
+impl fmt::Display for Heads {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} 96×{}x{}·{}x{}",
+            self.name, self.m, self.k, self.k, self.n
+        )
+    }
+}
+
+const HEADS: [Heads; 4] = [
+    Heads {
+        name: "q·kᵀ",
+        m: 256,
+        k: 64,
+        n: 256,
+        a_t: false,
+        b_t: true,
+    },
+    Heads {
+        name: "p·v",
+        m: 256,
+        k: 256,
+        n: 64,
+        a_t: false,
+        b_t: false,
+    },
+    Heads {
+        name: "pᵀ·do",
+        m: 256,
+        k: 256,
+        n: 64,
+        a_t: true,
+        b_t: false,
+    },
+    Heads {
+        name: "do·vᵀ",
+        m: 256,
+        k: 64,
+        n: 256,
+        a_t: false,
+        b_t: true,
+    },
+];
+
+#[divan::bench(args = HEADS, sample_count = 20, sample_size = 1)]
+fn attention_f32(bencher: Bencher, g: Heads) {
+    let device = Device::cpu(1 << 30, AllocatorConfig::default());
+    let stored = |rows: usize, cols: usize, t: bool, seed: u32| {
+        let shape = if t {
+            [16, 6, cols, rows]
+        } else {
+            [16, 6, rows, cols]
+        };
+        let x = Tensor::from_f32(
+            &device,
+            &shape,
+            &common::values(96 * rows * cols, seed),
+            DType::F32,
+            Category::Input,
+            None,
+        )
+        .unwrap();
+        if t { x.transpose(-2, -1).unwrap() } else { x }
+    };
+    let a = stored(g.m, g.k, g.a_t, 1);
+    let b = stored(g.k, g.n, g.b_t, 2);
+    bencher
+        .counter(ItemsCount::new(96 * 2 * g.m * g.k * g.n))
+        .bench_local(|| a.matmul(&b).unwrap());
+}

@@ -66,6 +66,49 @@ fn results_do_not_depend_on_the_thread_count() {
 }
 
 #[test]
+fn a_batch_run_side_by_side_gives_each_products_bits_computed_alone() {
+    // On two threads a batch of 8 products of 128×96·96×128 (1.57 M multiply-adds each, above
+    // the size where one product is split over the pool) runs its products side by side, each
+    // on one thread; each product alone runs split over both threads. The bits must agree.
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    let device = device();
+    let (batch, m, k, n) = (8, 128, 96, 128);
+    let a = tensor(
+        &device,
+        &[batch, m, k],
+        &values(batch * m * k, 11, -1.0, 1.0),
+    );
+    let b = tensor(
+        &device,
+        &[batch, k, n],
+        &values(batch * k * n, 12, -1.0, 1.0),
+    );
+    let together = pool.install(|| a.matmul(&b).unwrap().to_vec_f32().unwrap());
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for i in 0..batch {
+        let ai = tensor(
+            &device,
+            &[m, k],
+            &values(batch * m * k, 11, -1.0, 1.0)[i * m * k..][..m * k],
+        );
+        let bi = tensor(
+            &device,
+            &[k, n],
+            &values(batch * k * n, 12, -1.0, 1.0)[i * k * n..][..k * n],
+        );
+        let alone = pool.install(|| ai.matmul(&bi).unwrap().to_vec_f32().unwrap());
+        assert_eq!(
+            bits(&together[i * m * n..][..m * n]),
+            bits(&alone),
+            "product {i}"
+        );
+    }
+}
+
+#[test]
 fn tensors_are_dropped_when_scopes_end() {
     let device = device();
     {

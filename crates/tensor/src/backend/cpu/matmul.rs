@@ -28,6 +28,12 @@ const TILE_M: usize = 512;
 /// Below this many multiply-adds a single product runs on one thread, and batches run in
 /// parallel instead.
 const SMALL: usize = 96 * 96 * 96;
+/// An f32 batch of at least this many products per thread runs its products side by side, each
+/// on one thread, whatever their size: attention's per-head products (256×64·64×256 for a GPT
+/// of 64-feature heads) split over the pool one after the other spend more on the split than on
+/// the product (80–120 GFLOP/s against 190–240 side by side on two AVX-512 cores; the
+/// `attention_f32` bench of `benches/matmul.rs`). gemm's result does not depend on its threads.
+const PRODUCTS_PER_THREAD: usize = 4;
 
 /// Problem geometry shared by every batch element.
 #[derive(Clone, Copy, Debug)]
@@ -171,7 +177,9 @@ pub fn matmul_f32(a: &[f32], la: &Layout, b: &[f32], lb: &Layout, out: &mut [f32
         }
     };
     let size = d.m * d.n;
-    if d.batch > 1 && d.m * d.n * d.k < SMALL {
+    let side_by_side =
+        d.m * d.n * d.k < SMALL || d.batch >= PRODUCTS_PER_THREAD * rayon::current_num_threads();
+    if d.batch > 1 && side_by_side {
         out.par_chunks_mut(size)
             .enumerate()
             .for_each(|(i, o)| one(i, o, Parallelism::None));
