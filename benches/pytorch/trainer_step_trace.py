@@ -88,20 +88,34 @@ def trace_steps(config: dict, seq_len: int, batch: int = 1, optimizer: str = "ad
                 attention: str = "sdpa", use_cache: bool = True, steps: int = 3) -> list[dict]:
     """`steps` Trainer steps of the model `config` describes, traced; the events."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    import headroom
+    from transformers import AutoConfig
 
     cfg = dict(config)
     dtype = getattr(torch, cfg.pop("torch_dtype", None) or "float32")
     hf_config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     hf_config.use_cache = use_cache
-    implementation = attention
+    implementation, functions, sdpa = attention, None, None
     if attention == "flash-varlen":
+        # Stands in for "sdpa" during the trace only; put back after, for the rest of the process.
         import transformers.modeling_utils as modeling_utils
 
-        modeling_utils.ALL_ATTENTION_FUNCTIONS["sdpa"] = flash_varlen(torch)
+        functions = modeling_utils.ALL_ATTENTION_FUNCTIONS
+        sdpa = functions["sdpa"]
+        functions["sdpa"] = flash_varlen(torch)
         implementation = "sdpa"
+    try:
+        return _traced(torch, hf_config, dtype, implementation, seq_len, batch, optimizer, steps)
+    finally:
+        if functions is not None:
+            functions["sdpa"] = sdpa
+
+
+def _traced(torch, hf_config, dtype, implementation, seq_len, batch, optimizer, steps):
+    """The Trainer's steps under `headroom.tracing`; the events."""
+    from transformers import AutoModelForCausalLM
+
+    import headroom
+
     with headroom.tracing(device="cuda", cuda_arch="sm90") as t:
         torch.set_default_dtype(dtype)
         try:

@@ -54,10 +54,15 @@ def test_eight_bit_adamw_allocates_a_byte_per_state_and_an_absmax_per_block():
 
 
 def test_the_smollm2_16k_run_reported_out_of_memory_fits_by_trace_and_by_plan():
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
     bench = _bench()
     config = json.loads(SMOLLM2.read_text())
+    sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
     events = bench.trace_steps(config, 16_384, optimizer="adamw-8bit", attention="flash-varlen",
                                use_cache=False, steps=3)
+    # The FA2 stand-in replaced "sdpa" for the trace only.
+    assert ALL_ATTENTION_FUNCTIONS["sdpa"] is sdpa
     report = headroom.replay(events, capacity=f"{H100_BYTES}B")
     stats = report["stats"]
     assert report["outcome"]["ooms"] == []
