@@ -182,24 +182,31 @@ const GPT: [Gemm; 10] = [
 ];
 
 fn gpt(bencher: Bencher, g: Gemm, dtype: DType) {
+    batched(bencher, g, &[], dtype);
+}
+
+/// Times `g` over leading dims `batch` (one product each), the operands stored as `gpt`'s are.
+fn batched(bencher: Bencher, g: Gemm, batch: &[usize], dtype: DType) {
     let device = Device::cpu(1 << 30, AllocatorConfig::default());
+    let products: usize = batch.iter().product();
     let stored = |rows: usize, cols: usize, t: bool, seed: u32| {
-        let shape = if t { [cols, rows] } else { [rows, cols] };
+        let mut shape = batch.to_vec();
+        shape.extend(if t { [cols, rows] } else { [rows, cols] });
         let x = Tensor::from_f32(
             &device,
             &shape,
-            &common::values(rows * cols, seed),
+            &common::values(products * rows * cols, seed),
             dtype,
             Category::Input,
             None,
         )
         .unwrap();
-        if t { x.transpose(0, 1).unwrap() } else { x }
+        if t { x.transpose(-2, -1).unwrap() } else { x }
     };
     let a = stored(g.m, g.k, g.a_t, 1);
     let b = stored(g.k, g.n, g.b_t, 2);
     bencher
-        .counter(ItemsCount::new(2 * g.m * g.k * g.n))
+        .counter(ItemsCount::new(products * 2 * g.m * g.k * g.n))
         .bench_local(|| a.matmul(&b).unwrap());
 }
 
@@ -278,86 +285,17 @@ fn peak_bf16(bencher: Bencher) {
     peak(bencher, 64, peak::dpbf16_chains);
 }
 
-/// One attention product of the GPT above, over its 16 × 6 heads of 256 tokens × 64 features:
-/// `m×k · k×n` per head, the left or right operand a transposed view where backward reads one.
-#[derive(Clone, Copy)]
-struct Heads {
-    name: &'static str,
-    m: usize,
-    k: usize,
-    n: usize,
-    a_t: bool,
-    b_t: bool,
-}
-
-impl fmt::Display for Heads {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} 96×{}x{}·{}x{}",
-            self.name, self.m, self.k, self.k, self.n
-        )
-    }
-}
-
-const HEADS: [Heads; 4] = [
-    Heads {
-        name: "q·kᵀ",
-        m: 256,
-        k: 64,
-        n: 256,
-        a_t: false,
-        b_t: true,
-    },
-    Heads {
-        name: "p·v",
-        m: 256,
-        k: 256,
-        n: 64,
-        a_t: false,
-        b_t: false,
-    },
-    Heads {
-        name: "pᵀ·do",
-        m: 256,
-        k: 256,
-        n: 64,
-        a_t: true,
-        b_t: false,
-    },
-    Heads {
-        name: "do·vᵀ",
-        m: 256,
-        k: 64,
-        n: 256,
-        a_t: false,
-        b_t: true,
-    },
+/// The attention products of the GPT above, each over its 16 × 6 heads of 256 tokens × 64
+/// features: forward q·kᵀ and p·v, and two of backward's, with a transposed operand.
+const HEADS: [Gemm; 4] = [
+    gemm("q·kᵀ", 256, 64, 256, false, true),
+    gemm("p·v", 256, 256, 64, false, false),
+    gemm("pᵀ·do", 256, 256, 64, true, false),
+    gemm("do·vᵀ", 256, 64, 256, false, true),
 ];
 
+/// The 96 products of one attention core, in one batched `Tensor::matmul`.
 #[divan::bench(args = HEADS, sample_count = 20, sample_size = 1)]
-fn attention_f32(bencher: Bencher, g: Heads) {
-    let device = Device::cpu(1 << 30, AllocatorConfig::default());
-    let stored = |rows: usize, cols: usize, t: bool, seed: u32| {
-        let shape = if t {
-            [16, 6, cols, rows]
-        } else {
-            [16, 6, rows, cols]
-        };
-        let x = Tensor::from_f32(
-            &device,
-            &shape,
-            &common::values(96 * rows * cols, seed),
-            DType::F32,
-            Category::Input,
-            None,
-        )
-        .unwrap();
-        if t { x.transpose(-2, -1).unwrap() } else { x }
-    };
-    let a = stored(g.m, g.k, g.a_t, 1);
-    let b = stored(g.k, g.n, g.b_t, 2);
-    bencher
-        .counter(ItemsCount::new(96 * 2 * g.m * g.k * g.n))
-        .bench_local(|| a.matmul(&b).unwrap());
+fn attention_f32(bencher: Bencher, g: Gemm) {
+    batched(bencher, g, &[16, 6], DType::F32);
 }
