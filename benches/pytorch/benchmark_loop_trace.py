@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 MIB = 1024 * 1024
 
@@ -97,19 +96,16 @@ def main() -> int:
     p.add_argument("--transformers", help="a folder holding another transformers install")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     a = p.parse_args()
+    from hf_config import read_config, require_positive, use_transformers  # this folder's
+
+    require_positive(p, seq_len=a.seq_len, batch=a.batch)
     if a.steps < 2:
         p.error("--steps must be at least 2: the hold is between one step and the next")
-    if a.transformers:
-        sys.path.insert(0, str(Path(a.transformers).resolve()))
+    use_transformers(a.transformers)
     import torch
     import transformers
 
-    try:
-        config = json.loads(Path(a.config).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        p.error(f"--config {a.config}: {e}; give a Hugging Face config.json")
-    if not isinstance(config, dict) or "model_type" not in config:
-        p.error(f"--config {a.config}: no model_type; give a Hugging Face config.json")
+    config = read_config(p, a.config)
     events = trace_loop(config, a.attention, a.batch, a.seq_len, a.steps, a.drop_outputs)
     most, at, _ = peak(events)
     figures = {

@@ -36,7 +36,6 @@ import argparse
 import json
 import math
 import sys
-from pathlib import Path
 
 GIB = 1024**3
 
@@ -151,20 +150,17 @@ def main() -> int:
     p.add_argument("--transformers", help="a folder holding another transformers install")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     a = p.parse_args()
+    from hf_config import read_config, require_positive, use_transformers  # this folder's
+
+    require_positive(p, seq_len=a.seq_len, batch=a.batch, capacity_gib=a.capacity_gib)
     if a.steps < 2:
         p.error("--steps must be at least 2: optimizer states exist from the second step on")
-    if a.transformers:
-        sys.path.insert(0, str(Path(a.transformers).resolve()))
+    use_transformers(a.transformers)
     import transformers
 
     import headroom
 
-    try:
-        config = json.loads(Path(a.config).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        p.error(f"--config {a.config}: {e}; give a Hugging Face config.json")
-    if not isinstance(config, dict) or "model_type" not in config:
-        p.error(f"--config {a.config}: no model_type; give a Hugging Face config.json")
+    config = read_config(p, a.config)
     events = trace_steps(config, a.seq_len, a.batch, a.optimizer, a.attention,
                          not a.no_cache, a.steps)
     report = headroom.replay(events, capacity=f"{a.capacity_gib}GiB")
