@@ -35,6 +35,7 @@ from torch.utils.flop_counter import FlopCounterMode
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import gpt_peer  # noqa: E402
+from hf_config import require_positive  # noqa: E402
 
 
 def step_flops(args) -> int:
@@ -73,6 +74,10 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20)
     a = ap.parse_args()
+    require_positive(ap, layers=a.layers, width=a.width, heads=a.heads, seq_len=a.seq_len,
+                     micro_batch=a.micro_batch, threads=a.threads, repeats=a.repeats, steps=a.steps)
+    if a.width % a.heads:
+        ap.error(f"--width {a.width} must be a multiple of --heads {a.heads}")
     torch.set_num_threads(a.threads)
 
     tokens = a.micro_batch * a.seq_len

@@ -1,4 +1,4 @@
-"""What the trace scripts of this folder share on their command line: another transformers
+"""What the scripts of this folder share on their command line: another transformers
 install put first on the path (`--transformers DIR`), and a Hugging Face config.json read with
 a clear error for a missing, malformed or foreign file."""
 
