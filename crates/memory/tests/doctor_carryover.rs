@@ -2,10 +2,9 @@
 //! the user's model (model.py:5, its `forward`) makes an output that `out = model(x)`
 //! (train.py:20) keeps until the next forward has returned. Byte figures by hand.
 
-use crate::doctor_support::{MIB, Writer, lib, user};
-use headroom_memory::AllocatorConfig;
+use crate::doctor_support::{MIB, Writer, lib, options, user};
 use headroom_memory::category::Category;
-use headroom_memory::doctor::{DoctorOptions, diagnose, read_trace};
+use headroom_memory::doctor::{diagnose, read_trace};
 use serde_json::json;
 
 /// Four steps: parameters 1 MiB; each step an output of `out_bytes` (released after the next
@@ -13,11 +12,7 @@ use serde_json::json;
 /// optimizer temporary of `temporary` bytes each.
 fn trace(out_bytes: u64, temporary: u64, released_early: bool) -> Vec<u8> {
     use Category::*;
-    let mut w = Writer {
-        events: Vec::new(),
-        next: 0,
-        stated: true,
-    };
+    let mut w = Writer::new(true);
     let model = || {
         vec![
             lib("nn/modules/linear.py", "forward"),
@@ -57,15 +52,7 @@ fn carryover(
     released_early: bool,
 ) -> Option<headroom_memory::doctor::Carryover> {
     let events = read_trace(&trace(out_bytes, temporary, released_early)).unwrap();
-    let d = diagnose(
-        &events,
-        &DoctorOptions {
-            capacity: None,
-            allocator: AllocatorConfig::default(),
-            sites: 5,
-            source: &source,
-        },
-    );
+    let d = diagnose(&events, &options(None, &source));
     d.carryover
 }
 

@@ -2,9 +2,8 @@
 //! fragmentation under the caching allocator, avoided by expandable segments, and a device with
 //! room for the peak where nothing fails.
 
-use crate::doctor_support::{Loop, MIB, diagnosis, lib, user};
-use headroom_memory::AllocatorConfig;
-use headroom_memory::doctor::{DoctorOptions, diagnose, read_trace};
+use crate::doctor_support::{Loop, MIB, diagnosis, lib, options, user};
+use headroom_memory::doctor::{diagnose, read_trace};
 use serde_json::json;
 
 #[test]
@@ -28,15 +27,7 @@ fn a_fragmentation_bound_oom_is_avoided_by_expandable_segments_by_replay() {
         "frames": [lib("nn/functional.py", "linear"), user(42)]}));
     let events = read_trace(&serde_json::to_vec(&events).unwrap()).unwrap();
     let none = |_: &str, _: i64| None;
-    let d = diagnose(
-        &events,
-        &DoctorOptions {
-            capacity: Some(40 * MIB),
-            allocator: AllocatorConfig::default(),
-            sites: 5,
-            source: &none,
-        },
-    );
+    let d = diagnose(&events, &options(Some(40 * MIB), &none));
     let oom = d.fragmentation.caching.first_oom.clone().unwrap();
     assert_eq!(oom.event_index, 10);
     assert_eq!(oom.requested_bytes, 9 * MIB);

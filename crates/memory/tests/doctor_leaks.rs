@@ -2,10 +2,9 @@
 //! is named with the line that makes the tensor and the line that keeps it; a correct loop
 //! yields none, and too few steps are said to be too few.
 
-use crate::doctor_support::{Loop, MIB, Writer, diagnosis, lib, trace};
-use headroom_memory::AllocatorConfig;
+use crate::doctor_support::{Loop, MIB, Writer, diagnosis, lib, options, trace};
 use headroom_memory::category::Category;
-use headroom_memory::doctor::{DoctorOptions, Mistake, diagnose, read_trace};
+use headroom_memory::doctor::{Mistake, diagnose, read_trace};
 use serde_json::json;
 
 #[test]
@@ -60,15 +59,7 @@ fn outputs_kept_in_a_list_are_named_with_the_append() {
 fn without_the_file_a_kept_scalar_still_reads_as_a_kept_loss() {
     let events = read_trace(&trace(Loop::LossSummed, 5, false)).unwrap();
     let none = |_: &str, _: i64| None;
-    let d = diagnose(
-        &events,
-        &DoctorOptions {
-            capacity: None,
-            allocator: AllocatorConfig::default(),
-            sites: 5,
-            source: &none,
-        },
-    );
+    let d = diagnose(&events, &options(None, &none));
     assert_eq!(d.leaks.findings[0].mistake, Mistake::LossKeptWithGraph);
     assert_eq!(d.leaks.findings[0].kept_at, None);
 }
@@ -102,11 +93,7 @@ fn two_steps_are_too_few_to_call_a_leak_and_it_says_so() {
 fn evaluation_that_saves_tensors_for_backward_is_named() {
     // As the tracer states it: two evaluation batches at train.py:31, each saving a 2 MiB
     // activation (a forward outside torch.no_grad) freed when its output goes.
-    let mut w = Writer {
-        events: Vec::new(),
-        next: 0,
-        stated: true,
-    };
+    let mut w = Writer::new(true);
     let eval = || {
         vec![
             lib("nn/modules/linear.py", "forward"),
@@ -121,15 +108,7 @@ fn evaluation_that_saves_tensors_for_backward_is_named() {
     }
     let events = read_trace(&serde_json::to_vec(&w.events).unwrap()).unwrap();
     let none = |_: &str, _: i64| None;
-    let d = diagnose(
-        &events,
-        &DoctorOptions {
-            capacity: None,
-            allocator: AllocatorConfig::default(),
-            sites: 5,
-            source: &none,
-        },
-    );
+    let d = diagnose(&events, &options(None, &none));
     let f = &d.leaks.findings;
     assert_eq!(f.len(), 1, "{f:?}");
     assert_eq!(f[0].mistake, Mistake::EvaluationBuildsGraph);

@@ -17,7 +17,7 @@
 
 use headroom_memory::AllocatorConfig;
 use headroom_memory::category::Category;
-use headroom_memory::doctor::{Diagnosis, DoctorOptions, diagnose, read_trace};
+use headroom_memory::doctor::{Diagnosis, DoctorOptions, SourceLines, diagnose, read_trace};
 use serde_json::{Value, json};
 
 pub(crate) const MIB: u64 = 1 << 20;
@@ -88,6 +88,16 @@ pub(crate) fn lib(file: &str, name: &str) -> Value {
     json!({"filename": format!("/usr/lib/python3/site-packages/torch/{file}"), "line": 1, "name": name})
 }
 
+/// The doctor's options of these tests: the default allocator, five call sites.
+pub(crate) fn options<'a>(capacity: Option<u64>, source: SourceLines<'a>) -> DoctorOptions<'a> {
+    DoctorOptions {
+        capacity,
+        allocator: AllocatorConfig::default(),
+        sites: 5,
+        source,
+    }
+}
+
 pub(crate) struct Writer {
     pub(crate) events: Vec<Value>,
     pub(crate) next: u64,
@@ -96,6 +106,14 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
+    pub(crate) fn new(stated: bool) -> Writer {
+        Writer {
+            events: Vec::new(),
+            next: 0,
+            stated,
+        }
+    }
+
     pub(crate) fn alloc(
         &mut self,
         size: u64,
@@ -122,11 +140,7 @@ impl Writer {
 /// The loop's trace over `steps` steps.
 pub(crate) fn trace(mistake: Loop, steps: usize, stated: bool) -> Vec<u8> {
     use Category::*;
-    let mut w = Writer {
-        events: Vec::new(),
-        next: 0,
-        stated,
-    };
+    let mut w = Writer::new(stated);
     let setup = || vec![lib("nn/modules/module.py", "cuda"), user(10)];
     let fwd = || {
         let mut frames = vec![lib("nn/modules/linear.py", "forward")];
@@ -201,13 +215,5 @@ pub(crate) fn diagnosis(
 ) -> Diagnosis {
     let events = read_trace(&trace(mistake, steps, stated)).unwrap();
     let source = source(mistake);
-    diagnose(
-        &events,
-        &DoctorOptions {
-            capacity,
-            allocator: AllocatorConfig::default(),
-            sites: 5,
-            source: &source,
-        },
-    )
+    diagnose(&events, &options(capacity, &source))
 }

@@ -1,9 +1,8 @@
 //! Reading traces: a PyTorch snapshot pickle with its frames, the tracer's JSON with phase
 //! marks, and bad traces refused with the event they name.
 
-use crate::doctor_support::MIB;
-use headroom_memory::AllocatorConfig;
-use headroom_memory::doctor::{DoctorOptions, diagnose, read_trace};
+use crate::doctor_support::{MIB, options};
+use headroom_memory::doctor::{diagnose, read_trace};
 
 #[test]
 fn bad_traces_name_the_event() {
@@ -77,15 +76,7 @@ fn a_pytorch_snapshot_pickle_is_read_with_its_frames() {
     assert_eq!(frames.len(), 2);
     assert_eq!(frames[1].line, 20);
     let none = |_: &str, _: i64| None;
-    let d = diagnose(
-        &events,
-        &DoctorOptions {
-            capacity: None,
-            allocator: AllocatorConfig::default(),
-            sites: 5,
-            source: &none,
-        },
-    );
+    let d = diagnose(&events, &options(None, &none));
     let peak = d.peak.unwrap();
     assert_eq!(peak.allocated_bytes, 1024 + 512);
     assert_eq!(peak.sites[0].frame.as_ref().unwrap().line, 20);
