@@ -1,6 +1,8 @@
 """Shared fixtures: tiny Hugging Face configs (2 layers, width 64, vocabulary 1000) written to
-files, and the `headroom` console script of the environment under test."""
+files, the `headroom` console script of the environment under test, and the scripts of
+`benches/pytorch/` loaded as modules."""
 
+import importlib.util
 import json
 import os
 import shutil
@@ -33,6 +35,20 @@ LLAMA = {
     "bos_token_id": 0,
     "eos_token_id": 0,
 }
+
+
+BENCHES = Path(__file__).resolve().parents[2] / "benches" / "pytorch"
+
+
+def bench_script(name: str):
+    """`benches/pytorch/{name}.py` loaded as the module `name` (once per session)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, BENCHES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def write_config(directory: Path, name: str, config: dict) -> Path:

@@ -7,15 +7,12 @@ backward. The bytes are counted by hand here, against the loops traced; the plan
 for them (`previous_outputs` and `kept_logits` in the plan crate, `--loop-keeps-outputs`) give
 the same bytes, which the plan crate's own tests hold it to."""
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
+from conftest import BENCHES, bench_script
 
 pytest.importorskip("transformers")
 
-BENCH = Path(__file__).resolve().parents[2] / "benches" / "pytorch" / "benchmark_loop_trace.py"
 
 # A small GPT-NeoX: 2 blocks, width 64 in 4 heads of 16, vocabulary 1,000, its cache on.
 CONFIG = {
@@ -28,11 +25,7 @@ B, S = 2, 32
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("benchmark_loop_trace", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("benchmark_loop_trace", module)
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("benchmark_loop_trace")
 
 
 def previous_step_live_at_second_head(events):
@@ -123,5 +116,5 @@ def test_the_doctor_sees_the_benchmark_loops_hold(tmp_path):
     d = headroom.doctor(tmp_path / "loop.json")
     c = d["carryover"]
     assert c["bytes"] == 2 * 2 * 128 * 32768 + 2 * 2 * 2 * (2 * 128 * 64) == 16_908_288
-    assert c["kept_by"]["filename"] == str(BENCH)
+    assert c["kept_by"]["filename"] == str(BENCHES / "benchmark_loop_trace.py")
     assert c["code"] == "out = model(**inputs)"

@@ -2,24 +2,17 @@
 bytes within 2 % (the category mapping and the known differences are in
 benches/pytorch/tracer_vs_memtracker.py, which runs the full table of settings)."""
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
+from conftest import bench_script
 
 pytest.importorskip("torch.distributed._tools.mem_tracker")
 pytest.importorskip("transformers")
 
-BENCH = Path(__file__).resolve().parents[2] / "benches" / "pytorch" / "tracer_vs_memtracker.py"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("tracer_vs_memtracker", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("tracer_vs_memtracker", module)
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("tracer_vs_memtracker")
 
 
 bench = _bench()

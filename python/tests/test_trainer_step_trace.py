@@ -9,30 +9,24 @@ path's key/value copies, `use_cache` off as Axolotl sets it) and replayed throug
 allocator fits the H100 with some 20 GiB to spare, and the planner's bytes at the peak are the
 trace's: the row's verdict is excluded from the published-runs table with these figures."""
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import bench_script
 
 pytest.importorskip("transformers")
 
 import headroom  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "benches" / "pytorch" / "trainer_step_trace.py"
 SMOLLM2 = ROOT / "crates" / "plan" / "tests" / "data" / "published" / "smollm2-1.7b.json"
 H100_BYTES = 85_520_809_984  # the H100-80GB preset's memory (79.65 GiB)
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("trainer_step_trace", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("trainer_step_trace", module)
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("trainer_step_trace")
 
 
 def test_eight_bit_adamw_allocates_a_byte_per_state_and_an_absmax_per_block():
