@@ -6,6 +6,7 @@
 //! Not for: computing costs (see `cost`) or ranking (see `search`).
 
 use crate::cost::memory::Phase;
+use crate::cost::sdpa::{self, SdpaKernel};
 use crate::cost::{Plan, Problem, activation, memory};
 use crate::hardware::{self, Hardware};
 use crate::search::search;
@@ -69,10 +70,18 @@ pub fn explain(problem: &Problem, plan: &Plan) -> Vec<String> {
     // The activations the plan keeps during backward (at an optimizer-step peak they are freed
     // and the breakdown at the peak holds none).
     let offloaded = crate::cost::memory::offloaded_activation_bytes(problem, s);
-    let act =
-        (activation::model_activations(&problem.spec, seq, b, e, s.attention, s.checkpoint, s.loss)
-            - offloaded.device_saving)
-            .round() as u64;
+    // The attention as its kernel runs (SDPA's math path keeps the scores, `sdpa`).
+    let run = sdpa::as_run(problem, s);
+    let act = (activation::model_activations(
+        &problem.spec,
+        seq,
+        b,
+        e,
+        run.attention,
+        s.checkpoint,
+        s.loss,
+    ) - offloaded.device_saving)
+        .round() as u64;
     let at_step = plan.memory.peak_phase == Phase::OptimizerStep;
     if s.checkpoint != Checkpoint::None
         || s.attention == Attention::MemoryEfficient
@@ -92,8 +101,16 @@ pub fn explain(problem: &Problem, plan: &Plan) -> Vec<String> {
                 format_bytes(offloaded.host.round() as u64)
             ));
         }
-        if s.attention == Attention::MemoryEfficient {
-            levers.push("memory-efficient attention (no s² scores stored)".to_string());
+        match sdpa::kernel(problem, s) {
+            Some(SdpaKernel::Math) => levers.push(
+                "SDPA, which runs its math path here (no fused kernel takes these grouped-query \
+                 heads at this precision, so the s² probabilities are stored as with naive attention)"
+                    .to_string(),
+            ),
+            _ if s.attention == Attention::MemoryEfficient => {
+                levers.push("memory-efficient attention (no s² scores stored)".to_string())
+            }
+            _ => {}
         }
         if let Loss::Chunked(k) = s.loss {
             levers.push(format!(

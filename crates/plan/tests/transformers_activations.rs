@@ -81,3 +81,55 @@ fn gpt2_gelu_new_under_autocast_saves_pow_input_and_the_tanh_chain_in_fp32() {
     assert_eq!(extra(Width::from(2.0)), 6.0 * sbf);
     assert_eq!(extra(autocast), 12.0 * sbf);
 }
+
+#[test]
+fn sdpa_on_grouped_query_heads_in_fp32_is_planned_as_its_math_path() {
+    use crate::support::{plain_strategy, problem};
+    use headroom_plan::advice::explain;
+    use headroom_plan::cost::evaluate;
+    use headroom_plan::strategy::{Precision, Strategy};
+    // Llama-3-8B (32 query heads over 8 key/value heads) at 1 × 4,096 tokens on one H100. In
+    // fp32 no fused SDPA kernel takes its grouped heads (flash is 16-bit only, the
+    // memory-efficient kernel needs equal heads), so SDPA's math path keeps the probabilities
+    // as eager attention does: the same bytes and time as naive attention. In bf16 autocast
+    // flash runs, and a model with equal heads (Llama-2-7B) runs the fused kernel in fp32.
+    let at = |model: &str, precision: Precision, attention: Attention| {
+        let p = problem(model, "H100-80GB", 1, 1, 4096, 1);
+        let s = Strategy {
+            attention,
+            ..plain_strategy(precision, 1, 1)
+        };
+        (evaluate(&p, &s), p)
+    };
+    let (sdpa, p) = at("llama-3-8b", Precision::Fp32, Attention::MemoryEfficient);
+    let (naive, _) = at("llama-3-8b", Precision::Fp32, Attention::Naive);
+    assert_eq!(
+        sdpa.memory.per_device_peak_bytes,
+        naive.memory.per_device_peak_bytes
+    );
+    assert_eq!(sdpa.time.step_s, naive.time.step_s);
+    assert_eq!(sdpa.strategy.attention, Attention::MemoryEfficient);
+    assert!(
+        explain(&p, &sdpa)
+            .iter()
+            .any(|line| line.contains("math path"))
+    );
+    // Where a fused kernel runs, the s² probabilities of 32 heads × 4,096² in fp32 (2 GiB a
+    // block) are not kept.
+    for (model, precision) in [
+        ("llama-3-8b", Precision::Bf16Mixed),
+        ("llama-2-7b", Precision::Fp32),
+    ] {
+        let (fused, p) = at(model, precision, Attention::MemoryEfficient);
+        let (naive, _) = at(model, precision, Attention::Naive);
+        assert!(
+            fused.memory.per_device_peak_bytes + (2u64 << 30) < naive.memory.per_device_peak_bytes,
+            "{model} {precision:?}"
+        );
+        assert!(
+            !explain(&p, &fused)
+                .iter()
+                .any(|line| line.contains("math path"))
+        );
+    }
+}

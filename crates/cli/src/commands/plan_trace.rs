@@ -28,7 +28,7 @@ use super::plan_trace_output::{Budget, Row, print_text, to_json};
 use super::plan_trace_sweep::trace_peaks;
 use super::plan_trace_variants::{Variant, variants};
 use anyhow::{Context, Result, bail};
-use headroom_plan::cost::{CostModel, Problem, evaluate, time};
+use headroom_plan::cost::{CostModel, Problem, evaluate, sdpa, time};
 use headroom_plan::search::SAME_SPEED;
 use headroom_plan::strategy::{BaseWeights, LossImpl};
 use headroom_plan::workload::{BatchSpec, Workload};
@@ -141,7 +141,7 @@ pub fn run(args: &PlanArgs, traced: &str, emits: &[(String, PathBuf)]) -> Result
             variant: *variant,
             peaks,
             budget,
-            time: time::predict(&timed, &strategy),
+            time: time::predict(&timed, &sdpa::as_run(&timed, &strategy)),
             tier: strategy.fidelity_tier(),
         });
     }

@@ -131,10 +131,11 @@ impl Evaluator for Problem {
     }
 
     /// Selective recomputation only drops the s² scores naive attention keeps: with
-    /// memory-efficient attention it saves nothing, so it is tried only when pinned.
+    /// memory-efficient attention it saves nothing (unless SDPA runs its math path, which
+    /// keeps them), so it is tried only when pinned.
     fn worth_trying(&self, s: &Strategy, pins: &Pins) -> bool {
         !(s.checkpoint == Checkpoint::Selective
-            && s.attention == Attention::MemoryEfficient
+            && super::sdpa::as_run(self, s).attention == Attention::MemoryEfficient
             && pins.checkpoint.is_none())
     }
 }

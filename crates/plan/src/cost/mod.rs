@@ -11,6 +11,7 @@ pub mod elementwise;
 mod evaluator;
 pub mod gather;
 pub mod memory;
+pub mod sdpa;
 mod selective_op;
 pub mod time;
 mod width;
@@ -305,8 +306,11 @@ pub struct Plan {
 
 /// Predicts memory and time of `strategy`.
 pub fn evaluate(problem: &Problem, strategy: &Strategy) -> Plan {
-    let memory = memory::predict(problem, strategy);
-    let time = time::predict(problem, strategy);
+    // The bytes and time of the kernels that run: SDPA's math path where its dispatch leaves
+    // the fused kernels (`sdpa`).
+    let run = sdpa::as_run(problem, strategy);
+    let memory = memory::predict(problem, &run);
+    let time = time::predict(problem, &run);
     let hw = &problem.hardware;
     let keep = 1.0 - problem.cost.margin;
     let fits = memory.per_device_peak_bytes <= problem.usable_device_bytes()

@@ -99,7 +99,10 @@ pub struct TrainConfig {
     /// activation peak fits SIZE), selective.
     #[arg(long, value_parser = parse_flag::<Checkpoint>)]
     pub checkpoint: Option<Checkpoint>,
-    /// Attention implementation: naive, memory-efficient.
+    /// Attention implementation: naive (the scores and probabilities as tensors) or
+    /// memory-efficient (a fused kernel; for a Hugging Face model, SDPA, planned as the kernel
+    /// PyTorch's CUDA dispatch runs: in fp32 a grouped-query model gets its math path, which
+    /// keeps the probabilities as naive attention does).
     #[arg(long, value_parser = parse_flag::<Attention>)]
     pub attention: Option<Attention>,
     /// Loss computation: plain (the logits of the whole micro-batch at once) or chunked:K (the
