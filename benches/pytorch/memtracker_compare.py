@@ -234,9 +234,26 @@ def cuda_correction(st: dict, cfg) -> tuple[int, str]:
       input for pow's backward and computes tanh and 1 + tanh in fp32; CPU autocast leaves all
       three bf16: 2 more bytes for each of the three FFN-wide tensors per block. (The tracer's
       CUDA autocast policy, python/headroom/trace/autocast.py, reproduces this op for op.)
+    - fp32 SDPA on grouped-query heads without checkpointing: transformers passes
+      `enable_gqa=True`; the CPU runs its flash kernel (query, key, value at their widths, the
+      output and the log-sum-exp saved), CUDA its math path (flash is 16-bit only, the
+      memory-efficient kernel needs equal heads: `select_sdp_backend` in
+      aten/src/ATen/native/transformers/cuda/sdp_utils.cpp), whose autograd saves the scaled
+      query, the repeated and scaled key and the repeated value (each q-wide) and the fp32
+      softmax output, not its own output (o_proj saves the contiguous copy transformers makes):
+      per block 2·4·b·s·(q − kv) + 4·a·s²·b − 4·a·s·b bytes more. With checkpointing the
+      probabilities exist one block at a time, away from the loss's node: no correction.
     """
     b, s = st["micro_batch"], st["seq_len"]
     e = 2 if st["precision"] == "bf16" else 4
+    heads = getattr(cfg, "num_attention_heads", 0)
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    if (st["precision"] == "fp32" and st["attention"] == "sdpa" and not st["checkpoint"]
+            and kv_heads < heads):
+        d = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+        per_block = 2 * 4 * b * s * (heads - kv_heads) * d + 4 * heads * s * s * b - 4 * heads * s * b
+        return per_block * cfg.num_hidden_layers, \
+            "CUDA runs SDPA's math path on fp32 grouped-query heads, the CPU its flash kernel"
     if st["checkpoint"] and st["attention"] == "sdpa":
         return -b * s * s, "a fake position offset makes transformers build the causal mask"
     if cfg.model_type == "phi3" and st["attention"] == "sdpa":

@@ -11,7 +11,8 @@
 //! for eager, `memory-efficient` for SDPA). Compared: the tracker's peak less its `Other`, plus
 //! the setting's `cuda_correction_bytes` (what a CUDA run allocates differently from the CPU
 //! kernels and fake tensors the tracker ran: CPU dropout's full-width masks, CPU autocast's
-//! policy, two fake-tensor artifacts; each derived in the script's `cuda_correction` and
+//! policy, SDPA's math path on fp32 grouped-query heads where the CPU runs its flash kernel,
+//! two fake-tensor artifacts; each derived in the script's `cuda_correction` and
 //! docs/planner.md), against the planned peak less `other` (the CUDA context and the
 //! fragmentation reserve, which a CPU tracker cannot see). Held: mean |error| ≤ 5 %, worst
 //! ≤ 10 %.
