@@ -256,6 +256,14 @@ fn fsdp_gathers_the_frozen_base_units_under_cpu_offload() {
         qlora.memory.breakdown.at_peak[Category::Gradient],
         2 * adapters
     );
+    // The peak is in the blocks' backward, where bitsandbytes dequantises each NF4 weight whole
+    // for the input gradient: the largest, gate/up/down's 234,881,024 elements, in bf16
+    // (469,762,048 bytes) after its 3,670,016 fp32 block scales (14,680,064 bytes). The
+    // attention is fused, so that is the block's whole workspace.
+    assert_eq!(
+        qlora.memory.breakdown.at_peak[Category::Temporary],
+        469_762_048 + 14_680_064
+    );
 }
 
 #[test]

@@ -118,6 +118,9 @@ pub struct LoraCounts {
     /// The part of `frozen_nf4_bytes` that is quantisation state ([`nf4_state_bytes`]): whole
     /// on every rank, never sharded or offloaded.
     pub frozen_nf4_state_bytes: u64,
+    /// The largest NF4 weight's elements: what one dequantisation makes at once
+    /// ([`LoraCounts::dequantized_bytes`]).
+    pub largest_nf4: u64,
     /// The adapted projections' input features, summed over every adapted module: what LoRA
     /// dropout copies per token.
     pub adapted_input_features: u64,
@@ -135,6 +138,7 @@ impl LoraCounts {
             frozen_nf4: 0,
             frozen_nf4_bytes: 0,
             frozen_nf4_state_bytes: 0,
+            largest_nf4: 0,
             adapted_input_features: 0,
         };
         let r = lora.rank as u64;
@@ -155,6 +159,7 @@ impl LoraCounts {
                 c.frozen_nf4 += n;
                 c.frozen_nf4_bytes += nf4_bytes(n);
                 c.frozen_nf4_state_bytes += nf4_state_bytes(n);
+                c.largest_nf4 = c.largest_nf4.max(n);
                 c.frozen_plain += leaf.bias;
             } else {
                 c.frozen_plain += leaf.params();
@@ -166,6 +171,17 @@ impl LoraCounts {
     /// Device bytes of the frozen base with the parameter dtype's `param_bytes` per element.
     pub fn frozen_bytes(&self, param_bytes: u64) -> u64 {
         self.frozen_plain * param_bytes + self.frozen_nf4_bytes
+    }
+
+    /// The transient of one NF4 projection's forward or input gradient, `compute_bytes` per
+    /// element of the compute dtype: bitsandbytes' `MatMul4Bit` multiplies by the weight
+    /// dequantised whole (`F.dequantize_4bit(B, quant_state)`, an out × in tensor in the
+    /// compute dtype, freed after the product; `bitsandbytes/autograd/_functions.py`), and
+    /// under double quantisation `dequantize_4bit` first restores the fp32 block scales (one per
+    /// 64 weights, `dequantize_blockwise`), alive until the weight is made. The largest weight
+    /// sets it; 0 without NF4 weights.
+    pub fn dequantized_bytes(&self, compute_bytes: u64) -> u64 {
+        self.largest_nf4 * compute_bytes + 4 * self.largest_nf4.div_ceil(64)
     }
 
     /// The frozen base's bytes that FSDP and ZeRO-3 shard, gather and offload: all of
@@ -249,5 +265,22 @@ mod tests {
         assert_eq!(nf4_bytes(n) - nf4_state_bytes(n), 8_388_608);
         // 65 elements: 2 blocks, one scale, the offset.
         assert_eq!(nf4_state_bytes(65), 2 + 4 + 4);
+    }
+
+    #[test]
+    fn dequantising_makes_the_largest_weight_in_the_compute_dtype_and_its_fp32_scales() {
+        // Llama-2-70B under QLoRA: the largest NF4 weight is an MLP projection, 28,672 × 8,192
+        // = 234,881,024 elements: 469,762,048 bytes in bf16 and 234,881,024 / 64 = 3,670,016
+        // fp32 block scales (14,680,064 bytes) restored first.
+        let inv =
+            crate::model::ParamInventory::of(&crate::model::load_model("llama-2-70b").unwrap());
+        let all: crate::strategy::LoraTargets = "all-linear".parse().unwrap();
+        let lora = |base| Lora::new(8, 16.0, all.clone(), base).unwrap();
+        let counts = LoraCounts::of(&inv, &lora(BaseWeights::Nf4)).unwrap();
+        assert_eq!(counts.largest_nf4, 28_672 * 8_192);
+        assert_eq!(counts.dequantized_bytes(2), 469_762_048 + 14_680_064);
+        // Plain LoRA has no NF4 weight and no transient.
+        let plain = LoraCounts::of(&inv, &lora(BaseWeights::Plain)).unwrap();
+        assert_eq!(plain.dequantized_bytes(2), 0);
     }
 }

@@ -43,15 +43,18 @@ pub(super) fn loss_backward_bytes(problem: &Problem, s: &Strategy) -> f64 {
 }
 
 /// A block's transient workspace in backward: the naive attention's score gradients
-/// (2·e·as²b), none for memory-efficient attention.
+/// (2·e·as²b), none for memory-efficient attention; under QLoRA, beside them, the NF4 weight
+/// being dequantised for the input gradient (`LoraCounts::dequantized_bytes`).
 pub(super) fn block_backward_bytes(problem: &Problem, s: &Strategy) -> f64 {
     let spec = &problem.spec;
     let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
-    let e = s.precision.activation_bytes() as f64;
-    match s.attention {
-        Attention::Naive => 2.0 * e * spec.num_heads as f64 * seq * seq * b,
+    let e = s.precision.activation_bytes();
+    let scores = match s.attention {
+        Attention::Naive => 2.0 * e as f64 * spec.num_heads as f64 * seq * seq * b,
         Attention::MemoryEfficient => 0.0,
-    }
+    };
+    let dequantized = problem.facts.lora.map_or(0, |l| l.dequantized_bytes(e));
+    scores + dequantized as f64
 }
 
 /// Optimizer-step temporaries on the device.
