@@ -240,8 +240,9 @@ def cuda_correction(st: dict, cfg) -> tuple[int, str]:
       memory-efficient kernel needs equal heads: `select_sdp_backend` in
       aten/src/ATen/native/transformers/cuda/sdp_utils.cpp), whose autograd saves the scaled
       query, the repeated and scaled key and the repeated value (each q-wide) and the fp32
-      softmax output, not its own output (o_proj saves the contiguous copy transformers makes):
-      per block 2·4·b·s·(q − kv) + 4·a·s²·b − 4·a·s·b bytes more. With checkpointing the
+      softmax output, not its own output (o_proj saves the contiguous copy transformers makes,
+      where flash's (b, s, a, d)-major output is itself o_proj's input, so the two outputs
+      cancel): per block 2·4·b·s·(q − kv) + 4·a·s²·b − 4·a·s·b bytes more. With checkpointing the
       probabilities exist one block at a time, away from the loss's node: no correction.
     """
     b, s = st["micro_batch"], st["seq_len"]

@@ -68,20 +68,14 @@ pub fn explain(problem: &Problem, plan: &Plan) -> Vec<String> {
         Loss::Plain,
     );
     // The activations the plan keeps during backward (at an optimizer-step peak they are freed
-    // and the breakdown at the peak holds none).
-    let offloaded = crate::cost::memory::offloaded_activation_bytes(problem, s);
-    // The attention as its kernel runs (SDPA's math path keeps the scores, `sdpa`).
-    let run = sdpa::as_run(problem, s);
-    let act = (activation::model_activations(
-        &problem.spec,
-        seq,
-        b,
-        e,
-        run.attention,
-        s.checkpoint,
-        s.loss,
-    ) - offloaded.device_saving)
-        .round() as u64;
+    // and the breakdown at the peak holds none), with the attention as its kernel runs (SDPA's
+    // math path keeps the scores, `sdpa`).
+    let (on, run) = sdpa::as_run(problem, s);
+    let offloaded = crate::cost::memory::offloaded_activation_bytes(&on, &run);
+    let act =
+        (activation::model_activations(&on.spec, seq, b, e, run.attention, s.checkpoint, s.loss)
+            - offloaded.device_saving)
+            .round() as u64;
     let at_step = plan.memory.peak_phase == Phase::OptimizerStep;
     if s.checkpoint != Checkpoint::None
         || s.attention == Attention::MemoryEfficient

@@ -14,8 +14,9 @@
 //! policy, SDPA's math path on fp32 grouped-query heads where the CPU runs its flash kernel,
 //! two fake-tensor artifacts; each derived in the script's `cuda_correction` and
 //! docs/planner.md), against the planned peak less `other` (the CUDA context and the
-//! fragmentation reserve, which a CPU tracker cannot see). Held: mean |error| ≤ 5 %, worst
-//! ≤ 10 %.
+//! fragmentation reserve, which a CPU tracker cannot see). The goals were mean |error| ≤ 5 %
+//! and worst ≤ 10 %; every setting is now within 0.05 %, so the limits hold that: mean ≤ 0.5 %,
+//! worst ≤ 1 % (planning fp32 grouped-query SDPA as the fused kernel read 7.9 %).
 
 use headroom_plan::cost::{CostModel, Problem, evaluate};
 use headroom_plan::hardware;
@@ -28,8 +29,8 @@ use headroom_plan::workload::{BatchSpec, Workload};
 use serde_json::Value;
 use std::path::PathBuf;
 
-const MEAN_LIMIT: f64 = 0.05;
-const WORST_LIMIT: f64 = 0.10;
+const MEAN_LIMIT: f64 = 0.005;
+const WORST_LIMIT: f64 = 0.01;
 
 fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/memtracker")

@@ -87,7 +87,7 @@ fn sdpa_on_grouped_query_heads_in_fp32_is_planned_as_its_math_path() {
     use crate::support::{plain_strategy, problem};
     use headroom_plan::advice::explain;
     use headroom_plan::cost::evaluate;
-    use headroom_plan::strategy::{Precision, Strategy};
+    use headroom_plan::strategy::{Category, Framework, Precision, Strategy};
     // Llama-3-8B (32 query heads over 8 key/value heads) at 1 × 4,096 tokens on one H100. In
     // fp32 no fused SDPA kernel takes its grouped heads (flash is 16-bit only, the
     // memory-efficient kernel needs equal heads), so SDPA's math path keeps the probabilities
@@ -109,6 +109,24 @@ fn sdpa_on_grouped_query_heads_in_fp32_is_planned_as_its_math_path() {
     );
     assert_eq!(sdpa.time.step_s, naive.time.step_s);
     assert_eq!(sdpa.strategy.attention, Attention::MemoryEfficient);
+    // With every block checkpointed, eager attention's blocks keep transformers' (b, 1, s, s)
+    // additive mask until their backward, in fp32: 4 · 4,096² = 67,108,864 bytes. SDPA gets
+    // `is_causal` and no mask, its math path included, so the plans differ by exactly that.
+    let checkpointed = |attention| {
+        let p = problem("llama-3-8b", "H100-80GB", 1, 1, 4096, 1).with_framework(Framework::Fsdp);
+        let s = Strategy {
+            attention,
+            checkpoint: Checkpoint::ALL_BLOCKS,
+            // Each gradient stepped and released in backward, so the peak is backward's.
+            optimizer_in_backward: true,
+            ..plain_strategy(Precision::Fp32, 1, 1)
+        };
+        evaluate(&p, &s).memory.breakdown.at_peak[Category::Activation]
+    };
+    assert_eq!(
+        checkpointed(Attention::Naive) - checkpointed(Attention::MemoryEfficient),
+        4 * 4096 * 4096
+    );
     assert!(
         explain(&p, &sdpa)
             .iter()

@@ -137,11 +137,12 @@ pub fn run(args: &PlanArgs, traced: &str, emits: &[(String, PathBuf)]) -> Result
     for (variant, peaks) in variants.iter().zip(traced_peaks) {
         let strategy = variant.strategy(has_attention);
         let timed = problem.clone().with_optimizer_impl(variant.optimizer_impl);
+        let (on, run) = sdpa::as_run(&timed, &strategy);
         rows.push(Row {
             variant: *variant,
             peaks,
             budget,
-            time: time::predict(&timed, &sdpa::as_run(&timed, &strategy)),
+            time: time::predict(&on, &run),
             tier: strategy.fidelity_tier(),
         });
     }

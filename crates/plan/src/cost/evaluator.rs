@@ -135,7 +135,7 @@ impl Evaluator for Problem {
     /// keeps them), so it is tried only when pinned.
     fn worth_trying(&self, s: &Strategy, pins: &Pins) -> bool {
         !(s.checkpoint == Checkpoint::Selective
-            && super::sdpa::as_run(self, s).attention == Attention::MemoryEfficient
+            && super::sdpa::as_run(self, s).1.attention == Attention::MemoryEfficient
             && pins.checkpoint.is_none())
     }
 }

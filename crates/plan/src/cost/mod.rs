@@ -308,9 +308,9 @@ pub struct Plan {
 pub fn evaluate(problem: &Problem, strategy: &Strategy) -> Plan {
     // The bytes and time of the kernels that run: SDPA's math path where its dispatch leaves
     // the fused kernels (`sdpa`).
-    let run = sdpa::as_run(problem, strategy);
-    let memory = memory::predict(problem, &run);
-    let time = time::predict(problem, &run);
+    let (on, run) = sdpa::as_run(problem, strategy);
+    let memory = memory::predict(&on, &run);
+    let time = time::predict(&on, &run);
     let hw = &problem.hardware;
     let keep = 1.0 - problem.cost.margin;
     let fits = memory.per_device_peak_bytes <= problem.usable_device_bytes()

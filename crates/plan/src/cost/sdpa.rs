@@ -6,8 +6,9 @@
 //! math) picks:
 //! - **flash** for fp16/bf16 inputs with a head size of at most 256 (`check_head_dim_size_flash`;
 //!   grouped-query heads allowed) on sm80 or later (`check_sm_version`; the planner reads a GPU
-//!   with bf16 tensor cores as one: every such preset is Ampere or later, and the V100, sm70,
-//!   has none);
+//!   with bf16 tensor cores as one: every NVIDIA preset with them is Ampere or later, and the
+//!   V100, sm70, has none; the MI300X's ROCm build has a flash kernel of its own, AOTriton's,
+//!   taken as the same rule);
 //! - else **memory-efficient** when query, key and value have the same number of heads
 //!   (`check_batch_size_and_num_heads_dense<false>`: the kernel takes no `enable_gqa`);
 //! - else the **math** path (`_scaled_dot_product_attention_math` in
@@ -31,6 +32,7 @@
 
 use super::Problem;
 use crate::strategy::{Attention, Precision, Strategy};
+use std::borrow::Cow;
 
 /// Flash attention's largest head size on sm80 and later (`check_head_dim_size_flash`).
 pub const FLASH_MAX_HEAD_DIM: u64 = 256;
@@ -68,16 +70,22 @@ pub fn kernel(problem: &Problem, s: &Strategy) -> Option<SdpaKernel> {
     )
 }
 
-/// `s` with its attention as the kernel runs it: naive where SDPA falls back to its math path,
-/// the lever as given otherwise. Memory and time are predicted for this strategy; the plan
-/// still reports the lever the user sets.
-pub fn as_run(problem: &Problem, s: &Strategy) -> Strategy {
+/// `problem` and `s` as the kernel runs them: where SDPA falls back to its math path, naive
+/// attention on a model marked as taking no mask (`Architecture::sdpa_math_path`); the problem
+/// and lever as given otherwise. Memory and time are predicted for these; the plan still
+/// reports the lever the user sets.
+pub fn as_run<'a>(problem: &'a Problem, s: &Strategy) -> (Cow<'a, Problem>, Strategy) {
     match kernel(problem, s) {
-        Some(SdpaKernel::Math) => Strategy {
-            attention: Attention::Naive,
-            ..*s
-        },
-        _ => *s,
+        Some(SdpaKernel::Math) => {
+            let mut run = problem.clone();
+            run.spec.sdpa_math_path = true;
+            let naive = Strategy {
+                attention: Attention::Naive,
+                ..*s
+            };
+            (Cow::Owned(run), naive)
+        }
+        _ => (Cow::Borrowed(problem), *s),
     }
 }
 
@@ -109,13 +117,14 @@ mod tests {
         // Llama-3-8B: 32 query heads over 8 key/value heads of 128.
         let p = problem("llama-3-8b");
         assert_eq!(kernel(&p, &sdpa(Precision::Fp32)), Some(SdpaKernel::Math));
-        assert_eq!(
-            as_run(&p, &sdpa(Precision::Fp32)).attention,
-            Attention::Naive
-        );
+        let (run, s) = as_run(&p, &sdpa(Precision::Fp32));
+        assert_eq!(s.attention, Attention::Naive);
+        assert!(run.spec.sdpa_math_path && !p.spec.sdpa_math_path);
         for precision in [Precision::Bf16, Precision::Bf16Mixed, Precision::Fp16Mixed] {
             assert_eq!(kernel(&p, &sdpa(precision)), Some(SdpaKernel::Flash));
-            assert_eq!(as_run(&p, &sdpa(precision)), sdpa(precision));
+            let (run, s) = as_run(&p, &sdpa(precision));
+            assert_eq!(s, sdpa(precision));
+            assert!(!run.spec.sdpa_math_path);
         }
     }
 
@@ -128,7 +137,7 @@ mod tests {
                 kernel(&p, &sdpa(Precision::Fp32)),
                 Some(SdpaKernel::MemoryEfficient)
             );
-            assert_eq!(as_run(&p, &sdpa(Precision::Fp32)), sdpa(Precision::Fp32));
+            assert_eq!(as_run(&p, &sdpa(Precision::Fp32)).1, sdpa(Precision::Fp32));
         }
     }
 
@@ -170,6 +179,9 @@ mod tests {
         let mut own = problem("llama-3-8b");
         own.spec.transformers_modules = false;
         assert_eq!(kernel(&own, &sdpa(Precision::Fp32)), None);
-        assert_eq!(as_run(&own, &sdpa(Precision::Fp32)), sdpa(Precision::Fp32));
+        assert_eq!(
+            as_run(&own, &sdpa(Precision::Fp32)).1,
+            sdpa(Precision::Fp32)
+        );
     }
 }

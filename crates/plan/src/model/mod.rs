@@ -148,6 +148,11 @@ pub struct Architecture {
     /// SDPA saves, so its K and V are held twice (`cost::activation::kv_cache_copies`); a loop
     /// that keeps the output holds the cache (`cost::activation::previous_outputs`).
     pub kv_cache_in_training: bool,
+    /// The attention runs SDPA's math path (set by `cost::sdpa::as_run` for a plan whose SDPA
+    /// dispatch leaves the fused kernels): naive attention's bytes, but without the additive
+    /// mask eager attention receives (transformers passes SDPA `is_causal` and no mask).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub sdpa_math_path: bool,
     /// The blocks are transformers' eager modules (`modeling_*.py`), whose RMSNorm upcast,
     /// fp32 eager softmax, `repeat_kv` and Python GELU the activation terms count
     /// (`cost::activation`); false for headroom's engine and for runs whose framework builds its
@@ -215,6 +220,7 @@ impl Architecture {
             recomputed_mlp_activation: false,
             python_gelu: false,
             kv_cache_in_training: false,
+            sdpa_math_path: false,
             transformers_modules: family != Family::ResMlp,
             // Every family but headroom's residual MLP is a Hugging Face model.
             upcasting_loss: family != Family::ResMlp,

@@ -28,7 +28,7 @@ pub fn kv_cache_copies(spec: &Architecture, s: f64, b: f64, e: f64, attention: A
 /// transformers builds one `(b, 1, s, s)` additive mask in the embeddings' dtype for eager
 /// attention (`masking_utils.eager_mask`), and every checkpointed block keeps it as an input
 /// until its backward (without checkpointing it is freed with the model's forward; SDPA without
-/// padding takes `is_causal` and no mask). One mask for the model.
+/// padding takes `is_causal` and no mask, its math path included). One mask for the model.
 pub fn checkpointed_mask(
     spec: &Architecture,
     s: f64,
@@ -36,7 +36,8 @@ pub fn checkpointed_mask(
     w: Width,
     attention: Attention,
 ) -> f64 {
-    match spec.transformers_modules && spec.has_attention() && attention == Attention::Naive {
+    let eager = attention == Attention::Naive && !spec.sdpa_math_path;
+    match spec.transformers_modules && spec.has_attention() && eager {
         true => w.residual * b * s * s,
         false => 0.0,
     }
