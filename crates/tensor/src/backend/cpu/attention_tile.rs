@@ -21,7 +21,7 @@
 //!
 //! Not for: the online softmax or the task split (`attention.rs`).
 
-use crate::dtype::Elem;
+use crate::dtype::{DType, Elem};
 
 /// A row-major f32 matrix in a tile buffer: `rows × cols`, row stride `ld`.
 #[derive(Clone, Copy)]
@@ -152,6 +152,38 @@ pub(super) fn load_transposed<T: Elem>(
         rows <= ld && (d - 1) * ld + rows <= tile.len(),
         "attention tile out of range"
     );
+    #[cfg(target_arch = "x86_64")]
+    if T::DTYPE == DType::F32 && rows >= 16 && d >= 16 && std::is_x86_feature_detected!("avx512f")
+    {
+        let x: &[f32] = bytemuck::cast_slice(x);
+        let (full_rows, full_cols) = (rows / 16 * 16, d / 16 * 16);
+        for r0 in (0..full_rows).step_by(16) {
+            let starts: [usize; 16] = std::array::from_fn(|k| start(r0 + k));
+            assert!(
+                starts.iter().all(|&s| s + d <= x.len()),
+                "attention row out of range"
+            );
+            for c0 in (0..full_cols).step_by(16) {
+                // SAFETY: AVX-512F is present (checked above); rows `starts[k]..+d` are inside
+                // `x` (asserted), c0 + 16 ≤ d, and (c0 + 15)·ld + r0 + 16 ≤ (d − 1)·ld + rows ≤
+                // tile.len() (asserted above), so every load and store is in bounds.
+                unsafe { avx512::transpose_block(x, &starts, c0, (tile, ld), r0) };
+            }
+            // Columns past the last full 16: element by element.
+            for (k, &s) in starts.iter().enumerate() {
+                for c in full_cols..d {
+                    tile[c * ld + r0 + k] = x[s + c];
+                }
+            }
+        }
+        for r in full_rows..rows {
+            let s = start(r);
+            for (c, &v) in x[s..s + d].iter().enumerate() {
+                tile[c * ld + r] = v;
+            }
+        }
+        return;
+    }
     for r in 0..rows {
         let s = start(r);
         for (c, v) in x[s..s + d].iter().enumerate() {
@@ -180,6 +212,30 @@ pub(super) fn transpose(src: Mat, dst: &mut [f32], ld_dst: usize) {
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;
+
+    /// Writes the 16 × 16 block of rows `starts[k] + c0..+16` of `x` transposed into
+    /// `tile[(c0 + j)·ld + r0..+16]`: sixteen row loads, the register transpose
+    /// (`simd::transpose16_ps`), sixteen stores.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `starts[k] + c0 + 16 ≤ x.len()` for every k and
+    /// `(c0 + 15)·ld + r0 + 16 ≤ tile.len()`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn transpose_block(
+        x: &[f32],
+        starts: &[usize; 16],
+        c0: usize,
+        (tile, ld): (&mut [f32], usize),
+        r0: usize,
+    ) {
+        // SAFETY: row k's elements c0..c0 + 16 are inside `x` (the contract).
+        let rows: [__m512; 16] =
+            std::array::from_fn(|k| unsafe { _mm512_loadu_ps(x.as_ptr().add(starts[k] + c0)) });
+        for (j, col) in super::super::simd::transpose16_ps(rows).into_iter().enumerate() {
+            // SAFETY: (c0 + j)·ld + r0 + 16 ≤ tile.len() (the contract).
+            unsafe { _mm512_storeu_ps(tile.as_mut_ptr().add((c0 + j) * ld + r0), col) };
+        }
+    }
 
     /// Rows of C per register block.
     const MR: usize = 6;
@@ -467,5 +523,26 @@ mod tests {
         }
         // The padding columns of the transposed tiles are untouched.
         assert!((0..4).all(|c| t[c * 5 + 3] == -1.0 && t2[c * 5 + 4] == -1.0));
+    }
+
+    #[test]
+    fn wide_transposed_loads_place_every_element_of_ragged_tiles() {
+        // 37 rows of 70 (two full 16-row blocks and 5 more; four full 16-column blocks and 6
+        // more), rows 75 apart, into a tile of row stride 48: the register-transposed blocks
+        // and the element-by-element edges together, as f32 and through the bf16 widening.
+        let (rows, d, stride, ld) = (37, 70, 75, 48);
+        let x: Vec<f32> = (0..rows * stride).map(|i| i as f32).collect();
+        let mut t = vec![-1.0f32; d * ld];
+        load_transposed(&x, |r| stride * r, (rows, d), &mut t, ld);
+        let xb: Vec<half::bf16> = x.iter().map(|&v| half::bf16::from_f32(v % 256.0)).collect();
+        let mut tb = vec![-1.0f32; d * ld];
+        load_transposed(&xb, |r| stride * r, (rows, d), &mut tb, ld);
+        for c in 0..d {
+            for r in 0..rows {
+                assert_eq!(t[c * ld + r], (stride * r + c) as f32, "({c}, {r})");
+                assert_eq!(tb[c * ld + r], ((stride * r + c) % 256) as f32, "bf16 ({c}, {r})");
+            }
+            assert!((rows..ld).all(|r| t[c * ld + r] == -1.0 && tb[c * ld + r] == -1.0));
+        }
     }
 }
