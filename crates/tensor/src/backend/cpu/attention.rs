@@ -34,7 +34,7 @@ mod backward;
 
 pub use backward::backward;
 
-use super::attention_tile::{Mat, load, load_transposed, product};
+use super::attention_tile::{Mat, load_transposed, product, rows_of};
 use super::math::fast_exp;
 use super::simd::wide;
 use super::{Scratch, scratch_f32, slice, slice_mut, unsupported};
@@ -345,7 +345,7 @@ fn forward_typed<T: Elem>(
             let (g, i0) = (task / nq, (task % nq) * TILE);
             let gk = g / group; // the key/value head of query head g
             let rows = TILE.min(t - i0);
-            load(q, |r| lq.row(g, i0 + r), (rows, d), qt);
+            let qm = rows_of(q, (lq.row(g, i0), lq.st), (rows, d), qt);
             m.fill(f32::NEG_INFINITY);
             l.fill(0.0);
             acc.fill(0.0);
@@ -353,9 +353,8 @@ fn forward_typed<T: Elem>(
             for j0 in (0..key_end).step_by(TILE) {
                 let cols = TILE.min(t - j0);
                 load_transposed(k, |c| lk.row(gk, j0 + c), (cols, d), kt, TILE); // Kᵀ (D, cols)
-                load(v, |c| lv.row(gk, j0 + c), (cols, d), vt);
                 // S = scale · Q Kᵀ (rows, cols)
-                let (qm, ktm) = (Mat::new(qt, rows, d, d), Mat::new(kt, d, cols, TILE));
+                let ktm = Mat::new(kt, d, cols, TILE);
                 product(s, TILE, false, (qm, false), ktm, spec.scale);
                 for r in 0..rows {
                     let i = i0 + r;
@@ -382,7 +381,8 @@ fn forward_typed<T: Elem>(
                     sr[n..].fill(0.0);
                 }
                 // acc += P V (rows, D)
-                let (pm, vm) = (Mat::new(s, rows, cols, TILE), Mat::new(vt, cols, d, d));
+                let vm = rows_of(v, (lv.row(gk, j0), lv.st), (cols, d), &mut *vt);
+                let pm = Mat::new(s, rows, cols, TILE);
                 product(acc, d, true, (pm, false), vm, 1.0);
             }
             for r in 0..rows {

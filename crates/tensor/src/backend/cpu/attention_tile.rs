@@ -137,6 +137,23 @@ pub(super) fn load<T: Elem>(
     }
 }
 
+/// `rows` rows of `d` elements of `x`, row `r` at `first + r · stride`, as a matrix: read where
+/// they are when `T` is f32 (no copy, row stride `stride`), else widened into `tile` by
+/// [`load`] (row stride `d`). The same values either way, so the same products.
+pub(super) fn rows_of<'a, T: Elem>(
+    x: &'a [T],
+    (first, stride): (usize, usize),
+    (rows, d): (usize, usize),
+    tile: &'a mut [f32],
+) -> Mat<'a> {
+    if T::DTYPE == DType::F32 {
+        let x: &[f32] = bytemuck::cast_slice(x);
+        return Mat::new(&x[first..], rows, d, stride);
+    }
+    load(x, |r| first + r * stride, (rows, d), tile);
+    Mat::new(tile, rows, d, d)
+}
+
 /// As [`load`], transposed: a `(d, rows)` tile of row stride `ld`, element (c, r) = x[start(r) + c].
 pub(super) fn load_transposed<T: Elem>(
     x: &[T],
@@ -153,8 +170,7 @@ pub(super) fn load_transposed<T: Elem>(
         "attention tile out of range"
     );
     #[cfg(target_arch = "x86_64")]
-    if T::DTYPE == DType::F32 && rows >= 16 && d >= 16 && std::is_x86_feature_detected!("avx512f")
-    {
+    if T::DTYPE == DType::F32 && rows >= 16 && d >= 16 && std::is_x86_feature_detected!("avx512f") {
         let x: &[f32] = bytemuck::cast_slice(x);
         let (full_rows, full_cols) = (rows / 16 * 16, d / 16 * 16);
         for r0 in (0..full_rows).step_by(16) {
@@ -231,7 +247,10 @@ mod avx512 {
         // SAFETY: row k's elements c0..c0 + 16 are inside `x` (the contract).
         let rows: [__m512; 16] =
             std::array::from_fn(|k| unsafe { _mm512_loadu_ps(x.as_ptr().add(starts[k] + c0)) });
-        for (j, col) in super::super::simd::transpose16_ps(rows).into_iter().enumerate() {
+        for (j, col) in super::super::simd::transpose16_ps(rows)
+            .into_iter()
+            .enumerate()
+        {
             // SAFETY: (c0 + j)·ld + r0 + 16 ≤ tile.len() (the contract).
             unsafe { _mm512_storeu_ps(tile.as_mut_ptr().add((c0 + j) * ld + r0), col) };
         }
@@ -540,7 +559,11 @@ mod tests {
         for c in 0..d {
             for r in 0..rows {
                 assert_eq!(t[c * ld + r], (stride * r + c) as f32, "({c}, {r})");
-                assert_eq!(tb[c * ld + r], ((stride * r + c) % 256) as f32, "bf16 ({c}, {r})");
+                assert_eq!(
+                    tb[c * ld + r],
+                    ((stride * r + c) % 256) as f32,
+                    "bf16 ({c}, {r})"
+                );
             }
             assert!((rows..ld).all(|r| t[c * ld + r] == -1.0 && tb[c * ld + r] == -1.0));
         }

@@ -7,7 +7,7 @@
 //!
 //! Not for: the forward, the tiles or the task split (the parent module, `attention_tile`).
 
-use super::super::attention_tile::{Mat, load, load_transposed, product, transpose};
+use super::super::attention_tile::{Mat, load_transposed, product, rows_of, transpose};
 use super::super::math::fast_exp;
 use super::super::simd::wide;
 use super::super::{scratch_f32, slice, slice_mut, unsupported};
@@ -179,9 +179,8 @@ fn backward_typed<T: Elem>(
                 {
                     let i0 = qb * TILE;
                     let rows = TILE.min(t - i0);
-                    load(q, |r| lq.row(g, i0 + r), (rows, d), qt);
-                    load(d_o, |r| ldo.row(g, i0 + r), (rows, d), dot_);
-                    let (qm, dom) = (Mat::new(qt, rows, d, d), Mat::new(dot_, rows, d, d));
+                    let qm = rows_of(q, (lq.row(g, i0), lq.st), (rows, d), &mut *qt);
+                    let dom = rows_of(d_o, (ldo.row(g, i0), ldo.st), (rows, d), &mut *dot_);
                     product(s, TILE, false, (qm, false), ktm, scale); // S (rows, cols)
                     product(dp, TILE, false, (dom, false), vtm, 1.0); // dP (rows, cols)
                     probs(g, (i0, rows), (j0, cols), s, dp);
@@ -219,15 +218,13 @@ fn backward_typed<T: Elem>(
                 let (g, i0) = (task / nb, (task % nb) * TILE);
                 let gk = g / group; // the key/value head of query head g
                 let rows = TILE.min(t - i0);
-                load(q, |r| lq.row(g, i0 + r), (rows, d), qt);
-                load(d_o, |r| ldo.row(g, i0 + r), (rows, d), dot_);
-                let (qm, dom) = (Mat::new(qt, rows, d, d), Mat::new(dot_, rows, d, d));
+                let qm = rows_of(q, (lq.row(g, i0), lq.st), (rows, d), qt);
+                let dom = rows_of(d_o, (ldo.row(g, i0), ldo.st), (rows, d), dot_);
                 dqt.fill(0.0);
                 let key_end = if spec.causal { i0 + rows } else { t };
                 for j0 in (0..key_end).step_by(TILE) {
                     let cols = TILE.min(t - j0);
-                    load(k, |c| lk.row(gk, j0 + c), (cols, d), kt); // K (cols, D)
-                    let km = Mat::new(kt, cols, d, d);
+                    let km = rows_of(k, (lk.row(gk, j0), lk.st), (cols, d), &mut *kt); // K (cols, D)
                     transpose(km, ktt, TILE); // Kᵀ (D, cols)
                     load_transposed(v, |c| lv.row(gk, j0 + c), (cols, d), vt, TILE); // Vᵀ (D, cols)
                     let (ktm, vtm) = (Mat::new(ktt, d, cols, TILE), Mat::new(vt, d, cols, TILE));
