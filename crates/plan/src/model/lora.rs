@@ -173,22 +173,16 @@ impl LoraCounts {
         self.frozen_plain * param_bytes + self.frozen_nf4_bytes
     }
 
-    /// The transient of one NF4 projection's forward or input gradient: bitsandbytes'
-    /// `MatMul4Bit` multiplies by the weight dequantised whole,
-    /// `F.dequantize_4bit(B, quant_state).to(A.dtype)` (`bitsandbytes/autograd/_functions.py`):
-    /// an out × in tensor in the dtype the weight was quantised from (`quant_state.dtype`, the
-    /// base's loaded dtype, `quant_bytes` per element), cast to the compute dtype
-    /// (`compute_bytes`) when that differs, both alive at the cast; under double quantisation
-    /// `dequantize_4bit` first restores the fp32 block scales (one per 64 weights,
-    /// `dequantize_blockwise`), alive until the weight is made. The largest weight sets it; 0
-    /// without NF4 weights.
-    pub fn dequantized_bytes(&self, quant_bytes: u64, compute_bytes: u64) -> u64 {
-        let n = self.largest_nf4;
-        let cast = match quant_bytes == compute_bytes {
-            true => 0,
-            false => n * compute_bytes,
-        };
-        n * quant_bytes + cast.max(4 * n.div_ceil(64))
+    /// The transient of one NF4 projection's forward or input gradient, `compute_bytes` per
+    /// element: bitsandbytes' `MatMul4Bit` multiplies by the weight dequantised whole,
+    /// `F.dequantize_4bit(B, quant_state).to(A.dtype)` (`bitsandbytes/autograd/_functions.py`),
+    /// an out × in tensor in the dtype the weight was quantised from, here the compute dtype
+    /// (QLoRA recipes load with `torch_dtype` = `bnb_4bit_compute_dtype`, so the cast is a
+    /// no-op); under double quantisation `dequantize_4bit` first restores the fp32 block scales
+    /// (one per 64 weights, `dequantize_blockwise`), alive until the weight is made. The largest
+    /// weight sets it; 0 without NF4 weights.
+    pub fn dequantized_bytes(&self, compute_bytes: u64) -> u64 {
+        self.largest_nf4 * compute_bytes + 4 * self.largest_nf4.div_ceil(64)
     }
 
     /// The frozen base's bytes that FSDP and ZeRO-3 shard, gather and offload: all of
@@ -285,12 +279,9 @@ mod tests {
         let lora = |base| Lora::new(8, 16.0, all.clone(), base).unwrap();
         let counts = LoraCounts::of(&inv, &lora(BaseWeights::Nf4)).unwrap();
         assert_eq!(counts.largest_nf4, 28_672 * 8_192);
-        assert_eq!(counts.dequantized_bytes(2, 2), 469_762_048 + 14_680_064);
-        // Quantised from an fp32 base and run in bf16: the fp32 weight (939,524,096 bytes) and
-        // its bf16 cast (469,762,048) are alive together, after the scales are gone.
-        assert_eq!(counts.dequantized_bytes(4, 2), 939_524_096 + 469_762_048);
+        assert_eq!(counts.dequantized_bytes(2), 469_762_048 + 14_680_064);
         // Plain LoRA has no NF4 weight and no transient.
         let plain = LoraCounts::of(&inv, &lora(BaseWeights::Plain)).unwrap();
-        assert_eq!(plain.dequantized_bytes(2, 2), 0);
+        assert_eq!(plain.dequantized_bytes(2), 0);
     }
 }

@@ -46,10 +46,9 @@ pub(super) fn loss_backward_bytes(problem: &Problem, s: &Strategy) -> f64 {
 /// (2·e·as²b), none for memory-efficient attention; under QLoRA the NF4 weight being
 /// dequantised for a product (`LoraCounts::dequantized_bytes`). The two are never alive
 /// together (the projections' products run before and after the attention core's backward,
-/// each freeing its weight), so the larger counts. The weights are taken as quantised from the
-/// compute dtype, as QLoRA recipes load them (`torch_dtype` = `bnb_4bit_compute_dtype`); the
-/// base's loaded dtype input (`Workload::lora_base_dtype`) describes the tensors left
-/// unquantised, which PEFT's `prepare_model_for_kbit_training` recasts after quantisation.
+/// each freeing its weight), so the larger counts. The base's loaded dtype input
+/// (`Workload::lora_base_dtype`) describes the tensors left unquantised, which PEFT's
+/// `prepare_model_for_kbit_training` recasts after quantisation, not the NF4 weights' source.
 pub(super) fn block_backward_bytes(problem: &Problem, s: &Strategy) -> f64 {
     let spec = &problem.spec;
     let (seq, b) = (problem.workload.seq_len as f64, s.micro_batch as f64);
@@ -58,7 +57,7 @@ pub(super) fn block_backward_bytes(problem: &Problem, s: &Strategy) -> f64 {
         Attention::Naive => 2.0 * e as f64 * spec.num_heads as f64 * seq * seq * b,
         Attention::MemoryEfficient => 0.0,
     };
-    let dequantized = problem.facts.lora.map_or(0, |l| l.dequantized_bytes(e, e));
+    let dequantized = problem.facts.lora.map_or(0, |l| l.dequantized_bytes(e));
     scores.max(dequantized as f64)
 }
 
