@@ -10,7 +10,7 @@ use crate::checkpoint::{self, CheckpointOp};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::grads::Gradients;
-use crate::ops::{attention, gelu_linear, nn, rotary, swiglu, tensor_parallel};
+use crate::ops::{attention, causal_attention, gelu_linear, nn, rotary, swiglu, tensor_parallel};
 use crate::scope;
 use crate::tensor::Tensor;
 
@@ -190,6 +190,15 @@ pub(crate) enum Op {
         lse: Tensor,
         spec: crate::backend::AttentionSpec,
     },
+    /// Materialised causal attention (`ops::causal_attention`): saves q, k, v, the
+    /// probabilities p and, with dropout, the dropped probabilities: dV = aᵀ dO, dP = dO Vᵀ
+    /// (through dropout), dS = causal softmax's rule, dQ = dS K, dK = dSᵀ Q.
+    CausalAttention {
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        saved: causal_attention::Saved,
+    },
     /// A checkpoint scope: saves its inputs and RNG cursor, recomputes on a sub-tape.
     Checkpoint(CheckpointOp),
     /// y = x after a parameter scope: dx = dy, once the scope's hooks were told. Saves nothing.
@@ -364,6 +373,12 @@ pub(crate) fn backward(
         Op::Rotary { cos, sin } => vec![Some(rotary::rotate(dy, &cos, &sin, true)?)],
         Op::Dropout { p, seed, offset } => vec![Some(nn::dropout_with(dy, p, seed, offset)?)],
         Op::CausalMask => vec![Some(nn::causal_fill(dy, 0.0)?)],
+        Op::CausalAttention { q, k, v, saved } => causal_attention::causal_attention_backward(
+            [&q, &k, &v],
+            &saved,
+            dy,
+            [want(0), want(1), want(2)],
+        )?,
         Op::Attention {
             q,
             k,

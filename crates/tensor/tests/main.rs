@@ -6,6 +6,7 @@ mod common;
 
 mod attention_tests;
 mod autocast_tests;
+mod causal_attention_tests;
 mod causal_softmax_tests;
 mod decoder_ops_tests;
 mod determinism_tests;

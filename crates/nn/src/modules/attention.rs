@@ -113,14 +113,9 @@ pub struct Attention {
 
 /// Scores, causal mask, softmax, dropout and the weighted sum of values, from q (B, T, H, D)
 /// and k, v (B, T, Hkv, D) to (B, H, T, D). The memory-heavy part of attention (its saved
-/// tensors are T² per head).
-///
-/// Without grouping (Hkv = H) the products are batched over (B, H). With groups of G = H / Hkv
-/// query heads, q is viewed as (B, Hkv, G, T, D) and each key/value head as (B, Hkv, 1, T, D),
-/// broadcast over its group by the batched product, so no repeated copy of k or v is made or
-/// saved (the products' backward sums the group's gradients into the shared head). Query head
-/// `h = kv·G + j` is batch `(kv, j)`, so the scores are (B, H, T, T) in the usual order and
-/// the mask, softmax and dropout see the same tensor as without grouping.
+/// tensors are T² per head), as one op that materialises them as the composition of matmul,
+/// causal softmax, dropout and matmul does, skipping the products the mask makes moot
+/// (`Tensor::causal_attention_materialized`). Grouped key/value heads are read in place.
 fn core_attention(
     q: &Tensor,
     k: &Tensor,
@@ -128,28 +123,9 @@ fn core_attention(
     dropout: f32,
     window: Option<usize>,
 ) -> Result<Tensor> {
-    let [b, t, nh, hd] = [0, 1, 2, 3].map(|a| q.shape()[a]);
-    let kv = k.shape()[2];
-    let scale = 1.0 / (hd as f32).sqrt();
-    if kv == nh {
-        let [q, k, v] = [q, k, v].map(|x| x.permute(&[0, 2, 1, 3])); // (B, H, T, D)
-        let scores = q?.matmul(&k?.transpose(-2, -1)?)?; // (B, H, T, T)
-        // Scale, causal mask and softmax in one op (the bits of the three, half the work).
-        let att = scores
-            .causal_softmax_window(scale, window)?
-            .dropout(dropout)?;
-        return att.matmul(&v?); // (B, H, T, D)
-    }
-    let g = nh / kv;
-    let q = q.reshape(&[b, t, kv, g, hd])?.permute(&[0, 2, 3, 1, 4])?; // (B, Hkv, G, T, D)
-    let kt = k.reshape(&[b, t, kv, 1, hd])?.permute(&[0, 2, 3, 4, 1])?; // (B, Hkv, 1, D, T)
-    let v = v.reshape(&[b, t, kv, 1, hd])?.permute(&[0, 2, 3, 1, 4])?; // (B, Hkv, 1, T, D)
-    let scores = q.matmul(&kt)?.reshape(&[b, nh, t, t])?; // (B, H, T, T)
-    let att = scores
-        .causal_softmax_window(scale, window)?
-        .dropout(dropout)?
-        .reshape(&[b, kv, g, t, t])?;
-    att.matmul(&v)?.reshape(&[b, nh, t, hd]) // (B, H, T, D)
+    let scale = 1.0 / (q.shape()[3] as f32).sqrt();
+    let [q, k, v] = [q, k, v].map(|x| x.permute(&[0, 2, 1, 3])); // (B, n, T, D)
+    Tensor::causal_attention_materialized(&q?, &k?, &v?, window, scale, dropout)
 }
 
 impl Attention {

@@ -118,6 +118,14 @@ pub trait Backend: std::fmt::Debug + Send + Sync {
     fn reduce(&self, op: ReduceOp, x: &Src, axes: &[usize], dst: &mut Dst) -> Result<()>;
     /// `(…, M, K) @ (…, K, N) -> (…, M, N)`; batch dims already broadcast to `dst`'s.
     fn matmul(&self, a: &Src, b: &Src, dst: &mut Dst) -> Result<()>;
+    /// [`Backend::matmul`] on square `T × T` matrices of causal attention, allowed to skip
+    /// the products a causal mask makes moot (see [`CausalProduct`]). Under the kind's
+    /// precondition the result equals the full product's wherever it is specified; the
+    /// default runs the full product.
+    fn matmul_causal(&self, a: &Src, b: &Src, dst: &mut Dst, kind: CausalProduct) -> Result<()> {
+        let _ = kind;
+        self.matmul(a, b, dst)
+    }
     /// `(M, K) @ (K, N) + bias (N)`, the bias added to every row: a linear layer's forward in
     /// one pass over the output, with the bits of the two ops (the product rounded to the
     /// dtype, then the sum rounded again).
@@ -239,6 +247,22 @@ pub struct AttentionSpec {
     pub scale: f32,
     /// `(p, seed, offset)` when dropout is on (`0 < p < 1`).
     pub dropout: Option<(f32, u64, u64)>,
+}
+
+/// A product of causal attention whose `T × T` operand or result is triangular, so that a
+/// kernel may skip the blocks that are zero or unused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CausalProduct {
+    /// `dst (…, T, T) = a (…, T, K) @ b (…, K, T)` of which only the lower triangle (`j ≤ i`)
+    /// is used: the entries above the diagonal are unspecified (the scores that a causal
+    /// softmax, which reads only `j ≤ i`, is about to mask).
+    LowerOut,
+    /// `dst (…, T, N) = a (…, T, T) @ b (…, T, N)` with `a` zero above its diagonal (causal
+    /// probabilities or their gradient).
+    LowerLeft,
+    /// `dst (…, T, N) = a (…, T, T) @ b (…, T, N)` with `a` zero below its diagonal (the
+    /// transpose of a `LowerLeft` operand).
+    UpperLeft,
 }
 
 /// The backend that runs kernels for `device`.

@@ -6,6 +6,7 @@
 //! Not for: kernels (see `backend`) or derivative rules (see `backprop`).
 
 pub mod attention;
+pub mod causal_attention;
 pub mod elementwise;
 pub mod gelu_linear;
 pub mod linear_loss;

@@ -135,12 +135,20 @@ pub(super) fn split(l: &Layout) -> (Layout, isize, isize) {
     )
 }
 
-fn parallelism(d: &Dims) -> Parallelism {
+pub(super) fn parallelism(d: &Dims) -> Parallelism {
     if d.m * d.n * d.k < SMALL {
         Parallelism::None
     } else {
         Parallelism::Rayon(rayon::current_num_threads())
     }
+}
+
+/// Whether an f32 batch runs its products side by side, each on one thread: small products,
+/// or enough of them to keep every thread busy.
+pub(super) fn side_by_side(d: &Dims) -> bool {
+    d.batch > 1
+        && (d.m * d.n * d.k < SMALL
+            || d.batch >= PRODUCTS_PER_THREAD * rayon::current_num_threads())
 }
 
 /// f32 `out (batch, m, n) = a @ b` on gemm, with the operands' own strides.
@@ -177,9 +185,7 @@ pub fn matmul_f32(a: &[f32], la: &Layout, b: &[f32], lb: &Layout, out: &mut [f32
         }
     };
     let size = d.m * d.n;
-    let side_by_side =
-        d.m * d.n * d.k < SMALL || d.batch >= PRODUCTS_PER_THREAD * rayon::current_num_threads();
-    if d.batch > 1 && side_by_side {
+    if side_by_side(&d) {
         out.par_chunks_mut(size)
             .enumerate()
             .for_each(|(i, o)| one(i, o, Parallelism::None));

@@ -15,6 +15,7 @@ pub use elementwise::convert_slice;
 mod index;
 pub mod math;
 pub(crate) mod matmul;
+mod matmul_causal;
 mod pointwise;
 mod reduce;
 mod rotary;
@@ -26,7 +27,7 @@ mod walk;
 
 pub use buffers::{Scratch, scratch_f32};
 
-use super::{AttentionSpec, Backend, BinaryOp, Dst, ReduceOp, Src, UnaryOp};
+use super::{AttentionSpec, Backend, BinaryOp, CausalProduct, Dst, ReduceOp, Src, UnaryOp};
 use crate::dtype::{DType, with_float_type};
 use crate::error::Result;
 use buffers::{ids, last_dim, last_two, rows_of, slice, slice_mut, unsupported};
@@ -128,6 +129,23 @@ impl Backend for CpuBackend {
             )?,
             other => return Err(unsupported("matmul", other)),
         }
+        Ok(())
+    }
+
+    fn matmul_causal(&self, a: &Src, b: &Src, dst: &mut Dst, kind: CausalProduct) -> Result<()> {
+        let d = matmul::Dims::of(a, dst);
+        if a.dtype != DType::F32 || !matmul_causal::causal_fits(&d, kind) {
+            return self.matmul(a, b, dst);
+        }
+        matmul_causal::matmul_f32_causal(
+            slice::<f32>(a)?,
+            a.layout,
+            slice::<f32>(b)?,
+            b.layout,
+            slice_mut(dst)?,
+            d,
+            kind,
+        );
         Ok(())
     }
 
