@@ -135,7 +135,7 @@ pub(super) fn split(l: &Layout) -> (Layout, isize, isize) {
     )
 }
 
-pub(super) fn parallelism(d: &Dims) -> Parallelism {
+fn parallelism(d: &Dims) -> Parallelism {
     if d.m * d.n * d.k < SMALL {
         Parallelism::None
     } else {
@@ -145,7 +145,7 @@ pub(super) fn parallelism(d: &Dims) -> Parallelism {
 
 /// Whether an f32 batch runs its products side by side, each on one thread: small products,
 /// or enough of them to keep every thread busy.
-pub(super) fn side_by_side(d: &Dims) -> bool {
+fn side_by_side(d: &Dims) -> bool {
     d.batch > 1
         && (d.m * d.n * d.k < SMALL
             || d.batch >= PRODUCTS_PER_THREAD * rayon::current_num_threads())
@@ -156,43 +156,78 @@ pub fn matmul_f32(a: &[f32], la: &Layout, b: &[f32], lb: &Layout, out: &mut [f32
     let (ba, ars, acs) = split(la);
     let (bb, brs, bcs) = split(lb);
     let (ap, bp) = (a.as_ptr() as usize, b.as_ptr() as usize);
-    let one = |i: usize, o: &mut [f32], par: Parallelism| {
+    for_each_product(out, &d, |i, o, par| {
         let (ao, bo) = (ba.index_of(i), bb.index_of(i));
         // SAFETY: `ao`/`bo` plus the matrix strides stay inside `a`/`b` because the layouts
         // were built by `Layout` from these storages' shapes; `o` is exactly m×n row-major.
         unsafe {
-            gemm::gemm(
-                d.m,
-                d.n,
-                d.k,
-                o.as_mut_ptr(),
-                1,
-                d.n as isize,
-                false,
-                (ap as *const f32).add(ao),
-                acs,
-                ars,
-                (bp as *const f32).add(bo),
-                bcs,
-                brs,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
+            gemm_f32(
+                [d.m, d.n, d.k],
+                (o.as_mut_ptr(), d.n),
+                ((ap as *const f32).add(ao), ars, acs),
+                ((bp as *const f32).add(bo), brs, bcs),
                 par,
             )
         }
-    };
+    });
+}
+
+/// Runs `one(i, out_i, parallelism)` for each batch element `i` and its row-major m×n output:
+/// side by side on the pool (each product on one thread) or one after the other (each split
+/// over the pool when large), as [`side_by_side`] decides.
+pub(super) fn for_each_product(
+    out: &mut [f32],
+    d: &Dims,
+    one: impl Fn(usize, &mut [f32], Parallelism) + Sync,
+) {
     let size = d.m * d.n;
-    if side_by_side(&d) {
+    if side_by_side(d) {
         out.par_chunks_mut(size)
             .enumerate()
             .for_each(|(i, o)| one(i, o, Parallelism::None));
     } else {
         for (i, o) in out.chunks_mut(size).enumerate() {
-            one(i, o, parallelism(&d));
+            one(i, o, parallelism(d));
         }
+    }
+}
+
+/// gemm's f32 `dst (m × n, row stride ldd) = a (m × k) · b (k × n)`, each operand given by its
+/// first element and its (row, column) strides.
+///
+/// # Safety
+/// Every element the shapes and strides address must lie inside its allocation, and `dst`'s
+/// m rows of n must be writable and alias neither operand.
+pub(super) unsafe fn gemm_f32(
+    [m, n, k]: [usize; 3],
+    (dst, ldd): (*mut f32, usize),
+    (a, ars, acs): (*const f32, isize, isize),
+    (b, brs, bcs): (*const f32, isize, isize),
+    par: Parallelism,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            1,
+            ldd as isize,
+            false,
+            a,
+            acs,
+            ars,
+            b,
+            bcs,
+            brs,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            par,
+        )
     }
 }
 

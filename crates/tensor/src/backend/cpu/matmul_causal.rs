@@ -11,11 +11,9 @@
 //! Not for: general products (see `matmul`), or attention that never materialises the scores
 //! (see `attention`).
 
-use super::matmul::{Dims, parallelism, side_by_side, split};
+use super::matmul::{Dims, for_each_product, gemm_f32, split};
 use crate::backend::CausalProduct;
 use crate::shape::Layout;
-use gemm::Parallelism;
-use rayon::prelude::*;
 
 /// Rows of a panel: large enough for gemm's 64-row micro-kernel to run at its rate, small
 /// enough that a sequence of 256 has four panels.
@@ -45,7 +43,7 @@ pub fn matmul_f32_causal(
     let (ba, ars, acs) = split(la);
     let (bb, brs, bcs) = split(lb);
     let (ap, bp) = (a.as_ptr() as usize, b.as_ptr() as usize);
-    let one = |i: usize, o: &mut [f32], par: Parallelism| {
+    for_each_product(out, &d, |i, o, par| {
         let (ao, bo) = (ba.index_of(i) as isize, bb.index_of(i) as isize);
         for r0 in (0..d.m)
             .step_by(PANEL)
@@ -72,38 +70,14 @@ pub fn matmul_f32_causal(
             // product's, whose element offsets the layouts (built from these storages' shapes)
             // keep inside `a`, `b`; `o` is m×n row-major and the panel writes rows r0..r1.
             unsafe {
-                gemm::gemm(
-                    r1 - r0,
-                    n,
-                    k,
-                    o.as_mut_ptr().add(r0 * d.n),
-                    1,
-                    d.n as isize,
-                    false,
-                    (ap as *const f32).offset(a0),
-                    acs,
-                    ars,
-                    (bp as *const f32).offset(b0),
-                    bcs,
-                    brs,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
+                gemm_f32(
+                    [r1 - r0, n, k],
+                    (o.as_mut_ptr().add(r0 * d.n), d.n),
+                    ((ap as *const f32).offset(a0), ars, acs),
+                    ((bp as *const f32).offset(b0), brs, bcs),
                     par,
                 )
             }
         }
-    };
-    let size = d.m * d.n;
-    if side_by_side(&d) {
-        out.par_chunks_mut(size)
-            .enumerate()
-            .for_each(|(i, o)| one(i, o, Parallelism::None));
-    } else {
-        for (i, o) in out.chunks_mut(size).enumerate() {
-            one(i, o, parallelism(&d));
-        }
-    }
+    });
 }
