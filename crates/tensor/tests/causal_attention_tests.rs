@@ -2,8 +2,9 @@
 //! the composition it replaces: `q kᵀ → causal softmax → dropout → · v`, with grouped key and
 //! value heads repeated per query head (`repeat_interleave`, transformers' `repeat_kv`). The
 //! op skips the products the causal mask makes moot; every product it keeps is the full
-//! product's multiply-add chain for that entry, cut short only of terms `0 · x`, so outputs
-//! and gradients are the composition's bit for bit, and so are its saved tensors.
+//! product's multiply-add chain for that entry, cut short only of terms `0 · x`, so up to 512
+//! positions (one reduction block of gemm's) outputs and gradients are the composition's bit
+//! for bit, and so are its saved tensors.
 
 use crate::common;
 
@@ -133,6 +134,19 @@ fn under_autocast_it_is_the_composition_with_softmax_in_f32() {
         [true, false].map(|f| autocast(DType::BF16, || run(dims, None, 0.0, DType::F32, f)));
     assert!(fused.bits == plain.bits);
     assert_eq!((fused.kept, fused.peak), (plain.kept, plain.peak));
+    // Grouped heads: the same output; the shared heads' gradients within bf16's rounding of
+    // the group's sum.
+    let dims = [1, 4, 2, 130, 8];
+    let [fused, plain] =
+        [true, false].map(|f| autocast(DType::BF16, || run(dims, None, 0.0, DType::F32, f)));
+    assert!(fused.bits[0] == plain.bits[0], "out");
+    for (i, name) in NAMES.iter().enumerate().skip(1) {
+        let [got, want] = [&fused, &plain].map(|r| r.bits[i].iter().map(|&b| f32::from_bits(b)));
+        let want: Vec<f32> = want.collect();
+        let scale = want.iter().fold(1f32, |m, x| m.max(x.abs()));
+        let err = got.zip(&want).fold(0f32, |m, (g, w)| m.max((g - w).abs()));
+        assert!(err <= 1e-2 * scale, "{name}: {err} of {scale}");
+    }
 }
 
 #[test]
@@ -167,4 +181,77 @@ fn mismatched_heads_are_refused() {
     let (q, k) = (mk(&[1, 6, 10, 4]), mk(&[1, 4, 10, 4]));
     let err = Tensor::causal_attention_materialized(&q, &k, &k, None, 0.5, 0.0).unwrap_err();
     assert!(matches!(err, TensorError::ShapeMismatch { .. }), "{err}");
+}
+
+/// Gradients of the tracked subset of (q, k, v) under a loss that reads the output through a
+/// transpose (so the output's gradient arrives strided), and the generator's next draw.
+fn partial(track: [bool; 3], fused: bool) -> (Vec<Option<Vec<u32>>>, (u64, u64)) {
+    let device = device();
+    let (b, h, hkv, t, d) = (1, 4, 2, 150, 8);
+    let mk = |shape: &[usize], seed, tracked: bool| {
+        let n = shape.iter().product();
+        let x = Tensor::from_f32(
+            &device,
+            shape,
+            &values(n, seed, -2.0, 2.0),
+            DType::F32,
+            Category::Input,
+            None,
+        )
+        .unwrap();
+        if tracked { x.track() } else { x }
+    };
+    let (q, k, v) = (
+        mk(&[b, h, t, d], 1, track[0]),
+        mk(&[b, hkv, t, d], 2, track[1]),
+        mk(&[b, hkv, t, d], 3, track[2]),
+    );
+    let r = mk(&[b, t, h, d], 4, false);
+    rng::manual_seed(11);
+    let tape = Tape::new();
+    let loss = tape
+        .record(|| {
+            let out = if fused {
+                Tensor::causal_attention_materialized(&q, &k, &v, None, 0.3, 0.2)?
+            } else {
+                let (k, v) = (
+                    k.repeat_interleave(1, h / hkv)?,
+                    v.repeat_interleave(1, h / hkv)?,
+                );
+                q.matmul(&k.transpose(-2, -1)?)?
+                    .causal_softmax(0.3)?
+                    .dropout(0.2)?
+                    .matmul(&v)?
+            };
+            out.transpose(1, 2)?.mul(&r)?.sum_all()
+        })
+        .unwrap();
+    let next = rng::advance(1);
+    let mut grads = Gradients::new();
+    tape.backward(&loss, &mut grads).unwrap();
+    let bits = |x: &Tensor| {
+        grads.get(x).map(|g| {
+            let v = g.to_vec_f32().unwrap();
+            v.iter().map(|x| x.to_bits()).collect()
+        })
+    };
+    (vec![bits(&q), bits(&k), bits(&v)], (next.seed, next.offset))
+}
+
+#[test]
+fn any_subset_of_inputs_gets_the_compositions_gradients_and_the_generator_moves_alike() {
+    for track in [
+        [true, false, false],
+        [false, true, false],
+        [false, false, true],
+        [true, false, true],
+    ] {
+        let (fused, fused_next) = partial(track, true);
+        let (plain, plain_next) = partial(track, false);
+        for (i, name) in ["dq", "dk", "dv"].iter().enumerate() {
+            assert_eq!(fused[i].is_some(), track[i], "{track:?}: {name} presence");
+            assert!(fused[i] == plain[i], "{track:?}: {name} differs");
+        }
+        assert_eq!(fused_next, plain_next, "{track:?}: the generator's cursor");
+    }
 }

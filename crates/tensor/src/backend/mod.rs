@@ -120,8 +120,8 @@ pub trait Backend: std::fmt::Debug + Send + Sync {
     fn matmul(&self, a: &Src, b: &Src, dst: &mut Dst) -> Result<()>;
     /// [`Backend::matmul`] on square `T × T` matrices of causal attention, allowed to skip
     /// the products a causal mask makes moot (see [`CausalProduct`]). Under the kind's
-    /// precondition the result equals the full product's wherever it is specified; the
-    /// default runs the full product.
+    /// precondition the result equals the full product's, to rounding, wherever it is
+    /// specified; the default runs the full product.
     fn matmul_causal(&self, a: &Src, b: &Src, dst: &mut Dst, kind: CausalProduct) -> Result<()> {
         let _ = kind;
         self.matmul(a, b, dst)

@@ -6,7 +6,7 @@
 //! Not for: anything that needs values.
 
 use super::work::{self, elementwise, write_only};
-use super::{AttentionSpec, Backend, BinaryOp, Dst, ReduceOp, Src, UnaryOp};
+use super::{AttentionSpec, Backend, BinaryOp, CausalProduct, Dst, ReduceOp, Src, UnaryOp};
 use crate::error::{Result, TensorError};
 
 #[derive(Debug)]
@@ -75,6 +75,18 @@ impl Backend for ShapeOnlyBackend {
                 }
                 _ => {}
             }
+        }
+        Ok(())
+    }
+    /// The work the CPU does: its panels in f32, else the full product and its scratch.
+    fn matmul_causal(&self, a: &Src, b: &Src, dst: &mut Dst, kind: CausalProduct) -> Result<()> {
+        use super::cpu::matmul_causal::{Panel, causal_fits, panels};
+        let d = super::cpu::matmul::Dims::of(a, dst);
+        if a.dtype != crate::dtype::DType::F32 || !causal_fits(&d, kind) {
+            return self.matmul(a, b, dst);
+        }
+        for Panel { rows, n, k } in panels(&d, kind) {
+            work::matmul(a.dtype, d.batch, rows.len(), n, k);
         }
         Ok(())
     }

@@ -1,11 +1,12 @@
 //! Materialised causal attention as one op: `softmax(mask(q kᵀ·scale)) v` that keeps the
 //! `(B, H, T, T)` probabilities for backward, as the composition `matmul → causal_softmax →
-//! dropout → matmul` does: the same tensors are allocated and saved (naive attention's
-//! memory, which the planner models after PyTorch's), and the outputs and gradients are those
-//! of the composition. What changes is the work: every product is told which triangle the
-//! causal mask makes moot (`Backend::matmul_causal`), about 5/8 of the full products at a
-//! sequence of 256 on the CPU. Under autocast it is the composition itself, whose softmax
-//! PyTorch runs in f32.
+//! dropout → matmul` does: the same tensors are saved (naive attention's memory, which the
+//! planner models after PyTorch's), and the scores are freed as soon as the softmax has read
+//! them. What changes is the work: every product is told which triangle the causal mask makes
+//! moot (`Backend::matmul_causal`), about 5/8 of the full products at a sequence of 256 on the
+//! CPU. Outputs and gradients are the composition's bit for bit up to 512 positions and to
+//! rounding beyond (see `backend::cpu::matmul_causal`). Under autocast it is the composition
+//! itself, whose softmax PyTorch runs in f32.
 //!
 //! Grouped-query heads (`Hkv < H`) are read in place: query head `h = kv·G + j` is batch
 //! `(kv, j)` of `(B, Hkv, G, T, ·)` views, and each key/value head is broadcast over its group,
@@ -38,7 +39,7 @@ impl Tensor {
     /// `(B, Hkv, T, D)` (`Hkv` divides `H`) with the scores and probabilities materialised:
     /// `softmax(mask(q kᵀ·scale)) v`, query `i` seeing keys `0..=i` (the last `w` of them with
     /// a sliding `window` of `w`), dropout of `dropout_p` on the probabilities. The output is
-    /// `(B, H, T, D)`, the bits and saved tensors those of
+    /// `(B, H, T, D)`; the saved tensors, and up to 512 positions the bits, are those of
     /// `q.matmul(kᵀ).causal_softmax_window(scale, window).dropout(p).matmul(v)` with each
     /// key/value head repeated for its group.
     pub fn causal_attention_materialized(

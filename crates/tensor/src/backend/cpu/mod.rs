@@ -15,7 +15,7 @@ pub use elementwise::convert_slice;
 mod index;
 pub mod math;
 pub(crate) mod matmul;
-mod matmul_causal;
+pub(crate) mod matmul_causal;
 mod pointwise;
 mod reduce;
 mod rotary;
