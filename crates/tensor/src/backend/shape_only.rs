@@ -82,7 +82,7 @@ impl Backend for ShapeOnlyBackend {
     fn matmul_causal(&self, a: &Src, b: &Src, dst: &mut Dst, kind: CausalProduct) -> Result<()> {
         use super::cpu::matmul_causal::{Panel, causal_fits, panels};
         let d = super::cpu::matmul::Dims::of(a, dst);
-        if a.dtype != crate::dtype::DType::F32 || !causal_fits(&d, kind) {
+        if !causal_fits(a.dtype, &d, kind) {
             return self.matmul(a, b, dst);
         }
         for Panel { rows, n, k } in panels(&d, kind) {

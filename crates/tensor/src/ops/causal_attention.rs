@@ -39,9 +39,10 @@ impl Tensor {
     /// `(B, Hkv, T, D)` (`Hkv` divides `H`) with the scores and probabilities materialised:
     /// `softmax(mask(q kᵀ·scale)) v`, query `i` seeing keys `0..=i` (the last `w` of them with
     /// a sliding `window` of `w`), dropout of `dropout_p` on the probabilities. The output is
-    /// `(B, H, T, D)`; the saved tensors, and up to 512 positions the bits, are those of
+    /// `(B, H, T, D)`; up to 512 positions its bits are those of
     /// `q.matmul(kᵀ).causal_softmax_window(scale, window).dropout(p).matmul(v)` with each
-    /// key/value head repeated for its group.
+    /// key/value head repeated for its group, and it saves what that composition saves but
+    /// the repeated keys and values (it reads the shared heads in place).
     pub fn causal_attention_materialized(
         q: &Tensor,
         k: &Tensor,
@@ -51,11 +52,6 @@ impl Tensor {
         dropout_p: f32,
     ) -> Result<Tensor> {
         let (b, h, t, d, kv) = check(q, k, v)?;
-        let g = h / kv;
-        if autocast_dtype().is_some() {
-            return composition(q, k, v, window, scale, dropout_p);
-        }
-        let (qg, kg, vg) = (grouped(q, kv), shared(k, g), shared(v, g));
         if window == Some(0) {
             return Err(TensorError::invalid(
                 "causal_attention_materialized",
@@ -68,6 +64,11 @@ impl Tensor {
                 format!("dropout_p must be in [0, 1), got {dropout_p}"),
             ));
         }
+        if autocast_dtype().is_some() {
+            return composition(q, k, v, window, scale, dropout_p);
+        }
+        let g = h / kv;
+        let (qg, kg, vg) = (grouped(q, kv), shared(k, g), shared(v, g));
         let (device, dtype, backend) = (q.device(), q.dtype(), q.backend());
         let scores = Tensor::empty(&device, &[b, kv, g, t, t], dtype, "matmul")?;
         backend.matmul_causal(

@@ -231,19 +231,7 @@ mod avx512;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A deterministic mix of signs and magnitudes.
-    fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s % 2001) as f32 / 1000.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::backend::cpu::test_values as values;
 
     /// `C₀ + β·op(A)·B` in f64, the same strides as `product`'s arguments.
     #[allow(clippy::too_many_arguments)]

@@ -17,20 +17,22 @@
 
 use super::matmul::{Dims, for_each_product, gemm_f32, split};
 use crate::backend::CausalProduct;
+use crate::dtype::DType;
 use crate::shape::Layout;
 
 /// Rows of a panel: large enough for gemm's 64-row micro-kernel to run at its rate, small
 /// enough that a sequence of 256 has four panels.
 const PANEL: usize = 64;
 
-/// Whether `d` has the square `T × T` side `kind` needs, more than one panel (else the full
-/// product is as cheap) and something to compute.
-pub fn causal_fits(d: &Dims, kind: CausalProduct) -> bool {
+/// Whether the CPU skips blocks of this product: f32 (other dtypes run the full product), the
+/// square `T × T` side `kind` needs, more than one panel (else the full product is as cheap)
+/// and something to compute. The dry run counts the same work (`backend::shape_only`).
+pub fn causal_fits(dtype: DType, d: &Dims, kind: CausalProduct) -> bool {
     let square = match kind {
         CausalProduct::LowerOut => d.m == d.n,
         CausalProduct::LowerLeft | CausalProduct::UpperLeft => d.m == d.k,
     };
-    square && d.m > PANEL && d.n > 0 && d.k > 0
+    dtype == DType::F32 && square && d.m > PANEL && d.n > 0 && d.k > 0
 }
 
 /// `out (batch, m, n) = a @ b` for the causal `kind`, on gemm with the operands' own strides.
@@ -80,7 +82,7 @@ pub struct Panel {
     pub k: usize,
 }
 
-/// The panels of a causal product of geometry `d` (one that [`causal_fits`]): rows in runs of
+/// The panels of a causal product of geometry `d` (one that fits, [`causal_fits`]): rows in runs of
 /// [`PANEL`], a short last run joined to the one before (gemm takes other paths for a few
 /// rows); per panel the columns (`LowerOut`: up to the panel's last row) and the reduction
 /// (`LowerLeft`: up to its last row; `UpperLeft`: from its first row to the end).
@@ -108,18 +110,7 @@ pub fn panels(d: &Dims, kind: CausalProduct) -> impl Iterator<Item = Panel> + us
 mod tests {
     use super::*;
     use crate::backend::cpu::matmul::matmul_f32;
-
-    fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect()
-    }
+    use crate::backend::cpu::test_values as values;
 
     /// `batch` lower-triangular `t × t` matrices (zeros above the diagonal), row-major.
     fn lower(batch: usize, t: usize, seed: u64) -> Vec<f32> {

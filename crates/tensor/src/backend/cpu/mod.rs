@@ -134,7 +134,7 @@ impl Backend for CpuBackend {
 
     fn matmul_causal(&self, a: &Src, b: &Src, dst: &mut Dst, kind: CausalProduct) -> Result<()> {
         let d = matmul::Dims::of(a, dst);
-        if a.dtype != DType::F32 || !matmul_causal::causal_fits(&d, kind) {
+        if !matmul_causal::causal_fits(a.dtype, &d, kind) {
             return self.matmul(a, b, dst);
         }
         matmul_causal::matmul_f32_causal(
@@ -340,4 +340,12 @@ impl Backend for CpuBackend {
     ) -> Result<()> {
         attention::backward(saved, d_o, spec, dq, dk, dv)
     }
+}
+
+/// `n` test inputs uniform in [−1, 1), drawn from the engine's counter-based generator.
+#[cfg(test)]
+pub(crate) fn test_values(n: usize, seed: u64) -> Vec<f32> {
+    (0..n)
+        .map(|i| 2.0 * crate::rng::uniform(seed, i as u64) - 1.0)
+        .collect()
 }
